@@ -1,0 +1,83 @@
+"""File -> validated `TorchJob`, or one clear message per problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from torchjob.api.errors import InvalidJob, Problem
+from torchjob.api.model import API_VERSION, KIND, TorchJob
+from torchjob.api.source import Document, problem_at, read_document
+from torchjob.api.validate import validate
+
+_FIXES = {
+    "extra_forbidden": "remove it, or check its spelling and indentation",
+    "missing": "add it",
+}
+
+
+def _pydantic_problems(err: ValidationError, doc: Document | None) -> list[Problem]:
+    problems: list[Problem] = []
+    for e in err.errors():
+        loc = [p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
+        kind = e["type"]
+        field = loc[-1] if loc else ""
+        if kind == "extra_forbidden":
+            msg = f"unknown field {field!r}"
+        elif kind == "missing":
+            msg = f"required field {field!r} is missing"
+        elif kind == "literal_error":
+            expected = e.get("ctx", {}).get("expected", "")
+            msg = f"{e['input']!r} is not allowed; expected {expected}"
+        else:
+            msg = f"{e['msg'].rstrip('.').lower()}, got {e['input']!r}" if "input" in e else e["msg"]
+        problems.append(problem_at(doc, loc, msg, _FIXES.get(kind)))
+    # A wrong type at one level produces one error per union member: keep the first per field.
+    seen: set[tuple[str, int | None]] = set()
+    out = []
+    for p in problems:
+        if (p.path, p.line) not in seen:
+            seen.add((p.path, p.line))
+            out.append(p)
+    return out
+
+
+def job_from_data(data: dict[str, Any], doc: Document | None = None) -> TorchJob:
+    """Validate native data (`torchjob.dev/v1` `TorchJob`); raises InvalidJob."""
+    source = doc.source if doc else None
+    try:
+        job = TorchJob.model_validate(data)
+    except ValidationError as e:
+        raise InvalidJob(_pydantic_problems(e, doc), source)
+    problems = validate(job, doc)
+    if problems:
+        raise InvalidJob(problems, source)
+    return job
+
+
+def job_from_document(doc: Document) -> TorchJob:
+    api, kind = doc.data.get("apiVersion"), doc.data.get("kind")
+    if api == API_VERSION and kind == KIND:
+        return job_from_data(doc.data, doc)
+    from torchjob.dialects import reader_for  # dialects build on the native model
+
+    reader = reader_for(api, kind)
+    if reader is None:
+        raise InvalidJob(
+            [
+                problem_at(
+                    doc,
+                    ["kind"] if api == API_VERSION else ["apiVersion"],
+                    f"unsupported document apiVersion={api!r} kind={kind!r}",
+                    f"use apiVersion: {API_VERSION} and kind: {KIND}",
+                )
+            ],
+            doc.source,
+        )
+    return reader(doc)
+
+
+def load_job(path: str | Path) -> TorchJob:
+    return job_from_document(read_document(path))

@@ -1,0 +1,120 @@
+"""Reading a job document: YAML or JSON text -> plain data plus the line of every field."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchjob.api.errors import Problem, UserError
+
+PathKey = tuple[str | int, ...]
+
+
+@dataclass
+class Document:
+    data: dict[str, Any]
+    source: str
+    lines: dict[PathKey, int] = field(default_factory=dict)
+
+    def line_of(self, path: Iterable[str | int]) -> int | None:
+        """The line of the deepest known field on `path` (keys compared case-insensitively)."""
+        want = list(path)
+        while want:
+            key = tuple(str(p).lower() if isinstance(p, str) else p for p in want)
+            if key in self._folded:
+                return self._folded[key]
+            want.pop()
+        return None
+
+    @property
+    def _folded(self) -> dict[PathKey, int]:
+        cache: dict[PathKey, int] | None = getattr(self, "_folded_cache", None)
+        if cache is None:
+            cache = {tuple(p.lower() if isinstance(p, str) else p for p in k): v for k, v in self.lines.items()}
+            self._folded_cache = cache
+        return cache
+
+
+def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> Any:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = _scalar(key_node)
+            if key in out:
+                raise UserError(
+                    f"line {key_node.start_mark.line + 1}: the key {key!r} appears twice in one mapping",
+                    fix="keep one of them",
+                )
+            out[key] = _construct(value_node, (*path, str(key)), lines)
+            lines[(*path, str(key))] = key_node.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(item, (*path, i), lines) for i, item in enumerate(node.value)]
+    return _scalar(node)
+
+
+def _scalar(node: yaml.Node) -> Any:
+    if node.tag == "tag:yaml.org,2002:str":
+        return node.value
+    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+
+
+def parse_documents(text: str, source: str) -> list[Document]:
+    """Every YAML document in `text` (JSON is YAML too), with line numbers."""
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(e, "problem", None) or str(e)
+        raise UserError(f"{where}: not valid YAML: {problem}", fix="check the indentation and quoting there")
+    docs: list[Document] = []
+    for node in nodes:
+        if node is None:
+            continue
+        lines: dict[PathKey, int] = {}
+        data = _construct(node, (), lines)
+        if not isinstance(data, dict):
+            raise UserError(
+                f"{source}:{node.start_mark.line + 1}: a job document must be a mapping "
+                f"(apiVersion, kind, metadata, spec), got a {type(data).__name__}"
+            )
+        docs.append(Document(data=data, source=source, lines=lines))
+    if not docs:
+        raise UserError(f"{source}: the file holds no document", fix="write a TorchJob in it")
+    return docs
+
+
+def read_document(path: str | Path) -> Document:
+    """The single job document in a file (`-` reads standard input)."""
+    import sys
+
+    if str(path) == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"{path}: no such file", fix="check the path")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"{path}: cannot read it: {e}")
+        source = str(path)
+    docs = parse_documents(text, source)
+    if len(docs) > 1:
+        raise UserError(
+            f"{source}: the file holds {len(docs)} documents; torchjob runs one job per file",
+            fix="split the documents into separate files",
+        )
+    return docs[0]
+
+
+def problem_at(doc: Document | None, path: Iterable[str | int], message: str, fix: str | None = None) -> Problem:
+    parts = list(path)
+    dotted = ".".join(f"[{p}]" if isinstance(p, int) else p for p in parts).replace(".[", "[")
+    return Problem(path=dotted, message=message, fix=fix, line=doc.line_of(parts) if doc else None)

@@ -1,0 +1,198 @@
+"""Checks a schema cannot express: counts, names, ports, reserved env vars, commands."""
+
+from __future__ import annotations
+
+import re
+
+from torchjob.api.errors import Problem
+from torchjob.api.model import (
+    DEFAULT_CONTAINER,
+    MASTER,
+    PORT_NAME,
+    REPLICA_TYPES,
+    WORKER,
+    Container,
+    TorchJob,
+)
+from torchjob.api.source import Document, problem_at
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_LABEL = 63
+
+# Set by torchjob for every replica; a user value would be silently wrong, so it is refused.
+RESERVED_ENV: dict[str, str] = {
+    "MASTER_ADDR": "torchjob sets it to the master's address",
+    "MASTER_PORT": f"set the master container's port named {PORT_NAME} instead",
+    "WORLD_SIZE": "it follows from the replica counts and spec.nprocPerNode",
+    "RANK": "it follows from the replica's type and index",
+    "LOCAL_RANK": "torchjob (or torchrun) assigns it",
+    "LOCAL_WORLD_SIZE": "set spec.nprocPerNode instead",
+    "PET_NNODES": "it follows from the replica counts and spec.elasticPolicy",
+    "PET_NPROC_PER_NODE": "set spec.nprocPerNode instead",
+    "PET_NODE_RANK": "it follows from the replica's type and index",
+    "PET_MASTER_ADDR": "torchjob sets it to the master's address",
+    "PET_MASTER_PORT": f"set the master container's port named {PORT_NAME} instead",
+    "PET_RDZV_BACKEND": "set spec.elasticPolicy.rdzvBackend instead",
+    "PET_RDZV_ENDPOINT": "set spec.elasticPolicy.rdzvHost and rdzvPort instead",
+    "PET_RDZV_ID": "set spec.elasticPolicy.rdzvId instead",
+    "PET_RDZV_CONF": "set spec.elasticPolicy.rdzvConf instead",
+    "PET_MAX_RESTARTS": "set spec.elasticPolicy.maxRestarts instead",
+    "PET_STANDALONE": "set spec.elasticPolicy.standalone instead",
+    "TORCHELASTIC_ERROR_FILE": "torchjob points it at the replica's error file",
+}
+RESERVED_PREFIX = "TORCHJOB_"
+
+NPROC_WORDS = ("auto", "cpu", "gpu")
+
+
+def training_container(containers: list[Container]) -> int:
+    """The container torchjob configures: the one named `pytorch`, else the first."""
+    for i, c in enumerate(containers):
+        if c.name == DEFAULT_CONTAINER:
+            return i
+    return 0
+
+
+def max_name_length(job: TorchJob) -> int:
+    """Longest job name whose derived names (`{name}-worker-{N}`) stay DNS labels."""
+    longest_suffix = 0
+    for rtype in REPLICA_TYPES:
+        n = job.replica_count(rtype)
+        if n > 0:
+            longest_suffix = max(longest_suffix, len(f"-{rtype.lower()}-{n - 1}"))
+    return MAX_LABEL - longest_suffix
+
+
+def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: list[str | int], message: str, fix: str | None = None) -> None:
+        problems.append(problem_at(doc, path, message, fix))
+
+    specs = job.spec.pytorchReplicaSpecs
+    base: list[str | int] = ["spec", "pytorchReplicaSpecs"]
+    if not specs:
+        add(base, "no replicas are defined", f"add a {MASTER} and/or {WORKER} entry")
+    for key in specs:
+        if key not in REPLICA_TYPES:
+            add([*base, key], f"unknown replica type {key!r}", f"use {MASTER} or {WORKER}")
+
+    master = specs.get(MASTER)
+    if master is not None and master.replicas is not None and master.replicas != 1:
+        add(
+            [*base, MASTER, "replicas"],
+            f"a job has exactly one master, got {master.replicas}",
+            f"set it to 1 and put the other replicas under {WORKER}",
+        )
+    worker = specs.get(WORKER)
+    if worker is not None and worker.replicas is not None and worker.replicas < 1:
+        add(
+            [*base, WORKER, "replicas"],
+            f"must be at least 1, got {worker.replicas}",
+            f"to run the master alone, remove the {WORKER} entry",
+        )
+
+    name = job.metadata.name
+    if not DNS1035.match(name):
+        add(
+            ["metadata", "name"],
+            f"{name!r} is not a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+            "letter and ending with a letter or digit)",
+            f"for example {_suggest_name(name)!r}",
+        )
+    elif len(name) > max_name_length(job):
+        add(
+            ["metadata", "name"],
+            f"{name!r} is {len(name)} characters; the replica names derived from it would exceed "
+            f"{MAX_LABEL}, the limit of a pod or host name",
+            f"use at most {max_name_length(job)} characters",
+        )
+
+    for rtype, rspec in specs.items():
+        if rtype not in REPLICA_TYPES:
+            continue
+        path: list[str | int] = [*base, rtype, "template", "spec"]
+        pod = rspec.template.spec
+        if not pod.containers:
+            add([*path, "containers"], "no containers", "add the training container")
+            continue
+        volume_names = {v.name for v in pod.volumes or []}
+        for vi, vol in enumerate(pod.volumes or []):
+            if vol.source_kind() is None:
+                add([*path, "volumes", vi], f"volume {vol.name!r} must have exactly one source", None)
+        ci = training_container(pod.containers)
+        for i, c in enumerate(pod.containers):
+            cpath: list[str | int] = [*path, "containers", i]
+            if i == ci and not c.command and not c.args:
+                add(
+                    cpath,
+                    f"container {c.name!r} has no command",
+                    "set command (and args), e.g. command: [python, train.py]; torchjob does not read "
+                    "an image's entrypoint",
+                )
+            for p in c.ports or []:
+                if not 1 <= p.containerPort <= 65535:
+                    add([*cpath, "ports"], f"port {p.containerPort} is out of range", "use 1-65535")
+            for ei, env in enumerate(c.env or []):
+                if env.name in RESERVED_ENV or env.name.startswith(RESERVED_PREFIX):
+                    reason = RESERVED_ENV.get(env.name, "torchjob sets the TORCHJOB_* variables")
+                    add(
+                        [*cpath, "env", ei, "name"],
+                        f"{env.name} is set by torchjob and cannot be set by hand",
+                        f"remove it: {reason}",
+                    )
+                if env.value is not None and env.valueFrom is not None:
+                    add([*cpath, "env", ei], f"{env.name} has both value and valueFrom", "keep one")
+            for mi, m in enumerate(c.volumeMounts or []):
+                if m.name not in volume_names:
+                    add(
+                        [*cpath, "volumeMounts", mi, "name"],
+                        f"no volume named {m.name!r} in this pod",
+                        f"add it under volumes, or use one of {sorted(volume_names)}" if volume_names else
+                        "add it under volumes",
+                    )
+            seen: set[str] = set()
+            for ei, env in enumerate(c.env or []):
+                if env.name in seen:
+                    add([*cpath, "env", ei, "name"], f"{env.name} is set twice", "keep one")
+                seen.add(env.name)
+
+    rp = job.run_policy
+    for fname in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
+        value = getattr(rp, fname)
+        if value is not None and value < 0:
+            add(["spec", "runPolicy", fname], f"must not be negative, got {value}")
+    if rp.activeDeadlineSeconds == 0:
+        add(["spec", "runPolicy", "activeDeadlineSeconds"], "must be positive", "remove it for no deadline")
+
+    nproc = job.spec.nprocPerNode
+    if nproc is not None and nproc not in NPROC_WORDS and not (nproc.isdigit() and int(nproc) >= 1):
+        add(["spec", "nprocPerNode"], f"{nproc!r} is neither a positive integer nor one of {NPROC_WORDS}")
+
+    ep = job.spec.elasticPolicy
+    if ep is not None:
+        epath: list[str | int] = ["spec", "elasticPolicy"]
+        if worker is None:
+            add(epath, f"an elastic job needs a {WORKER} replica spec", f"add {WORKER} or remove elasticPolicy")
+        if ep.minReplicas is not None and ep.minReplicas < 1:
+            add([*epath, "minReplicas"], f"must be at least 1, got {ep.minReplicas}")
+        if ep.minReplicas is not None and ep.maxReplicas is not None and ep.minReplicas > ep.maxReplicas:
+            add(epath, f"minReplicas ({ep.minReplicas}) is greater than maxReplicas ({ep.maxReplicas})")
+        if ep.rdzvPort is not None and not 1 <= ep.rdzvPort <= 65535:
+            add([*epath, "rdzvPort"], f"port {ep.rdzvPort} is out of range", "use 1-65535")
+        if ep.nProcPerNode is not None and nproc is not None:
+            add(
+                [*epath, "nProcPerNode"],
+                "set together with spec.nprocPerNode",
+                "remove elasticPolicy.nProcPerNode (deprecated)",
+            )
+        if ep.maxRestarts is not None and ep.maxRestarts < 0:
+            add([*epath, "maxRestarts"], f"must not be negative, got {ep.maxRestarts}")
+    return problems
+
+
+def _suggest_name(name: str) -> str:
+    s = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not s or not s[0].isalpha():
+        s = "job-" + s
+    return s[:MAX_LABEL].rstrip("-") or "my-job"

@@ -1,0 +1,392 @@
+"""(job, observed replicas, now) -> actions + new status. Pure and level-triggered.
+
+Both runtimes call `reconcile` after every change they observe and apply what it returns; it
+must give the same answer when called twice on the same inputs (nothing is counted twice). The
+bookkeeping that makes that so lives in `status.replicas`: the attempt each replica should be
+running. An observed attempt older than that is stale (its restart is already decided).
+
+Decisions, in order:
+1. A finished job: stop what still runs, purge per cleanPodPolicy, delete after the TTL.
+2. A suspended job: stop and forget every replica; resume restarts the clock.
+3. A user's stop request, or the active deadline: the job fails.
+4. Success: the master succeeded (no master: every worker; elastic: any worker).
+5. Failures, first exit first: restart per the replica's policy and backoffLimit, or fail the job.
+6. Missing replicas are created (after their restart backoff).
+When the job fails, every replica still running is stopped at once, whatever cleanPodPolicy
+says; cleanPodPolicy decides only what is kept of finished replicas (`All` purges them).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from torchjob.api.model import (
+    MASTER,
+    REPLICA_TYPES,
+    WORKER,
+    Condition,
+    FailureInfo,
+    JobStatus,
+    ReplicaAttemptState,
+    ReplicaStatus,
+    TorchJob,
+)
+from torchjob.core import policy
+from torchjob.core.topology import ReplicaId, has_master, replicas
+
+
+class Phase(str, enum.Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def active(self) -> bool:
+        return self in (Phase.PENDING, Phase.RUNNING)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The current attempt of one replica, as the runtime sees it."""
+
+    replica: ReplicaId
+    attempt: int
+    phase: Phase
+    exit_code: int | None = None
+    reason: str | None = None  # e.g. "Error", "Evicted", "OOMKilled"
+    message: str | None = None
+    finished_at: datetime | None = None
+    stopping: bool = False  # a stop was asked for and is in progress
+
+
+@dataclass(frozen=True)
+class World:
+    replicas: Mapping[str, Observed] = field(default_factory=dict)  # by replica name
+    stop_requested: str | None = None  # why the user stopped the job (e.g. "SIGINT")
+
+
+# --- actions ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Create:
+    replica: ReplicaId
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Terminate a running attempt (grace period, then kill); its record is kept."""
+
+    replica: ReplicaId
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Forget:
+    """A finished attempt is no longer current (it was replaced, or the job was suspended)."""
+
+    replica: ReplicaId
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Purge:
+    """Remove a finished attempt and what it left (cleanPodPolicy: All)."""
+
+    replica: ReplicaId
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    reason: str
+
+
+Action = Create | Stop | Forget | Purge | DeleteJob
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    status: JobStatus
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_at: datetime | None = None  # reconcile again at this time at the latest
+    done: bool = False  # finished and nothing left running: the runtime may stop watching
+
+    def requeue(self, at: datetime) -> None:
+        if self.requeue_at is None or at < self.requeue_at:
+            self.requeue_at = at
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+
+# --- conditions ------------------------------------------------------------------------
+
+
+def set_condition(
+    status: JobStatus, ctype: str, value: bool, reason: str, message: str, now: datetime
+) -> bool:
+    """Set a condition; returns whether anything changed. Failed is terminal; Running and
+    Restarting exclude each other; a finished job is not Running."""
+    if status.is_true("Failed"):
+        return False
+    state = "True" if value else "False"
+    current = status.condition(ctype)
+    if current is not None and current.status == state and current.reason == reason:
+        return False
+    if value and ctype in ("Running", "Restarting"):
+        other = "Restarting" if ctype == "Running" else "Running"
+        status.conditions = [c for c in status.conditions if c.type != other]
+    if value and ctype in ("Succeeded", "Failed"):
+        status.conditions = [c for c in status.conditions if c.type != "Restarting"]
+        running = status.condition("Running")
+        if running is not None and running.status == "True":
+            running.status, running.reason, running.lastTransitionTime = "False", ctype, now
+            running.lastUpdateTime = now
+    if current is None:
+        status.conditions.append(
+            Condition(type=ctype, status=state, reason=reason, message=message,  # type: ignore[arg-type]
+                      lastTransitionTime=now, lastUpdateTime=now)
+        )
+    else:
+        if current.status != state:
+            current.lastTransitionTime = now
+        current.status, current.reason, current.message, current.lastUpdateTime = state, reason, message, now
+    return True
+
+
+# --- the reconcile ---------------------------------------------------------------------
+
+
+def _finish(plan: Plan, job: TorchJob, world: World, now: datetime, succeeded: bool,
+            reason: str, message: str) -> None:
+    status = plan.status
+    if set_condition(status, "Succeeded" if succeeded else "Failed", True, reason, message, now):
+        status.completionTime = now
+        plan.event("Normal" if succeeded else "Warning", reason, message)
+
+
+def _failure_of(obs: Observed, reason: str, message: str) -> FailureInfo:
+    code = obs.exit_code
+    return FailureInfo(
+        reason=reason,
+        message=message,
+        replica=obs.replica.name,
+        attempt=obs.attempt,
+        exitCode=code,
+        signal=policy.signal_name(code) if code is not None else None,
+    )
+
+
+def _exit_text(obs: Observed) -> str:
+    text = policy.describe_exit(obs.exit_code) if obs.exit_code is not None else "an unknown exit code"
+    if obs.reason and obs.reason not in ("Error", "Completed"):
+        text += f", {obs.reason}"
+    return text
+
+
+def _count(job: TorchJob, world: World, status: JobStatus) -> None:
+    counts = {t: ReplicaStatus() for t in REPLICA_TYPES if t in job.spec.pytorchReplicaSpecs}
+    for rid in replicas(job):
+        obs = world.replicas.get(rid.name)
+        rs = counts[rid.rtype]
+        rs.restarts += status.replicas[rid.name].restarts
+        if obs is None or obs.attempt < status.replicas[rid.name].attempt:
+            continue
+        if obs.phase.active:
+            rs.active += 1
+        elif obs.phase is Phase.SUCCEEDED:
+            rs.succeeded += 1
+        else:
+            rs.failed += 1
+    status.replicaStatuses = counts
+
+
+def _stop_active(plan: Plan, world: World, reason: str) -> None:
+    for obs in world.replicas.values():
+        if obs.phase.active and not obs.stopping:
+            plan.actions.append(Stop(obs.replica, obs.attempt, reason))
+
+
+def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
+    status = (job.status or JobStatus()).model_copy(deep=True)
+    plan = Plan(status=status)
+    expected = replicas(job)
+    for rid in expected:
+        status.replicas.setdefault(rid.name, ReplicaAttemptState())
+    rp = job.run_policy
+
+    if status.condition("Created") is None:
+        set_condition(status, "Created", True, "Created", f"TorchJob {job.name} is created.", now)
+        plan.event("Normal", "Created", f"job {job.name} created with {len(expected)} replicas")
+
+    # 1. Finished.
+    if status.finished:
+        _stop_active(plan, world, "the job has finished")
+        if rp.cleanPodPolicy == "All":
+            for obs in world.replicas.values():
+                if not obs.phase.active:
+                    plan.actions.append(Purge(obs.replica, obs.attempt))
+        alive = any(o.phase.active for o in world.replicas.values())
+        expires = policy.ttl_expires_at(status.completionTime, rp.ttlSecondsAfterFinished)
+        if expires is not None and not alive:
+            if now >= expires:
+                plan.actions.append(DeleteJob("ttlSecondsAfterFinished has passed"))
+            else:
+                plan.requeue(expires)
+        _count(job, world, status)
+        plan.done = not alive and not any(isinstance(a, Purge | DeleteJob) for a in plan.actions)
+        return plan
+
+    # 2. Suspended.
+    if rp.suspend:
+        if set_condition(status, "Suspended", True, "Suspended", f"TorchJob {job.name} is suspended.", now):
+            plan.event("Normal", "Suspended", "job suspended: every replica is stopped")
+            if status.is_true("Running"):
+                set_condition(status, "Running", False, "Suspended", "the job is suspended", now)
+            status.conditions = [c for c in status.conditions if c.type != "Restarting"]
+        for obs in world.replicas.values():
+            if obs.phase.active:
+                if not obs.stopping:
+                    plan.actions.append(Stop(obs.replica, obs.attempt, "the job is suspended"))
+            else:
+                plan.actions.append(Forget(obs.replica, obs.attempt))
+            st = status.replicas.setdefault(obs.replica.name, ReplicaAttemptState())
+            st.attempt = max(st.attempt, obs.attempt + 1)
+            st.notBefore = None
+        status.startTime = None
+        _count(job, world, status)
+        return plan
+    if status.is_true("Suspended"):
+        set_condition(status, "Suspended", False, "Resumed", f"TorchJob {job.name} is resumed.", now)
+        plan.event("Normal", "Resumed", "job resumed: replicas start again")
+
+    if status.startTime is None:
+        status.startTime = now
+
+    current: dict[str, Observed] = {}
+    for rid in expected:
+        obs = world.replicas.get(rid.name)
+        if obs is None:
+            continue
+        if obs.attempt < status.replicas[rid.name].attempt:
+            if obs.phase.active:
+                if not obs.stopping:
+                    plan.actions.append(Stop(rid, obs.attempt, "replaced by a newer attempt"))
+            else:
+                plan.actions.append(Forget(rid, obs.attempt))
+        else:
+            current[rid.name] = obs
+
+    # 3. Stopped by the user, or past the deadline.
+    deadline = policy.deadline_at(status.startTime, rp.activeDeadlineSeconds)
+    if world.stop_requested:
+        status.failure = FailureInfo(reason="Terminated", message=f"stopped by {world.stop_requested}")
+        _finish(plan, job, world, now, False, "Terminated", f"job stopped by {world.stop_requested}")
+    elif deadline is not None and now >= deadline:
+        msg = f"job ran longer than activeDeadlineSeconds ({rp.activeDeadlineSeconds}s)"
+        status.failure = FailureInfo(reason="DeadlineExceeded", message=msg)
+        _finish(plan, job, world, now, False, "DeadlineExceeded", msg)
+    if status.finished:
+        _stop_active(plan, world, status.failure.message if status.failure else "the job has finished")
+        _count(job, world, status)
+        return plan
+    if deadline is not None:
+        plan.requeue(deadline)
+
+    # 4. Success.
+    workers = [current.get(r.name) for r in expected if r.rtype == WORKER]
+    if has_master(job):
+        master = current.get(ReplicaId(MASTER, 0).name)
+        if master is not None and master.phase is Phase.SUCCEEDED:
+            _finish(plan, job, world, now, True, "Succeeded", "the master replica succeeded")
+    elif workers and all(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
+        _finish(plan, job, world, now, True, "Succeeded", "every worker succeeded")
+    elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
+        _finish(plan, job, world, now, True, "Succeeded", "a worker of the elastic job succeeded")
+    if status.finished:
+        _stop_active(plan, world, "the job has succeeded")
+        _count(job, world, status)
+        return plan
+
+    # 5. Exits, the earliest first.
+    ended = [o for o in current.values() if not o.phase.active]
+    ended.sort(key=lambda o: (o.finished_at or now, o.replica))
+    for obs in ended:
+        code = obs.exit_code if obs.exit_code is not None else (0 if obs.phase is Phase.SUCCEEDED else 1)
+        rpolicy = job.restart_policy(obs.replica.rtype)
+        if not policy.should_restart(rpolicy, code):
+            if obs.phase is Phase.SUCCEEDED:
+                continue  # a worker that finished first waits for the master
+            if rpolicy == "ExitCode":
+                reason = "NonRetryableExitCode"
+                msg = (f"{obs.replica.name} failed with {_exit_text(obs)}, which restartPolicy ExitCode "
+                       "does not retry (only codes >= 128: signals, and 138)")
+            else:
+                reason = "ReplicaFailed"
+                msg = f"{obs.replica.name} failed with {_exit_text(obs)} (restartPolicy {rpolicy})"
+            status.failure = _failure_of(obs, reason, msg)
+            _finish(plan, job, world, now, False, reason, msg)
+            break
+        if policy.backoff_exhausted(rp.backoffLimit, status.restartCount):
+            msg = (f"{obs.replica.name} failed with {_exit_text(obs)} and the job has used all "
+                   f"{rp.backoffLimit} restarts of backoffLimit")
+            status.failure = _failure_of(obs, "BackoffLimitExceeded", msg)
+            _finish(plan, job, world, now, False, "BackoffLimitExceeded", msg)
+            break
+        st = status.replicas[obs.replica.name]
+        delay = policy.restart_delay(st.restarts)
+        st.attempt, st.restarts = obs.attempt + 1, st.restarts + 1
+        st.notBefore = now + timedelta(seconds=delay) if delay else None
+        status.restartCount += 1
+        limit = f" of {rp.backoffLimit}" if rp.backoffLimit is not None else ""
+        plan.event("Warning", "Restarting",
+                   f"{obs.replica.name} exited with {_exit_text(obs)}; restarting it "
+                   f"(restart {status.restartCount}{limit}" + (f", in {delay:g}s)" if delay else ")"))
+        plan.actions.append(Forget(obs.replica, obs.attempt))
+        del current[obs.replica.name]
+        set_condition(status, "Restarting", True, "Restarting",
+                      f"{obs.replica.name} is restarting after {_exit_text(obs)}", now)
+    if status.finished:
+        _stop_active(plan, world, status.failure.message if status.failure else "the job has failed")
+        _count(job, world, status)
+        return plan
+
+    # 6. Start what is missing.
+    waiting = False
+    for rid in expected:
+        if rid.name in current:
+            continue
+        st = status.replicas[rid.name]
+        if rid.name in world.replicas and world.replicas[rid.name].attempt < st.attempt:
+            waiting = True  # the stale attempt must go first (same pod name on a cluster)
+            continue
+        if st.notBefore is not None and now < st.notBefore:
+            plan.requeue(st.notBefore)
+            waiting = True
+            continue
+        st.notBefore = None
+        plan.actions.append(Create(rid, st.attempt))
+
+    all_up = not waiting and all(
+        rid.name in current and current[rid.name].phase is not Phase.FAILED for rid in expected
+    ) and any(o.phase.active for o in current.values())
+    if all_up:
+        if set_condition(status, "Running", True, "Running", f"TorchJob {job.name} is running.", now):
+            plan.event("Normal", "Running", "every replica is running")
+    _count(job, world, status)
+    return plan

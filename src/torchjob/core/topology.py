@@ -1,0 +1,184 @@
+"""Ranks, world size, addresses and the env contract of every replica. Pure.
+
+Plain mode (the script calls `init_process_group` itself): MASTER_ADDR, MASTER_PORT, WORLD_SIZE,
+RANK (master 0, worker i -> i+1, as Kubeflow), LOCAL_RANK, LOCAL_WORLD_SIZE, PYTHONUNBUFFERED.
+
+torchrun mode (the command starts with `torchrun` or `python -m torch.distributed.run`): torchrun
+is configured through `PET_*` variables (its arguments' env defaults) and assigns per-process
+RANK/WORLD_SIZE itself, so torchjob does not set them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from torchjob.api.model import DEFAULT_PORT, MASTER, PORT_NAME, REPLICA_TYPES, WORKER, Container, TorchJob
+from torchjob.api.validate import training_container
+
+
+@dataclass(frozen=True, order=True)
+class ReplicaId:
+    rtype: str  # "Master" | "Worker"
+    index: int
+
+    @property
+    def name(self) -> str:
+        """`master-0`, `worker-1`: the replica's name inside its job."""
+        return f"{self.rtype.lower()}-{self.index}"
+
+    @staticmethod
+    def parse(name: str) -> ReplicaId:
+        rtype, _, index = name.rpartition("-")
+        canonical = {t.lower(): t for t in REPLICA_TYPES}
+        if rtype.lower() not in canonical or not index.isdigit():
+            raise ValueError(f"{name!r} is not a replica name like master-0 or worker-1")
+        return ReplicaId(canonical[rtype.lower()], int(index))
+
+
+def replicas(job: TorchJob) -> list[ReplicaId]:
+    """Every replica of the job in rank order: the master first, then workers by index."""
+    return [ReplicaId(t, i) for t in REPLICA_TYPES for i in range(job.replica_count(t))]
+
+
+def has_master(job: TorchJob) -> bool:
+    return MASTER in job.spec.pytorchReplicaSpecs
+
+
+def node_rank(job: TorchJob, rid: ReplicaId) -> int:
+    if rid.rtype == MASTER:
+        return 0
+    return rid.index + (1 if has_master(job) else 0)
+
+
+def container_port(c: Container) -> int | None:
+    for p in c.ports or []:
+        if p.name == PORT_NAME:
+            return p.containerPort
+    return None
+
+
+def master_port(job: TorchJob) -> int:
+    """The port from the document (`pytorchjob-port` on the master's container, 23456 unset)."""
+    rtype = MASTER if has_master(job) else WORKER
+    pod = job.spec.pytorchReplicaSpecs[rtype].template.spec
+    return container_port(pod.containers[training_container(pod.containers)]) or DEFAULT_PORT
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the rendezvous lives; chosen by the runtime (loopback + free ports, or DNS)."""
+
+    master_addr: str
+    master_port: int
+    rdzv_addr: str
+    rdzv_port: int
+
+
+def is_torchrun(argv: list[str]) -> bool:
+    if not argv:
+        return False
+    head = os.path.basename(argv[0])
+    if head == "torchrun":
+        return True
+    return head.startswith("python") and argv[1:3] == ["-m", "torch.distributed.run"]
+
+
+def nproc_per_node(job: TorchJob) -> str:
+    if job.spec.nprocPerNode is not None:
+        return job.spec.nprocPerNode
+    ep = job.spec.elasticPolicy
+    if ep is not None and ep.nProcPerNode is not None:
+        return str(ep.nProcPerNode)
+    return "auto"
+
+
+def elastic_bounds(job: TorchJob) -> tuple[int, int] | None:
+    """(min, max) nodes of an elastic job, defaulted the way Kubeflow does."""
+    ep = job.spec.elasticPolicy
+    if ep is None:
+        return None
+    workers = job.replica_count(WORKER)
+    lo, hi = ep.minReplicas, ep.maxReplicas
+    if lo is None and hi is None:
+        lo = hi = workers
+    elif lo is None:
+        lo = hi
+    elif hi is None:
+        hi = lo
+    assert lo is not None and hi is not None
+    return lo, hi
+
+
+def world_size(job: TorchJob, nproc: int) -> int:
+    """Processes in the job, what torch means by WORLD_SIZE."""
+    return len(replicas(job)) * nproc
+
+
+@dataclass(frozen=True)
+class ReplicaEnv:
+    env: dict[str, str]
+    torchrun: bool
+
+
+def replica_env(
+    job: TorchJob,
+    rid: ReplicaId,
+    argv: list[str],
+    where: Placement,
+    gpus: int = 0,
+) -> ReplicaEnv:
+    """The variables torchjob sets for one replica (the user's own env is merged by the caller)."""
+    env: dict[str, str] = {
+        "TORCHJOB_JOB_NAME": job.name,
+        "TORCHJOB_REPLICA_TYPE": rid.rtype.lower(),
+        "TORCHJOB_REPLICA_INDEX": str(rid.index),
+    }
+    nproc = nproc_per_node(job)
+    rank = node_rank(job, rid)
+    if is_torchrun(argv):
+        env["PET_NPROC_PER_NODE"] = nproc
+        bounds = elastic_bounds(job)
+        if bounds is None:
+            env.update(
+                PET_NNODES=str(len(replicas(job))),
+                PET_NODE_RANK=str(rank),
+                PET_MASTER_ADDR=where.master_addr,
+                PET_MASTER_PORT=str(where.master_port),
+            )
+        else:
+            ep = job.spec.elasticPolicy
+            assert ep is not None
+            lo, hi = bounds
+            env.update(
+                PET_NNODES=f"{lo}:{hi}",
+                PET_RDZV_BACKEND=ep.rdzvBackend or "c10d",
+                PET_RDZV_ENDPOINT=f"{where.rdzv_addr}:{where.rdzv_port}",
+                PET_RDZV_ID=ep.rdzvId or job.metadata.uid or job.name,
+            )
+            if ep.maxRestarts is not None:
+                env["PET_MAX_RESTARTS"] = str(ep.maxRestarts)
+            if ep.rdzvConf:
+                env["PET_RDZV_CONF"] = ",".join(f"{c.key}={c.value}" for c in ep.rdzvConf)
+            if ep.standalone:
+                env["PET_STANDALONE"] = "1"
+        return ReplicaEnv(env=env, torchrun=True)
+    # Plain mode: one process per replica.
+    env.update(
+        MASTER_ADDR=where.master_addr,
+        MASTER_PORT=str(where.master_port),
+        WORLD_SIZE=str(world_size(job, 1)),
+        RANK=str(rank),
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+    )
+    return ReplicaEnv(env=env, torchrun=False)
+
+
+def merge_env(user: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str]:
+    """User values first, ours win (validation refused user values of reserved names);
+    PYTHONUNBUFFERED=1 unless the user set it."""
+    merged = {"PYTHONUNBUFFERED": "1", **user}
+    merged.update(ours)
+    return merged
