@@ -6,7 +6,8 @@ bookkeeping that makes that so lives in `status.replicas`: the attempt each repl
 running. An observed attempt older than that is stale (its restart is already decided).
 
 Decisions, in order:
-1. A finished job: stop what still runs, purge per cleanPodPolicy, delete after the TTL.
+1. A finished job: stop what still runs (after a success, once the others had SUCCESS_SETTLE_S
+   to end on their own), purge per cleanPodPolicy, delete after the TTL.
 2. A suspended job: stop and forget every replica; resume restarts the clock.
 3. A user's stop request, or the active deadline: the job fails.
 4. Success: the master succeeded (no master: every worker; elastic: any worker).
@@ -36,6 +37,9 @@ from torchjob.api.model import (
 )
 from torchjob.core import policy
 from torchjob.core.topology import ReplicaId, has_master, replicas
+
+
+SUCCESS_SETTLE_S = 10.0
 
 
 class Phase(str, enum.Enum):
@@ -234,9 +238,15 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
         set_condition(status, "Created", True, "Created", f"TorchJob {job.name} is created.", now)
         plan.event("Normal", "Created", f"job {job.name} created with {len(expected)} replicas")
 
-    # 1. Finished.
+    # 1. Finished. After a success the other replicas get a moment to end on their own (DDP
+    # workers are usually tearing down their process group); after a failure they are stopped now.
     if status.finished:
-        _stop_active(plan, world, "the job has finished")
+        settle_until = (status.completionTime or now) + timedelta(seconds=SUCCESS_SETTLE_S)
+        if status.is_true("Succeeded") and now < settle_until:
+            if any(o.phase.active for o in world.replicas.values()):
+                plan.requeue(settle_until)
+        else:
+            _stop_active(plan, world, "the job has finished")
         if rp.cleanPodPolicy == "All":
             for obs in world.replicas.values():
                 if not obs.phase.active:
@@ -319,7 +329,8 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
     elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
         _finish(plan, job, world, now, True, "Succeeded", "a worker of the elastic job succeeded")
     if status.finished:
-        _stop_active(plan, world, "the job has succeeded")
+        if any(o.phase.active for o in world.replicas.values()):
+            plan.requeue(now + timedelta(seconds=SUCCESS_SETTLE_S))
         _count(job, world, status)
         return plan
 
@@ -385,8 +396,7 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
     all_up = not waiting and all(
         rid.name in current and current[rid.name].phase is not Phase.FAILED for rid in expected
     ) and any(o.phase.active for o in current.values())
-    if all_up:
-        if set_condition(status, "Running", True, "Running", f"TorchJob {job.name} is running.", now):
-            plan.event("Normal", "Running", "every replica is running")
+    if all_up and set_condition(status, "Running", True, "Running", f"TorchJob {job.name} is running.", now):
+        plan.event("Normal", "Running", "every replica is running")
     _count(job, world, status)
     return plan

@@ -1,0 +1,262 @@
+"""The `torchjob` command: a thin layer over the local runtime.
+
+Exit codes: 0 success; 1 the job failed; 2 a mistake in the input (nothing was started);
+130/143 the job was stopped by SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from torchjob import __version__
+from torchjob.api.errors import UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text",
+                      show_default=True, help="Output format (json and yaml are for scripts).")
+
+
+def _dump(data: Any, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        import yaml
+
+        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+
+
+def local_options(f: F) -> F:
+    f = click.option("--configmap", "configmaps", multiple=True, metavar="NAME=PATH",
+                     help="Fill configMap NAME from a file or directory (repeatable), like "
+                          "kubectl create configmap NAME --from-file=PATH.")(f)
+    f = click.option("--document-ports", is_flag=True,
+                     help="Use the ports the document names (23456 by default) instead of free ones.")(f)
+    f = click.option("--no-resolve-python", is_flag=True,
+                     help="Run `python`/`torchrun` from PATH instead of torchjob's own interpreter.")(f)
+    f = click.option("--grace-period", type=float, default=None, metavar="SECONDS",
+                     help="SIGTERM-to-SIGKILL grace when stopping replicas "
+                          "(default: terminationGracePeriodSeconds, else 30).")(f)
+    return f
+
+
+def _opts(configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
+          grace_period: float | None) -> Any:
+    from torchjob.local.spec import LocalOptions
+
+    cms: dict[str, str] = {}
+    for item in configmaps:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"--configmap {item!r} is not NAME=PATH", fix="e.g. --configmap scripts=./train.py")
+        cms[name] = str(Path(path).resolve())
+    return LocalOptions(configmaps=cms, document_ports=document_ports, resolve_python=not no_resolve_python,
+                        grace_period_s=grace_period)
+
+
+def _load(path: str) -> Any:
+    from torchjob.api.load import load_job
+
+    return load_job(path)
+
+
+def _store() -> Any:
+    from torchjob.local import runtime
+    from torchjob.local.store import Store
+
+    store = Store()
+    runtime.collect_expired(store)
+    return store
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="torchjob")
+def cli() -> None:
+    """Run PyTorch distributed training jobs (TorchJob documents) on this machine."""
+
+
+@cli.command()
+@click.argument("job_file", metavar="JOB.yaml")
+@local_options
+@click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
+def run(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
+        grace_period: float | None, quiet: bool) -> None:
+    """Run a job in the foreground until it ends; exit 0 when it succeeded."""
+    from torchjob.local import runtime
+
+    job = _load(job_file)
+    store = _store()
+    rec = runtime.run(store, job, _opts(configmaps, document_ports, no_resolve_python, grace_period), quiet=quiet)
+    st = rec.status
+    took = ""
+    if st.startTime and st.completionTime:
+        took = f" in {(st.completionTime - st.startTime).total_seconds():.1f}s"
+    restarts = f", {st.restartCount} restart{'s' if st.restartCount != 1 else ''}" if st.restartCount else ""
+    if st.is_true("Succeeded"):
+        click.echo(f"torchjob: job {rec.name} succeeded{took}{restarts}", err=True)
+        return
+    cause = runtime.root_cause(store, rec)
+    if cause:
+        click.echo(cause, err=True)
+    click.echo(f"torchjob: job {rec.name} {st.state.lower()}{took}{restarts}; "
+               f"see `torchjob describe {rec.name}` and `torchjob logs {rec.name}`", err=True)
+    reason = st.failure.message if st.failure else ""
+    sys.exit(130 if "SIGINT" in reason else 143 if "SIGTERM" in reason else 1)
+
+
+@cli.command()
+@click.argument("job_file", metavar="JOB.yaml")
+@local_options
+def submit(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
+           grace_period: float | None) -> None:
+    """Start a job detached; follow it with `torchjob logs NAME -f`."""
+    from torchjob.local import runtime
+
+    job = _load(job_file)
+    job = runtime.submit(_store(), job, _opts(configmaps, document_ports, no_resolve_python, grace_period))
+    click.echo(f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f")
+
+
+@cli.command()
+@click.argument("job_file", metavar="JOB.yaml")
+@OUTPUT
+def validate(job_file: str, output: str) -> None:
+    """Check a job file; exit 2 with one message per problem when it is not valid."""
+    from torchjob.local.render import warnings
+
+    job = _load(job_file)
+    notes = warnings(job)
+    if output != "text":
+        _dump({"valid": True, "name": job.name, "warnings": notes}, output)
+        return
+    for w in notes:
+        click.echo(f"warning: {w}", err=True)
+    click.echo(f"{job_file}: valid TorchJob {job.name!r}")
+
+
+@cli.command()
+@click.argument("job_file", metavar="JOB.yaml")
+@local_options
+@OUTPUT
+def render(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
+           grace_period: float | None, output: str) -> None:
+    """Dry run: every replica's resolved command, env, working directory and mounts."""
+    from torchjob.local.render import warnings
+    from torchjob.local.store import Store
+    from torchjob.local.supervisor import prepare_job
+
+    job = _load(job_file)
+    _, specs = prepare_job(job, _opts(configmaps, document_ports, no_resolve_python, grace_period), Store())
+    data = [
+        {"replica": s.name, "command": s.argv, "workingDir": s.cwd, "env": dict(sorted(s.env.items())),
+         "mounts": [m.__dict__ for m in s.mounts], "gpus": s.gpus, "torchrun": s.torchrun,
+         "gracePeriodSeconds": s.grace_period_s}
+        for s in specs
+    ]
+    if output != "text":
+        _dump({"name": job.name, "replicas": data, "warnings": warnings(job)}, output)
+        return
+    import shlex
+
+    for d in data:
+        click.echo(f"{d['replica']}:" + ("  (torchrun)" if d["torchrun"] else ""))
+        click.echo(f"  command: {shlex.join(d['command'])}")
+        click.echo(f"  workingDir: {d['workingDir']}")
+        click.echo("  env:")
+        for k, v in d["env"].items():
+            click.echo(f"    {k}={v}")
+        for m in d["mounts"]:
+            click.echo(f"  mount: {m['source']} -> {m['target']}" + (" (read-only)" if m["read_only"] else ""))
+        if d["gpus"] is not None:
+            click.echo(f"  gpus: {','.join(d['gpus']) or '(none)'}")
+    for w in warnings(job):
+        click.echo(f"warning: {w}", err=True)
+    click.echo("note: ports are picked per run; pass --document-ports to use the document's", err=True)
+
+
+@cli.command(name="list")
+@OUTPUT
+def list_jobs(output: str) -> None:
+    """The jobs in the store, newest last."""
+    from torchjob.cli import views
+
+    store = _store()
+    views.list_jobs(store, output, _dump)
+
+
+@cli.command()
+@click.argument("name")
+@OUTPUT
+def describe(name: str, output: str) -> None:
+    """A job's spec summary, replica attempts with exit codes, conditions and events."""
+    from torchjob.cli import views
+
+    views.describe(_store(), name, output, _dump)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("--replica", default=None, metavar="REPLICA", help="Only this replica, e.g. worker-1.")
+@click.option("--attempt", type=int, default=None, help="That attempt of --replica (default: the latest).")
+def logs(name: str, follow: bool, replica: str | None, attempt: int | None) -> None:
+    """A job's output (all replicas, prefixed), or one replica's."""
+    from torchjob.cli import views
+
+    views.logs(_store(), name, replica, attempt, follow)
+
+
+@cli.command()
+@click.argument("name")
+def delete(name: str) -> None:
+    """Stop a job if it runs, then remove its record and logs."""
+    from torchjob.local import runtime
+
+    runtime.delete(_store(), name)
+    click.echo(f"job {name} deleted")
+
+
+@cli.command()
+@click.argument("name")
+def suspend(name: str) -> None:
+    """Stop every replica of a running job; `resume` starts them again."""
+    from torchjob.local import runtime
+
+    runtime.set_suspend(_store(), name, True)
+    click.echo(f"job {name} suspending")
+
+
+@cli.command()
+@click.argument("name")
+def resume(name: str) -> None:
+    """Start a suspended job's replicas again (its deadline clock restarts)."""
+    from torchjob.local import runtime
+
+    runtime.set_suspend(_store(), name, False)
+    click.echo(f"job {name} resuming")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except UserError as e:
+        click.echo(f"error: {e.render()}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,26 @@
+"""Entry point of a detached supervisor (`torchjob submit`): runs one stored job to its end."""
+
+from __future__ import annotations
+
+import sys
+
+from torchjob.local.console import Console
+from torchjob.local.store import Store
+from torchjob.local.supervisor import Supervisor
+
+
+def main(argv: list[str]) -> int:
+    name = argv[0]
+    store = Store()
+    rec = store.get(name)
+    if rec is None:
+        print(f"torchjob: no job named {name!r}", file=sys.stderr)
+        return 2
+    console = Console(rec.dir / "job.log", out=None, err=None)
+    status = Supervisor(store, name, console).run()
+    console.close()
+    return 0 if status.is_true("Succeeded") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

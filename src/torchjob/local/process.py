@@ -1,0 +1,131 @@
+"""One replica attempt as a process group: start, stream its output, learn of its exit at once,
+terminate it (SIGTERM, grace period, SIGKILL) and leave nothing of it behind."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchjob.core.policy import exit_code_of
+from torchjob.local.spec import LaunchSpec
+from torchjob.local.volumes import preexec
+
+LineSink = Callable[[str, bytes], None]  # (replica name, one line of output)
+
+
+@dataclass(frozen=True)
+class Exited:
+    """Posted to the supervisor's queue when a replica's leader process exits."""
+
+    replica: str
+    attempt: int
+
+
+class ReplicaProcess:
+    def __init__(self, spec: LaunchSpec, attempt: int, log_path: Path, error_file: Path) -> None:
+        self.spec = spec
+        self.attempt = attempt
+        self.log_path = log_path
+        self.error_file = error_file
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.ended_at: float | None = None
+        self.exit_code: int | None = None
+        self.stopping = False
+        self._pump: threading.Thread | None = None
+        self._kill_timer: threading.Timer | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.exit_code is None
+
+    def start(self, events: queue.SimpleQueue[object], sink: LineSink) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.error_file.unlink(missing_ok=True)
+        env = {**os.environ, **self.spec.env, "TORCHELASTIC_ERROR_FILE": str(self.error_file)}
+        enter = preexec(self.spec.mounts, self.spec.cwd)
+        try:
+            self.proc = subprocess.Popen(
+                self.spec.argv,
+                env=env,
+                cwd=None if enter else self.spec.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: one signal reaches all of it
+                preexec_fn=enter,
+            )
+        except OSError as e:
+            raise StartError(self.spec.name, self.spec.argv, e) from e
+        self.started_at = time.time()
+        log = self.log_path.open("ab")
+        assert self.proc.stdout is not None
+        out = self.proc.stdout
+        name = self.spec.name
+
+        def pump() -> None:
+            with log:
+                for line in iter(out.readline, b""):
+                    log.write(line)
+                    log.flush()
+                    sink(name, line)
+
+        def wait() -> None:
+            assert self.proc is not None
+            rc = self.proc.wait()
+            self.ended_at = time.time()
+            self.exit_code = exit_code_of(rc)
+            self._killpg(signal.SIGKILL)  # whatever the leader left in its group goes with it
+            if self._kill_timer is not None:
+                self._kill_timer.cancel()
+            events.put(Exited(name, self.attempt))
+
+        self._pump = threading.Thread(target=pump, name=f"pump-{name}", daemon=True)
+        self._pump.start()
+        threading.Thread(target=wait, name=f"wait-{name}", daemon=True).start()
+
+    def _killpg(self, sig: signal.Signals) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def terminate(self, grace_s: float | None = None) -> None:
+        """SIGTERM the group now, SIGKILL it after the grace period."""
+        if not self.alive or self.stopping:
+            return
+        self.stopping = True
+        self._killpg(signal.SIGTERM)
+        grace = self.spec.grace_period_s if grace_s is None else grace_s
+        self._kill_timer = threading.Timer(grace, self._killpg, args=(signal.SIGKILL,))
+        self._kill_timer.daemon = True
+        self._kill_timer.start()
+
+    def kill(self) -> None:
+        self.stopping = True
+        self._killpg(signal.SIGKILL)
+
+    def drain(self, timeout: float) -> None:
+        """Wait for the last output to be written (a grandchild may hold the pipe open)."""
+        if self._pump is not None:
+            self._pump.join(timeout)
+
+
+class StartError(Exception):
+    def __init__(self, replica: str, argv: list[str], err: OSError) -> None:
+        super().__init__(f"{replica}: cannot start {argv[0]!r}: {err.strerror or err}")
+        self.replica = replica

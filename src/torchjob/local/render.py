@@ -1,0 +1,199 @@
+"""The local dry run: every replica's resolved command, env, working directory, mounts and GPUs.
+
+`render` is what `torchjob render` prints and what the supervisor starts, so the two never
+disagree. Nothing is started here; missing mount points and configMap copies are prepared by
+`volumes.prepare` just before the start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from torchjob.api.errors import UserError
+from torchjob.api.model import (
+    CLUSTER_ONLY_CONTAINER_FIELDS,
+    CLUSTER_ONLY_POD_FIELDS,
+    Container,
+    PodSpec,
+    TorchJob,
+)
+from torchjob.api.validate import training_container
+from torchjob.core.topology import Placement, ReplicaId, is_torchrun, merge_env, replica_env, replicas
+from torchjob.local.spec import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
+from torchjob.local.volumes import mounts_for
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def resolve_argv(argv: list[str], resolve_python: bool) -> list[str]:
+    """`python`/`python3` run under torchjob's own interpreter (so the job sees the user's
+    environment); `torchrun` becomes `<that python> -m torch.distributed.run`."""
+    if not argv or not resolve_python:
+        return list(argv)
+    head = os.path.basename(argv[0])
+    if head == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    if head in ("python", "python3", f"python3.{sys.version_info.minor}"):
+        return [sys.executable, *argv[1:]]
+    return list(argv)
+
+
+def gpu_count(c: Container) -> int:
+    res = c.resources
+    if res is None:
+        return 0
+    for group in (res.limits, res.requests):
+        if group and GPU_RESOURCE in group:
+            return int(str(group[GPU_RESOURCE]))
+    return 0
+
+
+def available_gpus() -> list[str]:
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES entries (honouring the caller's own)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip()]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    import subprocess
+
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(x for x in out.splitlines() if x.startswith("GPU "))]
+
+
+def allocate_gpus(wants: dict[str, int], available: list[str]) -> dict[str, list[str]]:
+    """Give each replica its own slice of the machine's GPUs, or refuse the whole job."""
+    total = sum(wants.values())
+    if total > len(available):
+        detail = ", ".join(f"{name}: {n}" for name, n in wants.items() if n)
+        raise UserError(
+            f"the job asks for {total} GPUs ({detail}) but this machine has {len(available)}",
+            fix=f"lower resources.limits[{GPU_RESOURCE!r}], or run it where there are enough GPUs",
+        )
+    out: dict[str, list[str]] = {}
+    i = 0
+    for name, n in wants.items():
+        out[name] = available[i:i + n]
+        i += n
+    return out
+
+
+def _env_value(job: TorchJob, rid: ReplicaId, c: Container, name: str, opts: LocalOptions) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for env in c.env or []:
+        if env.value is not None or env.valueFrom is None:
+            out[env.name] = env.value or ""
+            continue
+        src = env.valueFrom
+        if src.fieldRef is not None:
+            fields = {
+                "metadata.name": f"{job.name}-{rid.name}",
+                "metadata.namespace": job.metadata.namespace or "default",
+                "status.podIP": "127.0.0.1",
+                "spec.nodeName": os.uname().nodename,
+                "status.hostIP": "127.0.0.1",
+            }
+            if src.fieldRef.fieldPath not in fields:
+                raise UserError(
+                    f"{name}: env {env.name}: fieldRef {src.fieldRef.fieldPath!r} has no local value",
+                    fix=f"use one of {sorted(fields)}, or a plain value",
+                )
+            out[env.name] = fields[src.fieldRef.fieldPath]
+        elif src.configMapKeyRef is not None:
+            ref = src.configMapKeyRef
+            path = opts.configmaps.get(ref.name or "")
+            file = Path(path) / ref.key if path and Path(path).is_dir() else None
+            if file is None or not file.is_file():
+                raise UserError(
+                    f"{name}: env {env.name}: configMap {ref.name!r} key {ref.key!r} is not available locally",
+                    fix=f"pass --configmap {ref.name}=DIR where DIR holds a file named {ref.key}",
+                )
+            out[env.name] = file.read_text()
+        else:
+            raise UserError(
+                f"{name}: env {env.name}: this kind of valueFrom has no local value",
+                fix="use a plain value for local runs",
+            )
+    return out
+
+
+def cluster_only_fields(pod: PodSpec) -> list[str]:
+    names = [f for f in CLUSTER_ONLY_POD_FIELDS if getattr(pod, f) is not None]
+    for c in pod.containers:
+        names += [f"containers[{c.name}].{f}" for f in CLUSTER_ONLY_CONTAINER_FIELDS if getattr(c, f) is not None]
+    return names
+
+
+def warnings(job: TorchJob) -> list[str]:
+    """What a local run ignores: named, never silently dropped."""
+    out: list[str] = []
+    for rtype, spec in job.spec.pytorchReplicaSpecs.items():
+        pod = spec.template.spec
+        ci = training_container(pod.containers)
+        others = [c.name for i, c in enumerate(pod.containers) if i != ci]
+        if others:
+            out.append(f"{rtype}: containers {others} are not run locally (only the training container is)")
+        if pod.initContainers:
+            out.append(f"{rtype}: initContainers {[c.name for c in pod.initContainers]} are not run locally")
+        ignored = cluster_only_fields(pod)
+        if ignored:
+            out.append(f"{rtype}: ignored locally: {', '.join(ignored)}")
+    rp = job.run_policy
+    if rp.schedulingPolicy is not None:
+        out.append("runPolicy.schedulingPolicy is ignored locally (there is no scheduler)")
+    if job.spec.elasticPolicy is not None and job.spec.elasticPolicy.metrics:
+        out.append("elasticPolicy.metrics is ignored locally (no autoscaler)")
+    return out
+
+
+def render(
+    job: TorchJob,
+    where: Placement,
+    opts: LocalOptions,
+    job_dir: Path,
+    gpus_available: list[str] | None = None,
+) -> list[LaunchSpec]:
+    rids = replicas(job)
+    containers: dict[str, Container] = {}
+    for rid in rids:
+        pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
+        containers[rid.name] = pod.containers[training_container(pod.containers)]
+    wants = {name: gpu_count(c) for name, c in containers.items()}
+    uses_gpus = any(wants.values())
+    slices = allocate_gpus(wants, available_gpus() if gpus_available is None else gpus_available) if uses_gpus else {}
+
+    specs: list[LaunchSpec] = []
+    for rid in rids:
+        pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
+        c = containers[rid.name]
+        argv = [*(c.command or []), *(c.args or [])]
+        ours = replica_env(job, rid, argv, where).env
+        ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
+        env = merge_env(_env_value(job, rid, c, rid.name, opts), ours)
+        if uses_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(slices.get(rid.name, []))
+        cwd = c.workingDir or opts.cwd
+        grace = opts.grace_period_s
+        if grace is None:
+            grace = float(pod.terminationGracePeriodSeconds) if pod.terminationGracePeriodSeconds is not None \
+                else DEFAULT_GRACE_S
+        specs.append(
+            LaunchSpec(
+                replica=rid,
+                argv=resolve_argv(argv, opts.resolve_python),
+                env=env,
+                cwd=cwd,
+                mounts=mounts_for(job, rid, pod, c, opts, job_dir),
+                gpus=slices.get(rid.name) if uses_gpus else None,
+                grace_period_s=grace,
+                torchrun=is_torchrun(argv),
+            )
+        )
+    return specs

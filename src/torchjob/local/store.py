@@ -1,0 +1,227 @@
+"""The embedded job store: jobs, replica attempts and events in SQLite under TORCHJOB_HOME.
+
+Written by one supervisor per job, read by any `torchjob` command in any shell (WAL mode).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchjob.api.model import JobStatus, TorchJob
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+  name TEXT PRIMARY KEY,
+  uid TEXT NOT NULL,
+  job TEXT NOT NULL,          -- the TorchJob without status, JSON
+  status TEXT NOT NULL,       -- JobStatus, JSON
+  options TEXT NOT NULL,      -- local run options, JSON
+  dir TEXT NOT NULL,          -- logs and volumes
+  created REAL NOT NULL,
+  supervisor_pid INTEGER,
+  deleting INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS attempts (
+  job TEXT NOT NULL,
+  replica TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  pid INTEGER,
+  started REAL,
+  ended REAL,
+  exit_code INTEGER,
+  reason TEXT,
+  log TEXT,
+  current INTEGER NOT NULL DEFAULT 1,
+  PRIMARY KEY (job, replica, attempt)
+);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job TEXT NOT NULL,
+  time REAL NOT NULL,
+  type TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events (job);
+"""
+
+
+def home() -> Path:
+    """State directory: $TORCHJOB_HOME, else ~/.torchjob."""
+    env = os.environ.get("TORCHJOB_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".torchjob"
+
+
+@dataclass
+class JobRecord:
+    name: str
+    uid: str
+    job: TorchJob
+    status: JobStatus
+    options: dict[str, Any]
+    dir: Path
+    created: float
+    supervisor_pid: int | None
+    deleting: bool
+
+
+@dataclass
+class AttemptRecord:
+    job: str
+    replica: str
+    attempt: int
+    pid: int | None
+    started: float | None
+    ended: float | None
+    exit_code: int | None
+    reason: str | None
+    log: str | None
+    current: bool
+
+
+@dataclass
+class EventRecord:
+    time: float
+    type: str
+    reason: str
+    message: str
+
+
+class Store:
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or home()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / "state.db"
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def job_dir(self, name: str) -> Path:
+        return self.root / "jobs" / name
+
+    # --- jobs ---
+
+    def create_job(self, job: TorchJob, options: dict[str, Any]) -> JobRecord:
+        assert job.metadata.uid
+        d = self.job_dir(job.name)
+        spec = job.model_copy(update={"status": None})
+        status = job.status or JobStatus()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO jobs (name, uid, job, status, options, dir, created) VALUES (?,?,?,?,?,?,?)",
+                (job.name, job.metadata.uid, spec.model_dump_json(exclude_none=True),
+                 status.model_dump_json(), json.dumps(options), str(d), time.time()),
+            )
+        d.mkdir(parents=True, exist_ok=True)
+        rec = self.get(job.name)
+        assert rec is not None
+        return rec
+
+    def get(self, name: str) -> JobRecord | None:
+        row = self._db.execute(
+            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting FROM jobs WHERE name=?",
+            (name,),
+        ).fetchone()
+        return self._record(row) if row else None
+
+    def list(self) -> list[JobRecord]:
+        rows = self._db.execute(
+            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting FROM jobs "
+            "ORDER BY created"
+        ).fetchall()
+        return [self._record(r) for r in rows]
+
+    @staticmethod
+    def _record(row: tuple[Any, ...]) -> JobRecord:
+        return JobRecord(
+            name=row[0], uid=row[1], job=TorchJob.model_validate_json(row[2]),
+            status=JobStatus.model_validate_json(row[3]), options=json.loads(row[4]), dir=Path(row[5]),
+            created=row[6], supervisor_pid=row[7], deleting=bool(row[8]),
+        )
+
+    def set_status(self, name: str, status: JobStatus) -> None:
+        self._db.execute("UPDATE jobs SET status=? WHERE name=?", (status.model_dump_json(), name))
+
+    def set_job(self, job: TorchJob) -> None:
+        spec = job.model_copy(update={"status": None})
+        self._db.execute("UPDATE jobs SET job=? WHERE name=?", (spec.model_dump_json(exclude_none=True), job.name))
+
+    def set_supervisor(self, name: str, pid: int | None) -> None:
+        self._db.execute("UPDATE jobs SET supervisor_pid=? WHERE name=?", (pid, name))
+
+    def mark_deleting(self, name: str) -> None:
+        self._db.execute("UPDATE jobs SET deleting=1 WHERE name=?", (name,))
+
+    def delete_job(self, name: str) -> None:
+        rec = self.get(name)
+        with self._tx() as db:
+            db.execute("DELETE FROM jobs WHERE name=?", (name,))
+            db.execute("DELETE FROM attempts WHERE job=?", (name,))
+            db.execute("DELETE FROM events WHERE job=?", (name,))
+        if rec is not None:
+            shutil.rmtree(rec.dir, ignore_errors=True)
+
+    # --- attempts ---
+
+    def start_attempt(self, job: str, replica: str, attempt: int, pid: int, log: str) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO attempts (job, replica, attempt, pid, started, log, current) "
+            "VALUES (?,?,?,?,?,?,1)",
+            (job, replica, attempt, pid, time.time(), log),
+        )
+
+    def end_attempt(self, job: str, replica: str, attempt: int, exit_code: int, reason: str | None) -> None:
+        self._db.execute(
+            "UPDATE attempts SET ended=?, exit_code=?, reason=? WHERE job=? AND replica=? AND attempt=?",
+            (time.time(), exit_code, reason, job, replica, attempt),
+        )
+
+    def retire_attempt(self, job: str, replica: str, attempt: int) -> None:
+        self._db.execute(
+            "UPDATE attempts SET current=0 WHERE job=? AND replica=? AND attempt=?", (job, replica, attempt)
+        )
+
+    def attempts(self, job: str) -> list[AttemptRecord]:
+        rows = self._db.execute(
+            "SELECT job, replica, attempt, pid, started, ended, exit_code, reason, log, current FROM attempts "
+            "WHERE job=? ORDER BY started, replica, attempt",
+            (job,),
+        ).fetchall()
+        return [AttemptRecord(*r[:9], current=bool(r[9])) for r in rows]
+
+    # --- events ---
+
+    def add_event(self, job: str, type_: str, reason: str, message: str, at: float | None = None) -> None:
+        self._db.execute(
+            "INSERT INTO events (job, time, type, reason, message) VALUES (?,?,?,?,?)",
+            (job, at or time.time(), type_, reason, message),
+        )
+
+    def events(self, job: str) -> list[EventRecord]:
+        rows = self._db.execute(
+            "SELECT time, type, reason, message FROM events WHERE job=? ORDER BY id", (job,)
+        ).fetchall()
+        return [EventRecord(*r) for r in rows]

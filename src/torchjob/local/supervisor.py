@@ -1,0 +1,344 @@
+"""The local runtime's loop: observe processes -> core.reconcile -> apply -> record.
+
+Event-driven: a thread per replica waits on its process and posts to a queue the moment it
+exits; signals (Ctrl-C, SIGTERM, SIGUSR1 from `torchjob suspend|resume|delete`) post to the same
+queue. The loop sleeps until an event or the plan's requeue time (deadline, restart backoff).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from torchjob.api.errors import UserError
+from torchjob.api.model import JobStatus, TorchJob
+from torchjob.core import policy
+from torchjob.core.reconcile import Create, DeleteJob, Forget, Observed, Phase, Plan, Purge, Stop, World, reconcile
+from torchjob.core.topology import Placement, ReplicaId, master_port
+from torchjob.local import volumes
+from torchjob.local.console import Console
+from torchjob.local.process import Exited, ReplicaProcess, StartError
+from torchjob.local.render import render, warnings
+from torchjob.local.spec import LaunchSpec, LocalOptions
+from torchjob.local.store import Store
+from torchjob.local.sweep import sweep
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class _Signal:
+    signum: int
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def placement(job: TorchJob, opts: LocalOptions) -> Placement:
+    """Loopback and a free port per job, so two local jobs never collide; or the document's."""
+    if opts.document_ports:
+        port = master_port(job)
+        ep = job.spec.elasticPolicy
+        rdzv = (ep.rdzvPort if ep and ep.rdzvPort else port)
+        return Placement(LOOPBACK, port, LOOPBACK, rdzv)
+    return Placement(LOOPBACK, free_port(), LOOPBACK, free_port())
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def prepare_job(job: TorchJob, opts: LocalOptions, store: Store) -> tuple[TorchJob, list[LaunchSpec]]:
+    """Check everything a local start needs (GPUs, volumes, configMaps) before anything starts."""
+    if not job.metadata.uid:
+        job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
+    specs = render(job, placement(job, opts), opts, store.job_dir(job.name))
+    return job, specs
+
+
+def claim_name(store: Store, name: str) -> None:
+    """A finished job's record gives way to a new run of the same name; a live one does not."""
+    old = store.get(name)
+    if old is None:
+        return
+    if not old.status.finished and supervisor_alive(old.supervisor_pid):
+        raise UserError(
+            f"a job named {name!r} is {old.status.state.lower()} (supervisor pid {old.supervisor_pid})",
+            fix=f"wait for it, delete it with `torchjob delete {name}`, or change metadata.name",
+        )
+    store.delete_job(name)
+
+
+def supervisor_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Supervisor:
+    def __init__(self, store: Store, name: str, console: Console) -> None:
+        rec = store.get(name)
+        assert rec is not None
+        self.store = store
+        self.name = name
+        self.job = rec.job.model_copy(update={"status": rec.status})
+        self.uid = rec.uid
+        self.dir = rec.dir
+        self.opts = LocalOptions.from_json(rec.options)
+        self.console = console
+        self.events: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.procs: dict[str, ReplicaProcess] = {}  # current attempt per replica
+        self.history: list[ReplicaProcess] = []
+        self.stop_requested: str | None = None
+        self.deleting = False
+        self.created_mount_points: list[Path] = []
+        self.specs: dict[str, LaunchSpec] = {}
+        self._watchdog: subprocess.Popen[str] | None = None
+
+    # --- lifecycle ---
+
+    def run(self) -> JobStatus:
+        self.store.set_supervisor(self.name, os.getpid())
+        self._install_signals()
+        try:
+            specs = render(self.job, placement(self.job, self.opts), self.opts, self.dir)
+            self.specs = {s.name: s for s in specs}
+            self._start_watchdog()
+            self.created_mount_points = volumes.prepare(
+                self.job, self.dir, self.opts.configmaps, [m for s in specs for m in s.mounts]
+            )
+            for w in warnings(self.job):
+                self.console.note(f"warning: {w}", warning=True)
+            return self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> JobStatus:
+        while True:
+            for _ in range(20):  # apply until the plan stops changing the world
+                plan = reconcile(self.job, self._observe(), now())
+                self._record(plan)
+                if any(isinstance(a, DeleteJob) for a in plan.actions):
+                    self.deleting = True
+                changed = self._apply(plan)
+                if not changed:
+                    break
+            if plan.done and not any(p.alive for p in self.procs.values()):
+                if self.deleting:
+                    self._wait_all(0)
+                return plan.status
+            if self.deleting and not any(p.alive for p in self.procs.values()):
+                return plan.status
+            timeout = None
+            if plan.requeue_at is not None:
+                timeout = max(0.0, (plan.requeue_at - now()).total_seconds())
+            self._wait_event(timeout)
+
+    def _wait_event(self, timeout: float | None) -> None:
+        try:
+            ev = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            self._handle(ev)
+            try:
+                ev = self.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, ev: object) -> None:
+        if isinstance(ev, Exited):
+            p = self.procs.get(ev.replica)
+            if p is not None and p.attempt == ev.attempt and p.exit_code is not None:
+                self.store.end_attempt(self.name, ev.replica, ev.attempt, p.exit_code, _reason(p))
+                how = policy.describe_exit(p.exit_code)
+                self.console.note(f"{ev.replica} exited with {how}" + (" (stopped)" if p.stopping else ""),
+                                  warning=p.exit_code != 0 and not p.stopping)
+        elif isinstance(ev, _Signal):
+            if ev.signum == signal.SIGUSR1:
+                self._reload()
+            elif self.stop_requested is None:
+                self.stop_requested = signal.Signals(ev.signum).name
+                self.console.note(f"{self.stop_requested}: stopping every replica (again to kill at once)",
+                                  warning=True)
+            else:
+                for p in self.procs.values():
+                    p.kill()
+
+    def _reload(self) -> None:
+        rec = self.store.get(self.name)
+        if rec is None or rec.deleting:
+            self.deleting = True
+            self.stop_requested = self.stop_requested or "torchjob delete"
+            return
+        self.job = rec.job.model_copy(update={"status": self.job.status})
+
+    # --- observe / apply / record ---
+
+    def _observe(self) -> World:
+        seen: dict[str, Observed] = {}
+        for name, p in self.procs.items():
+            rid = ReplicaId.parse(name)
+            if p.alive:
+                seen[name] = Observed(rid, p.attempt, Phase.RUNNING, stopping=p.stopping)
+            else:
+                assert p.exit_code is not None and p.ended_at is not None
+                phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
+                seen[name] = Observed(rid, p.attempt, phase, p.exit_code, _reason(p),
+                                      finished_at=datetime.fromtimestamp(p.ended_at, UTC))
+        return World(replicas=seen, stop_requested=self.stop_requested)
+
+    def _apply(self, plan: Plan) -> bool:
+        changed = False
+        for a in plan.actions:
+            if isinstance(a, Create):
+                self._create(a.replica.name, a.attempt)
+                changed = True
+            elif isinstance(a, Stop):
+                p = self.procs.get(a.replica.name)
+                if p is not None and p.attempt == a.attempt and p.alive:
+                    self.console.note(f"stopping {a.replica.name}: {a.reason}")
+                    p.terminate()
+            elif isinstance(a, Forget | Purge):
+                p = self.procs.get(a.replica.name)
+                if p is not None and p.attempt == a.attempt and not p.alive:
+                    del self.procs[a.replica.name]
+                    self.store.retire_attempt(self.name, a.replica.name, a.attempt)
+                    if isinstance(a, Purge):
+                        p.drain(1.0)
+                        p.log_path.unlink(missing_ok=True)
+                    changed = True
+        return changed
+
+    def _create(self, name: str, attempt: int) -> None:
+        spec = self.specs[name]
+        adir = self.dir / "replicas" / name / f"attempt-{attempt}"
+        p = ReplicaProcess(spec, attempt, adir / "output.log", adir / "error.json")
+        try:
+            p.start(self.events, self.console.line)
+        except StartError as e:
+            # The command cannot even start: a user mistake, reported as that replica's failure.
+            self.console.note(str(e), warning=True)
+            p.exit_code, p.ended_at = 127, time.time()
+            self.procs[name] = p
+            self.store.start_attempt(self.name, name, attempt, 0, str(p.log_path))
+            self.store.end_attempt(self.name, name, attempt, 127, "StartError")
+            return
+        self.procs[name] = p
+        self.history.append(p)
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            try:
+                self._watchdog.stdin.write(f"pg {p.pid}\n")
+                self._watchdog.stdin.flush()
+            except OSError:
+                pass
+        self.store.start_attempt(self.name, name, attempt, p.pid, str(p.log_path))
+        self.console.note(f"{name} started (pid {p.pid}" + (f", attempt {attempt})" if attempt else ")"))
+
+    def _record(self, plan: Plan) -> None:
+        before = self.job.status or JobStatus()
+        self.job = self.job.model_copy(update={"status": plan.status})
+        if plan.status != before:
+            self.store.set_status(self.name, plan.status)
+        for ev in plan.events:
+            self.store.add_event(self.name, ev.type, ev.reason, ev.message)
+            if ev.reason not in ("Created",):
+                self.console.note(ev.message, warning=ev.type == "Warning")
+
+    # --- signals, watchdog, teardown ---
+
+    def _install_signals(self) -> None:
+        def handler(signum: int, frame: object) -> None:
+            self.events.put(_Signal(signum))
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+            signal.signal(sig, handler)
+
+    def _start_watchdog(self) -> None:
+        grace = max([s.grace_period_s for s in self.specs.values()] or [30.0])
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-m", "torchjob.local.watchdog", str(self.store.path), self.name, self.uid, str(grace)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, text=True,
+        )
+
+    def _wait_all(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        for p in self.procs.values():
+            if p.proc is not None and p.alive:
+                try:
+                    p.proc.wait(max(0.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+    def _shutdown(self) -> None:
+        for p in self.procs.values():
+            if p.alive:
+                p.kill()
+        for p in self.history:
+            if p.proc is not None:
+                try:
+                    p.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            p.drain(2.0)
+        sweep(f"TORCHJOB_JOB_UID={self.uid}")
+        for mp in reversed(self.created_mount_points):
+            try:
+                mp.rmdir() if mp.is_dir() else mp.unlink()
+            except OSError:
+                pass
+        if self._watchdog is not None:
+            stdin: IO[str] | None = self._watchdog.stdin
+            try:
+                if stdin is not None:
+                    stdin.write("bye\n")
+                    stdin.close()
+            except OSError:
+                pass
+        if self.deleting:
+            self.store.delete_job(self.name)
+        else:
+            self.store.set_supervisor(self.name, None)
+
+
+def _reason(p: ReplicaProcess) -> str | None:
+    if p.exit_code is None:
+        return None
+    if p.exit_code == 0:
+        return "Completed"
+    return "Stopped" if p.stopping else "Error"
+
+
+def error_file_summary(path: Path) -> str | None:
+    """The traceback torch's `@record` wrote, if the replica left one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    msg = data.get("message")
+    if isinstance(msg, dict):
+        extra = msg.get("extraInfo", {})
+        return str(extra.get("py_callstack") or msg.get("message") or "").rstrip() or None
+    return str(msg).rstrip() if msg else None

@@ -1,0 +1,56 @@
+"""Checks that hold after every reconcile, whatever the job and whatever happened."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from torchjob.api.model import TorchJob
+from torchjob.core.reconcile import Create, Plan, World, reconcile
+
+
+def check_idempotent(job: TorchJob, world: World, now: datetime, plan: Plan) -> None:
+    """The same inputs give the same plan; feeding the new status back with the same world
+    changes nothing that was decided (no restart is counted twice)."""
+    again = reconcile(job, world, now)
+    assert again.actions == plan.actions
+    assert again.status == plan.status
+    assert again.events == plan.events
+    assert (again.requeue_at, again.done) == (plan.requeue_at, plan.done)
+
+    fed = job.model_copy(update={"status": plan.status})
+    replay = reconcile(fed, world, now)
+    assert replay.status == plan.status
+    assert not any(e.reason == "Restarting" for e in replay.events)
+    creates = {a for a in plan.actions if isinstance(a, Create)}
+    assert {a for a in replay.actions if isinstance(a, Create)} <= creates
+
+
+def check_status(job: TorchJob, world: World, now: datetime, plan: Plan) -> None:
+    """Invariants of one new status, given the job's previous status."""
+    before = job.status
+    status = plan.status
+    limit = job.run_policy.backoffLimit
+    if limit is not None:
+        assert status.restartCount <= limit
+    assert status.restartCount >= (before.restartCount if before else 0)
+    assert status.restartCount == sum(r.restarts for r in status.replicas.values())
+    assert not (status.is_true("Running") and status.is_true("Restarting"))
+    assert not (status.is_true("Succeeded") and status.is_true("Failed"))
+    if status.finished:
+        assert status.completionTime is not None
+        assert not status.is_true("Running") and not status.is_true("Restarting")
+    if status.is_true("Failed"):
+        assert status.failure is not None
+        assert status.failure.reason == status.condition("Failed").reason  # type: ignore[union-attr]
+    if before is not None and before.finished:
+        # a finished job stays what it was
+        assert status.state == before.state
+        assert status.failure == before.failure
+        assert status.completionTime == before.completionTime
+        assert status.restartCount == before.restartCount
+        assert status.conditions == before.conditions
+
+
+def check_all(job: TorchJob, world: World, now: datetime, plan: Plan) -> None:
+    check_status(job, world, now, plan)
+    check_idempotent(job, world, now, plan)

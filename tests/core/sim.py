@@ -1,0 +1,186 @@
+"""A simulated runtime for `core.reconcile`: replicas are records, time is a number.
+
+It applies a plan the way a runtime must: Create starts an attempt at `now`, Stop ends a
+running attempt at `now` with exit code 143 (SIGTERM), Forget and Purge drop a finished attempt;
+the new status is fed back into the job. Between reconciles the clock jumps to the next exit of a
+running attempt or to `plan.requeue_at`, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from torchjob.api.model import JobStatus, TorchJob
+from torchjob.core.reconcile import (
+    Action,
+    Create,
+    DeleteJob,
+    Forget,
+    Observed,
+    Phase,
+    Plan,
+    Purge,
+    Stop,
+    World,
+    reconcile,
+)
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+SIGTERM_EXIT = 143
+
+Exits = Mapping[str, Sequence[tuple[float, int]]]
+Check = Callable[[TorchJob, World, datetime, Plan], None]
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def seconds(when: datetime) -> float:
+    return (when - T0).total_seconds()
+
+
+class SimError(AssertionError):
+    """The runtime contract was broken, or the job never finished."""
+
+
+@dataclass(frozen=True)
+class Step:
+    t: float
+    world: World
+    plan: Plan
+
+
+@dataclass
+class SimResult:
+    job: TorchJob
+    steps: list[Step]
+    created: list[tuple[float, str, int]]  # (time, replica, attempt) of every Create applied
+    stopped: list[tuple[float, str, int, str]]  # (time, replica, attempt, reason) of every Stop applied
+    end: float
+    deleted: bool = False
+
+    @property
+    def status(self) -> JobStatus:
+        assert self.job.status is not None
+        return self.job.status
+
+    def final_reason(self) -> str | None:
+        for ctype in ("Failed", "Succeeded"):
+            c = self.status.condition(ctype)
+            if c is not None and c.status == "True":
+                return c.reason
+        return None
+
+
+@dataclass
+class _Runtime:
+    exits: Exits
+    observed: dict[str, Observed] = field(default_factory=dict)
+    pending: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (exit time, code)
+    created: list[tuple[float, str, int]] = field(default_factory=list)
+    stopped: list[tuple[float, str, int, str]] = field(default_factory=list)
+
+    def apply(self, actions: Sequence[Action], now: float) -> bool:
+        changed = False
+        for a in actions:
+            if isinstance(a, DeleteJob):
+                continue
+            name = a.replica.name
+            obs = self.observed.get(name)
+            if isinstance(a, Create):
+                if obs is not None and obs.attempt == a.attempt:
+                    continue  # already there: creating is level-triggered
+                if obs is not None:
+                    raise SimError(f"Create {name} attempt {a.attempt} while attempt {obs.attempt} is observed")
+                self.observed[name] = Observed(a.replica, a.attempt, Phase.RUNNING)
+                self.created.append((now, name, a.attempt))
+                plan = self.exits.get(name, ())
+                if a.attempt < len(plan):
+                    after, code = plan[a.attempt]
+                    self.pending[name] = (now + after, code)
+                changed = True
+            elif isinstance(a, Stop):
+                if obs is None or obs.attempt != a.attempt or not obs.phase.active:
+                    continue
+                self.observed[name] = dataclasses.replace(
+                    obs, phase=Phase.FAILED, exit_code=SIGTERM_EXIT, reason="Error", finished_at=at(now)
+                )
+                self.pending.pop(name, None)
+                self.stopped.append((now, name, a.attempt, a.reason))
+                changed = True
+            elif isinstance(a, Forget | Purge):
+                if obs is None or obs.attempt != a.attempt:
+                    continue
+                if obs.phase.active:
+                    raise SimError(f"{type(a).__name__} of {name} attempt {a.attempt}, which still runs")
+                del self.observed[name]
+                changed = True
+        return changed
+
+    def advance(self, now: float) -> None:
+        for name, (t, code) in list(self.pending.items()):
+            if t <= now:
+                obs = self.observed[name]
+                self.observed[name] = dataclasses.replace(
+                    obs,
+                    phase=Phase.SUCCEEDED if code == 0 else Phase.FAILED,
+                    exit_code=code,
+                    reason="Completed" if code == 0 else "Error",
+                    finished_at=at(t),
+                )
+                del self.pending[name]
+
+
+def simulate(
+    job: TorchJob,
+    exits: Exits,
+    *,
+    check: Check | None = None,
+    stop_when_idle: str | None = None,
+    strict_done: bool = False,
+    max_steps: int = 2000,
+) -> SimResult:
+    """Run `job` until `plan.done` (or DeleteJob). With `stop_when_idle`, a job that waits on
+    replicas that never exit is stopped by the user (World.stop_requested) instead of raising.
+    With `strict_done`, a finished job must say `done` without an extra reconcile."""
+    rt = _Runtime(exits)
+    now = 0.0
+    stop: str | None = None
+    rechecked = False
+    steps: list[Step] = []
+    for _ in range(max_steps):
+        world = World(replicas=dict(rt.observed), stop_requested=stop)
+        plan = reconcile(job, world, at(now))
+        if check is not None:
+            check(job, world, at(now), plan)
+        steps.append(Step(now, world, plan))
+        job = job.model_copy(update={"status": plan.status})
+        if any(isinstance(a, DeleteJob) for a in plan.actions):
+            return SimResult(job, steps, rt.created, rt.stopped, now, deleted=True)
+        if plan.done:
+            return SimResult(job, steps, rt.created, rt.stopped, now)
+        if rt.apply(plan.actions, now):
+            continue
+        candidates = [t for t, _ in rt.pending.values()]
+        if plan.requeue_at is not None:
+            if seconds(plan.requeue_at) <= now:
+                raise SimError(f"t={now}: requeue_at {plan.requeue_at} is not in the future and nothing changed")
+            candidates.append(seconds(plan.requeue_at))
+        if not candidates:
+            if plan.status.finished and not strict_done and not rechecked:
+                # The plan that finished the job left nothing to do yet did not say done (see
+                # test_reconcile.py::test_finishing_plan_with_nothing_running_is_done); a runtime
+                # with nothing to wait for reconciles once more.
+                rechecked = True
+                continue
+            if stop_when_idle is not None and stop is None:
+                stop = stop_when_idle
+                continue
+            raise SimError(f"t={now}: the job waits for nothing (state {plan.status.state}); actions={plan.actions}")
+        now = min(candidates)
+        rt.advance(now)
+    raise SimError(f"no end after {max_steps} reconciles")

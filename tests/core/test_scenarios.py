@@ -1,0 +1,143 @@
+"""Every scenario of tests/scenarios.py, run through `reconcile` on a simulated clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.invariants import check_all
+from tests.core.sim import SimResult, simulate
+from tests.scenarios import BY_NAME, SCENARIOS, Scenario
+from torchjob.api.validate import DNS1035, validate
+from torchjob.core.topology import replicas
+
+COMMAND = ["python", "-c", "pass"]
+
+
+def run(s: Scenario) -> SimResult:
+    return simulate(s.job(COMMAND), s.exits, check=check_all)
+
+
+# --- the table itself ----------------------------------------------------------------------
+
+
+def test_names_are_unique() -> None:
+    assert len(BY_NAME) == len(SCENARIOS)
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.name)
+def test_scenario_is_well_formed(s: Scenario) -> None:
+    assert DNS1035.match(s.name)
+    job = s.job(COMMAND)
+    assert job.name == s.name
+    assert validate(job) == []
+    assert {rid.name for rid in replicas(job)} >= set(s.exits), "exits for a replica the job lacks"
+    for container in (spec.template.spec.containers[0] for spec in job.spec.pytorchReplicaSpecs.values()):
+        assert container.command == COMMAND
+    for spec in job.spec.pytorchReplicaSpecs.values():
+        assert spec.restartPolicy == s.restart_policy
+    assert job.run_policy.backoffLimit == s.backoff_limit
+    assert job.run_policy.activeDeadlineSeconds == s.deadline
+    assert (job.spec.elasticPolicy is not None) == s.elastic
+    for attempts in s.exits.values():
+        for after, code in attempts:
+            assert after > 0 and (after * 2).is_integer(), "times must be multiples of 0.5 s"
+            assert 0 <= code <= 255
+    assert s.expect_state in ("Succeeded", "Failed")
+    assert (s.expect_state == "Failed") or s.expect_failed_replica is None
+
+
+# --- run ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.name)
+def test_scenario(s: Scenario) -> None:
+    result = run(s)
+    status = result.status
+    assert status.state == s.expect_state
+    assert result.final_reason() == s.expect_reason
+    assert status.restartCount == s.expect_restarts
+    assert not result.deleted
+    if s.expect_state == "Failed":
+        assert status.failure is not None
+        assert status.failure.reason == s.expect_reason
+        assert status.failure.replica == s.expect_failed_replica
+        if s.expect_failed_replica is not None:
+            # the failure names the attempt and the code that attempt exited with
+            assert status.failure.attempt is not None
+            after_code = s.exits[s.expect_failed_replica][status.failure.attempt]
+            assert status.failure.exitCode == after_code[1]
+    else:
+        assert status.failure is None
+    # nothing is left running, and the simulated times stay on the 0.5 s grid
+    assert all(not o.phase.active for o in result.steps[-1].world.replicas.values()) or result.steps[-1].plan.done
+    for t, _, _ in result.created:
+        assert (t * 2).is_integer()
+    assert (result.end * 2).is_integer()
+
+
+def test_success_timeline() -> None:
+    result = run(BY_NAME["success"])
+    assert result.end == 1.0
+    assert [(t, n) for t, n, _ in result.created] == [(0.0, "master-0"), (0.0, "worker-0"), (0.0, "worker-1")]
+    assert result.stopped == []  # the workers had already succeeded
+
+
+def test_master_success_stops_the_running_workers() -> None:
+    result = run(BY_NAME["master-success-stops-workers"])
+    assert sorted((t, n) for t, n, _, _ in result.stopped) == [(1.0, "worker-0"), (1.0, "worker-1")]
+
+
+def test_elastic_success_stops_the_other_worker() -> None:
+    result = run(BY_NAME["elastic-one-worker-succeeds"])
+    assert result.end == 1.0
+    assert [(t, n) for t, n, _, _ in result.stopped] == [(1.0, "worker-0")]
+
+
+def test_failure_stops_everything_still_running() -> None:
+    result = run(BY_NAME["never-worker-fails"])
+    assert result.end == 0.5
+    assert sorted(n for _, n, _, _ in result.stopped) == ["master-0", "worker-1"]
+
+
+def test_root_cause_is_the_earlier_failure() -> None:
+    result = run(BY_NAME["earlier-failure-is-root-cause"])
+    assert result.status.failure is not None
+    assert result.status.failure.exitCode == 2
+    assert result.end == 0.5
+
+
+def test_restart_backoff_timeline() -> None:
+    """First restart immediate, then 1 s, then 2 s after the exit."""
+    result = run(BY_NAME["onfailure-restart-backoff"])
+    worker = [(t, a) for t, n, a in result.created if n == "worker-0"]
+    assert worker == [(0.0, 0), (0.5, 1), (2.0, 2), (4.5, 3)]
+    assert result.end == 6.0
+
+
+def test_backoff_limit_timeline() -> None:
+    result = run(BY_NAME["onfailure-backoff-limit"])
+    worker = [(t, a) for t, n, a in result.created if n == "worker-0"]
+    assert worker == [(0.0, 0), (0.5, 1), (2.0, 2)]
+    assert result.end == 2.5
+    assert result.status.failure is not None and result.status.failure.attempt == 2
+
+
+def test_deadline_counts_from_the_start() -> None:
+    result = run(BY_NAME["deadline-exceeded"])
+    assert result.end == 2.0
+    assert sorted(n for _, n, _, _ in result.stopped) == ["master-0", "worker-0", "worker-1"]
+    assert result.status.failure is not None and result.status.failure.replica is None
+
+
+def test_always_restarts_a_worker_that_succeeded() -> None:
+    result = run(BY_NAME["always-restarts-finished-worker"])
+    assert [(t, a) for t, n, a in result.created if n == "worker-0"] == [(0.0, 0), (0.5, 1)]
+    assert result.status.replicaStatuses["Worker"].restarts == 1
+
+
+def test_restarting_then_running_conditions() -> None:
+    result = run(BY_NAME["onfailure-recovers"])
+    states = [step.plan.status.state for step in result.steps]
+    # Created -> Running -> Restarting -> Running -> Succeeded, in that order, each once
+    collapsed = [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
+    assert collapsed == ["Created", "Running", "Restarting", "Running", "Succeeded"]

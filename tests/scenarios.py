@@ -1,0 +1,221 @@
+"""Job lifecycles that every runtime must agree on.
+
+The same table is run by the core driver (`tests/core/test_scenarios.py`, a simulated clock) and
+by the local driver (real processes). A scenario says when each attempt of each replica exits and
+with which code, and what the job must end as. Times are seconds after that attempt started,
+coarse (multiples of 0.5 s) so that real processes can follow them.
+
+Restart backoff (core/policy.py): a replica's first restart is immediate, then 1 s, 2 s, 4 s ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from torchjob.api.model import TorchJob
+from tests.jobs import make_job
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    workers: int                      # worker replicas
+    master: bool = True               # one Master replica when True
+    restart_policy: str = "Never"     # for every replica type
+    backoff_limit: int | None = None
+    deadline: int | None = None       # runPolicy.activeDeadlineSeconds
+    elastic: bool = False             # adds elasticPolicy (only meaningful without master)
+    # replica name -> one (seconds after that attempt started, exit code) per attempt;
+    # a replica with no entry left for its current attempt runs until it is stopped.
+    exits: Mapping[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
+    expect_state: str = "Succeeded"   # final JobStatus.state
+    expect_reason: str = "Succeeded"  # reason of the final Succeeded/Failed condition
+    expect_restarts: int = 0          # status.restartCount
+    expect_failed_replica: str | None = None  # status.failure.replica
+
+    def job(self, command: list[str]) -> TorchJob:
+        """A valid TorchJob named after the scenario, `command` for every replica."""
+        run_policy: dict[str, int] = {}
+        if self.backoff_limit is not None:
+            run_policy["backoffLimit"] = self.backoff_limit
+        if self.deadline is not None:
+            run_policy["activeDeadlineSeconds"] = self.deadline
+        elastic = (
+            {"minReplicas": 1, "maxReplicas": self.workers, "rdzvBackend": "c10d"} if self.elastic else None
+        )
+        return make_job(
+            self.name,
+            workers=self.workers,
+            master=self.master,
+            restart_policy=self.restart_policy,
+            command=command,
+            run_policy=run_policy,
+            elastic=elastic,
+        )
+
+
+SCENARIOS: list[Scenario] = [
+    # --- success -------------------------------------------------------------------------
+    Scenario(
+        name="success",
+        workers=2,
+        exits={"master-0": ((1.0, 0),), "worker-0": ((0.5, 0),), "worker-1": ((0.5, 0),)},
+    ),
+    Scenario(
+        name="master-only",
+        workers=0,
+        exits={"master-0": ((0.5, 0),)},
+    ),
+    Scenario(
+        name="master-success-stops-workers",
+        workers=2,
+        exits={"master-0": ((1.0, 0),)},
+    ),
+    Scenario(
+        name="worker-only-success",
+        workers=2,
+        master=False,
+        exits={"worker-0": ((0.5, 0),), "worker-1": ((1.5, 0),)},
+    ),
+    Scenario(
+        name="elastic-one-worker-succeeds",
+        workers=2,
+        master=False,
+        elastic=True,
+        exits={"worker-1": ((1.0, 0),)},
+    ),
+    # --- Never ---------------------------------------------------------------------------
+    Scenario(
+        name="never-worker-fails",
+        workers=2,
+        exits={"worker-0": ((0.5, 1),)},
+        expect_state="Failed",
+        expect_reason="ReplicaFailed",
+        expect_failed_replica="worker-0",
+    ),
+    Scenario(
+        name="never-master-fails",
+        workers=2,
+        exits={"master-0": ((1.0, 1),)},
+        expect_state="Failed",
+        expect_reason="ReplicaFailed",
+        expect_failed_replica="master-0",
+    ),
+    Scenario(
+        name="worker-only-worker-fails",
+        workers=2,
+        master=False,
+        exits={"worker-0": ((0.5, 0),), "worker-1": ((1.0, 3),)},
+        expect_state="Failed",
+        expect_reason="ReplicaFailed",
+        expect_failed_replica="worker-1",
+    ),
+    Scenario(
+        name="earlier-failure-is-root-cause",
+        workers=2,
+        exits={"worker-1": ((0.5, 2),), "worker-0": ((1.5, 1),)},
+        expect_state="Failed",
+        expect_reason="ReplicaFailed",
+        expect_failed_replica="worker-1",
+    ),
+    # --- ExitCode ------------------------------------------------------------------------
+    Scenario(
+        name="exitcode-137-then-0",
+        workers=1,
+        restart_policy="ExitCode",
+        exits={"master-0": ((2.0, 0),), "worker-0": ((0.5, 137), (0.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="exitcode-138-retry",
+        workers=1,
+        restart_policy="ExitCode",
+        exits={"master-0": ((2.5, 0),), "worker-0": ((0.5, 138), (1.0, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="exitcode-master-138-retry",
+        workers=1,
+        restart_policy="ExitCode",
+        exits={"master-0": ((0.5, 138), (1.0, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="exitcode-1-fails-at-once",
+        workers=2,
+        restart_policy="ExitCode",
+        backoff_limit=5,
+        exits={"worker-0": ((0.5, 1),)},
+        expect_state="Failed",
+        expect_reason="NonRetryableExitCode",
+        expect_failed_replica="worker-0",
+    ),
+    Scenario(
+        name="exitcode-backoff-limit",
+        workers=1,
+        restart_policy="ExitCode",
+        backoff_limit=1,
+        exits={"worker-0": ((0.5, 137), (0.5, 143))},
+        expect_state="Failed",
+        expect_reason="BackoffLimitExceeded",
+        expect_restarts=1,
+        expect_failed_replica="worker-0",
+    ),
+    # --- OnFailure -----------------------------------------------------------------------
+    Scenario(
+        name="onfailure-backoff-limit",
+        workers=2,
+        restart_policy="OnFailure",
+        backoff_limit=2,
+        exits={"worker-0": ((0.5, 1), (0.5, 1), (0.5, 1))},
+        expect_state="Failed",
+        expect_reason="BackoffLimitExceeded",
+        expect_restarts=2,
+        expect_failed_replica="worker-0",
+    ),
+    Scenario(
+        name="onfailure-recovers",
+        workers=2,
+        restart_policy="OnFailure",
+        backoff_limit=3,
+        exits={"master-0": ((2.0, 0),), "worker-1": ((0.5, 1), (0.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        # restarts at 0.5 (immediate), 2.0 (after 1 s), 4.5 (after 2 s); succeeds at 5.0
+        name="onfailure-restart-backoff",
+        workers=1,
+        restart_policy="OnFailure",
+        exits={"master-0": ((6.0, 0),), "worker-0": ((0.5, 1), (0.5, 1), (0.5, 1), (0.5, 0))},
+        expect_restarts=3,
+    ),
+    # --- Always --------------------------------------------------------------------------
+    Scenario(
+        name="always-restarts-finished-worker",
+        workers=1,
+        restart_policy="Always",
+        exits={"master-0": ((2.0, 0),), "worker-0": ((0.5, 0),)},
+        expect_restarts=1,
+    ),
+    # --- runPolicy -----------------------------------------------------------------------
+    Scenario(
+        name="deadline-exceeded",
+        workers=2,
+        deadline=2,
+        expect_state="Failed",
+        expect_reason="DeadlineExceeded",
+    ),
+    Scenario(
+        name="deadline-during-restarts",
+        workers=1,
+        restart_policy="OnFailure",
+        deadline=3,
+        exits={"worker-0": ((0.5, 1), (0.5, 1))},
+        expect_state="Failed",
+        expect_reason="DeadlineExceeded",
+        expect_restarts=2,
+    ),
+]
+
+BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
