@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.jobs import make_job
-from torchjob.api.model import DEFAULT_PORT
+from torchjob.api.model import DEFAULT_PORT, ContainerPort
 from torchjob.core.topology import (
     Placement,
     ReplicaId,
@@ -91,13 +91,11 @@ def test_master_port(kwargs: dict[str, Any], port: int) -> None:
 
 
 def test_master_port_ignores_ports_with_other_names() -> None:
-    data_job = make_job()
-    master = data_job.spec.pytorchReplicaSpecs["Master"]
+    job = make_job()
+    master = job.spec.pytorchReplicaSpecs["Master"]
     container = master.template.spec.containers[0]
-    from torchjob.api.model import ContainerPort
-
     container.ports = [ContainerPort(name="metrics", containerPort=9090)]
-    assert master_port(data_job) == DEFAULT_PORT
+    assert master_port(job) == DEFAULT_PORT
 
 
 @pytest.mark.parametrize(

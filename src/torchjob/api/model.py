@@ -9,12 +9,12 @@ the local runtime names them in a warning (see `CLUSTER_ONLY_*`).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-API_VERSION = "torchjob.dev/v1"
-KIND = "TorchJob"
+API_VERSION: Final = "torchjob.dev/v1"
+KIND: Final = "TorchJob"
 
 MASTER = "Master"
 WORKER = "Worker"

@@ -61,7 +61,7 @@ def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> Any
 def _scalar(node: yaml.Node) -> Any:
     if node.tag == "tag:yaml.org,2002:str":
         return node.value
-    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
 
 
 def parse_documents(text: str, source: str) -> list[Document]:

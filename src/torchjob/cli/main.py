@@ -153,7 +153,7 @@ def render(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_
 
     job = _load(job_file)
     _, specs = prepare_job(job, _opts(configmaps, document_ports, no_resolve_python, grace_period), Store())
-    data = [
+    data: list[dict[str, Any]] = [
         {"replica": s.name, "command": s.argv, "workingDir": s.cwd, "env": dict(sorted(s.env.items())),
          "mounts": [m.__dict__ for m in s.mounts], "gpus": s.gpus, "torchrun": s.torchrun,
          "gracePeriodSeconds": s.grace_period_s}

@@ -53,7 +53,7 @@ def summary(rec: JobRecord) -> dict[str, Any]:
 
 
 def list_jobs(store: Store, fmt: str, dump: Dump) -> None:
-    recs = [runtime.get(store, r.name) for r in store.list()]
+    recs = [runtime.get(store, r.name) for r in store.all_jobs()]
     if fmt != "text":
         dump([summary(r) for r in recs], fmt)
         return
@@ -122,8 +122,9 @@ def describe(store: Store, name: str, fmt: str, dump: Dump) -> None:
         out.append(f"  {a.replica:<12}{a.attempt:<9}{a.pid or '-'!s:<9}{_when(a.started):<21}{_when(a.ended):<21}"
                    f"{exit_:<6}{a.reason or ('Running' if a.ended is None else '')}")
     out.append("Conditions:")
-    for c in st.conditions:
-        out.append(f"  {c.type:<11}{c.status:<6}{c.reason:<22}{_when(c.lastTransitionTime)}  {c.message}")
+    for cond in st.conditions:
+        when = _when(cond.lastTransitionTime)
+        out.append(f"  {cond.type:<11}{cond.status:<6}{cond.reason:<22}{when}  {cond.message}")
     out.append("Events:")
     for e in events:
         out.append(f"  {_when(e.time)}  {e.type:<8}{e.reason:<22}{e.message}")

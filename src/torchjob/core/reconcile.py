@@ -23,6 +23,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from torchjob.api.model import (
     MASTER,
@@ -37,7 +38,6 @@ from torchjob.api.model import (
 )
 from torchjob.core import policy
 from torchjob.core.topology import ReplicaId, has_master, replicas
-
 
 SUCCESS_SETTLE_S = 10.0
 
@@ -148,7 +148,7 @@ def set_condition(
     Restarting exclude each other; a finished job is not Running."""
     if status.is_true("Failed"):
         return False
-    state = "True" if value else "False"
+    state: Literal["True", "False"] = "True" if value else "False"
     current = status.condition(ctype)
     if current is not None and current.status == state and current.reason == reason:
         return False
@@ -163,8 +163,8 @@ def set_condition(
             running.lastUpdateTime = now
     if current is None:
         status.conditions.append(
-            Condition(type=ctype, status=state, reason=reason, message=message,  # type: ignore[arg-type]
-                      lastTransitionTime=now, lastUpdateTime=now)
+            Condition.model_validate(dict(type=ctype, status=state, reason=reason, message=message,
+                                          lastTransitionTime=now, lastUpdateTime=now))
         )
     else:
         if current.status != state:
@@ -269,14 +269,14 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
             if status.is_true("Running"):
                 set_condition(status, "Running", False, "Suspended", "the job is suspended", now)
             status.conditions = [c for c in status.conditions if c.type != "Restarting"]
-        for obs in world.replicas.values():
-            if obs.phase.active:
-                if not obs.stopping:
-                    plan.actions.append(Stop(obs.replica, obs.attempt, "the job is suspended"))
+        for held in world.replicas.values():
+            if held.phase.active:
+                if not held.stopping:
+                    plan.actions.append(Stop(held.replica, held.attempt, "the job is suspended"))
             else:
-                plan.actions.append(Forget(obs.replica, obs.attempt))
-            st = status.replicas.setdefault(obs.replica.name, ReplicaAttemptState())
-            st.attempt = max(st.attempt, obs.attempt + 1)
+                plan.actions.append(Forget(held.replica, held.attempt))
+            st = status.replicas.setdefault(held.replica.name, ReplicaAttemptState())
+            st.attempt = max(st.attempt, held.attempt + 1)
             st.notBefore = None
         status.startTime = None
         _count(job, world, status)
@@ -290,17 +290,17 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
 
     current: dict[str, Observed] = {}
     for rid in expected:
-        obs = world.replicas.get(rid.name)
-        if obs is None:
+        seen = world.replicas.get(rid.name)
+        if seen is None:
             continue
-        if obs.attempt < status.replicas[rid.name].attempt:
-            if obs.phase.active:
-                if not obs.stopping:
-                    plan.actions.append(Stop(rid, obs.attempt, "replaced by a newer attempt"))
+        if seen.attempt < status.replicas[rid.name].attempt:
+            if seen.phase.active:
+                if not seen.stopping:
+                    plan.actions.append(Stop(rid, seen.attempt, "replaced by a newer attempt"))
             else:
-                plan.actions.append(Forget(rid, obs.attempt))
+                plan.actions.append(Forget(rid, seen.attempt))
         else:
-            current[rid.name] = obs
+            current[rid.name] = seen
 
     # 3. Stopped by the user, or past the deadline.
     deadline = policy.deadline_at(status.startTime, rp.activeDeadlineSeconds)

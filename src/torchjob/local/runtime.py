@@ -59,7 +59,7 @@ def submit(store: Store, job: TorchJob, opts: LocalOptions) -> TorchJob:
 def get(store: Store, name: str) -> JobRecord:
     rec = store.get(name)
     if rec is None:
-        known = [r.name for r in store.list()]
+        known = [r.name for r in store.all_jobs()]
         hint = f"known jobs: {', '.join(known)}" if known else "there are no jobs; start one with torchjob run"
         raise UserError(f"no job named {name!r}", fix=hint)
     return _settle(store, rec)
@@ -112,7 +112,7 @@ def collect_expired(store: Store) -> list[str]:
     """Delete finished jobs whose ttlSecondsAfterFinished has passed."""
     gone = []
     at = datetime.now(UTC)
-    for rec in store.list():
+    for rec in store.all_jobs():
         expires = policy.ttl_expires_at(rec.status.completionTime, rec.job.run_policy.ttlSecondsAfterFinished)
         if expires is not None and at >= expires and not supervisor_alive(rec.supervisor_pid):
             store.delete_job(rec.name)

@@ -147,7 +147,7 @@ class Store:
         ).fetchone()
         return self._record(row) if row else None
 
-    def list(self) -> list[JobRecord]:
+    def all_jobs(self) -> list[JobRecord]:
         rows = self._db.execute(
             "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting FROM jobs "
             "ORDER BY created"
@@ -210,7 +210,11 @@ class Store:
             "WHERE job=? ORDER BY started, replica, attempt",
             (job,),
         ).fetchall()
-        return [AttemptRecord(*r[:9], current=bool(r[9])) for r in rows]
+        return [
+            AttemptRecord(job=r[0], replica=r[1], attempt=r[2], pid=r[3], started=r[4], ended=r[5], exit_code=r[6],
+                          reason=r[7], log=r[8], current=bool(r[9]))
+            for r in rows
+        ]
 
     # --- events ---
 

@@ -1,0 +1,5 @@
+"""`python -m torchjob` is the `torchjob` command."""
+
+from torchjob.cli.main import main
+
+main()
