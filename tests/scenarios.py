@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from torchjob.api.model import TorchJob
 from tests.jobs import make_job
+from torchjob.api.model import TorchJob
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ SCENARIOS: list[Scenario] = [
         exits={"master-0": ((0.5, 0),)},
     ),
     Scenario(
+        # workers that do not end on their own are stopped once the success has settled (10 s)
         name="master-success-stops-workers",
         workers=2,
         exits={"master-0": ((1.0, 0),)},
@@ -79,11 +80,12 @@ SCENARIOS: list[Scenario] = [
         exits={"worker-0": ((0.5, 0),), "worker-1": ((1.5, 0),)},
     ),
     Scenario(
+        # succeeds when worker-1 does; worker-0 failing later, while the job settles, changes nothing
         name="elastic-one-worker-succeeds",
         workers=2,
         master=False,
         elastic=True,
-        exits={"worker-1": ((1.0, 0),)},
+        exits={"worker-1": ((1.0, 0),), "worker-0": ((2.0, 1),)},
     ),
     # --- Never ---------------------------------------------------------------------------
     Scenario(

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.core.reconcile import (
@@ -141,18 +142,21 @@ def simulate(
     *,
     check: Check | None = None,
     stop_when_idle: str | None = None,
-    strict_done: bool = False,
+    run_policy_changes: Sequence[tuple[float, Mapping[str, Any]]] = (),
     max_steps: int = 2000,
 ) -> SimResult:
     """Run `job` until `plan.done` (or DeleteJob). With `stop_when_idle`, a job that waits on
     replicas that never exit is stopped by the user (World.stop_requested) instead of raising.
-    With `strict_done`, a finished job must say `done` without an extra reconcile."""
+    `run_policy_changes` are user edits of spec.runPolicy (e.g. suspend) at the given times."""
     rt = _Runtime(exits)
+    changes = sorted(run_policy_changes, key=lambda c: c[0])
     now = 0.0
     stop: str | None = None
-    rechecked = False
     steps: list[Step] = []
     for _ in range(max_steps):
+        while changes and changes[0][0] <= now:
+            rp = job.run_policy.model_copy(update=dict(changes.pop(0)[1]))
+            job = job.model_copy(update={"spec": job.spec.model_copy(update={"runPolicy": rp})})
         world = World(replicas=dict(rt.observed), stop_requested=stop)
         plan = reconcile(job, world, at(now))
         if check is not None:
@@ -166,17 +170,13 @@ def simulate(
         if rt.apply(plan.actions, now):
             continue
         candidates = [t for t, _ in rt.pending.values()]
+        if changes:
+            candidates.append(changes[0][0])
         if plan.requeue_at is not None:
             if seconds(plan.requeue_at) <= now:
                 raise SimError(f"t={now}: requeue_at {plan.requeue_at} is not in the future and nothing changed")
             candidates.append(seconds(plan.requeue_at))
         if not candidates:
-            if plan.status.finished and not strict_done and not rechecked:
-                # The plan that finished the job left nothing to do yet did not say done (see
-                # test_reconcile.py::test_finishing_plan_with_nothing_running_is_done); a runtime
-                # with nothing to wait for reconciles once more.
-                rechecked = True
-                continue
             if stop_when_idle is not None and stop is None:
                 stop = stop_when_idle
                 continue

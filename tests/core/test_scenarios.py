@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.core.invariants import check_all
-from tests.core.sim import SimResult, simulate
+from tests.core.sim import SimResult, at, simulate
 from tests.scenarios import BY_NAME, SCENARIOS, Scenario
 from torchjob.api.validate import DNS1035, validate
+from torchjob.core.reconcile import SUCCESS_SETTLE_S
 from torchjob.core.topology import replicas
 
 COMMAND = ["python", "-c", "pass"]
@@ -82,15 +83,19 @@ def test_success_timeline() -> None:
     assert result.stopped == []  # the workers had already succeeded
 
 
-def test_master_success_stops_the_running_workers() -> None:
+def test_master_success_stops_the_running_workers_after_settling() -> None:
     result = run(BY_NAME["master-success-stops-workers"])
-    assert sorted((t, n) for t, n, _, _ in result.stopped) == [(1.0, "worker-0"), (1.0, "worker-1")]
+    assert result.status.completionTime == at(1.0)
+    settled = 1.0 + SUCCESS_SETTLE_S
+    assert sorted((t, n) for t, n, _, _ in result.stopped) == [(settled, "worker-0"), (settled, "worker-1")]
+    assert result.end == settled
 
 
-def test_elastic_success_stops_the_other_worker() -> None:
+def test_elastic_success_needs_one_worker() -> None:
     result = run(BY_NAME["elastic-one-worker-succeeds"])
-    assert result.end == 1.0
-    assert [(t, n) for t, n, _, _ in result.stopped] == [(1.0, "worker-0")]
+    assert result.status.completionTime == at(1.0)
+    assert result.stopped == [], "worker-0 ended on its own while the success settled"
+    assert result.end == 2.0
 
 
 def test_failure_stops_everything_still_running() -> None:

@@ -106,8 +106,8 @@ def run(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_res
         click.echo(cause, err=True)
     click.echo(f"torchjob: job {rec.name} {st.state.lower()}{took}{restarts}; "
                f"see `torchjob describe {rec.name}` and `torchjob logs {rec.name}`", err=True)
-    reason = st.failure.message if st.failure else ""
-    sys.exit(130 if "SIGINT" in reason else 143 if "SIGTERM" in reason else 1)
+    stopped_by = st.failure.signal if st.failure and st.failure.reason == "Terminated" else None
+    sys.exit({"SIGINT": 130, "SIGTERM": 143}.get(stopped_by or "", 1))
 
 
 @cli.command()

@@ -227,6 +227,17 @@ def _stop_active(plan: Plan, world: World, reason: str) -> None:
 
 
 def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
+    plan = _decide(job, world, now)
+    # Done: finished, nothing running, nothing left to clean up.
+    plan.done = (
+        plan.status.finished
+        and not any(o.phase.active for o in world.replicas.values())
+        and not any(isinstance(a, Purge | DeleteJob) for a in plan.actions)
+    )
+    return plan
+
+
+def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
     status = (job.status or JobStatus()).model_copy(deep=True)
     plan = Plan(status=status)
     expected = replicas(job)
@@ -259,7 +270,6 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
             else:
                 plan.requeue(expires)
         _count(job, world, status)
-        plan.done = not alive and not any(isinstance(a, Purge | DeleteJob) for a in plan.actions)
         return plan
 
     # 2. Suspended.
@@ -305,7 +315,8 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
     # 3. Stopped by the user, or past the deadline.
     deadline = policy.deadline_at(status.startTime, rp.activeDeadlineSeconds)
     if world.stop_requested:
-        status.failure = FailureInfo(reason="Terminated", message=f"stopped by {world.stop_requested}")
+        status.failure = FailureInfo(reason="Terminated", message=f"stopped by {world.stop_requested}",
+                                     signal=world.stop_requested)
         _finish(plan, job, world, now, False, "Terminated", f"job stopped by {world.stop_requested}")
     elif deadline is not None and now >= deadline:
         msg = f"job ran longer than activeDeadlineSeconds ({rp.activeDeadlineSeconds}s)"
