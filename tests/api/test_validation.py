@@ -382,12 +382,6 @@ def test_env_value_scalars_are_strings(tmp_path: Path, yaml_value: str, value: s
     assert env is not None and env[0].value == value
 
 
-@pytest.mark.xfail(
-    reason="BUG: a numeric env value is converted with str() of the number YAML 1.1 parsed, not kept as written: "
-    "`value: 11.10` becomes '11.1', `value: 0755` (octal) '493', `value: 12:30` (sexagesimal) '750'; "
-    "source._scalar constructs the typed value and EnvVar._stringify only sees the number",
-    strict=True,
-)
 @pytest.mark.parametrize("written", ["11.10", "0755", "12:30"])
 def test_env_value_is_kept_as_written(tmp_path: Path, written: str) -> None:
     job = load(tmp_path, edit('              value: "0.1"\n', f"              value: {written}\n"))
@@ -421,12 +415,6 @@ def test_json_document(tmp_path: Path) -> None:
     assert load_job(path).name == "demo"
 
 
-@pytest.mark.xfail(
-    reason="BUG: a wrong type in a union field (str | int | float) gives one problem per union member, with the "
-    "member's name appended to the path (...limits.cpu.str, .int, .float): load._pydantic_problems filters "
-    "only loc parts containing '[' or starting with 'function-', so the dedupe by (path, line) never matches",
-    strict=True,
-)
 def test_union_type_error_is_one_problem(tmp_path: Path) -> None:
     text = at_line(L_ENV_VALUE, "            resources:\n              limits:\n                cpu: [1]", keep=True)
     problems = problems_of(tmp_path, text)

@@ -99,9 +99,9 @@ def test_every_run_ends_and_keeps_the_invariants(case: Case) -> None:
         assert not any(o.phase.active for o in result.steps[-1].world.replicas.values())
     # attempts of each replica are created in order 0, 1, 2 ..., one more per restart at most
     for rid in replicas(case.job):
-        attempts = [a for _, name, a in result.created if name == rid.name]
-        assert attempts == list(range(len(attempts)))
-        assert len(attempts) <= 1 + status.replicas[rid.name].restarts
+        created = [a for _, name, a in result.created if name == rid.name]
+        assert created == list(range(len(created)))
+        assert len(created) <= 1 + status.replicas[rid.name].restarts
 
 
 @SETTINGS

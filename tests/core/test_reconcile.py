@@ -533,6 +533,7 @@ def test_stop_request_fails_the_job() -> None:
     failure = plan.status.failure
     assert failure is not None
     assert (failure.reason, failure.message, failure.replica) == ("Terminated", "stopped by SIGINT", None)
+    assert failure.signal == "SIGINT"
     assert stops(plan) == [("master-0", "stopped by SIGINT"), ("worker-0", "stopped by SIGINT")]
 
 
@@ -632,12 +633,6 @@ def test_created_suspended_starts_nothing() -> None:
     assert plan.status.startTime is None
 
 
-@pytest.mark.xfail(
-    reason="BUG: a stop request (World.stop_requested, e.g. Ctrl-C) is ignored while the job is suspended: "
-    "the suspend branch (step 2) returns before the stop request is looked at (step 3), so the job never "
-    "finishes and the runtime waits for nothing",
-    strict=True,
-)
 def test_stop_request_ends_a_suspended_job() -> None:
     d = Driver(make_job(workers=1, run_policy={"suspend": True}))
     d(World(), 0)
@@ -710,12 +705,6 @@ def test_ttl_applies_to_failed_jobs() -> None:
 # --- plan hygiene ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="BUG: a stale attempt that still runs gets two Stop actions in one plan when the job also "
-    "finishes (stop request or deadline): the stale-attempt loop adds Stop('replaced by a newer attempt') "
-    "and _stop_active() adds another Stop for the same attempt, as it only skips obs.stopping",
-    strict=True,
-)
 def test_one_action_per_attempt() -> None:
     d, _ = running_job(workers=1, restart_policy="OnFailure")
     d(world(up(M0), ended(W0, 137, 1.0)), 1)  # worker-0 attempt 0 is now stale

@@ -69,8 +69,9 @@ def test_scenario(s: Scenario) -> None:
             assert status.failure.exitCode == after_code[1]
     else:
         assert status.failure is None
-    # nothing is left running, and the simulated times stay on the 0.5 s grid
-    assert all(not o.phase.active for o in result.steps[-1].world.replicas.values()) or result.steps[-1].plan.done
+    # done with nothing left running, and the simulated times stay on the 0.5 s grid
+    assert result.steps[-1].plan.done
+    assert not any(o.phase.active for o in result.steps[-1].world.replicas.values())
     for t, _, _ in result.created:
         assert (t * 2).is_integer()
     assert (result.end * 2).is_integer()

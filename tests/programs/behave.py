@@ -10,7 +10,8 @@ import os
 import sys
 import time
 
-exits = json.load(open(sys.argv[1]))
+with open(sys.argv[1]) as f:
+    exits = json.load(f)
 state = sys.argv[2]
 name = f"{os.environ['TORCHJOB_REPLICA_TYPE']}-{os.environ['TORCHJOB_REPLICA_INDEX']}"
 attempt = sum(1 for f in os.listdir(state) if f.startswith(name + "."))

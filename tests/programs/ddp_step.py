@@ -21,7 +21,8 @@ parser.add_argument("--raise", dest="raise_", action="store_true")
 parser.add_argument("--sleep", type=float, default=0.0)
 args = parser.parse_args()
 
-name = f"{os.environ.get('TORCHJOB_REPLICA_TYPE', 'proc')}-{os.environ.get('TORCHJOB_REPLICA_INDEX', os.environ.get('LOCAL_RANK', '0'))}"
+rtype = os.environ.get("TORCHJOB_REPLICA_TYPE", "proc")
+name = f"{rtype}-{os.environ.get('TORCHJOB_REPLICA_INDEX', os.environ.get('LOCAL_RANK', '0'))}"
 if args.fail_replica == name:
     marker = os.path.join(args.fail_once_dir, name) if args.fail_once_dir else None
     if marker is None or not os.path.exists(marker):
@@ -38,8 +39,8 @@ if args.fail_replica == name:
         print(f"{name} failing with {args.fail_code}", flush=True)
         sys.exit(args.fail_code)
 
-import torch
-import torch.distributed as dist
+import torch  # noqa: E402  (after the early exit: failing replicas need not import torch)
+import torch.distributed as dist  # noqa: E402
 
 dist.init_process_group("gloo")
 t = torch.ones(1) * (dist.get_rank() + 1)

@@ -18,10 +18,18 @@ _FIXES = {
 }
 
 
+# pydantic names the union member or validator in an error's location; they are not fields.
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _is_type_tag(part: str) -> bool:
+    return part in _TYPE_TAGS or "[" in part or part.startswith("function-")
+
+
 def _pydantic_problems(err: ValidationError, doc: Document | None) -> list[Problem]:
     problems: list[Problem] = []
     for e in err.errors():
-        loc = [p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
+        loc = [p for p in e["loc"] if not (isinstance(p, str) and _is_type_tag(p))]
         kind = e["type"]
         field = loc[-1] if loc else ""
         if kind == "extra_forbidden":

@@ -55,7 +55,17 @@ def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> Any
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(item, (*path, i), lines) for i, item in enumerate(node.value)]
+    if _kept_as_written(path):
+        return node.value if node.tag != "tag:yaml.org,2002:null" else None
     return _scalar(node)
+
+
+def _kept_as_written(path: PathKey) -> bool:
+    """Env values and command/args items are strings on Kubernetes: `value: 0755` means "0755",
+    not YAML 1.1's octal 493."""
+    if len(path) >= 3 and path[-1] == "value" and path[-3] == "env":
+        return True
+    return len(path) >= 2 and isinstance(path[-1], int) and path[-2] in ("command", "args")
 
 
 def _scalar(node: yaml.Node) -> Any:

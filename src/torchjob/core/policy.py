@@ -71,7 +71,7 @@ def restart_delay(restarts_so_far: int) -> float:
     shorter, so that a crash loop cannot spin the machine."""
     if restarts_so_far <= 0:
         return 0.0
-    return float(min(BACKOFF_BASE_S * 2 ** (restarts_so_far - 1), BACKOFF_MAX_S))
+    return float(min(BACKOFF_BASE_S * 2 ** min(restarts_so_far - 1, 16), BACKOFF_MAX_S))
 
 
 def backoff_exhausted(backoff_limit: int | None, restarts_done: int) -> bool:

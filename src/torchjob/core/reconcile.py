@@ -221,8 +221,9 @@ def _count(job: TorchJob, world: World, status: JobStatus) -> None:
 
 
 def _stop_active(plan: Plan, world: World, reason: str) -> None:
+    stopping = {(a.replica, a.attempt) for a in plan.actions if isinstance(a, Stop)}
     for obs in world.replicas.values():
-        if obs.phase.active and not obs.stopping:
+        if obs.phase.active and not obs.stopping and (obs.replica, obs.attempt) not in stopping:
             plan.actions.append(Stop(obs.replica, obs.attempt, reason))
 
 
@@ -272,8 +273,8 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         _count(job, world, status)
         return plan
 
-    # 2. Suspended.
-    if rp.suspend:
+    # 2. Suspended (a stop request still ends a suspended job).
+    if rp.suspend and not world.stop_requested:
         if set_condition(status, "Suspended", True, "Suspended", f"TorchJob {job.name} is suspended.", now):
             plan.event("Normal", "Suspended", "job suspended: every replica is stopped")
             if status.is_true("Running"):

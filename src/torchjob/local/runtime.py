@@ -35,10 +35,14 @@ def run(store: Store, job: TorchJob, opts: LocalOptions, *, quiet: bool = False)
     rec = get(store, job.name)
     console = Console(rec.dir / "job.log", out=None if quiet else sys.stdout, err=sys.stderr)
     try:
-        Supervisor(store, job.name, console).run()
+        status = Supervisor(store, job.name, console).run()
     finally:
         console.close()
-    return store.get(job.name) or rec
+    final = store.get(job.name)
+    if final is None:  # removed at the end (ttlSecondsAfterFinished: 0)
+        rec.status = status
+        return rec
+    return final
 
 
 def submit(store: Store, job: TorchJob, opts: LocalOptions) -> TorchJob:

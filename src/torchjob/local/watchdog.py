@@ -19,7 +19,7 @@ import time
 from torchjob.local.sweep import sweep
 
 
-def _killpg(pgid: int, sig: signal.Signals) -> bool:
+def _killpg(pgid: int, sig: int) -> bool:
     try:
         os.killpg(pgid, sig)
         return True
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
-        alive = [g for g in alive if _killpg(g, signal.Signals(0))]
+        alive = [g for g in alive if _killpg(g, 0)]  # signal 0: does the group still exist?
     for g in alive:
         _killpg(g, signal.SIGKILL)
     sweep(f"TORCHJOB_JOB_UID={uid}")
