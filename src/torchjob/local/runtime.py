@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from torchjob.api.errors import UserError
-from torchjob.api.model import TorchJob
+from torchjob.api.model import FailureInfo, TorchJob
 from torchjob.core import policy
+from torchjob.core.reconcile import set_condition
 from torchjob.core.topology import ReplicaId, node_rank
 from torchjob.local.console import Console
 from torchjob.local.spec import LocalOptions
@@ -70,14 +71,20 @@ def get(store: Store, name: str) -> JobRecord:
 
 
 def _settle(store: Store, rec: JobRecord) -> JobRecord:
-    """A job whose supervisor vanished without a word (machine reboot) is shown as failed."""
-    if rec.status.finished or (rec.status.is_true("Suspended") and supervisor_alive(rec.supervisor_pid)):
+    """A job whose supervisor is gone (killed, or the machine rebooted) is failed: say so."""
+    if rec.status.finished or rec.supervisor_pid is None or supervisor_alive(rec.supervisor_pid):
         return rec
-    if rec.supervisor_pid is None or supervisor_alive(rec.supervisor_pid):
-        return rec
-    time.sleep(0.2)  # the watchdog may be writing the same thing right now
-    fresh = store.get(rec.name)
-    return fresh or rec
+    at = datetime.now(UTC)
+    msg = f"the supervisor (pid {rec.supervisor_pid}) is gone; its watchdog stopped every replica"
+    status = rec.status.model_copy(deep=True)
+    set_condition(status, "Failed", True, "SupervisorLost", msg, at)
+    status.completionTime = at
+    status.failure = FailureInfo(reason="SupervisorLost", message=msg)
+    store.set_status(rec.name, status)
+    store.end_open_attempts(rec.name, "SupervisorLost")
+    store.add_event(rec.name, "Warning", "SupervisorLost", msg)
+    store.set_supervisor(rec.name, None)
+    return store.get(rec.name) or rec
 
 
 def signal_supervisor(rec: JobRecord) -> None:

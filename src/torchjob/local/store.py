@@ -199,6 +199,11 @@ class Store:
             (time.time(), exit_code, reason, job, replica, attempt),
         )
 
+    def end_open_attempts(self, job: str, reason: str) -> None:
+        self._db.execute(
+            "UPDATE attempts SET ended=?, reason=? WHERE job=? AND ended IS NULL", (time.time(), reason, job)
+        )
+
     def retire_attempt(self, job: str, replica: str, attempt: int) -> None:
         self._db.execute(
             "UPDATE attempts SET current=0 WHERE job=? AND replica=? AND attempt=?", (job, replica, attempt)

@@ -13,7 +13,6 @@ import queue
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from contextlib import closing
@@ -27,7 +26,7 @@ from torchjob.api.model import JobStatus, TorchJob
 from torchjob.core import policy
 from torchjob.core.reconcile import Create, DeleteJob, Forget, Observed, Phase, Plan, Purge, Stop, World, reconcile
 from torchjob.core.topology import Placement, ReplicaId, master_port
-from torchjob.local import volumes
+from torchjob.local import volumes, watchdog
 from torchjob.local.console import Console
 from torchjob.local.process import Exited, ReplicaProcess, StartError
 from torchjob.local.render import render, warnings
@@ -114,7 +113,7 @@ class Supervisor:
         self.deleting = False
         self.created_mount_points: list[Path] = []
         self.specs: dict[str, LaunchSpec] = {}
-        self._watchdog: subprocess.Popen[str] | None = None
+        self._watchdog: IO[str] | None = None
 
     # --- lifecycle ---
 
@@ -247,12 +246,7 @@ class Supervisor:
             return
         self.procs[name] = p
         self.history.append(p)
-        if self._watchdog is not None and self._watchdog.stdin is not None:
-            try:
-                self._watchdog.stdin.write(f"pg {p.pid}\n")
-                self._watchdog.stdin.flush()
-            except OSError:
-                pass
+        self._tell_watchdog(f"pg {p.pid}")
         self.store.start_attempt(self.name, name, attempt, p.pid, str(p.log_path))
         self.console.note(f"{name} started (pid {p.pid}" + (f", attempt {attempt})" if attempt else ")"))
 
@@ -277,11 +271,15 @@ class Supervisor:
 
     def _start_watchdog(self) -> None:
         grace = max([s.grace_period_s for s in self.specs.values()] or [30.0])
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "torchjob.local.watchdog", str(self.store.path), self.name, self.uid, str(grace)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, text=True,
-        )
+        fd = watchdog.start(self.uid, grace)
+        self._watchdog = os.fdopen(fd, "w", buffering=1)
+
+    def _tell_watchdog(self, line: str) -> None:
+        if self._watchdog is not None:
+            try:
+                self._watchdog.write(line + "\n")
+            except OSError:
+                pass
 
     def _wait_all(self, timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -309,18 +307,14 @@ class Supervisor:
                 mp.rmdir() if mp.is_dir() else mp.unlink()
             except OSError:
                 pass
+        self._tell_watchdog("bye")
         if self._watchdog is not None:
-            stdin: IO[str] | None = self._watchdog.stdin
-            try:
-                if stdin is not None:
-                    stdin.write("bye\n")
-                    stdin.close()
-            except OSError:
-                pass
+            self._watchdog.close()
         if self.deleting:
             self.store.delete_job(self.name)
-        else:
+        elif self.job.status is not None and self.job.status.finished:
             self.store.set_supervisor(self.name, None)
+        # Otherwise the pid stays: readers see it gone and report the job as SupervisorLost.
 
 
 def _reason(p: ReplicaProcess) -> str | None:

@@ -1,20 +1,19 @@
 """Kills a job's replicas if its supervisor dies without saying goodbye (even by SIGKILL).
 
-Started by the supervisor in a session of its own, with a pipe on stdin. The supervisor writes
-`pg <pgid>` for every replica it starts and `bye` when it ends normally. End of file without
-`bye` means the supervisor is gone: SIGTERM every group, SIGKILL after the grace period, sweep
-the job's stray descendants, and mark the job failed in the store. Standard library only, so it
-starts in a few milliseconds.
+Forked by the supervisor before any replica starts (no new interpreter to start, so it takes
+no CPU from the replicas' own start), in a session of its own, reading a pipe. The supervisor
+writes `pg <pgid>` for every replica it starts and `bye` when it ends normally. End of file
+without `bye` means the supervisor is gone: SIGTERM every group, SIGKILL after the grace period,
+and sweep the job's stray descendants. (The store is not touched here: SQLite must not be used
+across a fork. Readers mark a job whose supervisor is gone as failed: `runtime.get`.)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sqlite3
-import sys
 import time
+from collections.abc import Iterable
 
 from torchjob.local.sweep import sweep
 
@@ -27,17 +26,36 @@ def _killpg(pgid: int, sig: int) -> bool:
         return False
 
 
-def main(argv: list[str]) -> int:
-    db_path, job, uid, grace_s = argv[0], argv[1], argv[2], float(argv[3])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the supervisor
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+def start(uid: str, grace_s: float) -> int:
+    """Fork the watchdog; returns the write end of its pipe."""
+    r, w = os.pipe()
+    if os.fork() != 0:
+        os.close(r)
+        return w
+    try:  # the watchdog: never returns
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, r)
+        os.closerange(r + 1, 65536)
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):  # a terminal's Ctrl-C is for the supervisor
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with os.fdopen(r) as pipe:
+            watch(pipe, uid, grace_s)
+    finally:
+        os._exit(0)
+
+
+def watch(pipe: Iterable[str], uid: str, grace_s: float) -> None:
     groups: set[int] = set()
-    for raw in sys.stdin:
+    for raw in pipe:
         word, _, arg = raw.strip().partition(" ")
         if word == "pg":
             groups.add(int(arg))
         elif word == "bye":
-            return 0
+            return
     # The supervisor died.
     alive = [g for g in groups if _killpg(g, signal.SIGTERM)]
     deadline = time.monotonic() + grace_s
@@ -47,39 +65,3 @@ def main(argv: list[str]) -> int:
     for g in alive:
         _killpg(g, signal.SIGKILL)
     sweep(f"TORCHJOB_JOB_UID={uid}")
-    _mark_failed(db_path, job, uid)
-    return 0
-
-
-def _mark_failed(db_path: str, job: str, uid: str) -> None:
-    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-    msg = "the supervisor was killed; every replica was stopped"
-    try:
-        db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
-        row = db.execute("SELECT status FROM jobs WHERE name=? AND uid=?", (job, uid)).fetchone()
-        if row is None:
-            return
-        status = json.loads(row[0])
-        conds = status.setdefault("conditions", [])
-        if any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in conds):
-            return
-        for c in conds:
-            if c["type"] in ("Running", "Restarting") and c["status"] == "True":
-                c["status"] = "False"
-        conds.append({"type": "Failed", "status": "True", "reason": "SupervisorLost", "message": msg,
-                      "lastTransitionTime": now, "lastUpdateTime": now})
-        status["completionTime"] = now
-        status["failure"] = {"reason": "SupervisorLost", "message": msg}
-        db.execute("UPDATE jobs SET status=?, supervisor_pid=NULL WHERE name=? AND uid=?",
-                   (json.dumps(status), job, uid))
-        db.execute("UPDATE attempts SET ended=?, reason=? WHERE job=? AND ended IS NULL",
-                   (time.time(), "SupervisorLost", job))
-        db.execute("INSERT INTO events (job, time, type, reason, message) VALUES (?,?,?,?,?)",
-                   (job, time.time(), "Warning", "SupervisorLost", msg))
-        db.close()
-    except sqlite3.Error:
-        pass
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
