@@ -153,7 +153,7 @@ def root_cause(store: Store, rec: JobRecord, log_lines: int = 15) -> str | None:
             (a for a in store.attempts(rec.name) if a.replica == f.replica and a.attempt == f.attempt), None
         )
         rid = ReplicaId.parse(f.replica)
-        out += ["", "Root cause (first observed failure):",
+        out += ["", "Root cause (the failure that ended the job):",
                 f"  replica   : {f.replica} (attempt {f.attempt}, node rank {node_rank(rec.job, rid)})"]
         if f.exitCode is not None:
             out.append(f"  exit code : {f.exitCode}" + (f" ({f.signal})" if f.signal else ""))

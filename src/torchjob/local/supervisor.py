@@ -171,9 +171,12 @@ class Supervisor:
             p = self.procs.get(ev.replica)
             if p is not None and p.attempt == ev.attempt and p.exit_code is not None:
                 self.store.end_attempt(self.name, ev.replica, ev.attempt, p.exit_code, _reason(p))
+                # A failure is told by the decision it leads to (restart, or the job fails).
                 how = policy.describe_exit(p.exit_code)
-                self.console.note(f"{ev.replica} exited with {how}" + (" (stopped)" if p.stopping else ""),
-                                  warning=p.exit_code != 0 and not p.stopping)
+                if p.stopping:
+                    self.console.note(f"{ev.replica} stopped ({how})")
+                elif p.exit_code == 0:
+                    self.console.note(f"{ev.replica} exited with {how}")
         elif isinstance(ev, _Signal):
             if ev.signum == signal.SIGUSR1:
                 self._reload()
