@@ -174,7 +174,10 @@ def simulate(
             candidates.append(changes[0][0])
         if plan.requeue_at is not None:
             if seconds(plan.requeue_at) <= now:
-                raise SimError(f"t={now}: requeue_at {plan.requeue_at} is not in the future and nothing changed")
+                # "Again at once" is allowed only right after the status changed (the job just ended).
+                if steps[-1].plan.status == (steps[-2].plan.status if len(steps) > 1 else None):
+                    raise SimError(f"t={now}: requeue_at {plan.requeue_at} is not in the future and nothing changed")
+                continue
             candidates.append(seconds(plan.requeue_at))
         if not candidates:
             if stop_when_idle is not None and stop is None:

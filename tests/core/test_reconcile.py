@@ -449,7 +449,7 @@ def test_master_success_lets_the_workers_settle_then_stops_them() -> None:
     assert reason_of(plan.status, "Succeeded") == "Succeeded"
     assert plan.status.completionTime == at(1)
     assert plan.actions == [], "after a success the others get SUCCESS_SETTLE_S to end on their own"
-    assert plan.requeue_at == at(1 + SUCCESS_SETTLE_S)
+    assert plan.requeue_at == at(1), "the reconcile that ends a job asks for one more round at once"
     running = plan.status.condition("Running")
     assert running is not None and (running.status, running.reason) == ("False", "Succeeded")
     assert plan.status.failure is None
@@ -496,6 +496,8 @@ def test_elastic_job_needs_one_worker() -> None:
     assert plan.status.condition("Succeeded").message == (  # type: ignore[union-attr]
         "a worker of the elastic job succeeded"
     )
+    assert plan.actions == [] and plan.requeue_at == at(1)
+    plan = d(world(up(W0), ended(W1, 0, 1.0), up(ReplicaId("Worker", 2))), 1)
     assert plan.actions == [] and plan.requeue_at == at(1 + SUCCESS_SETTLE_S)
 
 
@@ -513,13 +515,17 @@ def test_always_master_success_ends_the_job() -> None:
     ],
     ids=["success", "failure"],
 )
-def test_finishing_plan_with_nothing_running_is_done(kwargs: dict[str, Any], observed: tuple[Observed, ...]) -> None:
-    """The reconcile that finishes a job with nothing left to stop says done at once: no action and
-    no requeue_at give a runtime no other reason to reconcile again."""
+def test_finishing_plan_asks_for_one_more_round_then_is_done(
+    kwargs: dict[str, Any], observed: tuple[Observed, ...]
+) -> None:
+    """The reconcile that finishes a job asks to be called again at once (requeue_at == now): the
+    end's own work (cleanPodPolicy, TTL) is decided in that round, which then says done."""
     d, _ = running_job(**kwargs)
     plan = d(world(*observed), 1)
-    assert plan.status.finished and plan.actions == [] and plan.requeue_at is None
-    assert plan.done
+    assert plan.status.finished and plan.actions == [] and plan.requeue_at == at(1)
+    assert not plan.done
+    plan = d(world(*observed), 1)
+    assert plan.actions == [] and plan.requeue_at is None and plan.done
 
 
 # --- stop requests and the deadline --------------------------------------------------------------

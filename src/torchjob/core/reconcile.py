@@ -229,9 +229,12 @@ def _stop_active(plan: Plan, world: World, reason: str) -> None:
 
 def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
     plan = _decide(job, world, now)
+    was_finished = job.status is not None and job.status.finished
+    if plan.status.finished and not was_finished:
+        plan.requeue(now)  # the end's own work (stop, clean up, TTL) comes in the next round
     # Done: finished, nothing running, nothing left to clean up.
     plan.done = (
-        plan.status.finished
+        was_finished
         and not any(o.phase.active for o in world.replicas.values())
         and not any(isinstance(a, Purge | DeleteJob) for a in plan.actions)
     )

@@ -26,6 +26,8 @@ class Exited:
 
     replica: str
     attempt: int
+    exit_code: int
+    stopping: bool  # torchjob had asked it to stop
 
 
 class ReplicaProcess:
@@ -90,7 +92,7 @@ class ReplicaProcess:
             self._killpg(signal.SIGKILL)  # whatever the leader left in its group goes with it
             if self._kill_timer is not None:
                 self._kill_timer.cancel()
-            events.put(Exited(name, self.attempt))
+            events.put(Exited(name, self.attempt, self.exit_code, self.stopping))
 
         self._pump = threading.Thread(target=pump, name=f"pump-{name}", daemon=True)
         self._pump.start()

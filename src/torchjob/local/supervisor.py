@@ -168,15 +168,15 @@ class Supervisor:
 
     def _handle(self, ev: object) -> None:
         if isinstance(ev, Exited):
-            p = self.procs.get(ev.replica)
-            if p is not None and p.attempt == ev.attempt and p.exit_code is not None:
-                self.store.end_attempt(self.name, ev.replica, ev.attempt, p.exit_code, _reason(p))
-                # A failure is told by the decision it leads to (restart, or the job fails).
-                how = policy.describe_exit(p.exit_code)
-                if p.stopping:
-                    self.console.note(f"{ev.replica} stopped ({how})")
-                elif p.exit_code == 0:
-                    self.console.note(f"{ev.replica} exited with {how}")
+            # Recorded from the event itself: the attempt may already have been replaced.
+            reason = "Completed" if ev.exit_code == 0 else ("Stopped" if ev.stopping else "Error")
+            self.store.end_attempt(self.name, ev.replica, ev.attempt, ev.exit_code, reason)
+            # A failure is told by the decision it leads to (restart, or the job fails).
+            how = policy.describe_exit(ev.exit_code)
+            if ev.stopping:
+                self.console.note(f"{ev.replica} stopped ({how})")
+            elif ev.exit_code == 0:
+                self.console.note(f"{ev.replica} exited with {how}")
         elif isinstance(ev, _Signal):
             if ev.signum == signal.SIGUSR1:
                 self._reload()
