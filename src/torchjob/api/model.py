@@ -289,11 +289,39 @@ class PodTemplateSpec(Strict):
 
 # --- the job spec ----------------------------------------------------------------------
 
+# Lifecycle policies (from Volcano): on an event or an exit code, take an action. They apply
+# before restartPolicy: a failure a policy matches is handled by the policy alone.
+PolicyEvent = Literal["PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Unknown", "*"]
+PolicyAction = Literal["RestartJob", "RestartTask", "RestartPod", "AbortJob", "TerminateJob", "CompleteJob"]
+POLICY_EVENTS: tuple[str, ...] = ("PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Unknown", "*")
+POLICY_ACTIONS: tuple[str, ...] = ("RestartJob", "RestartTask", "RestartPod", "AbortJob", "TerminateJob", "CompleteJob")
+
+
+class LifecyclePolicy(Strict):
+    event: PolicyEvent | None = None
+    events: list[PolicyEvent] | None = None
+    action: PolicyAction
+    exitCode: int | None = None
+    timeout: str | None = None  # a Go duration ("90s", "10m"): act only if it still holds then
+
+    def event_names(self) -> list[str]:
+        return [*([self.event] if self.event else []), *(self.events or [])]
+
+
+class DependsOn(Strict):
+    """Start this replica type only once the named types run (Volcano's task dependsOn)."""
+
+    name: list[str]
+    iteration: Literal["any", "all"] | None = None
+
 
 class ReplicaSpec(Strict):
     replicas: int | None = None
     restartPolicy: RestartPolicy | None = None
     template: PodTemplateSpec
+    policies: list[LifecyclePolicy] | None = None
+    maxRestarts: int | None = None  # restarts of this type before its TaskFailed event (unset: none)
+    dependsOn: DependsOn | None = None
 
 
 class SchedulingPolicy(Strict):
@@ -302,6 +330,8 @@ class SchedulingPolicy(Strict):
     minResources: dict[str, str | int | float] | None = None
     priorityClass: str | None = None
     scheduleTimeoutSeconds: int | None = None
+    priority: int | None = None  # a scheduler's own priority number (T9k scheduler)
+    schedulerName: str | None = None  # e.g. volcano
 
 
 class RunPolicy(Strict):
@@ -333,11 +363,46 @@ class ElasticPolicy(Strict):
     metrics: list[dict[str, Any]] | None = None
 
 
+class DebugReplica(Strict):
+    type: str
+    skipInitContainer: bool | None = None
+    command: list[str] | None = None  # default: sleep inf
+
+
+class DebugMode(Strict):
+    enabled: bool = False
+    replicaSpecs: list[DebugReplica] | None = None
+
+
+class RunMode(Strict):
+    """T9k's debug mode: replicas start with a debug command instead of training."""
+
+    debug: DebugMode | None = None
+
+
+class TensorBoardSpec(Strict):
+    image: str | None = None
+    logDirs: list[str]  # local paths, or t9k://pvc/NAME/PATH resolved with --pvc NAME=PATH
+
+
+class VolcanoEnv(Strict):
+    """The env Volcano's plugins give, for jobs that came from (or go to) Volcano."""
+
+    taskNames: dict[str, str] | None = None  # replica type -> Volcano task name (VC_<TASK>_*)
+    taskIndex: bool = False  # `env` plugin: VC_TASK_INDEX, VK_TASK_INDEX
+    hosts: bool = False  # `svc` plugin: VC_<TASK>_HOSTS, VC_<TASK>_NUM
+
+
 class TorchJobSpec(Strict):
     pytorchReplicaSpecs: dict[str, ReplicaSpec]
     runPolicy: RunPolicy | None = None
     elasticPolicy: ElasticPolicy | None = None
     nprocPerNode: str | None = None
+    policies: list[LifecyclePolicy] | None = None  # job-level; replica-level ones are tried first
+    minSuccess: int | None = None  # the job succeeds once this many replicas have succeeded
+    runMode: RunMode | None = None
+    tensorboard: TensorBoardSpec | None = None
+    volcano: VolcanoEnv | None = None
 
     @field_validator("pytorchReplicaSpecs", mode="before")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from torchjob.api.errors import Problem
 from torchjob.api.model import (
@@ -12,6 +13,7 @@ from torchjob.api.model import (
     REPLICA_TYPES,
     WORKER,
     Container,
+    LifecyclePolicy,
     TorchJob,
 )
 from torchjob.api.source import Document, problem_at
@@ -157,6 +159,8 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
                     add([*cpath, "env", ei, "name"], f"{env.name} is set twice", "keep one")
                 seen.add(env.name)
 
+    _validate_policies(job, add)
+
     rp = job.run_policy
     for fname in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
         value = getattr(rp, fname)
@@ -189,6 +193,59 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         if ep.maxRestarts is not None and ep.maxRestarts < 0:
             add([*epath, "maxRestarts"], f"must not be negative, got {ep.maxRestarts}")
     return problems
+
+
+def _validate_policies(job: TorchJob, add: Callable[[list[str | int], str, str | None], None]) -> None:
+    from torchjob.core.policy import parse_duration
+
+    base: list[str | int] = ["spec", "pytorchReplicaSpecs"]
+    places: list[tuple[list[str | int], list[LifecyclePolicy]]] = [(["spec", "policies"], job.spec.policies or [])]
+    for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
+        places.append(([*base, rtype, "policies"], rspec.policies or []))
+        if rspec.maxRestarts is not None and rspec.maxRestarts < 0:
+            add([*base, rtype, "maxRestarts"], f"must not be negative, got {rspec.maxRestarts}", None)
+        if rspec.dependsOn is not None:
+            for dep in rspec.dependsOn.name:
+                if dep not in job.spec.pytorchReplicaSpecs or dep == rtype:
+                    add([*base, rtype, "dependsOn", "name"], f"{dep!r} is not another replica type of this job",
+                        f"use one of {sorted(set(job.spec.pytorchReplicaSpecs) - {rtype})}")
+    deps = {t: set(s.dependsOn.name) if s.dependsOn else set() for t, s in job.spec.pytorchReplicaSpecs.items()}
+    if any(t in deps.get(d, set()) for t, ds in deps.items() for d in ds):
+        add([*base], "dependsOn forms a cycle: no replica could ever start", "remove one of the dependencies")
+    for path, policies in places:
+        seen: set[str] = set()
+        for i, pol in enumerate(policies):
+            here = [*path, i]
+            events = pol.event_names()
+            if pol.exitCode is not None and events:
+                add(here, "has both an event and an exitCode", "a policy reacts to one or the other: split it in two")
+            elif pol.exitCode is None and not events:
+                add(here, "has neither an event nor an exitCode", "add event: PodFailed (for example) or exitCode: N")
+            if pol.exitCode == 0:
+                add([*here, "exitCode"], "0 is success, not a failure to react to", "use a non-zero code")
+            if "*" in events and len(events) > 1:
+                add(here, "'*' must be the only event of its policy", "remove the other events")
+            keys = [f"exit:{pol.exitCode}"] if pol.exitCode is not None else events
+            for key in keys:
+                if key in seen:
+                    add(here, f"{key.replace('exit:', 'exitCode ')} appears in two policies here", "keep one")
+                seen.add(key)
+            if pol.timeout is not None:
+                try:
+                    parse_duration(pol.timeout)
+                except ValueError as e:
+                    add([*here, "timeout"], str(e), None)
+    if job.spec.minSuccess is not None:
+        total = sum(job.replica_count(t) for t in job.spec.pytorchReplicaSpecs)
+        if not 1 <= job.spec.minSuccess <= total:
+            add(["spec", "minSuccess"], f"must be between 1 and the job's {total} replicas, got {job.spec.minSuccess}",
+                None)
+    debug = job.spec.runMode.debug if job.spec.runMode else None
+    for i, d in enumerate(debug.replicaSpecs or [] if debug else []):
+        if d.type.capitalize() not in job.spec.pytorchReplicaSpecs:
+            add(["spec", "runMode", "debug", "replicaSpecs", i, "type"],
+                f"{d.type!r} is not a replica type of this job",
+                f"use one of {[t.lower() for t in job.spec.pytorchReplicaSpecs]}")
 
 
 def _suggest_name(name: str) -> str:
