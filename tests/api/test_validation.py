@@ -213,11 +213,6 @@ CASES: list[tuple[str, str, str, str, int, str]] = [
         f"{WORKER_C0}.env[1].name", L_ENV_VALUE + 1, "LR is set twice",
     ),
     (
-        "no-command",
-        f"{L_WORKER_COMMAND}", "",
-        WORKER_C0, L_WORKER_CONTAINER, "container 'pytorch' has no command",
-    ),
-    (
         "volume-mount-without-volume",
         f"{L_ENV_VALUE}+", "            volumeMounts:\n            - name: data\n              mountPath: /data",
         f"{WORKER_C0}.volumeMounts[0].name", L_ENV_VALUE + 2, "no volume named 'data'",

@@ -282,3 +282,19 @@ def test_clean_pod_policy_all_and_ttl(torchjob: Torchjob, tmp_path: Path) -> Non
     assert torchjob("run", str(path)).returncode == 0
     assert torchjob("describe", "ttl").returncode == 2
 
+
+
+def test_container_without_command_is_refused_locally(torchjob: Torchjob, tmp_path: Path) -> None:
+    # Valid on a cluster (the image's entrypoint runs), but there is no image locally.
+    data = job_data("noentry", workers=1, command=STEP)
+    for spec in data["spec"]["pytorchReplicaSpecs"].values():
+        c = spec["template"]["spec"]["containers"][0]
+        del c["command"]
+        c["args"] = ["--backend", "nccl"]
+        c["image"] = "example/trainer:1"
+    path = write_job(tmp_path / "noentry.yaml", data)
+    assert torchjob("validate", str(path)).returncode == 0
+    proc = torchjob("run", str(path))
+    assert proc.returncode == 2
+    assert "container 'pytorch' has no command" in proc.stderr and "example/trainer:1" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,18 @@ def job_from_data(data: dict[str, Any], doc: Document | None = None) -> TorchJob
     return job
 
 
-def job_from_document(doc: Document) -> TorchJob:
+@dataclass
+class Loaded:
+    job: TorchJob
+    notes: list[str] = field(default_factory=list)  # what a foreign document's reader ignored or decided
+    dialect: str = f"{API_VERSION} {KIND}"
+
+
+def load_document(doc: Document) -> Loaded:
     api, kind = doc.data.get("apiVersion"), doc.data.get("kind")
     if api == API_VERSION and kind == KIND:
-        return job_from_data(doc.data, doc)
-    from torchjob.dialects import reader_for  # dialects build on the native model
+        return Loaded(job_from_data(doc.data, doc))
+    from torchjob.dialects import SUPPORTED, reader_for  # dialects build on the native model
 
     reader = reader_for(api, kind)
     if reader is None:
@@ -79,13 +87,22 @@ def job_from_document(doc: Document) -> TorchJob:
                     doc,
                     ["kind"] if api == API_VERSION else ["apiVersion"],
                     f"unsupported document apiVersion={api!r} kind={kind!r}",
-                    f"use apiVersion: {API_VERSION} and kind: {KIND}",
+                    "torchjob reads " + "; ".join(SUPPORTED),
                 )
             ],
             doc.source,
         )
-    return reader(doc)
+    converted = reader(doc)
+    return Loaded(converted.job, converted.notes, f"{api} {kind}")
+
+
+def job_from_document(doc: Document) -> TorchJob:
+    return load_document(doc).job
+
+
+def load(path: str | Path) -> Loaded:
+    return load_document(read_document(path))
 
 
 def load_job(path: str | Path) -> TorchJob:
-    return job_from_document(read_document(path))
+    return load(path).job

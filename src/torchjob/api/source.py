@@ -19,6 +19,15 @@ class Document:
     data: dict[str, Any]
     source: str
     lines: dict[PathKey, int] = field(default_factory=dict)
+    # A foreign document read as a native job: native path prefix -> the document's own, so that
+    # problems name the field and line the user wrote.
+    aliases: list[tuple[PathKey, PathKey]] = field(default_factory=list)
+
+    def translate(self, path: list[str | int]) -> list[str | int]:
+        for native, own in self.aliases:
+            if tuple(path[: len(native)]) == native:
+                return [*own, *path[len(native):]]
+        return path
 
     def line_of(self, path: Iterable[str | int]) -> int | None:
         """The line of the deepest known field on `path` (keys compared case-insensitively)."""
@@ -125,6 +134,6 @@ def read_document(path: str | Path) -> Document:
 
 
 def problem_at(doc: Document | None, path: Iterable[str | int], message: str, fix: str | None = None) -> Problem:
-    parts = list(path)
+    parts = doc.translate(list(path)) if doc else list(path)
     dotted = ".".join(f"[{p}]" if isinstance(p, int) else p for p in parts).replace(".[", "[")
     return Problem(path=dotted, message=message, fix=fix, line=doc.line_of(parts) if doc else None)

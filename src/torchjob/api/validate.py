@@ -42,6 +42,8 @@ RESERVED_ENV: dict[str, str] = {
     "PET_STANDALONE": "set spec.elasticPolicy.standalone instead",
     "TORCHELASTIC_ERROR_FILE": "torchjob points it at the replica's error file",
 }
+# Set only when spec.volcano asks for them (Volcano's env and svc plugins).
+VOLCANO_ENV = ("VC_TASK_INDEX", "VK_TASK_INDEX")
 RESERVED_PREFIX = "TORCHJOB_"
 
 NPROC_WORDS = ("auto", "cpu", "gpu")
@@ -122,22 +124,19 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         for vi, vol in enumerate(pod.volumes or []):
             if vol.source_kind() is None:
                 add([*path, "volumes", vi], f"volume {vol.name!r} must have exactly one source", None)
-        ci = training_container(pod.containers)
         for i, c in enumerate(pod.containers):
             cpath: list[str | int] = [*path, "containers", i]
-            if i == ci and not c.command and not c.args:
-                add(
-                    cpath,
-                    f"container {c.name!r} has no command",
-                    "set command (and args), e.g. command: [python, train.py]; torchjob does not read "
-                    "an image's entrypoint",
-                )
             for p in c.ports or []:
                 if not 1 <= p.containerPort <= 65535:
                     add([*cpath, "ports"], f"port {p.containerPort} is out of range", "use 1-65535")
             for ei, env in enumerate(c.env or []):
-                if env.name in RESERVED_ENV or env.name.startswith(RESERVED_PREFIX):
-                    reason = RESERVED_ENV.get(env.name, "torchjob sets the TORCHJOB_* variables")
+                vc = job.spec.volcano
+                volcano_set = vc is not None and (
+                    (vc.taskIndex and env.name in VOLCANO_ENV)
+                    or (vc.hosts and env.name.startswith("VC_") and env.name.endswith(("_HOSTS", "_NUM")))
+                )
+                if env.name in RESERVED_ENV or env.name.startswith(RESERVED_PREFIX) or volcano_set:
+                    reason = RESERVED_ENV.get(env.name, "torchjob sets it")
                     add(
                         [*cpath, "env", ei, "name"],
                         f"{env.name} is set by torchjob and cannot be set by hand",

@@ -36,6 +36,8 @@ def local_options(f: F) -> F:
     f = click.option("--configmap", "configmaps", multiple=True, metavar="NAME=PATH",
                      help="Fill configMap NAME from a file or directory (repeatable), like "
                           "kubectl create configmap NAME --from-file=PATH.")(f)
+    f = click.option("--pvc", "pvcs", multiple=True, metavar="NAME=DIR",
+                     help="Stand in local directory DIR for persistentVolumeClaim NAME (repeatable).")(f)
     f = click.option("--document-ports", is_flag=True,
                      help="Use the ports the document names (23456 by default) instead of free ones.")(f)
     f = click.option("--no-resolve-python", is_flag=True,
@@ -46,24 +48,35 @@ def local_options(f: F) -> F:
     return f
 
 
-def _opts(configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
+def _pairs(flag: str, items: tuple[str, ...], example: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"{flag} {item!r} is not NAME=PATH", fix=f"e.g. {flag} {example}")
+        out[name] = str(Path(path).resolve())
+    return out
+
+
+def _opts(configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
           grace_period: float | None) -> Any:
     from torchjob.local.spec import LocalOptions
 
-    cms: dict[str, str] = {}
-    for item in configmaps:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise UserError(f"--configmap {item!r} is not NAME=PATH", fix="e.g. --configmap scripts=./train.py")
-        cms[name] = str(Path(path).resolve())
-    return LocalOptions(configmaps=cms, document_ports=document_ports, resolve_python=not no_resolve_python,
-                        grace_period_s=grace_period)
+    return LocalOptions(
+        configmaps=_pairs("--configmap", configmaps, "scripts=./train.py"),
+        pvcs=_pairs("--pvc", pvcs, "data=/mnt/data"),
+        document_ports=document_ports, resolve_python=not no_resolve_python, grace_period_s=grace_period,
+    )
 
 
 def _load(path: str) -> Any:
-    from torchjob.api.load import load_job
+    """Read a job in any dialect; what its reader ignored or decided is shown as warnings."""
+    from torchjob.api.load import load
 
-    return load_job(path)
+    loaded = load(path)
+    for note in loaded.notes:
+        click.echo(f"warning: {note}", err=True)
+    return loaded.job
 
 
 def _store() -> Any:
@@ -85,14 +98,15 @@ def cli() -> None:
 @click.argument("job_file", metavar="JOB.yaml")
 @local_options
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
-def run(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
-        grace_period: float | None, quiet: bool) -> None:
+def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
+        no_resolve_python: bool, grace_period: float | None, quiet: bool) -> None:
     """Run a job in the foreground until it ends; exit 0 when it succeeded."""
     from torchjob.local import runtime
 
     job = _load(job_file)
     store = _store()
-    rec = runtime.run(store, job, _opts(configmaps, document_ports, no_resolve_python, grace_period), quiet=quiet)
+    opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
+    rec = runtime.run(store, job, opts, quiet=quiet)
     st = rec.status
     took = ""
     if st.startTime and st.completionTime:
@@ -113,13 +127,13 @@ def run(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_res
 @cli.command()
 @click.argument("job_file", metavar="JOB.yaml")
 @local_options
-def submit(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
-           grace_period: float | None) -> None:
+def submit(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
+           no_resolve_python: bool, grace_period: float | None) -> None:
     """Start a job detached; follow it with `torchjob logs NAME -f`."""
     from torchjob.local import runtime
 
     job = _load(job_file)
-    job = runtime.submit(_store(), job, _opts(configmaps, document_ports, no_resolve_python, grace_period))
+    job = runtime.submit(_store(), job, _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period))
     click.echo(f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f")
 
 
@@ -144,15 +158,16 @@ def validate(job_file: str, output: str) -> None:
 @click.argument("job_file", metavar="JOB.yaml")
 @local_options
 @OUTPUT
-def render(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
-           grace_period: float | None, output: str) -> None:
+def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
+           no_resolve_python: bool, grace_period: float | None, output: str) -> None:
     """Dry run: every replica's resolved command, env, working directory and mounts."""
     from torchjob.local.render import warnings
     from torchjob.local.store import Store
     from torchjob.local.supervisor import prepare_job
 
     job = _load(job_file)
-    _, specs = prepare_job(job, _opts(configmaps, document_ports, no_resolve_python, grace_period), Store())
+    opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
+    _, specs = prepare_job(job, opts, Store())
     data: list[dict[str, Any]] = [
         {"replica": s.name, "command": s.argv, "workingDir": s.cwd, "env": dict(sorted(s.env.items())),
          "mounts": [m.__dict__ for m in s.mounts], "gpus": s.gpus, "torchrun": s.torchrun,
@@ -178,6 +193,26 @@ def render(job_file: str, configmaps: tuple[str, ...], document_ports: bool, no_
     for w in warnings(job):
         click.echo(f"warning: {w}", err=True)
     click.echo("note: ports are picked per run; pass --document-ports to use the document's", err=True)
+
+
+@cli.command()
+@click.argument("job_file", metavar="FILE")
+@click.option("--to", "target", type=click.Choice(["torchjob", "kubeflow", "volcano"]), default="torchjob",
+              show_default=True, help="The dialect to write.")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def convert(job_file: str, target: str, output: str) -> None:
+    """Print a job (any dialect) as a TorchJob, Kubeflow PyTorchJob or Volcano Job; what the target
+    cannot express is listed on stderr."""
+    from torchjob.api.load import load
+    from torchjob.dialects.convert import convert as to
+
+    loaded = load(job_file)
+    for note in loaded.notes:
+        click.echo(f"warning: {note}", err=True)
+    data, lost = to(loaded.job, target)
+    _dump(data, output)
+    for item in lost:
+        click.echo(f"not expressible in {target}: {item}", err=True)
 
 
 @cli.command(name="list")

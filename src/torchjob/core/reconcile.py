@@ -32,6 +32,7 @@ from torchjob.api.model import (
     Condition,
     FailureInfo,
     JobStatus,
+    LifecyclePolicy,
     ReplicaAttemptState,
     ReplicaStatus,
     TorchJob,
@@ -257,7 +258,9 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
     # workers are usually tearing down their process group); after a failure they are stopped now.
     if status.finished:
         settle_until = (status.completionTime or now) + timedelta(seconds=SUCCESS_SETTLE_S)
-        if status.is_true("Succeeded") and now < settle_until:
+        succeeded = status.condition("Succeeded")
+        settles = succeeded is not None and succeeded.status == "True" and succeeded.reason == "Succeeded"
+        if settles and now < settle_until:
             if any(o.phase.active for o in world.replicas.values()):
                 plan.requeue(settle_until)
         else:
@@ -333,28 +336,59 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
     if deadline is not None:
         plan.requeue(deadline)
 
-    # 4. Success.
-    workers = [current.get(r.name) for r in expected if r.rtype == WORKER]
-    if has_master(job):
-        master = current.get(ReplicaId(MASTER, 0).name)
-        if master is not None and master.phase is Phase.SUCCEEDED:
-            _finish(plan, job, world, now, True, "Succeeded", "the master replica succeeded")
-    elif workers and all(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
-        _finish(plan, job, world, now, True, "Succeeded", "every worker succeeded")
-    elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
-        _finish(plan, job, world, now, True, "Succeeded", "a worker of the elastic job succeeded")
+    # 4. Lifecycle policies on completed replica types (e.g. TaskCompleted -> CompleteJob), then
+    # the success rules.
+    for rtype in job.spec.pytorchReplicaSpecs:
+        done_ = [current.get(r.name) for r in expected if r.rtype == rtype]
+        if not done_ or not all(o is not None and o.phase is Phase.SUCCEEDED for o in done_):
+            continue
+        pol = match_policy(job, rtype, "TaskCompleted", None)
+        if pol is None:
+            continue
+        since = max(o.finished_at or now for o in done_ if o is not None)
+        if _held(plan, pol, since, now):
+            continue
+        _act(plan, job, world, current, now, pol.action, None, f"the {rtype.lower()} replicas completed",
+             rtype=rtype)
+        if status.finished:
+            break
+    if not status.finished:
+        _success_rules(plan, job, world, current, expected, now)
     if status.finished:
         if any(o.phase.active for o in world.replicas.values()):
             plan.requeue(now + timedelta(seconds=SUCCESS_SETTLE_S))
         _count(job, world, status)
         return plan
 
-    # 5. Exits, the earliest first.
-    ended = [o for o in current.values() if not o.phase.active]
+    # 5. Exits, the earliest first: a lifecycle policy that matches, else restartPolicy.
+    ended = [o for o in current.values() if o.phase is Phase.FAILED or o.phase is Phase.SUCCEEDED]
     ended.sort(key=lambda o: (o.finished_at or now, o.replica))
     for obs in ended:
+        if status.finished:
+            break
+        if current.get(obs.replica.name) is not obs:
+            continue  # replaced by a restart decided earlier in this loop
+        rtype = obs.replica.rtype
         code = obs.exit_code if obs.exit_code is not None else (0 if obs.phase is Phase.SUCCEEDED else 1)
-        rpolicy = job.restart_policy(obs.replica.rtype)
+        if obs.phase is Phase.FAILED:
+            event = "PodEvicted" if obs.reason == "Evicted" else "PodFailed"
+            pol = match_policy(job, rtype, event, code)
+            cap = job.spec.pytorchReplicaSpecs[rtype].maxRestarts
+            if pol is None and cap is not None and _type_restarts(job, status, rtype) >= cap:
+                pol = match_policy(job, rtype, "TaskFailed", None)
+                if pol is None:
+                    msg = (f"{obs.replica.name} failed with {_exit_text(obs)} and the {rtype.lower()} replicas "
+                           f"have used all {cap} restarts of their maxRestarts")
+                    status.failure = _failure_of(obs, "TaskFailed", msg)
+                    _finish(plan, job, world, now, False, "TaskFailed", msg)
+                    break
+            if pol is not None:
+                if _held(plan, pol, obs.finished_at or now, now):
+                    continue
+                _act(plan, job, world, current, now, pol.action, obs,
+                     f"{obs.replica.name} failed with {_exit_text(obs)}", rtype=rtype)
+                continue
+        rpolicy = job.restart_policy(rtype)
         if not policy.should_restart(rpolicy, code):
             if obs.phase is Phase.SUCCEEDED:
                 continue  # a worker that finished first waits for the master
@@ -368,25 +402,8 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
             status.failure = _failure_of(obs, reason, msg)
             _finish(plan, job, world, now, False, reason, msg)
             break
-        if policy.backoff_exhausted(rp.backoffLimit, status.restartCount):
-            msg = (f"{obs.replica.name} failed with {_exit_text(obs)} and the job has used all "
-                   f"{rp.backoffLimit} restarts of backoffLimit")
-            status.failure = _failure_of(obs, "BackoffLimitExceeded", msg)
-            _finish(plan, job, world, now, False, "BackoffLimitExceeded", msg)
-            break
-        st = status.replicas[obs.replica.name]
-        delay = policy.restart_delay(st.restarts)
-        st.attempt, st.restarts = obs.attempt + 1, st.restarts + 1
-        st.notBefore = now + timedelta(seconds=delay) if delay else None
-        status.restartCount += 1
-        limit = f" of {rp.backoffLimit}" if rp.backoffLimit is not None else ""
-        plan.event("Warning", "Restarting",
-                   f"{obs.replica.name} exited with {_exit_text(obs)}; restarting it "
-                   f"(restart {status.restartCount}{limit}" + (f", in {delay:g}s)" if delay else ")"))
-        plan.actions.append(Forget(obs.replica, obs.attempt))
-        del current[obs.replica.name]
-        set_condition(status, "Restarting", True, "Restarting",
-                      f"{obs.replica.name} is restarting after {_exit_text(obs)}", now)
+        _act(plan, job, world, current, now, "RestartPod", obs, f"{obs.replica.name} exited with {_exit_text(obs)}",
+             rtype=rtype, backoff=True)
     if status.finished:
         _stop_active(plan, world, status.failure.message if status.failure else "the job has failed")
         _count(job, world, status)
@@ -405,6 +422,9 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
             plan.requeue(st.notBefore)
             waiting = True
             continue
+        if not _dependencies_ready(job, rid.rtype, current):
+            waiting = True  # started when the replicas it depends on run
+            continue
         st.notBefore = None
         plan.actions.append(Create(rid, st.attempt))
 
@@ -415,3 +435,117 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         plan.event("Normal", "Running", "every replica is running")
     _count(job, world, status)
     return plan
+
+
+# --- lifecycle policies and actions ----------------------------------------------------------
+
+
+def match_policy(job: TorchJob, rtype: str, event: str, exit_code: int | None) -> LifecyclePolicy | None:
+    """The policy for an event of one replica type: the replica type's own first, then the job's;
+    the first that matches wins (as in Volcano). Exit-code policies match failures only."""
+    own = job.spec.pytorchReplicaSpecs[rtype].policies or []
+    for pol in [*own, *(job.spec.policies or [])]:
+        if pol.exitCode is not None:
+            if event in ("PodFailed", "PodEvicted") and exit_code == pol.exitCode:
+                return pol
+        elif event in pol.event_names() or "*" in pol.event_names():
+            return pol
+    return None
+
+
+def _held(plan: Plan, pol: LifecyclePolicy, since: datetime, now: datetime) -> bool:
+    """A policy with a timeout acts only once its event has held that long."""
+    if pol.timeout is None:
+        return False
+    due = since + timedelta(seconds=policy.parse_duration(pol.timeout))
+    if now < due:
+        plan.requeue(due)
+        return True
+    return False
+
+
+def _dependencies_ready(job: TorchJob, rtype: str, current: Mapping[str, Observed]) -> bool:
+    """dependsOn: every replica of the named types (iteration all, the default) or of one of them
+    (any) is running or has succeeded."""
+    dep = job.spec.pytorchReplicaSpecs[rtype].dependsOn
+    if dep is None:
+        return True
+
+    def ready(t: str) -> bool:
+        obs = [current.get(r.name) for r in replicas(job) if r.rtype == t]
+        return all(o is not None and o.phase in (Phase.RUNNING, Phase.SUCCEEDED) for o in obs)
+
+    check = any if dep.iteration == "any" else all
+    return check(ready(t) for t in dep.name)
+
+
+def _type_restarts(job: TorchJob, status: JobStatus, rtype: str) -> int:
+    return sum(status.replicas[r.name].restarts for r in replicas(job) if r.rtype == rtype)
+
+
+def _act(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed], now: datetime, action: str,
+         obs: Observed | None, why: str, *, rtype: str, backoff: bool = False) -> None:
+    """Carry out a lifecycle action (restartPolicy restarts are RestartPod with backoff)."""
+    status = plan.status
+    if action == "CompleteJob":
+        _finish(plan, job, world, now, True, "Completed", f"{why}: CompleteJob")
+        return
+    if action in ("AbortJob", "TerminateJob"):
+        reason = "Aborted" if action == "AbortJob" else "Terminated"
+        msg = f"{why}: {action}"
+        status.failure = _failure_of(obs, reason, msg) if obs else FailureInfo(reason=reason, message=msg)
+        _finish(plan, job, world, now, False, reason, msg)
+        return
+    limit = job.run_policy.backoffLimit
+    if policy.backoff_exhausted(limit, status.restartCount):
+        msg = f"{why} and the job has used all {limit} restarts of backoffLimit"
+        status.failure = _failure_of(obs, "BackoffLimitExceeded", msg) if obs else FailureInfo(
+            reason="BackoffLimitExceeded", message=msg)
+        _finish(plan, job, world, now, False, "BackoffLimitExceeded", msg)
+        return
+    if action == "RestartPod":
+        assert obs is not None
+        targets = [obs.replica]
+    elif action == "RestartTask":
+        targets = [r for r in replicas(job) if r.rtype == rtype]
+    else:  # RestartJob
+        targets = replicas(job)
+    status.restartCount += 1
+    delay = 0.0
+    for rid in targets:
+        st = status.replicas[rid.name]
+        seen = current.pop(rid.name, None)
+        if seen is not None:
+            if seen.phase.active:
+                if not seen.stopping:
+                    plan.actions.append(Stop(rid, seen.attempt, f"restarted by {action}"))
+            else:
+                plan.actions.append(Forget(rid, seen.attempt))
+            st.attempt = max(st.attempt, seen.attempt + 1)
+        delay = policy.restart_delay(st.restarts) if backoff else 0.0
+        st.notBefore = now + timedelta(seconds=delay) if delay else None
+        st.restarts += 1
+    of = f" of {limit}" if limit is not None else ""
+    what = "restarting it" if action == "RestartPod" else (
+        f"restarting the {rtype.lower()} replicas" if action == "RestartTask" else "restarting every replica")
+    by = "" if backoff else f" ({action})"
+    plan.event("Warning", "Restarting",
+               f"{why}; {what}{by} (restart {status.restartCount}{of}" + (f", in {delay:g}s)" if delay else ")"))
+    set_condition(status, "Restarting", True, "Restarting", f"{why}; {what}", now)
+
+
+def _success_rules(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed],
+                   expected: list[ReplicaId], now: datetime) -> None:
+    done = [o for o in current.values() if o.phase is Phase.SUCCEEDED]
+    workers = [current.get(r.name) for r in expected if r.rtype == WORKER]
+    if job.spec.minSuccess is not None and len(done) >= job.spec.minSuccess:
+        _finish(plan, job, world, now, True, "MinSuccess", f"{len(done)} replicas succeeded (minSuccess "
+                f"{job.spec.minSuccess})")
+    elif has_master(job):
+        master = current.get(ReplicaId(MASTER, 0).name)
+        if master is not None and master.phase is Phase.SUCCEEDED:
+            _finish(plan, job, world, now, True, "Succeeded", "the master replica succeeded")
+    elif workers and all(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
+        _finish(plan, job, world, now, True, "Succeeded", "every worker succeeded")
+    elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
+        _finish(plan, job, world, now, True, "Succeeded", "a worker of the elastic job succeeded")

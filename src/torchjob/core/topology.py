@@ -122,19 +122,43 @@ class ReplicaEnv:
     torchrun: bool
 
 
+def volcano_task(job: TorchJob, rtype: str) -> str:
+    names = job.spec.volcano.taskNames if job.spec.volcano and job.spec.volcano.taskNames else {}
+    return names.get(rtype, rtype.lower())
+
+
+def volcano_env(job: TorchJob, rid: ReplicaId, hosts: Mapping[str, str]) -> dict[str, str]:
+    """What Volcano's `env` plugin (task index) and `svc` plugin (hosts of every task) set."""
+    vc = job.spec.volcano
+    env: dict[str, str] = {}
+    if vc is None:
+        return env
+    if vc.taskIndex:
+        env["VC_TASK_INDEX"] = env["VK_TASK_INDEX"] = str(rid.index)
+    if vc.hosts:
+        for rtype in job.spec.pytorchReplicaSpecs:
+            key = volcano_task(job, rtype).upper().replace("-", "_")
+            names = [r.name for r in replicas(job) if r.rtype == rtype]
+            env[f"VC_{key}_HOSTS"] = ",".join(hosts[n] for n in names)
+            env[f"VC_{key}_NUM"] = str(len(names))
+    return env
+
+
 def replica_env(
     job: TorchJob,
     rid: ReplicaId,
     argv: list[str],
     where: Placement,
-    gpus: int = 0,
+    hosts: Mapping[str, str] | None = None,
 ) -> ReplicaEnv:
-    """The variables torchjob sets for one replica (the user's own env is merged by the caller)."""
+    """The variables torchjob sets for one replica (the user's own env is merged by the caller).
+    `hosts` maps every replica name to its host name (for Volcano's VC_<TASK>_HOSTS)."""
     env: dict[str, str] = {
         "TORCHJOB_JOB_NAME": job.name,
         "TORCHJOB_REPLICA_TYPE": rid.rtype.lower(),
         "TORCHJOB_REPLICA_INDEX": str(rid.index),
     }
+    env.update(volcano_env(job, rid, hosts or {r.name: where.master_addr for r in replicas(job)}))
     nproc = nproc_per_node(job)
     rank = node_rank(job, rid)
     if is_torchrun(argv):

@@ -1,20 +1,85 @@
-"""Readers for foreign job documents (Kubeflow, Volcano, T9k) -> `TorchJob`.
+"""Foreign job documents <-> `TorchJob`.
 
-Each reader takes a parsed `Document` and returns a validated native job. None are registered
-yet; `reader_for` answers None and the loader says which kinds are supported.
+Readers take a parsed `Document` (Kubeflow `PyTorchJob`, Volcano `Job` with the pytorch plugin,
+T9k `PyTorchTrainingJob`) and return a validated native job plus the notes a user must see:
+nothing they wrote is silently dropped. A field with no native meaning is a warning that names it,
+or an error where ignoring it would change what the job does. Writers go the other way
+(`torchjob convert`), listing what the target cannot express.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
+from torchjob.api.errors import InvalidJob
 from torchjob.api.model import TorchJob
-from torchjob.api.source import Document
+from torchjob.api.source import Document, problem_at
 
-Reader = Callable[[Document], TorchJob]
 
-READERS: dict[tuple[str, str], Reader] = {}
+@dataclass
+class Converted:
+    job: TorchJob
+    notes: list[str] = field(default_factory=list)  # warnings: what was ignored or decided
+
+
+Reader = Callable[[Document], Converted]
+
+
+class Notes:
+    """Collects warnings and errors while reading one document."""
+
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.warnings: list[str] = []
+        self.errors: list[Any] = []
+
+    def warn(self, path: list[str | int], message: str) -> None:
+        where = ".".join(str(p) for p in path)
+        line = self.doc.line_of(path)
+        self.warnings.append(f"{self.doc.source}:{line}: {where}: {message}" if line else f"{where}: {message}")
+
+    def error(self, path: list[str | int], message: str, fix: str | None = None) -> None:
+        self.errors.append(problem_at(self.doc, path, message, fix))
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise InvalidJob(self.errors, self.doc.source)
+
+    def section(self, data: dict[str, Any], key: str, path: list[str | int]) -> dict[str, Any]:
+        """data[key] as a mapping ({} when absent; an error when it is something else)."""
+        value = data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.error([*path, key], f"must be a mapping, got {type(value).__name__}")
+            return {}
+        return value
+
+    def unknown(self, data: dict[str, Any], known: set[str], path: list[str | int], *, fatal: bool = True) -> None:
+        for key in data:
+            if key not in known:
+                if fatal:
+                    self.error([*path, key], f"unknown field {key!r}", "remove it, or check its spelling")
+                else:
+                    self.warn([*path, key], "not supported by torchjob; ignored")
 
 
 def reader_for(api_version: object, kind: object) -> Reader | None:
-    return READERS.get((str(api_version), str(kind)))
+    from torchjob.dialects import kubeflow, t9k, volcano
+
+    readers: dict[tuple[str, str], Reader] = {
+        (kubeflow.API_VERSION, kubeflow.KIND): kubeflow.read,
+        (volcano.API_VERSION, volcano.KIND): volcano.read,
+        (t9k.API_VERSION, t9k.KIND): t9k.read,
+    }
+    return readers.get((str(api_version), str(kind)))
+
+
+SUPPORTED = (
+    "torchjob.dev/v1 TorchJob",
+    "kubeflow.org/v1 PyTorchJob",
+    "batch.volcano.sh/v1alpha1 Job (pytorch plugin)",
+    "batch.tensorstack.dev/v1beta1 PyTorchTrainingJob",
+)

@@ -153,6 +153,17 @@ def warnings(job: TorchJob) -> list[str]:
     return out
 
 
+def debug_command(job: TorchJob, rtype: str) -> list[str] | None:
+    """T9k's debug mode: the replica runs this instead of training (default `sleep inf`)."""
+    debug = job.spec.runMode.debug if job.spec.runMode else None
+    if debug is None or not debug.enabled:
+        return None
+    for d in debug.replicaSpecs or []:
+        if d.type.lower() == rtype.lower() and d.command:
+            return list(d.command)
+    return ["sleep", "inf"]
+
+
 def render(
     job: TorchJob,
     where: Placement,
@@ -173,8 +184,18 @@ def render(
     for rid in rids:
         pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
         c = containers[rid.name]
+        if not c.command:
+            image = f" ({c.image})" if c.image else ""
+            raise UserError(
+                f"{rid.rtype}: container {c.name!r} has no command: on a cluster its image's entrypoint{image} "
+                "would run, but locally there is no image",
+                fix="set command (and args), e.g. command: [python, train.py]",
+            )
         argv = [*(c.command or []), *(c.args or [])]
+        debug = debug_command(job, rid.rtype)
         ours = replica_env(job, rid, argv, where).env
+        if debug is not None:
+            argv = debug
         ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
         env = merge_env(_env_value(job, rid, c, rid.name, opts), ours)
         if uses_gpus:

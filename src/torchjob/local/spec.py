@@ -39,6 +39,7 @@ class LocalOptions:
 
     cwd: str = field(default_factory=os.getcwd)
     configmaps: dict[str, str] = field(default_factory=dict)  # name -> file or directory
+    pvcs: dict[str, str] = field(default_factory=dict)  # persistentVolumeClaim name -> directory
     resolve_python: bool = True
     document_ports: bool = False  # use the document's ports instead of free ones
     grace_period_s: float | None = None  # overrides terminationGracePeriodSeconds

@@ -53,10 +53,19 @@ def mounts_for(
                     "kubectl create configmap --from-file)",
                 )
             source = _mount_point(job_dir, rid, "configMap", vol.configMap.name)
+        elif vol.persistentVolumeClaim is not None:
+            claim = str(vol.persistentVolumeClaim.get("claimName", ""))
+            if claim not in opts.pvcs:
+                raise UserError(
+                    f"{rid.name}: volume {vol.name!r} is persistentVolumeClaim {claim!r}, which exists only on a "
+                    "cluster",
+                    fix=f"pass --pvc {claim}=DIR to stand in a local directory for it",
+                )
+            source = Path(opts.pvcs[claim])
         else:
             raise UserError(
                 f"{rid.name}: volume {vol.name!r} ({kind}) cannot be provided locally",
-                fix="use emptyDir, hostPath or configMap (with --configmap) for local runs",
+                fix="use emptyDir, hostPath, configMap (--configmap) or persistentVolumeClaim (--pvc) locally",
             )
         if m.subPath:
             source = source / m.subPath

@@ -1,0 +1,240 @@
+"""Volcano `batch.volcano.sh/v1alpha1` `Job` with the `pytorch` plugin <-> `TorchJob`.
+
+The plugin's `--master`/`--worker` name the tasks that become the master and the workers, and
+`--port` the master's port. Volcano silently runs a job without env when the master task is
+missing, and gives every master replica RANK 0 (research/volcano.md §1.4); here both are errors.
+`maxRetry` is read as a count of retries (Volcano counts runs: its #2012), into `backoffLimit`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from torchjob.api.load import job_from_data
+from torchjob.api.model import API_VERSION as NATIVE_API
+from torchjob.api.model import DEFAULT_PORT, MASTER, PORT_NAME, WORKER
+from torchjob.api.model import KIND as NATIVE_KIND
+from torchjob.api.source import Document
+from torchjob.api.validate import training_container
+from torchjob.dialects import Converted, Notes
+
+API_VERSION = "batch.volcano.sh/v1alpha1"
+KIND = "Job"
+VOLCANO_DEFAULT_MAX_RETRY = 3
+JOB_FIELDS = {
+    "schedulerName", "minAvailable", "volumes", "tasks", "policies", "plugins", "runningEstimate", "queue",
+    "maxRetry", "ttlSecondsAfterFinished", "priorityClassName", "minSuccess", "networkTopology",
+}
+TASK_FIELDS = {
+    "name", "replicas", "minAvailable", "template", "policies", "topologyPolicy", "maxRetry", "dependsOn",
+    "partitionPolicy",
+}
+WARN_ONLY_JOB = {"runningEstimate": "no consumer in Volcano either", "networkTopology": "a scheduler placement hint"}
+WARN_ONLY_TASK = {"minAvailable": "a per-task gang size", "topologyPolicy": "a NUMA placement hint",
+                  "partitionPolicy": "a scheduler partitioning hint"}
+
+
+def _flags(args: list[Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for a in args:
+        key, _, value = str(a).lstrip("-").partition("=")
+        out[key] = value
+    return out
+
+
+def read(doc: Document) -> Converted:
+    notes = Notes(doc)
+    data = doc.data
+    notes.unknown(data, {"apiVersion", "kind", "metadata", "spec", "status"}, [])
+    if "status" in data:
+        notes.warn(["status"], "a status is output, not input; ignored")
+    spec = notes.section(data, "spec", [])
+    notes.unknown(spec, JOB_FIELDS, ["spec"])
+    for key, why in WARN_ONLY_JOB.items():
+        if key in spec:
+            notes.warn(["spec", key], f"ignored by torchjob ({why})")
+    if spec.get("volumes"):
+        notes.error(["spec", "volumes"], "job-level volumes (PVCs Volcano creates) are not supported",
+                    "declare the volumes in the task templates instead")
+
+    plugins = spec.get("plugins") or {}
+    if "pytorch" not in plugins:
+        notes.error(["spec", "plugins"], "a Volcano Job runs on torchjob through its pytorch plugin",
+                    'add plugins: {pytorch: ["--master=master", "--worker=worker", "--port=23456"]}')
+        notes.raise_if_any()
+    for name in plugins:
+        if name == "ssh":
+            notes.warn(["spec", "plugins", "ssh"], "torchjob does not set up ssh between replicas; ignored")
+        elif name not in ("pytorch", "svc", "env"):
+            notes.error(["spec", "plugins", name], f"plugin {name!r} is not supported",
+                        "torchjob supports the pytorch, svc and env plugins")
+    flags = _flags(plugins.get("pytorch") or [])
+    for key in flags:
+        if key not in ("master", "worker", "port", "wait-master-enabled", "wait-master-timeout", "wait-master-image"):
+            notes.error(["spec", "plugins", "pytorch"], f"unknown pytorch plugin flag --{key}",
+                        "use --master, --worker, --port")
+    master_name, worker_name = flags.get("master") or "master", flags.get("worker") or "worker"
+    port_text = flags.get("port") or str(DEFAULT_PORT)
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        notes.error(["spec", "plugins", "pytorch"], f"--port={port_text} is not a port", "use 1-65535")
+        port_text = str(DEFAULT_PORT)
+    svc = _flags(plugins.get("svc") or [])
+    hosts = svc.get("inject-hosts-env", "true").lower() != "false"  # svc is forced by the pytorch plugin
+
+    tasks = spec.get("tasks") or []
+    by_name: dict[str, tuple[int, dict[str, Any]]] = {}
+    for i, task in enumerate(tasks):
+        notes.unknown(task, TASK_FIELDS, ["spec", "tasks", i])
+        for key, why in WARN_ONLY_TASK.items():
+            if key in task:
+                notes.warn(["spec", "tasks", i, key], f"ignored by torchjob ({why})")
+        name = str(task.get("name", f"default{i}"))
+        if name not in (master_name, worker_name):
+            notes.error(["spec", "tasks", i, "name"],
+                        f"task {name!r} is neither the master task ({master_name!r}) nor the worker task "
+                        f"({worker_name!r}) of the pytorch plugin",
+                        "name it after --master/--worker, or run it as a separate job")
+        by_name[name] = (i, task)
+    if master_name not in by_name:
+        notes.error(["spec", "tasks"], f"no task is named {master_name!r}, the pytorch plugin's master task "
+                    "(Volcano would run the job without any distributed env)",
+                    f"name the master task {master_name!r} or set --master=NAME")
+    else:
+        i, task = by_name[master_name]
+        if task.get("replicas", 1) != 1:
+            notes.error(["spec", "tasks", i, "replicas"],
+                        f"the master task has {task.get('replicas')} replicas; a job has exactly one master "
+                        "(Volcano would give each of them RANK 0)",
+                        "set replicas: 1 and put the others in the worker task")
+    notes.raise_if_any()
+
+    native_types = {master_name: MASTER, worker_name: WORKER}
+    replicas: dict[str, Any] = {}
+    for name, (i, task) in by_name.items():
+        rtype = native_types[name]
+        template = copy.deepcopy(task.get("template") or {})
+        pod = template.setdefault("spec", {})
+        restart = pod.pop("restartPolicy", None)
+        if restart is None:
+            notes.warn(["spec", "tasks", i, "template", "spec"],
+                       "no restartPolicy: Kubernetes would use Always; torchjob uses OnFailure")
+            restart = "OnFailure"
+        r: dict[str, Any] = {"replicas": task.get("replicas", 1), "restartPolicy": restart, "template": template}
+        if task.get("policies"):
+            r["policies"] = copy.deepcopy(task["policies"])
+        if "maxRetry" in task:
+            r["maxRestarts"] = task["maxRetry"]
+        if task.get("dependsOn"):
+            dep = task["dependsOn"]
+            r["dependsOn"] = {**dep, "name": [native_types.get(str(n), str(n)) for n in dep.get("name", [])]}
+        if rtype == MASTER and int(port_text) != DEFAULT_PORT:
+            containers = pod.get("containers") or []
+            if containers:
+                c = containers[training_container_raw(containers)]
+                ports = c.setdefault("ports", [])
+                if not any(p.get("name") == PORT_NAME for p in ports):
+                    ports.append({"name": PORT_NAME, "containerPort": int(port_text)})
+        replicas[rtype] = r
+        doc.aliases.append((("spec", "pytorchReplicaSpecs", rtype), ("spec", "tasks", i)))
+
+    run_policy: dict[str, Any] = {"backoffLimit": spec.get("maxRetry", VOLCANO_DEFAULT_MAX_RETRY)}
+    if "ttlSecondsAfterFinished" in spec:
+        run_policy["ttlSecondsAfterFinished"] = spec["ttlSecondsAfterFinished"]
+    scheduling = {k: spec[src] for k, src in (("minAvailable", "minAvailable"), ("queue", "queue"),
+                  ("priorityClass", "priorityClassName"), ("schedulerName", "schedulerName")) if src in spec}
+    if scheduling:
+        run_policy["schedulingPolicy"] = scheduling
+    native_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas, "runPolicy": run_policy}
+    if spec.get("policies"):
+        native_spec["policies"] = copy.deepcopy(spec["policies"])
+        doc.aliases.append((("spec", "policies"), ("spec", "policies")))
+    if "minSuccess" in spec:
+        native_spec["minSuccess"] = spec["minSuccess"]
+    volcano: dict[str, Any] = {"hosts": hosts, "taskIndex": "env" in plugins}
+    if (master_name, worker_name) != ("master", "worker"):
+        volcano["taskNames"] = {MASTER: master_name, WORKER: worker_name}
+    if hosts or volcano["taskIndex"] or "taskNames" in volcano:
+        native_spec["volcano"] = volcano
+    native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),
+              "spec": native_spec}
+    return Converted(job_from_data(native, doc), notes.warnings)
+
+
+def training_container_raw(containers: list[dict[str, Any]]) -> int:
+    for i, c in enumerate(containers):
+        if c.get("name") == "pytorch":
+            return i
+    return 0
+
+
+def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Native job data (explicit) -> a Volcano Job with the pytorch plugin, and what was lost."""
+    from torchjob.api.model import TorchJob
+    from torchjob.core.topology import master_port, volcano_task
+
+    lost: list[str] = []
+    job = TorchJob.model_validate(job_data)
+    spec = job_data["spec"]
+    rp = spec.get("runPolicy") or {}
+    names = {rtype: volcano_task(job, rtype) for rtype in spec["pytorchReplicaSpecs"]}
+    tasks = []
+    for rtype, rspec in spec["pytorchReplicaSpecs"].items():
+        template = copy.deepcopy(rspec["template"])
+        restart = rspec.get("restartPolicy", "OnFailure")
+        if restart == "ExitCode":
+            lost.append(f"{rtype}: restartPolicy ExitCode has no Volcano equivalent; written as Never "
+                        "(add exitCode policies to restart on chosen codes)")
+            restart = "Never"
+        template.setdefault("spec", {})["restartPolicy"] = restart
+        if rtype == MASTER:
+            c = template["spec"]["containers"][training_container(job.spec.pytorchReplicaSpecs[MASTER]
+                                                                  .template.spec.containers)]
+            c["ports"] = [p for p in c.get("ports", []) if p.get("name") != PORT_NAME] or None
+            if c["ports"] is None:
+                del c["ports"]
+        task: dict[str, Any] = {"name": names[rtype], "replicas": rspec.get("replicas", 1), "template": template}
+        if rspec.get("policies"):
+            task["policies"] = copy.deepcopy(rspec["policies"])
+        if "maxRestarts" in rspec:
+            task["maxRetry"] = rspec["maxRestarts"]
+        if rspec.get("dependsOn"):
+            dep = rspec["dependsOn"]
+            task["dependsOn"] = {**dep, "name": [names.get(n, n) for n in dep["name"]]}
+        tasks.append(task)
+    vc = spec.get("volcano") or {}
+    plugins: dict[str, list[str]] = {
+        "pytorch": [f"--master={names.get(MASTER, 'master')}", f"--worker={names.get(WORKER, 'worker')}",
+                    f"--port={master_port(job)}"],
+        "svc": [] if vc.get("hosts") else ["--inject-hosts-env=false"],
+    }
+    if vc.get("taskIndex"):
+        plugins["env"] = []
+    out_spec: dict[str, Any] = {"tasks": tasks, "plugins": plugins}
+    if "backoffLimit" in rp:
+        out_spec["maxRetry"] = rp["backoffLimit"]
+    else:
+        lost.append("runPolicy.backoffLimit unset (no limit) has no Volcano equivalent; Volcano's default "
+                    f"maxRetry is {VOLCANO_DEFAULT_MAX_RETRY}")
+    sp = rp.get("schedulingPolicy") or {}
+    for key, dest in (("minAvailable", "minAvailable"), ("queue", "queue"), ("priorityClass", "priorityClassName"),
+                      ("schedulerName", "schedulerName")):
+        if key in sp:
+            out_spec[dest] = sp[key]
+    for key in ("minResources", "scheduleTimeoutSeconds", "priority"):
+        if key in sp:
+            lost.append(f"runPolicy.schedulingPolicy.{key} has no Volcano Job field")
+    if "ttlSecondsAfterFinished" in rp:
+        out_spec["ttlSecondsAfterFinished"] = rp["ttlSecondsAfterFinished"]
+    for key in ("activeDeadlineSeconds", "cleanPodPolicy", "suspend", "managedBy"):
+        if key in rp:
+            lost.append(f"runPolicy.{key} has no Volcano Job field")
+    if spec.get("policies"):
+        out_spec["policies"] = copy.deepcopy(spec["policies"])
+    if "minSuccess" in spec:
+        out_spec["minSuccess"] = spec["minSuccess"]
+    for key in ("elasticPolicy", "nprocPerNode", "runMode", "tensorboard"):
+        if key in spec:
+            lost.append(f"spec.{key} has no Volcano equivalent")
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": copy.deepcopy(job_data["metadata"]),
+            "spec": out_spec}, lost
