@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from tests.jobs import make_job
+from tests.jobs import job_data
+from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
 
 
@@ -33,6 +35,11 @@ class Scenario:
     expect_reason: str = "Succeeded"  # reason of the final Succeeded/Failed condition
     expect_restarts: int = 0          # status.restartCount
     expect_failed_replica: str | None = None  # status.failure.replica
+    # Lifecycle policies: job-level, and per replica type ("Master"/"Worker").
+    policies: tuple[Mapping[str, Any], ...] = ()
+    replica_policies: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    max_restarts: Mapping[str, int] = field(default_factory=dict)  # per replica type
+    min_success: int | None = None
 
     def job(self, command: list[str]) -> TorchJob:
         """A valid TorchJob named after the scenario, `command` for every replica."""
@@ -44,7 +51,7 @@ class Scenario:
         elastic = (
             {"minReplicas": 1, "maxReplicas": self.workers, "rdzvBackend": "c10d"} if self.elastic else None
         )
-        return make_job(
+        data = job_data(
             self.name,
             workers=self.workers,
             master=self.master,
@@ -53,6 +60,16 @@ class Scenario:
             run_policy=run_policy,
             elastic=elastic,
         )
+        spec = data["spec"]
+        if self.policies:
+            spec["policies"] = [dict(p) for p in self.policies]
+        for rtype, pols in self.replica_policies.items():
+            spec["pytorchReplicaSpecs"][rtype]["policies"] = [dict(p) for p in pols]
+        for rtype, n in self.max_restarts.items():
+            spec["pytorchReplicaSpecs"][rtype]["maxRestarts"] = n
+        if self.min_success is not None:
+            spec["minSuccess"] = self.min_success
+        return job_from_data(data)
 
 
 SCENARIOS: list[Scenario] = [
@@ -217,6 +234,107 @@ SCENARIOS: list[Scenario] = [
         expect_state="Failed",
         expect_reason="DeadlineExceeded",
         expect_restarts=2,
+    ),
+]
+
+# --- lifecycle policies (Volcano's, native here) ---------------------------------------------
+SCENARIOS += [
+    Scenario(
+        # the seeds' `TaskCompleted -> CompleteJob` on the master: done at once, lingering workers stopped
+        name="taskcompleted-completejob",
+        workers=2,
+        replica_policies={"Master": ({"event": "TaskCompleted", "action": "CompleteJob"},)},
+        exits={"master-0": ((1.0, 0),)},
+        expect_reason="Completed",
+    ),
+    Scenario(
+        name="podfailed-restartjob",
+        workers=1,
+        backoff_limit=2,
+        policies=({"event": "PodFailed", "action": "RestartJob"},),
+        exits={"master-0": ((30.0, 0), (1.5, 0)), "worker-0": ((0.5, 1), (0.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="exitcode-policy-restarttask",
+        workers=2,
+        replica_policies={"Worker": ({"exitCode": 3, "action": "RestartTask"},)},
+        exits={"master-0": ((3.0, 0),), "worker-0": ((30.0, 0), (0.5, 0)), "worker-1": ((0.5, 3), (0.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="restartpod-overrides-never",
+        workers=1,
+        policies=({"event": "PodFailed", "action": "RestartPod"},),
+        exits={"master-0": ((2.0, 0),), "worker-0": ((0.5, 1), (0.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="podfailed-abortjob",
+        workers=2,
+        restart_policy="OnFailure",
+        policies=({"event": "PodFailed", "action": "AbortJob"},),
+        exits={"worker-1": ((0.5, 1),)},
+        expect_state="Failed",
+        expect_reason="Aborted",
+        expect_failed_replica="worker-1",
+    ),
+    Scenario(
+        name="exitcode-terminatejob",
+        workers=1,
+        restart_policy="OnFailure",
+        policies=({"exitCode": 7, "action": "TerminateJob"},),
+        exits={"worker-0": ((0.5, 7),)},
+        expect_state="Failed",
+        expect_reason="Terminated",
+        expect_failed_replica="worker-0",
+    ),
+    Scenario(
+        name="replica-policy-before-job-policy",
+        workers=1,
+        restart_policy="Never",
+        policies=({"event": "PodFailed", "action": "AbortJob"},),
+        replica_policies={"Worker": ({"event": "PodFailed", "action": "RestartPod"},)},
+        exits={"master-0": ((2.0, 0),), "worker-0": ((0.5, 1), (0.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="policy-timeout-delays-restart",
+        workers=1,
+        policies=({"event": "PodFailed", "action": "RestartJob", "timeout": "1s"},),
+        exits={"master-0": ((30.0, 0), (1.0, 0)), "worker-0": ((0.5, 1), (0.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="max-restarts-task-failed",
+        workers=1,
+        restart_policy="OnFailure",
+        max_restarts={"Worker": 1},
+        exits={"worker-0": ((0.5, 1), (0.5, 1))},
+        expect_state="Failed",
+        expect_reason="TaskFailed",
+        expect_restarts=1,
+        expect_failed_replica="worker-0",
+    ),
+    Scenario(
+        name="taskfailed-policy",
+        workers=1,
+        restart_policy="OnFailure",
+        max_restarts={"Worker": 1},
+        replica_policies={"Worker": ({"event": "TaskFailed", "action": "TerminateJob"},)},
+        exits={"worker-0": ((0.5, 1), (0.5, 1))},
+        expect_state="Failed",
+        expect_reason="Terminated",
+        expect_restarts=1,
+        expect_failed_replica="worker-0",
+    ),
+    Scenario(
+        name="min-success",
+        workers=3,
+        master=False,
+        min_success=2,
+        exits={"worker-0": ((0.5, 0),), "worker-1": ((1.0, 0),)},
+        expect_reason="MinSuccess",
     ),
 ]
 

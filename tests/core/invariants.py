@@ -33,7 +33,8 @@ def check_status(job: TorchJob, world: World, now: datetime, plan: Plan) -> None
     if limit is not None:
         assert status.restartCount <= limit
     assert status.restartCount >= (before.restartCount if before else 0)
-    assert status.restartCount == sum(r.restarts for r in status.replicas.values())
+    # one RestartJob/RestartTask is one restart of the job but restarts several replicas
+    assert status.restartCount <= sum(r.restarts for r in status.replicas.values())
     assert not (status.is_true("Running") and status.is_true("Restarting"))
     assert not (status.is_true("Succeeded") and status.is_true("Failed"))
     if status.finished:

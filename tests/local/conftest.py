@@ -26,9 +26,10 @@ class Torchjob:
         self.home = home
         self.env = {**os.environ, "TORCHJOB_HOME": str(home)}
 
-    def __call__(self, *args: str, timeout: float = 180, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def __call__(self, *args: str, timeout: float = 180, check: bool = False,
+                 cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "torchjob", *args], cwd=REPO, env=self.env, text=True,
+            [sys.executable, "-m", "torchjob", *args], cwd=cwd, env=self.env, text=True,
             capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
         )
         if check and proc.returncode != 0:

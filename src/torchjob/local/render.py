@@ -175,7 +175,14 @@ def render(
     containers: dict[str, Container] = {}
     for rid in rids:
         pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
-        containers[rid.name] = pod.containers[training_container(pod.containers)]
+        c = containers[rid.name] = pod.containers[training_container(pod.containers)]
+        if not c.command and debug_command(job, rid.rtype) is None:
+            image = f" ({c.image})" if c.image else ""
+            raise UserError(
+                f"{rid.rtype}: container {c.name!r} has no command: on a cluster its image's entrypoint{image} "
+                "would run, but locally there is no image",
+                fix="set command (and args), e.g. command: [python, train.py]",
+            )
     wants = {name: gpu_count(c) for name, c in containers.items()}
     uses_gpus = any(wants.values())
     slices = allocate_gpus(wants, available_gpus() if gpus_available is None else gpus_available) if uses_gpus else {}
@@ -184,13 +191,6 @@ def render(
     for rid in rids:
         pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
         c = containers[rid.name]
-        if not c.command:
-            image = f" ({c.image})" if c.image else ""
-            raise UserError(
-                f"{rid.rtype}: container {c.name!r} has no command: on a cluster its image's entrypoint{image} "
-                "would run, but locally there is no image",
-                fix="set command (and args), e.g. command: [python, train.py]",
-            )
         argv = [*(c.command or []), *(c.args or [])]
         debug = debug_command(job, rid.rtype)
         ours = replica_env(job, rid, argv, where).env

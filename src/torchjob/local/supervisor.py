@@ -22,11 +22,23 @@ from pathlib import Path
 from typing import IO
 
 from torchjob.api.errors import UserError
-from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.model import FailureInfo, JobStatus, TorchJob
 from torchjob.core import policy
-from torchjob.core.reconcile import Create, DeleteJob, Forget, Observed, Phase, Plan, Purge, Stop, World, reconcile
+from torchjob.core.reconcile import (
+    Create,
+    DeleteJob,
+    Forget,
+    Observed,
+    Phase,
+    Plan,
+    Purge,
+    Stop,
+    World,
+    reconcile,
+    set_condition,
+)
 from torchjob.core.topology import Placement, ReplicaId, master_port
-from torchjob.local import volumes, watchdog
+from torchjob.local import tensorboard, volumes, watchdog
 from torchjob.local.console import Console
 from torchjob.local.process import Exited, ReplicaProcess, StartError
 from torchjob.local.render import render, warnings
@@ -67,6 +79,8 @@ def prepare_job(job: TorchJob, opts: LocalOptions, store: Store) -> tuple[TorchJ
     if not job.metadata.uid:
         job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
     specs = render(job, placement(job, opts), opts, store.job_dir(job.name))
+    if job.spec.tensorboard is not None:
+        tensorboard.log_dirs(job.spec.tensorboard, opts)
     return job, specs
 
 
@@ -114,6 +128,7 @@ class Supervisor:
         self.created_mount_points: list[Path] = []
         self.specs: dict[str, LaunchSpec] = {}
         self._watchdog: IO[str] | None = None
+        self._tensorboard: subprocess.Popen[bytes] | None = None
 
     # --- lifecycle ---
 
@@ -129,9 +144,26 @@ class Supervisor:
             )
             for w in warnings(self.job):
                 self.console.note(f"warning: {w}", warning=True)
+            if self.job.spec.tensorboard is not None:
+                self._tensorboard, line = tensorboard.start(self.job.spec.tensorboard, self.opts, free_port(),
+                                                            self.dir / "tensorboard.log")
+                self.console.note(line)
             return self._loop()
+        except UserError as e:
+            # A local set-up problem found only now (e.g. a configMap key): the job fails with it.
+            self._fail_setup(e)
+            raise
         finally:
             self._shutdown()
+
+    def _fail_setup(self, e: UserError) -> None:
+        status = (self.job.status or JobStatus()).model_copy(deep=True)
+        set_condition(status, "Failed", True, "LocalSetupFailed", e.message, now())
+        status.completionTime = now()
+        status.failure = FailureInfo(reason="LocalSetupFailed", message=e.message)
+        self.job = self.job.model_copy(update={"status": status})
+        self.store.set_status(self.name, status)
+        self.store.add_event(self.name, "Warning", "LocalSetupFailed", e.message)
 
     def _loop(self) -> JobStatus:
         while True:
@@ -294,6 +326,8 @@ class Supervisor:
                     p.kill()
 
     def _shutdown(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.terminate()
         for p in self.procs.values():
             if p.alive:
                 p.kill()
