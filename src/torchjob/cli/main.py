@@ -277,6 +277,52 @@ def resume(name: str) -> None:
     click.echo(f"job {name} resuming")
 
 
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Print the manifests instead of applying them.")
+@click.option("--image", default=None, help="The operator image (default torchjob/operator:VERSION).")
+@click.option("--namespace", default="torchjob-system", show_default=True, help="Where the operator runs.")
+@click.option("--crd-only", is_flag=True, help="Only the CustomResourceDefinition.")
+@click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
+def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeconfig: str | None) -> None:
+    """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster."""
+    from torchjob.kube.install import DEFAULT_IMAGE, apply, manifests
+
+    objs = manifests(image or DEFAULT_IMAGE, namespace)
+    if crd_only:
+        objs = objs[:1]
+    if dry_run:
+        import yaml
+
+        click.echo(yaml.safe_dump_all(objs, sort_keys=False).rstrip())
+        return
+    for name in apply(objs, kubeconfig.split(":")[0] if kubeconfig else None):
+        click.echo(f"applied {name}")
+
+
+@cli.command()
+@click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: in-cluster, else ~/.kube/config.")
+@click.option("--namespace", default=None, help="Watch one namespace (default: all).")
+@click.option("--workers", default=4, show_default=True, help="Concurrent reconciles.")
+@click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics, /healthz, /readyz.")
+@click.option("--leader-elect/--no-leader-elect", default=False, show_default=True,
+              help="Hold a Lease so that only one replica of the operator acts.")
+@click.option("--lease-namespace", default="torchjob-system", show_default=True)
+@click.option("--init-image", default="busybox:1.36", show_default=True,
+              help="Image of the workers' wait-for-master init container.")
+@click.option("--wait-for-master/--no-wait-for-master", default=True, show_default=True,
+              help="Workers wait until the master's port accepts connections.")
+def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, leader_elect: bool,
+             lease_namespace: str, init_image: str, wait_for_master: bool) -> None:
+    """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
+    import asyncio
+
+    from torchjob.kube.operator import configure_logging, run_operator
+
+    configure_logging()
+    asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
+                             leader_elect, lease_namespace, init_image, wait_for_master))
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

@@ -1,0 +1,103 @@
+"""The Kubernetes API as plain dicts (lightkube underneath): what the controller and the CLI use.
+
+Objects stay raw dicts in the informer caches: model deserialisation is the documented
+bottleneck of Python controllers (research/operator-stack.md §2.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterable, Callable
+from typing import Any
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Event, Pod, Service
+from lightkube.types import PatchType
+
+from torchjob.kube.crd import GROUP, PLURAL, VERSION
+
+log = logging.getLogger("torchjob.kube")
+TorchJobRes = create_namespaced_resource(GROUP, VERSION, "TorchJob", PLURAL)
+FIELD_MANAGER = "torchjob-operator"
+
+KINDS: dict[str, Any] = {"TorchJob": TorchJobRes, "Pod": Pod, "Service": Service, "Event": Event, "Lease": Lease}
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> AsyncClient:
+    """A client from a kubeconfig (KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+    return AsyncClient(config=config.get(context_name=context) if context else config, field_manager=FIELD_MANAGER)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    data: dict[str, Any] = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    return data
+
+
+def status_code(e: Exception) -> int | None:
+    return e.status.code if isinstance(e, ApiError) and e.status is not None else None
+
+
+class Api:
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def list(self, kind: str, namespace: str | None, labels: dict[str, Any] | None = None
+                   ) -> tuple[list[dict[str, Any]], str]:
+        it = self.client.list(KINDS[kind], namespace=namespace or "*", labels=labels)
+        items = [to_dict(o) async for o in it]
+        return items, it.resourceVersion
+
+    def watch(self, kind: str, namespace: str | None, resource_version: str,
+              labels: dict[str, Any] | None = None) -> AsyncIterable[tuple[str, Any]]:
+        return self.client.watch(KINDS[kind], namespace=namespace or "*", labels=labels,
+                                 resource_version=resource_version, server_timeout=300)
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        res = KINDS[obj["kind"]]
+        created = await self.client.create(res.from_dict(obj))
+        return to_dict(created)
+
+    async def delete(self, kind: str, name: str, namespace: str, grace_s: int | None = None) -> None:
+        try:
+            await self.client.delete(KINDS[kind], name, namespace=namespace, grace_period=grace_s)
+        except ApiError as e:
+            if status_code(e) != 404:
+                raise
+
+    async def patch_status(self, name: str, namespace: str, status: dict[str, Any]) -> None:
+        await self.client.patch(TorchJobRes.Status, name, {"status": status}, namespace=namespace,
+                                patch_type=PatchType.MERGE)
+
+    async def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = job["metadata"]
+        ns = meta.get("namespace", "default")
+        ev = Event(
+            metadata=ObjectMeta(generateName=f"{meta['name']}.", namespace=ns),
+            involvedObject=ObjectReference(apiVersion=job.get("apiVersion"), kind="TorchJob", name=meta["name"],
+                                           namespace=ns, uid=meta.get("uid")),
+            reason=reason, message=message[:1024], type=type_, source=EventSource(component=FIELD_MANAGER),
+            count=1,
+        )
+        try:
+            await self.client.create(ev)
+        except ApiError as e:  # events are best effort
+            log.warning("event %s/%s not recorded: %s", meta["name"], reason, e)
+
+
+async def retry_conflicts(fn: Callable[[], Any], attempts: int = 5) -> Any:
+    """Run fn again on 409 Conflict (someone wrote in between), with a short backoff."""
+    for i in range(attempts):
+        try:
+            return await fn()
+        except ApiError as e:
+            if status_code(e) != 409 or i == attempts - 1:
+                raise
+            await asyncio.sleep(0.05 * 2**i)
+    return None

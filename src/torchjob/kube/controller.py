@@ -1,0 +1,202 @@
+"""The TorchJob controller: informers on TorchJobs and the Pods and Services they own, a work
+queue keyed by job, and a reconcile that asks `core.reconcile` and applies the plan.
+
+Never a duplicate pod: pod names are deterministic (`{job}-{type}-{i}`), so a create that races
+a stale cache gets 409 and changes nothing; after a restart the operator adopts what exists. The
+decision is written to the job's status *before* it is acted on, so a crash between the two
+repeats the action instead of losing or double-counting it (Kubeflow's #3419 marked the job
+Failed only after deleting its pods).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from torchjob.api.model import WORKER, JobStatus, TorchJob
+from torchjob.core.reconcile import Create, DeleteJob, Forget, Plan, Purge, Stop, reconcile
+from torchjob.kube import metrics
+from torchjob.kube import render as kr
+from torchjob.kube.client import Api, status_code
+from torchjob.kube.informer import Informer, Key, WorkQueue, key_of
+from torchjob.kube.observe import observe
+
+log = logging.getLogger("torchjob.kube")
+FORCE_DELETE_AFTER_S = 60.0  # past its grace period, a pod stuck terminating (lost node) is force-deleted
+
+
+def status_dict(job: TorchJob, status: JobStatus) -> dict[str, Any]:
+    data = status.model_dump(mode="json")
+    data["state"] = status.state  # for `kubectl get tj`
+    if WORKER in job.spec.pytorchReplicaSpecs:
+        data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"
+    return data
+
+
+class Controller:
+    def __init__(self, api: Api, namespace: str | None = None, workers: int = 4, init_image: str = "busybox:1.36",
+                 wait_for_master: bool = True) -> None:
+        self.api = api
+        self.workers = workers
+        self.init_image = init_image
+        self.wait_for_master = wait_for_master
+        self.queue = WorkQueue()
+        owned = {kr.LABEL_JOB: None}  # has the label (lightkube: None means "exists")
+        self.jobs = Informer(api, "TorchJob", namespace, self._on_job)
+        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=owned)
+        self.services = Informer(api, "Service", namespace, self._on_service, labels=owned)
+        self.pods_by_job: dict[Key, dict[str, dict[str, Any]]] = {}
+        self.ready = asyncio.Event()
+
+    # --- events from the informers ---
+
+    def _on_job(self, obj: dict[str, Any]) -> None:
+        self.queue.add(key_of(obj))
+
+    @staticmethod
+    def _owner(obj: dict[str, Any]) -> Key | None:
+        job = obj["metadata"].get("labels", {}).get(kr.LABEL_JOB)
+        return (obj["metadata"].get("namespace") or "default", job) if job else None
+
+    def _on_pod(self, obj: dict[str, Any]) -> None:
+        key = self._owner(obj)
+        if key is None:
+            return
+        pods = self.pods_by_job.setdefault(key, {})
+        name = obj["metadata"]["name"]
+        if key_of(obj) in self.pods.cache:
+            pods[name] = self.pods.cache[key_of(obj)]
+        else:
+            pods.pop(name, None)
+        self.queue.add(key)
+
+    def _on_service(self, obj: dict[str, Any]) -> None:
+        key = self._owner(obj)
+        if key is not None:
+            self.queue.add(key)
+
+    # --- running ---
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(i.run()) for i in (self.jobs, self.pods, self.services)]
+        try:
+            await asyncio.gather(self.jobs.synced.wait(), self.pods.synced.wait(), self.services.synced.wait())
+            self.ready.set()
+            log.info("caches synced: %d jobs, %d pods", len(self.jobs.cache), len(self.pods.cache))
+            tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
+            start = time.monotonic()
+            try:
+                await self.reconcile(key)
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+                log.warning("reconcile %s/%s failed: %s", key[0], key[1], e)
+                self.queue.add_after(key, 1.0)
+            finally:
+                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.monotonic() - start)
+                metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
+                self.queue.done(key)
+
+    # --- the reconcile ---
+
+    async def reconcile(self, key: Key) -> None:
+        raw = self.jobs.cache.get(key)
+        if raw is None or raw["metadata"].get("deletionTimestamp"):
+            self.queue.forget(key)
+            self.pods_by_job.pop(key, None)
+            return
+        try:
+            job = TorchJob.model_validate({k: v for k, v in raw.items() if k != "status"})
+        except ValidationError as e:
+            await self._invalid(raw, str(e).splitlines()[0])
+            return
+        status = JobStatus.model_validate(raw.get("status") or {})
+        job = job.model_copy(update={"status": status})
+        pods = list(self.pods_by_job.get(key, {}).values())
+        now = datetime.now(UTC)
+        plan = reconcile(job, observe(job, pods), now)
+        if plan.status != status:
+            await self._write_status(raw, job, plan.status)
+        for ev in plan.events:
+            await self.api.event(raw, ev.type, ev.reason, ev.message)
+        await self._apply(job, plan, pods)
+        if not plan.status.finished and (key[0], job.name) not in self.services.cache:
+            await self._create(kr.service(job))
+        if plan.requeue_at is not None:
+            self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
+        self._force_delete_stuck(job, pods, now)
+
+    async def _write_status(self, raw: dict[str, Any], job: TorchJob, status: JobStatus) -> None:
+        meta = raw["metadata"]
+        await self.api.patch_status(meta["name"], meta.get("namespace", "default"), status_dict(job, status))
+        # Our own write is the newest truth: keep it, so the next reconcile does not act twice.
+        self.jobs.cache[key_of(raw)] = {**raw, "status": status_dict(job, status)}
+
+    async def _invalid(self, raw: dict[str, Any], message: str) -> None:
+        status = JobStatus.model_validate(raw.get("status") or {})
+        if status.finished:
+            return
+        from torchjob.core.reconcile import set_condition
+
+        now = datetime.now(UTC)
+        set_condition(status, "Failed", True, "InvalidSpec", message, now)
+        status.completionTime = now
+        meta = raw["metadata"]
+        await self.api.patch_status(meta["name"], meta.get("namespace", "default"), status.model_dump(mode="json"))
+        await self.api.event(raw, "Warning", "InvalidSpec", message)
+
+    async def _create(self, obj: dict[str, Any]) -> None:
+        try:
+            created = await self.api.create(obj)
+        except Exception as e:
+            if status_code(e) == 409:  # already there: adopted
+                return
+            raise
+        if obj["kind"] == "Pod":
+            self.pods.cache[key_of(created)] = created
+            self._on_pod(created)
+
+    async def _apply(self, job: TorchJob, plan: Plan, pods: list[dict[str, Any]]) -> None:
+        ns = job.metadata.namespace or "default"
+        for a in plan.actions:
+            if isinstance(a, Create):
+                await self._create(kr.pod(job, a.replica, a.attempt, init_image=self.init_image,
+                                          wait=self.wait_for_master))
+            elif isinstance(a, Stop | Forget | Purge):
+                grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
+                await self.api.delete("Pod", kr.pod_name(job, a.replica), ns,
+                                      grace_s=grace if isinstance(a, Stop) else 0)
+            elif isinstance(a, DeleteJob):
+                await self.api.delete("TorchJob", job.name, ns)
+
+    def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
+        for p in pods:
+            deleting = p["metadata"].get("deletionTimestamp")
+            if not deleting:
+                continue
+            since = datetime.fromisoformat(deleting.replace("Z", "+00:00"))
+            grace = p["metadata"].get("deletionGracePeriodSeconds") or 30
+            due = since + timedelta(seconds=grace + FORCE_DELETE_AFTER_S)
+            if now >= due:
+                log.warning("force-deleting %s, stuck terminating since %s", p["metadata"]["name"], deleting)
+                asyncio.get_running_loop().create_task(
+                    self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))
+            else:
+                self.queue.add_after((job.metadata.namespace or "default", job.name), (due - now).total_seconds())

@@ -1,0 +1,148 @@
+"""List-then-watch caches of raw objects, and a work queue keyed by job (controller-runtime's
+pattern, in asyncio).
+
+The informer lists (capturing resourceVersion), then watches from there; an expired watch
+(410 Gone) or a dropped connection re-lists and diffs against the cache, so no change is lost.
+The queue holds each key once; a key re-added while it is being processed is processed again
+right after (controller-runtime's "dirty" set), and keys can be added after a delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torchjob.kube import metrics
+from torchjob.kube.client import Api, status_code
+
+log = logging.getLogger("torchjob.kube")
+Key = tuple[str, str]  # (namespace, name)
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return meta.get("namespace") or "default", meta["name"]
+
+
+def _rv(obj: dict[str, Any] | None) -> int:
+    """resourceVersion as a number (etcd's revision; 0 when absent or opaque)."""
+    try:
+        return int((obj or {}).get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class Informer:
+    def __init__(self, api: Api, kind: str, namespace: str | None, on_change: Callable[[dict[str, Any]], None],
+                 labels: dict[str, Any] | None = None) -> None:
+        self.api, self.kind, self.namespace, self.labels = api, kind, namespace, labels
+        self.on_change = on_change
+        self.cache: dict[Key, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+
+    async def _relist(self) -> str:
+        items, rv = await self.api.list(self.kind, self.namespace, self.labels)
+        fresh = {key_of(o): o for o in items}
+        gone = [o for k, o in self.cache.items() if k not in fresh]
+        self.cache = fresh
+        for obj in [*fresh.values(), *gone]:
+            self.on_change(obj)
+        self.synced.set()
+        return rv
+
+    async def run(self) -> None:
+        rv = await self._relist()
+        while True:
+            try:
+                async for kind, obj in self.api.watch(self.kind, self.namespace, rv, self.labels):
+                    data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+                    rv = data["metadata"].get("resourceVersion", rv)
+                    if kind == "DELETED":
+                        self.cache.pop(key_of(data), None)
+                    elif _rv(data) < _rv(self.cache.get(key_of(data))):
+                        continue  # older than what we wrote ourselves and cached already
+                    else:
+                        self.cache[key_of(data)] = data
+                    self.on_change(data)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # 410 Gone, a dropped connection: re-list and diff
+                code = status_code(e)
+                log.info("%s watch ended (%s); re-listing", self.kind, code or type(e).__name__)
+                await asyncio.sleep(0.2 if code == 410 else 1.0)
+                rv = await self._relist_retrying()
+
+    async def _relist_retrying(self) -> str:
+        delay = 0.5
+        while True:
+            try:
+                return await self._relist()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("%s list failed: %s; retrying in %.1fs", self.kind, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+
+class WorkQueue:
+    def __init__(self, name: str = "torchjob") -> None:
+        self.name = name
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._processing: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._added_at: dict[Key, float] = {}
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+
+    def add(self, key: Key) -> None:
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._added_at[key] = time.monotonic()
+        self._queue.put_nowait(key)
+        metrics.WORKQUEUE_ADDS.labels(self.name).inc()
+        metrics.WORKQUEUE_DEPTH.labels(self.name).set(len(self._queued))
+
+    def add_after(self, key: Key, delay_s: float) -> None:
+        """Reconcile `key` again after `delay_s` (the earliest of several requests wins)."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.0, delay_s)
+        old = self._timers.get(key)
+        if old is not None and old.when() <= when:
+            return
+        if old is not None:
+            old.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    async def get(self) -> Key:
+        key = await self._queue.get()
+        self._queued.discard(key)
+        self._processing.add(key)
+        metrics.WORKQUEUE_DEPTH.labels(self.name).set(len(self._queued))
+        metrics.WORKQUEUE_QUEUE_DURATION.labels(self.name).observe(time.monotonic() - self._added_at.pop(key, 0.0))
+        return key
+
+    def done(self, key: Key) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self.add(key)
+
+    def forget(self, key: Key) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def __len__(self) -> int:
+        return len(self._queued)

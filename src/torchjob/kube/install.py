@@ -1,0 +1,89 @@
+"""What `torchjob install` applies: the CRD (generated from the model), least-privilege RBAC,
+and the operator Deployment. The Helm chart in charts/torchjob renders the same objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchjob import __version__
+from torchjob.kube.crd import GROUP, PLURAL, crd
+
+NAMESPACE = "torchjob-system"
+NAME = "torchjob-operator"
+DEFAULT_IMAGE = f"torchjob/operator:{__version__}"
+
+RULES: list[dict[str, Any]] = [
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "delete"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
+     "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"],
+     "verbs": ["get", "list", "watch", "create", "delete"]},
+]
+LEASE_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+]
+
+
+def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: int = 1) -> list[dict[str, Any]]:
+    labels = {"app.kubernetes.io/name": NAME}
+    return [
+        crd(),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": NAME},
+         "rules": RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": NAME},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": NAME, "namespace": namespace}, "rules": LEASE_RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": NAME, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]},
+        {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": NAME, "namespace": namespace,
+                                                                         "labels": labels},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": NAME,
+                        "containers": [{
+                            "name": "operator",
+                            "image": image,
+                            "command": ["torchjob", "operator", "--leader-elect", "--lease-namespace", namespace],
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
+                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
+                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                          "limits": {"memory": "512Mi"}},
+                            "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                                                "readOnlyRootFilesystem": True,
+                                                "capabilities": {"drop": ["ALL"]}},
+                        }],
+                    },
+                },
+            },
+        },
+    ]
+
+
+def apply(objs: list[dict[str, Any]], kubeconfig: str | None = None) -> list[str]:
+    """Server-side apply every object; returns `kind/name` of each."""
+    from lightkube import Client, KubeConfig, codecs
+
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+    client = Client(config=config, field_manager="torchjob-install")
+    done = []
+    for data in objs:
+        obj = codecs.from_dict(data)
+        client.apply(obj, force=True)
+        done.append(f"{data['kind']}/{data['metadata']['name']}")
+    return done

@@ -1,0 +1,124 @@
+"""A TorchJob's replicas as Kubernetes objects: Pods `{job}-{master|worker}-{i}` and one headless
+Service `{job}`, so that `MASTER_ADDR` is the master's stable DNS name. Pure: dicts in, dicts out.
+
+Every pod is created with `restartPolicy: Never`: the operator decides every restart with the
+same `core` as the local runtime (so both give the same answer), and counts each toward
+backoffLimit (Kubeflow's ExitCode restarts were never counted: its #2045).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
+from torchjob.api.validate import training_container
+from torchjob.core.topology import Placement, ReplicaId, has_master, master_port, merge_env, replica_env, replicas
+
+LABEL_JOB = "torchjob.dev/job-name"
+LABEL_TYPE = "torchjob.dev/replica-type"
+LABEL_INDEX = "torchjob.dev/replica-index"
+ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
+ANNOTATION_WAIT = "torchjob.dev/wait-for-master"  # "false" turns the init container off for a job
+WAIT_CONTAINER = "wait-for-master"
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def pod_name(job: TorchJob, rid: ReplicaId) -> str:
+    return f"{job.name}-{rid.name}"
+
+
+def host(job: TorchJob, rid: ReplicaId) -> str:
+    """The replica's DNS name through the job's headless Service (pod hostname.subdomain)."""
+    return f"{pod_name(job, rid)}.{job.name}"
+
+
+def placement(job: TorchJob) -> Placement:
+    first = ReplicaId(MASTER if has_master(job) else WORKER, 0)
+    port = master_port(job)
+    ep = job.spec.elasticPolicy
+    rdzv_host = ep.rdzvHost if ep and ep.rdzvHost else pod_name(job, ReplicaId(WORKER, 0))
+    rdzv_port = ep.rdzvPort if ep and ep.rdzvPort else port
+    return Placement(host(job, first), port, rdzv_host, rdzv_port)
+
+
+def owner_reference(job: TorchJob) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": job.name, "uid": job.metadata.uid or "",
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def selector(job: TorchJob) -> dict[str, str]:
+    return {LABEL_JOB: job.name}
+
+
+def wait_for_master(job: TorchJob, where: Placement, image: str) -> dict[str, Any]:
+    """Waits until the master's port accepts connections, not only until its name resolves
+    (pytorch-operator #333: DNS answers before the master listens)."""
+    script = (f"until nc -z -w 2 {where.master_addr} {where.master_port} 2>/dev/null; do "
+              f"echo waiting for {where.master_addr}:{where.master_port}; sleep 1; done")
+    return {"name": WAIT_CONTAINER, "image": image, "command": ["sh", "-c", script]}
+
+
+def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busybox:1.36",
+        wait: bool = True) -> dict[str, Any]:
+    rspec = job.spec.pytorchReplicaSpecs[rid.rtype]
+    template = rspec.template.model_dump(mode="json", exclude_none=True)
+    spec: dict[str, Any] = template["spec"]
+    meta = template.get("metadata", {})
+    where = placement(job)
+    ci = training_container(rspec.template.spec.containers)
+    c = spec["containers"][ci]
+    argv = [*(c.get("command") or []), *(c.get("args") or [])]
+    hosts = {r.name: host(job, r) for r in replicas(job)}
+    ours = replica_env(job, rid, argv, where, hosts).env
+    ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
+    if "terminationMessagePath" not in c:
+        ours["TORCHELASTIC_ERROR_FILE"] = TERMINATION_LOG  # the traceback shows in the pod's status
+    user = [e for e in c.get("env", [])]
+    values = {e["name"]: e.get("value", "") for e in user if "valueFrom" not in e}
+    merged = merge_env(values, ours)
+    # Upsert, never duplicate: the user's entries keep their place (valueFrom ones included).
+    env = [e if "valueFrom" in e else {"name": e["name"], "value": merged[e["name"]]} for e in user]
+    known = {e["name"] for e in user}
+    env += [{"name": k, "value": v} for k, v in merged.items() if k not in known]
+    c["env"] = env
+    ports = c.setdefault("ports", [])
+    if not any(p.get("name") == PORT_NAME for p in ports):
+        ports.append({"name": PORT_NAME, "containerPort": master_port(job)})
+    spec["restartPolicy"] = "Never"
+    spec["hostname"] = pod_name(job, rid)
+    spec["subdomain"] = job.name
+    if wait and rid.rtype == WORKER and has_master(job) and meta.get("annotations", {}).get(ANNOTATION_WAIT) != "false":
+        spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
+    sp = job.run_policy.schedulingPolicy
+    labels = {**meta.get("labels", {}), LABEL_JOB: job.name, LABEL_TYPE: rid.rtype.lower(),
+              LABEL_INDEX: str(rid.index)}
+    annotations = {**meta.get("annotations", {}), ANNOTATION_ATTEMPT: str(attempt)}
+    if sp is not None and sp.schedulerName:
+        spec.setdefault("schedulerName", sp.schedulerName)
+        if sp.schedulerName == "volcano":
+            annotations["scheduling.k8s.io/group-name"] = job.name
+            annotations["volcano.sh/task-spec"] = rid.rtype.lower()
+        else:
+            labels["scheduling.x-k8s.io/pod-group"] = job.name
+    if sp is not None and sp.priorityClass:
+        spec.setdefault("priorityClassName", sp.priorityClass)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name(job, rid), "namespace": job.metadata.namespace or "default",
+                     "labels": labels, "annotations": annotations, "ownerReferences": [owner_reference(job)]},
+        "spec": spec,
+    }
+
+
+def service(job: TorchJob) -> dict[str, Any]:
+    """One headless Service per job; not-ready addresses are published so that every replica's
+    name resolves as soon as its pod exists."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": job.name, "namespace": job.metadata.namespace or "default",
+                     "labels": selector(job), "ownerReferences": [owner_reference(job)]},
+        "spec": {"clusterIP": "None", "selector": selector(job), "publishNotReadyAddresses": True,
+                 "ports": [{"name": PORT_NAME, "port": master_port(job), "targetPort": master_port(job)}]},
+    }
