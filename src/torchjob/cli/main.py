@@ -48,6 +48,20 @@ def local_options(f: F) -> F:
     return f
 
 
+def kube_options(f: F) -> F:
+    f = click.option("--kube", is_flag=True, help="Act on the Kubernetes cluster (the operator runs the job).")(f)
+    f = click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="With --kube (default ~/.kube/config).")(f)
+    f = click.option("--context", "kube_context", default=None, help="With --kube: the kubeconfig context.")(f)
+    f = click.option("-n", "--namespace", default=None, help="With --kube: the namespace (default: the context's).")(f)
+    return f
+
+
+def _kube(kubeconfig: str | None, context: str | None) -> Any:
+    from torchjob.kube import jobs
+
+    return jobs.client(kubeconfig.split(":")[0] if kubeconfig else None, context)
+
+
 def _pairs(flag: str, items: tuple[str, ...], example: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
@@ -98,12 +112,27 @@ def cli() -> None:
 @click.argument("job_file", metavar="JOB.yaml")
 @local_options
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
+@kube_options
 def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
-        no_resolve_python: bool, grace_period: float | None, quiet: bool) -> None:
+        no_resolve_python: bool, grace_period: float | None, quiet: bool, kube: bool, kubeconfig: str | None,
+        kube_context: str | None, namespace: str | None) -> None:
     """Run a job in the foreground until it ends; exit 0 when it succeeded."""
     from torchjob.local import runtime
 
     job = _load(job_file)
+    if kube:
+        from torchjob.kube import jobs
+
+        client = _kube(kubeconfig, kube_context)
+        ns = jobs.submit(client, job, namespace)
+        click.echo(f"torchjob: job {job.name} created in {ns}", err=True)
+        st = jobs.follow(client, job.name, ns, lambda m: click.echo(f"torchjob: {m}", err=True))
+        if st.is_true("Succeeded"):
+            click.echo(f"torchjob: job {job.name} succeeded", err=True)
+            return
+        reason = f": {st.failure.message}" if st.failure else ""
+        click.echo(f"torchjob: job {job.name} failed{reason}", err=True)
+        sys.exit(1)
     store = _store()
     opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
     rec = runtime.run(store, job, opts, quiet=quiet)
@@ -127,12 +156,20 @@ def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], docum
 @cli.command()
 @click.argument("job_file", metavar="JOB.yaml")
 @local_options
+@kube_options
 def submit(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
-           no_resolve_python: bool, grace_period: float | None) -> None:
+           no_resolve_python: bool, grace_period: float | None, kube: bool, kubeconfig: str | None,
+           kube_context: str | None, namespace: str | None) -> None:
     """Start a job detached; follow it with `torchjob logs NAME -f`."""
     from torchjob.local import runtime
 
     job = _load(job_file)
+    if kube:
+        from torchjob.kube import jobs
+
+        ns = jobs.submit(_kube(kubeconfig, kube_context), job, namespace)
+        click.echo(f"job {job.name} submitted to {ns}; follow it with: torchjob describe --kube {job.name}")
+        return
     job = runtime.submit(_store(), job, _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period))
     click.echo(f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f")
 
@@ -217,10 +254,15 @@ def convert(job_file: str, target: str, output: str) -> None:
 
 @cli.command(name="list")
 @OUTPUT
-def list_jobs(output: str) -> None:
+@kube_options
+def list_jobs(output: str, kube: bool, kubeconfig: str | None, kube_context: str | None,
+              namespace: str | None) -> None:
     """The jobs in the store, newest last."""
     from torchjob.cli import views
 
+    if kube:
+        views.list_kube(_kube(kubeconfig, kube_context), namespace, output, _dump)
+        return
     store = _store()
     views.list_jobs(store, output, _dump)
 
@@ -228,10 +270,15 @@ def list_jobs(output: str) -> None:
 @cli.command()
 @click.argument("name")
 @OUTPUT
-def describe(name: str, output: str) -> None:
+@kube_options
+def describe(name: str, output: str, kube: bool, kubeconfig: str | None, kube_context: str | None,
+             namespace: str | None) -> None:
     """A job's spec summary, replica attempts with exit codes, conditions and events."""
     from torchjob.cli import views
 
+    if kube:
+        views.describe_kube(_kube(kubeconfig, kube_context), name, namespace, output, _dump)
+        return
     views.describe(_store(), name, output, _dump)
 
 
@@ -240,19 +287,33 @@ def describe(name: str, output: str) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("--replica", default=None, metavar="REPLICA", help="Only this replica, e.g. worker-1.")
 @click.option("--attempt", type=int, default=None, help="That attempt of --replica (default: the latest).")
-def logs(name: str, follow: bool, replica: str | None, attempt: int | None) -> None:
+@kube_options
+def logs(name: str, follow: bool, replica: str | None, attempt: int | None, kube: bool, kubeconfig: str | None,
+         kube_context: str | None, namespace: str | None) -> None:
     """A job's output (all replicas, prefixed), or one replica's."""
     from torchjob.cli import views
 
+    if kube:
+        from torchjob.kube import jobs
+
+        jobs.logs(_kube(kubeconfig, kube_context), name, namespace, replica, follow, click.echo)
+        return
     views.logs(_store(), name, replica, attempt, follow)
 
 
 @cli.command()
 @click.argument("name")
-def delete(name: str) -> None:
+@kube_options
+def delete(name: str, kube: bool, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
     """Stop a job if it runs, then remove its record and logs."""
     from torchjob.local import runtime
 
+    if kube:
+        from torchjob.kube import jobs
+
+        jobs.delete(_kube(kubeconfig, kube_context), name, namespace)
+        click.echo(f"job {name} deleted")
+        return
     runtime.delete(_store(), name)
     click.echo(f"job {name} deleted")
 

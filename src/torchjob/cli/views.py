@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from torchjob.api.errors import UserError
+from torchjob.api.model import JobStatus
 from torchjob.local import runtime
 from torchjob.local.store import JobRecord, Store
 from torchjob.local.supervisor import supervisor_alive
@@ -38,6 +39,14 @@ def _counts(rec: JobRecord) -> str:
     return "/".join(
         f"{rtype.lower()} {rs.active}a {rs.succeeded}s {rs.failed}f" for rtype, rs in rec.status.replicaStatuses.items()
     )
+
+
+def _conditions(st: JobStatus) -> list[str]:
+    out = ["Conditions:"]
+    for cond in st.conditions:
+        when = _when(cond.lastTransitionTime)
+        out.append(f"  {cond.type:<11}{cond.status:<6}{cond.reason:<22}{when}  {cond.message}")
+    return out
 
 
 def summary(rec: JobRecord) -> dict[str, Any]:
@@ -121,10 +130,7 @@ def describe(store: Store, name: str, fmt: str, dump: Dump) -> None:
         exit_ = "-" if a.exit_code is None else str(a.exit_code)
         out.append(f"  {a.replica:<12}{a.attempt:<9}{a.pid or '-'!s:<9}{_when(a.started):<21}{_when(a.ended):<21}"
                    f"{exit_:<6}{a.reason or ('Running' if a.ended is None else '')}")
-    out.append("Conditions:")
-    for cond in st.conditions:
-        when = _when(cond.lastTransitionTime)
-        out.append(f"  {cond.type:<11}{cond.status:<6}{cond.reason:<22}{when}  {cond.message}")
+    out += _conditions(st)
     out.append("Events:")
     for e in events:
         out.append(f"  {_when(e.time)}  {e.type:<8}{e.reason:<22}{e.message}")
@@ -173,3 +179,47 @@ def logs(store: Store, name: str, replica: str | None, attempt: int | None, foll
                 return
             time.sleep(0.1)
 
+
+
+def list_kube(kube: Any, namespace: str | None, fmt: str, dump: Dump) -> None:
+    from torchjob.kube import jobs
+
+    rows = []
+    for data in jobs.list_jobs(kube, namespace):
+        st = jobs.status_of(data)
+        specs = data["spec"]["pytorchReplicaSpecs"]
+        rows.append({"name": data["metadata"]["name"], "namespace": data["metadata"].get("namespace"),
+                     "state": st.state, "replicas": sum(int(s.get("replicas", 1)) for s in specs.values()),
+                     "restarts": st.restartCount, "reason": st.failure.reason if st.failure else None})
+    if fmt != "text":
+        dump(rows, fmt)
+        return
+    print(f"{'NAME':<30}{'STATE':<12}{'REPLICAS':<10}{'RESTARTS':<10}REASON")
+    for r in rows:
+        print(f"{r['name']:<30}{r['state']:<12}{r['replicas']:<10}{r['restarts']:<10}{r['reason'] or ''}")
+
+
+def describe_kube(kube: Any, name: str, namespace: str | None, fmt: str, dump: Dump) -> None:
+    from torchjob.kube import jobs
+
+    data = jobs.get(kube, name, namespace)
+    pods = jobs.pods(kube, data)
+    evs = jobs.events(kube, data)
+    if fmt != "text":
+        dump({"job": data, "pods": [p.to_dict() for p in pods],
+              "events": [{"type": e.type, "reason": e.reason, "message": e.message} for e in evs]}, fmt)
+        return
+    st = jobs.status_of(data)
+    out = [f"Name:        {name}", f"Namespace:   {data['metadata'].get('namespace')}",
+           f"State:       {st.state}" + (f" ({st.failure.reason}: {st.failure.message})" if st.failure else ""),
+           f"Started:     {_when(st.startTime)}", f"Completed:   {_when(st.completionTime)}",
+           f"Restarts:    {st.restartCount}", "Pods:"]
+    for p in pods:
+        phase = p.status.phase if p.status else "-"
+        attempt = (p.metadata.annotations or {}).get("torchjob.dev/attempt", "0")
+        out.append(f"  {p.metadata.name:<40}{phase or '-':<12}attempt {attempt}")
+    out += _conditions(st)
+    out.append("Events:")
+    for e in evs:
+        out.append(f"  {e.type or '':<8}{e.reason or '':<22}{e.message}")
+    print("\n".join(out))

@@ -1,0 +1,111 @@
+"""The CLI's verbs against a cluster (`--kube`): submit, run (submit and follow), list, describe,
+logs, delete. Same words and output shape as the local runtime."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Event, Pod
+
+from torchjob.api.errors import UserError
+from torchjob.api.model import JobStatus, TorchJob
+from torchjob.dialects.convert import explicit
+from torchjob.kube.client import TorchJobRes, status_code, to_dict
+from torchjob.kube.render import LABEL_INDEX, LABEL_JOB, LABEL_TYPE
+
+Say = Callable[[str], None]
+
+
+def client(kubeconfig: str | None, context: str | None) -> Client:
+    try:
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+    except Exception as e:  # no kubeconfig at all: a user's set-up, not a bug
+        raise UserError(f"no Kubernetes configuration: {e}", fix="set KUBECONFIG or pass --kubeconfig")
+    return Client(config=config.get(context_name=context) if context else config, field_manager="torchjob-cli")
+
+
+def _ns(kube: Client, namespace: str | None) -> str:
+    return namespace or kube.namespace or "default"
+
+
+def submit(kube: Client, job: TorchJob, namespace: str | None) -> str:
+    data = explicit(job)
+    ns = _ns(kube, namespace)
+    data["metadata"]["namespace"] = ns
+    try:
+        kube.create(TorchJobRes.from_dict(data))
+    except ApiError as e:
+        if status_code(e) == 404:
+            raise UserError("the cluster has no TorchJob resource", fix="install it: torchjob install")
+        if status_code(e) == 409:
+            raise UserError(f"a TorchJob named {job.name!r} exists in {ns}", fix=f"torchjob delete --kube {job.name}")
+        raise UserError(f"the API server refused the job: {e}")
+    return ns
+
+
+def get(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
+    try:
+        obj = kube.get(TorchJobRes, name, namespace=_ns(kube, namespace))
+    except ApiError as e:
+        if status_code(e) == 404:
+            raise UserError(f"no TorchJob named {name!r} in {_ns(kube, namespace)}")
+        raise
+    return to_dict(obj)
+
+
+def status_of(data: dict[str, Any]) -> JobStatus:
+    return JobStatus.model_validate(data.get("status") or {})
+
+
+def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0) -> JobStatus:
+    """Print each new event of the job until it finishes; returns its final status."""
+    seen: set[str] = set()
+    while True:
+        data = get(kube, name, namespace)
+        for ev in events(kube, data):
+            uid = ev.metadata.uid if ev.metadata else None
+            if uid and uid not in seen:
+                seen.add(uid)
+                say(ev.message or "")
+        st = status_of(data)
+        if st.finished:
+            return st
+        time.sleep(poll_s)
+
+
+def events(kube: Client, data: dict[str, Any]) -> list[Any]:
+    meta = data["metadata"]
+    evs = kube.list(Event, namespace=meta.get("namespace", "default"),
+                    fields={"involvedObject.name": meta["name"], "involvedObject.kind": "TorchJob"})
+    return sorted(evs, key=lambda e: str(e.metadata.creationTimestamp if e.metadata else ""))
+
+
+def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
+    meta = data["metadata"]
+    return list(kube.list(Pod, namespace=meta.get("namespace", "default"), labels={LABEL_JOB: meta["name"]}))
+
+
+def delete(kube: Client, name: str, namespace: str | None) -> None:
+    get(kube, name, namespace)
+    kube.delete(TorchJobRes, name, namespace=_ns(kube, namespace))
+
+
+def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
+    return [to_dict(o) for o in kube.list(TorchJobRes, namespace=_ns(kube, namespace))]
+
+
+def logs(kube: Client, name: str, namespace: str | None, replica: str | None, follow_: bool, say: Say) -> None:
+    data = get(kube, name, namespace)
+    targets = pods(kube, data)
+    if replica:
+        targets = [p for p in targets if f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}" == replica]
+        if not targets:
+            raise UserError(f"job {name!r} has no pod for {replica!r}")
+    for p in targets:
+        prefix = f"[{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}] "
+        for line in kube.log(p.metadata.name, namespace=p.metadata.namespace, follow=follow_ and len(targets) == 1):
+            say(prefix + line.rstrip("\n"))

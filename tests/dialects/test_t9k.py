@@ -1,0 +1,407 @@
+"""T9k `batch.tensorstack.dev/v1beta1` `PyTorchTrainingJob` -> `TorchJob`: replica types, torchrun, run policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dialects.util import doc, edit, line_of, only_problem, problems, read
+from torchjob.api.errors import InvalidJob
+from torchjob.api.model import MASTER, WORKER, Container, TorchJob
+from torchjob.core.topology import (
+    Placement,
+    ReplicaId,
+    elastic_bounds,
+    is_torchrun,
+    nproc_per_node,
+    replica_env,
+    replicas,
+)
+
+WHERE = Placement(master_addr="10.0.0.1", master_port=29500, rdzv_addr="10.0.0.2", rdzv_port=29400)
+
+# torchrun mode, one replica type (worker x 4), the training container second.
+TORCHRUN = doc("""
+    apiVersion: batch.tensorstack.dev/v1beta1
+    kind: PyTorchTrainingJob
+    metadata:
+      name: tj
+    spec:
+      torchrunConfig:
+        enable: true
+        maxRestarts: 3
+        procPerNode: "2"
+        rdzvBackend: c10d
+        extraOptions: ["--log-dir", "/tmp/logs"]
+      replicaSpecs:
+        - type: worker
+          replicas: 4
+          restartPolicy: ExitCode
+          template:
+            spec:
+              containers:
+                - name: sidecar
+                  image: busybox
+                - name: python
+                  image: pytorch:2
+                  command: [python]
+                  args: [dist_mnist.py]
+""")
+
+# plain mode, a master and a worker type.
+PLAIN = doc("""
+    apiVersion: batch.tensorstack.dev/v1beta1
+    kind: PyTorchTrainingJob
+    metadata:
+      name: tp
+    spec:
+      replicaSpecs:
+        - type: master
+          replicas: 1
+          restartPolicy: Never
+          template:
+            spec:
+              containers:
+                - name: pytorch
+                  command: [python, train.py]
+        - type: worker
+          replicas: 2
+          template:
+            spec:
+              containers:
+                - name: pytorch
+                  command: [python, train.py]
+""")
+
+
+def containers(job: TorchJob, rtype: str) -> list[Container]:
+    return job.spec.pytorchReplicaSpecs[rtype].template.spec.containers
+
+
+# --- replica types ---------------------------------------------------------------------------------------
+
+
+def test_master_and_worker_types() -> None:
+    loaded = read(PLAIN)
+    assert loaded.dialect == "batch.tensorstack.dev/v1beta1 PyTorchTrainingJob"
+    assert loaded.notes == []
+    job = loaded.job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 2)
+    assert job.spec.pytorchReplicaSpecs[MASTER].restartPolicy == "Never"
+    assert job.spec.pytorchReplicaSpecs[WORKER].restartPolicy is None  # unset: the native default
+    assert job.restart_policy(WORKER) == "OnFailure"
+    assert containers(job, MASTER)[0].command == ["python", "train.py"]
+    assert job.spec.elasticPolicy is None and job.spec.nprocPerNode is None and job.spec.runPolicy is None
+
+
+@pytest.mark.parametrize(("count", "workers"), [(1, 0), (2, 1), (4, 3), (9, 8)])
+def test_one_type_its_first_replica_is_the_master(count: int, workers: int) -> None:
+    text = edit(TORCHRUN, "replicas: 4", f"replicas: {count}")
+    job = read(text).job
+    assert job.replica_count(MASTER) == 1
+    assert job.replica_count(WORKER) == workers
+    assert (WORKER in job.spec.pytorchReplicaSpecs) == (workers > 0)
+    if workers:
+        assert job.spec.pytorchReplicaSpecs[MASTER].template == job.spec.pytorchReplicaSpecs[WORKER].template
+        assert job.restart_policy(MASTER) == job.restart_policy(WORKER) == "ExitCode"
+
+
+def test_types_are_case_insensitive() -> None:
+    text = edit(PLAIN, "type: master", "type: Master")
+    text = edit(text, "type: worker", "type: WORKER")
+    job = read(text).job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 2)
+
+
+def test_master_type_alone() -> None:
+    text = PLAIN[: PLAIN.index("    - type: worker")]
+    job = read(text).job
+    assert list(job.spec.pytorchReplicaSpecs) == [MASTER]
+
+
+# --- torchrun --------------------------------------------------------------------------------------------
+
+
+def test_torchrun_command_args_and_container_order() -> None:
+    job = read(TORCHRUN).job
+    for rtype in (MASTER, WORKER):
+        first, second = containers(job, rtype)
+        # the container named python is T9k's training container: moved first, where torchjob looks
+        assert (first.name, second.name) == ("python", "sidecar")
+        assert first.command == ["torchrun", "--log-dir", "/tmp/logs"]
+        assert first.args == ["dist_mnist.py"]
+        assert first.image == "pytorch:2"
+        assert second.command is None and second.image == "busybox"
+    argv = [*(containers(job, WORKER)[0].command or []), *(containers(job, WORKER)[0].args or [])]
+    assert argv == ["torchrun", "--log-dir", "/tmp/logs", "dist_mnist.py"]
+    assert is_torchrun(argv)
+
+
+def test_torchrun_module_args_are_kept() -> None:
+    text = edit(TORCHRUN, "args: [dist_mnist.py]", "args: [-m, pkg.train, --epochs, 3]")
+    c = containers(read(text).job, MASTER)[0]
+    assert c.command == ["torchrun", "--log-dir", "/tmp/logs"]
+    assert c.args == ["-m", "pkg.train", "--epochs", "3"]
+
+
+def test_torchrun_without_extra_options() -> None:
+    text = edit(TORCHRUN, '    extraOptions: ["--log-dir", "/tmp/logs"]\n', "")
+    c = containers(read(text).job, MASTER)[0]
+    assert c.command == ["torchrun"] and c.args == ["dist_mnist.py"]
+
+
+def test_torchrun_first_container_when_none_is_named_python() -> None:
+    text = edit(TORCHRUN, "- name: python", "- name: trainer")
+    first, second = containers(read(text).job, MASTER)
+    assert (first.name, first.command) == ("sidecar", ["torchrun", "--log-dir", "/tmp/logs"])
+    assert (second.name, second.command) == ("trainer", ["python"])
+
+
+@pytest.mark.parametrize(("per_node", "expected"), [('"2"', "2"), ("2", "2"), ("gpu", "gpu"), ("cpu", "cpu"),
+                                                    ("auto", "auto")])
+def test_proc_per_node(per_node: str, expected: str) -> None:
+    text = edit(TORCHRUN, 'procPerNode: "2"', f"procPerNode: {per_node}")
+    job = read(text).job
+    assert job.spec.nprocPerNode == expected
+    assert nproc_per_node(job) == expected
+
+
+def test_proc_per_node_defaults_to_one() -> None:
+    text = edit(TORCHRUN, '    procPerNode: "2"\n', "")
+    assert read(text).job.spec.nprocPerNode == "1"
+
+
+def test_elastic_policy_from_torchrun_config() -> None:
+    job = read(TORCHRUN).job
+    ep = job.spec.elasticPolicy
+    assert ep is not None
+    assert ep.model_dump(exclude_none=True) == {"minReplicas": 4, "maxReplicas": 4, "rdzvBackend": "c10d",
+                                                "maxRestarts": 3}
+    assert elastic_bounds(job) == (4, 4)
+
+
+def test_elastic_min_nodes() -> None:
+    text = edit(TORCHRUN, "    maxRestarts: 3\n    procPerNode", "    minNodes: 2\n    procPerNode")
+    text = edit(text, "    rdzvBackend: c10d\n", "")
+    job = read(text).job
+    assert job.spec.elasticPolicy is not None
+    assert job.spec.elasticPolicy.model_dump(exclude_none=True) == {"minReplicas": 2, "maxReplicas": 4}
+    assert elastic_bounds(job) == (2, 4)
+
+
+def test_torchrun_env() -> None:
+    job = read(TORCHRUN).job
+    c = containers(job, WORKER)[0]
+    argv = [*(c.command or []), *(c.args or [])]
+    env = replica_env(job, ReplicaId(WORKER, 2), argv, WHERE).env
+    assert env["PET_NNODES"] == "4:4"
+    assert env["PET_NPROC_PER_NODE"] == "2"
+    assert env["PET_RDZV_BACKEND"] == "c10d"
+    assert env["PET_RDZV_ENDPOINT"] == "10.0.0.2:29400"
+    assert env["PET_MAX_RESTARTS"] == "3"
+    assert "RANK" not in env and "WORLD_SIZE" not in env
+    assert len(replicas(job)) == 4
+
+
+def test_torchrun_with_a_single_replica_is_not_elastic() -> None:
+    text = edit(TORCHRUN, "replicas: 4", "replicas: 1")
+    job = read(text).job
+    assert job.spec.elasticPolicy is None
+    assert job.spec.nprocPerNode == "2"
+    assert containers(job, MASTER)[0].command == ["torchrun", "--log-dir", "/tmp/logs"]
+
+
+def test_torchrun_disabled_keeps_the_command() -> None:
+    text = edit(TORCHRUN, "enable: true", "enable: false")
+    job = read(text).job
+    c = containers(job, MASTER)[0]
+    assert (c.name, c.command, c.args) == ("python", ["python"], ["dist_mnist.py"])
+    assert job.spec.elasticPolicy is None and job.spec.nprocPerNode is None
+
+
+# --- run policy, scheduler, debug mode, tensorboard ------------------------------------------------------------
+
+
+def test_run_policy_scheduler_debug_and_tensorboard() -> None:
+    text = edit(PLAIN, "spec:\n  replicaSpecs:", doc("""
+        spec:
+          runPolicy:
+            backoffLimit: 2
+            activeDeadlineSeconds: 100
+            cleanUpPolicy: Unfinished
+          scheduler:
+            t9kScheduler:
+              queue: q1
+              priority: 50
+          runMode:
+            debug:
+              enable: true
+              replicaSpecs:
+                - type: worker
+                  skipInitContainer: true
+                  command: [sleep, inf]
+          tensorboardSpec:
+            image: tensorboard:2
+            trainingLogFilesets: [t9k://pvc/p/logs]
+          replicaSpecs:""").rstrip("\n"))
+    loaded = read(text)
+    assert loaded.notes == [f"job.yaml:{line_of(text, 'skipInitContainer')}: "
+                            "spec.runMode.debug.replicaSpecs.0.skipInitContainer: "
+                            "init containers are never run locally"]
+    spec = loaded.job.spec
+    assert spec.runPolicy is not None
+    assert spec.runPolicy.model_dump(exclude_none=True) == {
+        "cleanPodPolicy": "Unfinished", "activeDeadlineSeconds": 100, "backoffLimit": 2,
+        "schedulingPolicy": {"queue": "q1", "priority": 50, "schedulerName": "t9k-scheduler"}}
+    assert spec.runMode is not None and spec.runMode.debug is not None
+    assert spec.runMode.debug.model_dump(exclude_none=True) == {
+        "enabled": True, "replicaSpecs": [{"type": "worker", "skipInitContainer": True, "command": ["sleep", "inf"]}]}
+    assert spec.tensorboard is not None
+    assert spec.tensorboard.model_dump(exclude_none=True) == {"image": "tensorboard:2",
+                                                              "logDirs": ["t9k://pvc/p/logs"]}
+
+
+def test_bad_clean_up_policy_names_the_t9k_field() -> None:
+    text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  runPolicy:\n    cleanUpPolicy: Sometimes\n  replicaSpecs:")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.runPolicy.cleanUpPolicy", line_of(text, "cleanUpPolicy"))
+
+
+def test_status_is_ignored_with_a_warning() -> None:
+    text = PLAIN + "status:\n  phase: Running\n"
+    assert read(text).notes == [f"job.yaml:{line_of(text, 'status:')}: status: a status is output, not input; ignored"]
+
+
+# --- errors ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["chief", "node", "ps", "''"])
+def test_bad_type(bad: str) -> None:
+    text = edit(PLAIN, "type: worker", f"type: {bad}")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.replicaSpecs[1].type", line_of(text, f"type: {bad}"))
+    assert "is not master or worker" in p.message
+    assert p.fix == "use type: master or type: worker"
+
+
+def test_no_type_at_all_is_no_replicas() -> None:
+    text = edit(TORCHRUN, "    - type: worker\n      replicas: 4", "    - replicas: 4")
+    found = problems(text)
+    assert [(p.path, p.message) for p in found] == [
+        ("spec.replicaSpecs[0].type", "replica type None is not master or worker"),
+        ("spec.replicaSpecs", "no replicas are defined"),
+    ]
+
+
+def test_duplicate_type() -> None:
+    text = edit(PLAIN, "type: master", "type: worker")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.replicaSpecs[1].type", line_of(text, "type: worker", 1))
+    assert p.message == "type 'worker' appears twice"
+
+
+@pytest.mark.parametrize("count", [0, 2, 3])
+def test_master_replicas_must_be_one(count: int) -> None:
+    text = edit(PLAIN, "    - type: master\n      replicas: 1", f"    - type: master\n      replicas: {count}")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.replicaSpecs[0].replicas", line_of(text, f"replicas: {count}"))
+    assert p.message == "a job has exactly one master"
+
+
+def test_unknown_torchrun_config_field() -> None:
+    text = edit(TORCHRUN, "    maxRestarts: 3\n", "    maxRestarts: 3\n    nnodes: 4\n")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.torchrunConfig.nnodes", line_of(text, "nnodes"))
+    assert p.message == "unknown field 'nnodes'"
+
+
+def test_unknown_spec_and_replica_spec_fields() -> None:
+    text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  elastic: {enabled: true}\n  replicaSpecs:")
+    text = edit(text, "    - type: worker\n", "    - type: worker\n      minAvailable: 1\n")
+    found = problems(text)
+    assert [(p.path, p.line) for p in found] == [
+        ("spec.elastic", line_of(text, "elastic:")),
+        ("spec.replicaSpecs[1].minAvailable", line_of(text, "minAvailable")),
+    ]
+
+
+@pytest.mark.xfail(reason="BUG: t9k.read checks runPolicy's fields (notes.unknown) after its last "
+                   "notes.raise_if_any(), so the error is recorded and never raised: an unknown runPolicy field such "
+                   "as cleanPodPolicy (T9k's is cleanUpPolicy) is silently dropped", strict=True)
+def test_unknown_run_policy_field() -> None:
+    text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  runPolicy:\n    cleanPodPolicy: All\n  replicaSpecs:")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.runPolicy.cleanPodPolicy", line_of(text, "cleanPodPolicy"))
+
+
+def test_bad_restart_policy_names_the_replica_spec() -> None:
+    text = edit(PLAIN, "restartPolicy: Never", "restartPolicy: Sometimes")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.replicaSpecs[0].restartPolicy", line_of(text, "Sometimes"))
+
+
+def test_native_problems_name_the_t9k_replica_spec() -> None:
+    text = edit(PLAIN, "              command: [python, train.py]\n    - type: worker",
+                "              command: [python, train.py]\n              workdir: /x\n    - type: worker")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.replicaSpecs[0].template.spec.containers[0].workdir", line_of(text, "workdir"))
+
+
+# --- bugs --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(reason="BUG: with torchrunConfig.enable, t9k.read replaces the training container's command with "
+                   "['torchrun', *extraOptions] whatever it holds, so `command: [python, dist_mnist.py]` with no args "
+                   "(seed 003's shape) silently loses the script and runs a bare `torchrun`, neither kept, nor an "
+                   "error, nor a warning", strict=True)
+def test_torchrun_with_the_script_in_command_is_not_silently_dropped() -> None:
+    text = edit(TORCHRUN, "command: [python]\n", "command: [python, dist_mnist.py]\n")
+    text = edit(text, "              args: [dist_mnist.py]\n", "")
+    try:
+        loaded = read(text)
+    except InvalidJob as e:
+        assert any("command" in p.path for p in e.problems)
+        return
+    c = containers(loaded.job, MASTER)[0]
+    kept = "dist_mnist.py" in [*(c.command or []), *(c.args or [])]
+    assert kept or any("command" in n for n in loaded.notes)
+
+
+@pytest.mark.xfail(reason="BUG: t9k.read moves the `python` container first, but native problems are translated "
+                   "through an alias of the replica spec only, so a problem in that container names containers[0] "
+                   "(another container) and its line; with one type (worker xN) it is also reported twice, once for "
+                   "Master and once for Worker, both aliased to the same replicaSpecs entry", strict=True)
+def test_problem_in_the_moved_container_names_it() -> None:
+    text = edit(TORCHRUN, "              args: [dist_mnist.py]\n",
+                "              args: [dist_mnist.py]\n              env: [{name: RANK, value: '1'}]\n")
+    p = only_problem(text)
+    assert (p.path, p.line) == ("spec.replicaSpecs[0].template.spec.containers[1].env[0].name", line_of(text, "RANK"))
+
+
+@pytest.mark.xfail(reason="BUG: torchrunConfig.procPerNode/minNodes/maxRestarts/rdzvBackend become spec.nprocPerNode "
+                   "and spec.elasticPolicy.* with no alias back, so their problems name native fields the T9k user "
+                   "never wrote, at the line of `spec:`", strict=True)
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ('procPerNode: "2"', 'procPerNode: "two"', "procPerNode"),
+    ("maxRestarts: 3", "maxRestarts: -3", "maxRestarts"),
+    ("rdzvBackend: c10d", "rdzvBackend: zookeeper", "rdzvBackend"),
+])
+def test_bad_torchrun_config_names_the_t9k_field(old: str, new: str, field: str) -> None:
+    text = edit(TORCHRUN, old, new)
+    p = only_problem(text)
+    assert (p.path, p.line) == (f"spec.torchrunConfig.{field}", line_of(text, new))
+
+
+MALFORMED = {
+    "torchrunConfig not a mapping": ("  torchrunConfig:\n    enable: true\n", "  torchrunConfig: true\n  x:\n"),
+    "replica spec not a mapping": ("  replicaSpecs:\n", "  replicaSpecs:\n    - worker\n"),
+}
+
+
+@pytest.mark.xfail(reason="BUG: t9k.read iterates torchrunConfig and each replicaSpecs entry as mappings before "
+                   "any type check, so another shape crashes (TypeError/AttributeError) instead of an InvalidJob",
+                   strict=True)
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_shapes_are_problems_not_crashes(case: str) -> None:
+    old, new = MALFORMED[case]
+    with pytest.raises(InvalidJob):
+        read(edit(TORCHRUN, old, new))

@@ -1,0 +1,95 @@
+"""Pure tests of what the operator writes: pods, the headless Service, the CRD schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.jobs import make_job
+from torchjob.core.reconcile import Phase
+from torchjob.core.topology import ReplicaId
+from torchjob.kube import render as kr
+from torchjob.kube.crd import crd
+from torchjob.kube.observe import observe
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_pods_carry_names_labels_owner_and_the_env_contract() -> None:
+    job = make_job("demo", workers=2, uid="u-1")
+    pod = kr.pod(job, ReplicaId("Worker", 1), attempt=3)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "demo-worker-1"
+    assert meta["labels"] == {kr.LABEL_JOB: "demo", kr.LABEL_TYPE: "worker", kr.LABEL_INDEX: "1"}
+    assert meta["annotations"][kr.ANNOTATION_ATTEMPT] == "3"
+    assert meta["ownerReferences"][0]["uid"] == "u-1" and meta["ownerReferences"][0]["controller"]
+    assert spec["restartPolicy"] == "Never" and spec["hostname"] == "demo-worker-1" and spec["subdomain"] == "demo"
+    env = env_of(pod)
+    assert env["MASTER_ADDR"] == "demo-master-0.demo" and env["MASTER_PORT"] == "23456"
+    assert env["RANK"] == "2" and env["WORLD_SIZE"] == "3"
+    assert env["TORCHELASTIC_ERROR_FILE"] == kr.TERMINATION_LOG
+    assert [p["name"] for p in spec["containers"][0]["ports"]] == ["pytorchjob-port"]
+    assert spec["initContainers"][0]["name"] == kr.WAIT_CONTAINER
+    assert "nc -z" in spec["initContainers"][0]["command"][2]
+    assert "initContainers" not in kr.pod(job, ReplicaId("Master", 0), 0)["spec"]
+    assert "initContainers" not in kr.pod(job, ReplicaId("Worker", 0), 0, wait=False)["spec"]
+
+
+def test_user_env_is_upserted_never_duplicated() -> None:
+    job = make_job("demo", workers=1)
+    data = job.model_dump(mode="json", exclude_none=True)
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "PYTHONUNBUFFERED", "value": "0"}, {"name": "NCCL_DEBUG", "value": "INFO"}]
+    from torchjob.api.load import job_from_data
+
+    pod = kr.pod(job_from_data(data), ReplicaId("Worker", 0), 0)
+    names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+    assert len(names) == len(set(names))
+    assert names[:2] == ["PYTHONUNBUFFERED", "NCCL_DEBUG"] and env_of(pod)["PYTHONUNBUFFERED"] == "0"
+
+
+def test_headless_service_publishes_not_ready_addresses() -> None:
+    svc = kr.service(make_job("demo", workers=1))
+    assert svc["metadata"]["name"] == "demo"
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"]
+    assert svc["spec"]["selector"] == {kr.LABEL_JOB: "demo"}
+
+
+def test_gang_scheduling_annotations() -> None:
+    job = make_job("demo", workers=1, run_policy={"schedulingPolicy": {"schedulerName": "volcano", "queue": "q"}})
+    pod = kr.pod(job, ReplicaId("Worker", 0), 0)
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "demo"
+
+
+def test_observe_reads_phase_exit_code_and_attempt() -> None:
+    job = make_job("demo", workers=1)
+    pod = kr.pod(job, ReplicaId("Worker", 0), 2)
+    pod["status"] = {"phase": "Failed", "containerStatuses": [
+        {"name": "pytorch", "state": {"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T00:00:00Z"}}}]}
+    world = observe(job, [pod])
+    obs = world.replicas["worker-0"]
+    assert (obs.attempt, obs.phase, obs.exit_code) == (2, Phase.FAILED, 137)
+
+
+def test_crd_is_structural_with_subresources_and_cel() -> None:
+    c = crd()
+    version = c["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            assert "$ref" not in node and "anyOf" not in node, path
+            if "properties" in node:
+                assert node.get("type") == "object", path
+            for k, v in node.items():
+                walk(v, f"{path}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{path}[{i}]")
+
+    walk(schema, "schema")
+    assert set(version["subresources"]) == {"status", "scale"}
+    assert any("Master.replicas == 1" in r["rule"] for r in schema["x-kubernetes-validations"])
+    assert c["spec"]["names"]["shortNames"] == ["tj"]
