@@ -206,3 +206,14 @@ def merge_env(user: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str
     merged = {"PYTHONUNBUFFERED": "1", **user}
     merged.update(ours)
     return merged
+
+
+def debug_command(job: TorchJob, rtype: str) -> list[str] | None:
+    """T9k's debug mode: the replica runs this instead of training (default `sleep inf`)."""
+    debug = job.spec.runMode.debug if job.spec.runMode else None
+    if debug is None or not debug.enabled:
+        return None
+    for d in debug.replicaSpecs or []:
+        if d.type.lower() == rtype.lower() and d.command:
+            return list(d.command)
+    return ["sleep", "inf"]

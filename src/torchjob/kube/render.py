@@ -12,7 +12,16 @@ from typing import Any
 
 from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.validate import training_container
-from torchjob.core.topology import Placement, ReplicaId, has_master, master_port, merge_env, replica_env, replicas
+from torchjob.core.topology import (
+    Placement,
+    ReplicaId,
+    debug_command,
+    has_master,
+    master_port,
+    merge_env,
+    replica_env,
+    replicas,
+)
 
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
@@ -68,6 +77,12 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
     ci = training_container(rspec.template.spec.containers)
     c = spec["containers"][ci]
     argv = [*(c.get("command") or []), *(c.get("args") or [])]
+    debug = debug_command(job, rid.rtype)
+    skip_init = False
+    if debug is not None:  # T9k's debug mode: the environment is set up, nothing trains
+        c["command"], c["args"] = debug, []
+        skip_init = any(d.skipInitContainer for d in (job.spec.runMode.debug.replicaSpecs or [])  # type: ignore[union-attr]
+                        if d.type.lower() == rid.rtype.lower())
     hosts = {r.name: host(job, r) for r in replicas(job)}
     ours = replica_env(job, rid, argv, where, hosts).env
     ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
@@ -89,6 +104,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
     spec["subdomain"] = job.name
     if wait and rid.rtype == WORKER and has_master(job) and meta.get("annotations", {}).get(ANNOTATION_WAIT) != "false":
         spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
+    if skip_init:
+        spec.pop("initContainers", None)
     sp = job.run_policy.schedulingPolicy
     labels = {**meta.get("labels", {}), LABEL_JOB: job.name, LABEL_TYPE: rid.rtype.lower(),
               LABEL_INDEX: str(rid.index)}

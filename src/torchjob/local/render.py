@@ -21,7 +21,15 @@ from torchjob.api.model import (
     TorchJob,
 )
 from torchjob.api.validate import training_container
-from torchjob.core.topology import Placement, ReplicaId, is_torchrun, merge_env, replica_env, replicas
+from torchjob.core.topology import (
+    Placement,
+    ReplicaId,
+    debug_command,
+    is_torchrun,
+    merge_env,
+    replica_env,
+    replicas,
+)
 from torchjob.local.spec import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
 from torchjob.local.volumes import mounts_for
 
@@ -151,17 +159,6 @@ def warnings(job: TorchJob) -> list[str]:
     if job.spec.elasticPolicy is not None and job.spec.elasticPolicy.metrics:
         out.append("elasticPolicy.metrics is ignored locally (no autoscaler)")
     return out
-
-
-def debug_command(job: TorchJob, rtype: str) -> list[str] | None:
-    """T9k's debug mode: the replica runs this instead of training (default `sleep inf`)."""
-    debug = job.spec.runMode.debug if job.spec.runMode else None
-    if debug is None or not debug.enabled:
-        return None
-    for d in debug.replicaSpecs or []:
-        if d.type.lower() == rtype.lower() and d.command:
-            return list(d.command)
-    return ["sleep", "inf"]
 
 
 def render(
