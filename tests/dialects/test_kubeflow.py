@@ -222,9 +222,6 @@ MALFORMED = {
 }
 
 
-@pytest.mark.xfail(reason="BUG: kubeflow.read walks spec.pytorchReplicaSpecs with .items() and (rspec or {}).get "
-                   "before any type check, so a list there, or a replica spec that is not a mapping, crashes with "
-                   "AttributeError instead of an InvalidJob naming the field", strict=True)
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_shapes_are_problems_not_crashes(case: str) -> None:
     old, new = MALFORMED[case]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.core.invariants import check_all
+from tests.core.sim import simulate
 from tests.dialects.util import SEEDS, read_data
 from torchjob.api.load import load, load_job
 from torchjob.api.model import DEFAULT_PORT, MASTER, WORKER, LifecyclePolicy, TorchJob
@@ -98,6 +100,15 @@ def test_000_volcano() -> None:
     assert job.spec.volcano is not None
     assert job.spec.volcano.model_dump() == {"taskNames": None, "taskIndex": False, "hosts": True}
     assert job.spec.elasticPolicy is None and job.spec.nprocPerNode is None
+
+
+@pytest.mark.parametrize("name", ["000-volcano.yaml", "001-volcano-cm.yaml"])
+def test_volcano_seeds_complete_when_the_master_does(name: str) -> None:
+    """Their `TaskCompleted -> CompleteJob`: done when the master is, the workers stopped at once."""
+    result = simulate(seed(name), {"master-0": [(5.0, 0)]}, check=check_all)
+    assert result.final_reason() == "Completed"
+    assert result.stopped == [(5.0, "worker-0", 0, "the job has finished"),
+                              (5.0, "worker-1", 0, "the job has finished")]
 
 
 def test_000_volcano_env() -> None:

@@ -465,9 +465,6 @@ def test_min_success_above_the_replicas() -> None:
 # --- bugs -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(reason="BUG: volcano.read keys tasks by name (by_name[name] = ...), so a second task with the "
-                   "same name silently replaces the first: two `master` tasks give one master and the other task "
-                   "is dropped without a word (Volcano rejects duplicate task names)", strict=True)
 def test_duplicate_task_names() -> None:
     text = edit(SMALL, "    - name: worker\n      replicas: 2", "    - name: master\n      replicas: 1")
     p = only_problem(text)
@@ -475,9 +472,6 @@ def test_duplicate_task_names() -> None:
     assert p.line == line_of(text, "- name: master", 1)
 
 
-@pytest.mark.xfail(reason="BUG: volcano.read builds native_types = {master_name: MASTER, worker_name: WORKER}; when "
-                   "--master and --worker name the same task the dict keeps WORKER, so the master task becomes a "
-                   "Worker and the job silently has no master", strict=True)
 def test_master_and_worker_flags_name_the_same_task() -> None:
     text = edit(SMALL, "--worker=worker", "--worker=master")
     text = text[: text.index("    - name: worker")]
@@ -485,20 +479,12 @@ def test_master_and_worker_flags_name_the_same_task() -> None:
     assert p.path == "spec.plugins.pytorch"
 
 
-@pytest.mark.xfail(reason="BUG: the Volcano pod's restartPolicy is moved to the replica, and the alias maps "
-                   "spec.pytorchReplicaSpecs.<T> to spec.tasks[i], so a bad value is reported at "
-                   "spec.tasks[i].restartPolicy (a field that does not exist there) on the task's line, not at "
-                   "spec.tasks[i].template.spec.restartPolicy", strict=True)
 def test_bad_restart_policy_names_the_pod_field() -> None:
     text = SMALL.replace("restartPolicy: OnFailure", "restartPolicy: Sometimes", 1)
     p = only_problem(text)
     assert (p.path, p.line) == ("spec.tasks[0].template.spec.restartPolicy", line_of(text, "Sometimes"))
 
 
-@pytest.mark.xfail(reason="BUG: task maxRetry becomes maxRestarts and job maxRetry becomes runPolicy.backoffLimit "
-                   "with no alias back, so a bad value is reported as spec.tasks[i].maxRestarts / "
-                   "spec.runPolicy.backoffLimit (fields the user never wrote) at the task's / spec's line",
-                   strict=True)
 def test_bad_max_retry_names_max_retry() -> None:
     text = edit(SMALL, "spec:\n  plugins:", "spec:\n  maxRetry: -1\n  plugins:")
     text = edit(text, "    - name: worker\n      replicas: 2\n", "    - name: worker\n      replicas: 2\n"
@@ -517,9 +503,6 @@ MALFORMED = {
 }
 
 
-@pytest.mark.xfail(reason="BUG: volcano.read assumes plugins is a mapping, each task a mapping "
-                   "(plugins.get / task.get); a document of another shape "
-                   "crashes with AttributeError instead of an InvalidJob naming the field", strict=True)
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_shapes_are_problems_not_crashes(case: str) -> None:
     old, new = MALFORMED[case]
@@ -532,9 +515,6 @@ def test_malformed_shapes_are_problems_not_crashes(case: str) -> None:
         raise AssertionError("read it without a problem")
 
 
-@pytest.mark.xfail(reason="BUG: volcano.read checks `task.get('replicas', 1) != 1` before any type check, so a "
-                   "master task with replicas: \"1\" (a string) is told it 'has 1 replicas; a job has exactly one "
-                   "master' instead of that replicas must be an integer", strict=True)
 def test_master_replicas_of_the_wrong_type() -> None:
     text = edit(SMALL, "    - name: master\n      replicas: 1", '    - name: master\n      replicas: "1"')
     p = only_problem(text)

@@ -41,6 +41,11 @@ class InvalidJob(UserError):
     exit_code: int = field(default=2)
 
     def __post_init__(self) -> None:
+        # Two native fields read from one foreign field report the same problem once.
+        unique: dict[tuple[str, int | None, str], Problem] = {}
+        for p in self.problems:
+            unique.setdefault((p.path, p.line, p.message), p)
+        self.problems = list(unique.values())
         UserError.__init__(self, self.render())
 
     def render(self) -> str:

@@ -24,10 +24,14 @@ class Document:
     aliases: list[tuple[PathKey, PathKey]] = field(default_factory=list)
 
     def translate(self, path: list[str | int]) -> list[str | int]:
+        """The document's own path for a native one (the longest matching alias wins)."""
+        best: tuple[PathKey, PathKey] | None = None
         for native, own in self.aliases:
-            if tuple(path[: len(native)]) == native:
-                return [*own, *path[len(native):]]
-        return path
+            if tuple(path[: len(native)]) == native and (best is None or len(native) > len(best[0])):
+                best = (native, own)
+        if best is None:
+            return path
+        return [*best[1], *path[len(best[0]):]]
 
     def line_of(self, path: Iterable[str | int]) -> int | None:
         """The line of the deepest known field on `path` (keys compared case-insensitively)."""

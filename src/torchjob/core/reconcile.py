@@ -405,7 +405,8 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         _act(plan, job, world, current, now, "RestartPod", obs, f"{obs.replica.name} exited with {_exit_text(obs)}",
              rtype=rtype, backoff=True)
     if status.finished:
-        _stop_active(plan, world, status.failure.message if status.failure else "the job has failed")
+        why = status.failure.message if status.failure else "the job has finished"
+        _stop_active(plan, world, why)
         _count(job, world, status)
         return plan
 
@@ -538,9 +539,10 @@ def _success_rules(plan: Plan, job: TorchJob, world: World, current: dict[str, O
                    expected: list[ReplicaId], now: datetime) -> None:
     done = [o for o in current.values() if o.phase is Phase.SUCCEEDED]
     workers = [current.get(r.name) for r in expected if r.rtype == WORKER]
-    if job.spec.minSuccess is not None and len(done) >= job.spec.minSuccess:
-        _finish(plan, job, world, now, True, "MinSuccess", f"{len(done)} replicas succeeded (minSuccess "
-                f"{job.spec.minSuccess})")
+    if job.spec.minSuccess is not None:  # it replaces the default rules (as in Volcano)
+        if len(done) >= job.spec.minSuccess:
+            _finish(plan, job, world, now, True, "MinSuccess", f"{len(done)} replicas succeeded (minSuccess "
+                    f"{job.spec.minSuccess})")
     elif has_master(job):
         master = current.get(ReplicaId(MASTER, 0).name)
         if master is not None and master.phase is Phase.SUCCEEDED:

@@ -57,6 +57,22 @@ class Notes:
             return {}
         return value
 
+    def items(self, data: dict[str, Any], key: str, path: list[str | int]) -> list[tuple[int, dict[str, Any]]]:
+        """data[key] as a list of mappings, with their indexes; errors for other shapes."""
+        value = data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.error([*path, key], f"must be a list, got {type(value).__name__}")
+            return []
+        out = []
+        for i, item in enumerate(value):
+            if isinstance(item, dict):
+                out.append((i, item))
+            else:
+                self.error([*path, key, i], f"must be a mapping, got {type(item).__name__}")
+        return out
+
     def unknown(self, data: dict[str, Any], known: set[str], path: list[str | int], *, fatal: bool = True) -> None:
         for key in data:
             if key not in known:

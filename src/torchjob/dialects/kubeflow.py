@@ -38,16 +38,23 @@ def read(doc: Document) -> Converted:
         notes.raise_if_any()
         raise AssertionError  # unreachable
     notes.unknown(spec, SPEC_FIELDS, ["spec"])
-    for rtype, rspec in (spec.get("pytorchReplicaSpecs") or {}).items():
-        containers = (((rspec or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    for rtype, rspec in notes.section(spec, "pytorchReplicaSpecs", ["spec"]).items():
+        if not isinstance(rspec, dict):
+            notes.error(["spec", "pytorchReplicaSpecs", rtype], f"must be a mapping, got {type(rspec).__name__}")
+            continue
+        template = rspec.get("template")
+        pod = template.get("spec") if isinstance(template, dict) else None
+        containers = pod.get("containers") if isinstance(pod, dict) else None
+        if not isinstance(containers, list):
+            continue  # the model says what is missing
         if containers and not any(isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER for c in containers):
             notes.error(
                 ["spec", "pytorchReplicaSpecs", rtype, "template", "spec", "containers"],
                 f"no container is named {DEFAULT_CONTAINER!r}: Kubeflow requires one, and it is the one trained in",
                 f"name the training container {DEFAULT_CONTAINER}",
             )
-    ep = spec.get("elasticPolicy") or {}
-    if isinstance(ep, dict) and "nProcPerNode" in ep:
+    ep = notes.section(spec, "elasticPolicy", ["spec"])
+    if "nProcPerNode" in ep:
         notes.warn(["spec", "elasticPolicy", "nProcPerNode"], "deprecated since Kubeflow v1.7; use spec.nprocPerNode")
     notes.raise_if_any()
     native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),

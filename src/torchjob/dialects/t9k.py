@@ -45,13 +45,12 @@ def read(doc: Document) -> Converted:
         notes.warn(["status"], "a status is output, not input; ignored")
     spec = notes.section(data, "spec", [])
     notes.unknown(spec, SPEC_FIELDS, ["spec"])
-    tr = spec.get("torchrunConfig") or {}
+    tr = notes.section(spec, "torchrunConfig", ["spec"])
     notes.unknown(tr, TORCHRUN_FIELDS, ["spec", "torchrunConfig"])
     torchrun = bool(tr.get("enable"))
 
-    specs = spec.get("replicaSpecs") or []
     by_type: dict[str, tuple[int, dict[str, Any]]] = {}
-    for i, rs in enumerate(specs):
+    for i, rs in notes.items(spec, "replicaSpecs", ["spec"]):
         notes.unknown(rs, {"type", "replicas", "restartPolicy", "template"}, ["spec", "replicaSpecs", i])
         rtype = str(rs.get("type", "")).lower()
         if rtype not in ("master", "worker"):
@@ -61,7 +60,7 @@ def read(doc: Document) -> Converted:
             notes.error(["spec", "replicaSpecs", i, "type"], f"type {rtype!r} appears twice", "merge them")
         else:
             by_type[rtype] = (i, rs)
-    if not by_type:
+    if not by_type and not notes.errors:
         notes.error(["spec", "replicaSpecs"], "no replicas are defined", "add a replica spec of type worker")
     if "master" in by_type and by_type["master"][1].get("replicas", 1) != 1:
         i = by_type["master"][0]
@@ -69,15 +68,28 @@ def read(doc: Document) -> Converted:
                     "set replicas: 1 and put the others in a worker replica spec")
     notes.raise_if_any()
 
-    def replica(i: int, rs: dict[str, Any], count: int) -> dict[str, Any]:
+    def replica(i: int, rs: dict[str, Any], count: int, rtype: str) -> dict[str, Any]:
         template = copy.deepcopy(rs.get("template") or {})
         containers = template.get("spec", {}).get("containers") or []
+        native: tuple[str | int, ...] = ("spec", "pytorchReplicaSpecs", rtype)
+        doc.aliases.append((native, ("spec", "replicaSpecs", i)))
         if containers:
             ci = _training_container(containers)
             if ci:  # torchjob's training container is the first one not named otherwise
                 containers.insert(0, containers.pop(ci))
+                order = [ci, *[k for k in range(len(containers)) if k != ci]]
+                for new_index, old_index in enumerate(order):
+                    doc.aliases.append(((*native, "template", "spec", "containers", new_index),
+                                        ("spec", "replicaSpecs", i, "template", "spec", "containers", old_index)))
             if torchrun:
                 c = containers[0]
+                command = [str(a) for a in c.get("command") or []]
+                if len(command) > 1:
+                    # T9k replaces the whole command; a script written there would be lost silently.
+                    notes.warn(["spec", "replicaSpecs", i, "template", "spec", "containers", ci, "command"],
+                               f"torchrun replaces the command; its arguments {command[1:]} are kept as the "
+                               "script's (put them under args to silence this)")
+                    c["args"] = [*command[1:], *[str(a) for a in c.get("args") or []]]
                 c["command"] = ["torchrun", *[str(o) for o in tr.get("extraOptions") or []]]
         out: dict[str, Any] = {"replicas": count, "template": template}
         if "restartPolicy" in rs:
@@ -87,32 +99,34 @@ def read(doc: Document) -> Converted:
     replicas: dict[str, Any] = {}
     if "master" in by_type:
         i, rs = by_type["master"]
-        replicas[MASTER] = replica(i, rs, 1)
-        doc.aliases.append((("spec", "pytorchReplicaSpecs", MASTER), ("spec", "replicaSpecs", i)))
+        replicas[MASTER] = replica(i, rs, 1, MASTER)
         if "worker" in by_type:
             i, rs = by_type["worker"]
-            replicas[WORKER] = replica(i, rs, int(rs.get("replicas", 1)))
-            doc.aliases.append((("spec", "pytorchReplicaSpecs", WORKER), ("spec", "replicaSpecs", i)))
+            replicas[WORKER] = replica(i, rs, int(rs.get("replicas", 1)), WORKER)
     else:  # one type: its first replica is the master
         i, rs = by_type["worker"]
         count = int(rs.get("replicas", 1))
-        replicas[MASTER] = replica(i, rs, 1)
+        replicas[MASTER] = replica(i, rs, 1, MASTER)
         if count > 1:
-            replicas[WORKER] = replica(i, rs, count - 1)
-        doc.aliases.append((("spec", "pytorchReplicaSpecs", MASTER), ("spec", "replicaSpecs", i)))
-        doc.aliases.append((("spec", "pytorchReplicaSpecs", WORKER), ("spec", "replicaSpecs", i)))
+            replicas[WORKER] = replica(i, rs, count - 1, WORKER)
 
     native_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas}
     total = sum(int(r["replicas"]) for r in replicas.values())
     if torchrun:
         native_spec["nprocPerNode"] = str(tr.get("procPerNode", "1"))
+        doc.aliases += [
+            (("spec", "nprocPerNode"), ("spec", "torchrunConfig", "procPerNode")),
+            (("spec", "elasticPolicy", "minReplicas"), ("spec", "torchrunConfig", "minNodes")),
+            (("spec", "elasticPolicy", "maxRestarts"), ("spec", "torchrunConfig", "maxRestarts")),
+            (("spec", "elasticPolicy", "rdzvBackend"), ("spec", "torchrunConfig", "rdzvBackend")),
+        ]
         if WORKER in replicas:
             native_spec["elasticPolicy"] = {
                 k: v for k, v in (("minReplicas", tr.get("minNodes", total)), ("maxReplicas", total),
                                   ("maxRestarts", tr.get("maxRestarts")), ("rdzvBackend", tr.get("rdzvBackend")))
                 if v is not None
             }
-    rp_in = spec.get("runPolicy") or {}
+    rp_in = notes.section(spec, "runPolicy", ["spec"])
     notes.unknown(rp_in, {"backoffLimit", "activeDeadlineSeconds", "cleanUpPolicy"}, ["spec", "runPolicy"])
     rp: dict[str, Any] = {k: rp_in[k] for k in ("backoffLimit", "activeDeadlineSeconds") if k in rp_in}
     if "cleanUpPolicy" in rp_in:
@@ -139,6 +153,7 @@ def read(doc: Document) -> Converted:
     if tb:
         native_spec["tensorboard"] = {"logDirs": list(tb.get("trainingLogFilesets") or []),
                                       **({"image": tb["image"]} if "image" in tb else {})}
+    notes.raise_if_any()
     native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),
               "spec": native_spec}
     return Converted(job_from_data(native, doc), notes.warnings)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from torchjob.api.errors import UserError
 from torchjob.api.load import job_from_data
 from torchjob.api.model import API_VERSION as NATIVE_API
 from torchjob.api.model import DEFAULT_PORT, MASTER, PORT_NAME, WORKER
@@ -58,7 +59,7 @@ def read(doc: Document) -> Converted:
         notes.error(["spec", "volumes"], "job-level volumes (PVCs Volcano creates) are not supported",
                     "declare the volumes in the task templates instead")
 
-    plugins = spec.get("plugins") or {}
+    plugins = notes.section(spec, "plugins", ["spec"])
     if "pytorch" not in plugins:
         notes.error(["spec", "plugins"], "a Volcano Job runs on torchjob through its pytorch plugin",
                     'add plugins: {pytorch: ["--master=master", "--worker=worker", "--port=23456"]}')
@@ -69,12 +70,19 @@ def read(doc: Document) -> Converted:
         elif name not in ("pytorch", "svc", "env"):
             notes.error(["spec", "plugins", name], f"plugin {name!r} is not supported",
                         "torchjob supports the pytorch, svc and env plugins")
+    for name in ("pytorch", "svc", "env"):
+        if plugins.get(name) is not None and not isinstance(plugins[name], list):
+            notes.error(["spec", "plugins", name], "plugin arguments must be a list", f'e.g. {name}: ["--flag=value"]')
+            plugins[name] = []
     flags = _flags(plugins.get("pytorch") or [])
     for key in flags:
         if key not in ("master", "worker", "port", "wait-master-enabled", "wait-master-timeout", "wait-master-image"):
             notes.error(["spec", "plugins", "pytorch"], f"unknown pytorch plugin flag --{key}",
                         "use --master, --worker, --port")
     master_name, worker_name = flags.get("master") or "master", flags.get("worker") or "worker"
+    if master_name == worker_name:
+        notes.error(["spec", "plugins", "pytorch"], f"--master and --worker both name task {master_name!r}",
+                    "give the master and the workers tasks of their own")
     port_text = flags.get("port") or str(DEFAULT_PORT)
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         notes.error(["spec", "plugins", "pytorch"], f"--port={port_text} is not a port", "use 1-65535")
@@ -82,14 +90,21 @@ def read(doc: Document) -> Converted:
     svc = _flags(plugins.get("svc") or [])
     hosts = svc.get("inject-hosts-env", "true").lower() != "false"  # svc is forced by the pytorch plugin
 
-    tasks = spec.get("tasks") or []
     by_name: dict[str, tuple[int, dict[str, Any]]] = {}
-    for i, task in enumerate(tasks):
+    for i, task in notes.items(spec, "tasks", ["spec"]):
         notes.unknown(task, TASK_FIELDS, ["spec", "tasks", i])
         for key, why in WARN_ONLY_TASK.items():
             if key in task:
                 notes.warn(["spec", "tasks", i, key], f"ignored by torchjob ({why})")
         name = str(task.get("name", f"default{i}"))
+        if name in by_name:
+            notes.error(["spec", "tasks", i, "name"], f"a second task is named {name!r}",
+                        "give every task its own name")
+            continue
+        if not isinstance(task.get("replicas", 1), int) or isinstance(task.get("replicas"), bool):
+            notes.error(["spec", "tasks", i, "replicas"], f"must be an integer, got {task.get('replicas')!r}")
+            by_name[name] = (i, {**task, "replicas": 1})
+            continue
         if name not in (master_name, worker_name):
             notes.error(["spec", "tasks", i, "name"],
                         f"task {name!r} is neither the master task ({master_name!r}) nor the worker task "
@@ -136,9 +151,15 @@ def read(doc: Document) -> Converted:
                 if not any(p.get("name") == PORT_NAME for p in ports):
                     ports.append({"name": PORT_NAME, "containerPort": int(port_text)})
         replicas[rtype] = r
-        doc.aliases.append((("spec", "pytorchReplicaSpecs", rtype), ("spec", "tasks", i)))
+        prefix: tuple[str | int, ...] = ("spec", "pytorchReplicaSpecs", rtype)
+        doc.aliases += [
+            (prefix, ("spec", "tasks", i)),
+            ((*prefix, "restartPolicy"), ("spec", "tasks", i, "template", "spec", "restartPolicy")),
+            ((*prefix, "maxRestarts"), ("spec", "tasks", i, "maxRetry")),
+        ]
 
     run_policy: dict[str, Any] = {"backoffLimit": spec.get("maxRetry", VOLCANO_DEFAULT_MAX_RETRY)}
+    doc.aliases.append((("spec", "runPolicy", "backoffLimit"), ("spec", "maxRetry")))
     if "ttlSecondsAfterFinished" in spec:
         run_policy["ttlSecondsAfterFinished"] = spec["ttlSecondsAfterFinished"]
     scheduling = {k: spec[src] for k, src in (("minAvailable", "minAvailable"), ("queue", "queue"),
@@ -156,6 +177,7 @@ def read(doc: Document) -> Converted:
         volcano["taskNames"] = {MASTER: master_name, WORKER: worker_name}
     if hosts or volcano["taskIndex"] or "taskNames" in volcano:
         native_spec["volcano"] = volcano
+    notes.raise_if_any()
     native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),
               "spec": native_spec}
     return Converted(job_from_data(native, doc), notes.warnings)
@@ -176,6 +198,9 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     lost: list[str] = []
     job = TorchJob.model_validate(job_data)
     spec = job_data["spec"]
+    if MASTER not in spec["pytorchReplicaSpecs"]:
+        raise UserError("a job without a Master cannot be written as a Volcano Job: the pytorch plugin needs a "
+                        "master task", fix="add a Master replica spec, or keep the job as a TorchJob or PyTorchJob")
     rp = spec.get("runPolicy") or {}
     names = {rtype: volcano_task(job, rtype) for rtype in spec["pytorchReplicaSpecs"]}
     tasks = []
