@@ -120,12 +120,14 @@ def test_running_once_every_replica_runs() -> None:
     assert again.events == [] and again.actions == []
 
 
-def test_pending_replicas_count_as_active() -> None:
+def test_pending_replicas_count_as_active_but_the_job_runs_once_they_run() -> None:
     d = Driver(make_job(workers=1))
     d(World(), 0)
     plan = d(world(Observed(M0, 0, Phase.PENDING), Observed(W0, 0, Phase.PENDING)), 1)
-    assert plan.status.state == "Running"
+    assert plan.status.state == "Created"  # e.g. pods not scheduled yet
     assert plan.status.replicaStatuses["Worker"].active == 1
+    plan = d(world(Observed(M0, 0, Phase.RUNNING), Observed(W0, 0, Phase.RUNNING)), 2)
+    assert plan.status.state == "Running"
 
 
 def test_same_inputs_same_plan() -> None:

@@ -27,6 +27,9 @@ SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"
 
 def create(kube: Client, data: dict[str, Any], namespace: str) -> None:
     data["metadata"]["namespace"] = namespace
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        for c in rspec["template"]["spec"]["containers"]:
+            c.setdefault("image", "example/trainer:1")
     kube.create(TorchJobRes.from_dict(data))
 
 
@@ -110,6 +113,14 @@ def test_api_server_rejects_bad_jobs_with_clear_messages(kube: Client, namespace
     with pytest.raises(ApiError) as err:
         create(kube, data, namespace)
     assert message in str(err.value)
+
+
+def test_a_pod_the_api_server_refuses_fails_the_job(kube: Client, namespace: str, operator: Operator) -> None:
+    data = job_data("noimage", workers=1)
+    data["metadata"]["namespace"] = namespace  # no image: valid for torchjob locally, not for a pod
+    kube.create(TorchJobRes.from_dict(data))
+    status = wait_job(kube, "noimage", namespace, finished)
+    assert status["failure"]["reason"] == "InvalidSpec" and "image" in status["failure"]["message"]
 
 
 def test_metrics_and_health(kube: Client, namespace: str, operator: Operator) -> None:

@@ -22,6 +22,8 @@ def play(kube: Client, namespace: str, sc: Scenario, timeout: float = 60) -> dic
     job = sc.job(["python", "train.py"])
     data = job.model_dump(mode="json", exclude_none=True)
     data["metadata"]["namespace"] = namespace
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
     kube.create(TorchJobRes.from_dict(data))
     started: dict[tuple[str, int], float] = {}
     end = time.monotonic() + timeout

@@ -429,9 +429,10 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         st.notBefore = None
         plan.actions.append(Create(rid, st.attempt))
 
+    # Running once every replica runs (a pod still Pending, e.g. unscheduled, is not running yet).
     all_up = not waiting and all(
-        rid.name in current and current[rid.name].phase is not Phase.FAILED for rid in expected
-    ) and any(o.phase.active for o in current.values())
+        rid.name in current and current[rid.name].phase in (Phase.RUNNING, Phase.SUCCEEDED) for rid in expected
+    ) and any(o.phase is Phase.RUNNING for o in current.values())
     if all_up and set_condition(status, "Running", True, "Running", f"TorchJob {job.name} is running.", now):
         plan.event("Normal", "Running", "every replica is running")
     _count(job, world, status)

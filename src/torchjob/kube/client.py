@@ -71,9 +71,11 @@ class Api:
             if status_code(e) != 404:
                 raise
 
-    async def patch_status(self, name: str, namespace: str, status: dict[str, Any]) -> None:
-        await self.client.patch(TorchJobRes.Status, name, {"status": status}, namespace=namespace,
-                                patch_type=PatchType.MERGE)
+    async def patch_status(self, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource; returns the object as stored (new resourceVersion)."""
+        obj = await self.client.patch(TorchJobRes.Status, name, {"status": status}, namespace=namespace,
+                                      patch_type=PatchType.MERGE)
+        return to_dict(obj)
 
     async def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         meta = job["metadata"]

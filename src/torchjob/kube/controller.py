@@ -16,9 +16,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
-from torchjob.api.model import WORKER, JobStatus, TorchJob
+from torchjob.api.model import WORKER, FailureInfo, JobStatus, TorchJob
 from torchjob.core.reconcile import Create, DeleteJob, Forget, Plan, Purge, Stop, reconcile
 from torchjob.kube import metrics
 from torchjob.kube import render as kr
@@ -28,6 +29,16 @@ from torchjob.kube.observe import observe
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its grace period, a pod stuck terminating (lost node) is force-deleted
+
+
+META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
+
+
+def job_of(raw: dict[str, Any]) -> TorchJob:
+    """The stored object as a TorchJob (server-managed metadata such as managedFields left out)."""
+    meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
+    return TorchJob.model_validate({"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta,
+                                    "spec": raw.get("spec")})
 
 
 def status_dict(job: TorchJob, status: JobStatus) -> dict[str, Any]:
@@ -123,9 +134,9 @@ class Controller:
             self.pods_by_job.pop(key, None)
             return
         try:
-            job = TorchJob.model_validate({k: v for k, v in raw.items() if k != "status"})
+            job = job_of(raw)
         except ValidationError as e:
-            await self._invalid(raw, str(e).splitlines()[0])
+            await self._invalid(raw, "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
             return
         status = JobStatus.model_validate(raw.get("status") or {})
         job = job.model_copy(update={"status": status})
@@ -136,7 +147,15 @@ class Controller:
             await self._write_status(raw, job, plan.status)
         for ev in plan.events:
             await self.api.event(raw, ev.type, ev.reason, ev.message)
-        await self._apply(job, plan, pods)
+        try:
+            await self._apply(job, plan, pods)
+        except ApiError as e:
+            if status_code(e) != 422:
+                raise
+            # The API server refuses the pod we rendered from the user's template: a mistake of
+            # theirs, so the job fails with the server's words instead of retrying forever.
+            await self._invalid(self.jobs.cache.get(key, raw), f"a pod of this job is invalid: {e}")
+            return
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))
         if plan.requeue_at is not None:
@@ -145,9 +164,10 @@ class Controller:
 
     async def _write_status(self, raw: dict[str, Any], job: TorchJob, status: JobStatus) -> None:
         meta = raw["metadata"]
-        await self.api.patch_status(meta["name"], meta.get("namespace", "default"), status_dict(job, status))
-        # Our own write is the newest truth: keep it, so the next reconcile does not act twice.
-        self.jobs.cache[key_of(raw)] = {**raw, "status": status_dict(job, status)}
+        stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"), status_dict(job, status))
+        # Our own write is the newest truth (the informer skips older events): the next reconcile
+        # starts from it and does not act twice.
+        self.jobs.cache[key_of(raw)] = stored
 
     async def _invalid(self, raw: dict[str, Any], message: str) -> None:
         status = JobStatus.model_validate(raw.get("status") or {})
@@ -158,8 +178,11 @@ class Controller:
         now = datetime.now(UTC)
         set_condition(status, "Failed", True, "InvalidSpec", message, now)
         status.completionTime = now
+        status.failure = FailureInfo(reason="InvalidSpec", message=message)
         meta = raw["metadata"]
-        await self.api.patch_status(meta["name"], meta.get("namespace", "default"), status.model_dump(mode="json"))
+        stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"),
+                                             status.model_dump(mode="json"))
+        self.jobs.cache[key_of(raw)] = stored
         await self.api.event(raw, "Warning", "InvalidSpec", message)
 
     async def _create(self, obj: dict[str, Any]) -> None:
