@@ -44,7 +44,8 @@ def kubeconfig() -> Iterator[str]:
         pytest.skip("Kubernetes tests need a control plane: set TORCHJOB_KUBE_TESTS=1 (the fixture runs "
                     "scripts/dev-cluster.sh up, building etcd and kube-apiserver once per machine)")
     path = os.environ.get("TORCHJOB_TEST_KUBECONFIG", "")  # a control plane already up (development)
-    if not path:
+    started = not path
+    if started:
         out = subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "up"], capture_output=True,
                              text=True, timeout=3600)
         if out.returncode != 0:
@@ -59,6 +60,8 @@ def kubeconfig() -> Iterator[str]:
             break
         time.sleep(0.2)
     yield path
+    if started:
+        subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "down"], capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session")

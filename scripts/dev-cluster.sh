@@ -1,0 +1,528 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane for tests, as plain processes on loopback (no Docker):
+# etcd + kube-apiserver + kube-scheduler + KWOK (fake nodes; pods bound to them go Running),
+# optionally kube-controller-manager.
+# Binaries are built from the Go module proxy (sources: hack/controlplane/, see its README).
+#
+#   scripts/dev-cluster.sh build   build the binaries once per machine (skipped when present)
+#   scripts/dev-cluster.sh up      build if needed, start everything, wait until usable; the
+#                                  LAST line of stdout is `export KUBECONFIG=<path>`. Idempotent.
+#   scripts/dev-cluster.sh down    stop what `up` started and remove the state dir
+#   scripts/dev-cluster.sh env     print the export line (exit 1 if not up)
+#   scripts/dev-cluster.sh status  print pids/ports/urls (exit 1 if not up)
+#
+# Usage: eval "$(scripts/dev-cluster.sh up | tail -n1)"
+# Everything but that export line goes to stderr.
+#
+# Environment:
+#   TORCHJOB_CACHE            binaries go to $TORCHJOB_CACHE/controlplane/<k8s-version>/bin
+#                             (default ~/.cache/torchjob)
+#   TORCHJOB_DEVCLUSTER_DIR   state dir: pids, logs, certs, etcd data, kubeconfig
+#                             (default /tmp/torchjob-devcluster)
+#   KUBEBUILDER_ASSETS        dir holding etcd + kube-apiserver (envtest layout): used instead of
+#                             building those two (kube-scheduler and kwok are still built)
+#   DEVCLUSTER_KWOK           1 (default) run KWOK and create fake nodes; 0: no nodes, no kwok
+#   DEVCLUSTER_SCHEDULER      1 (default) run kube-scheduler; 0: pods stay unbound
+#   DEVCLUSTER_CONTROLLER_MANAGER  0 (default); 1: also build and run kube-controller-manager
+#                             (garbage collection via ownerReferences, namespace deletion,
+#                             default ServiceAccounts, Job/ReplicaSet/EndpointSlice controllers)
+#   DEVCLUSTER_NODES          number of fake nodes kwok-node-0..N-1 (default 1)
+#   DEVCLUSTER_NODE_CPU / _MEMORY / _GPUS / _PODS   fake node capacity (32 / 256Gi / 8 / 110);
+#                             GPUs are advertised as nvidia.com/gpu
+#   DEVCLUSTER_NODE_TAINT     1 (default): nodes carry kwok.x-k8s.io/node=fake:NoSchedule
+#                             (pods need a toleration); 0: no taint
+#   DEVCLUSTER_APISERVER_PORT secure port of kube-apiserver (default: a free port)
+#   DEVCLUSTER_TIMEOUT        seconds to wait for each component (default 90)
+#   DEVCLUSTER_APISERVER_ARGS extra kube-apiserver flags (word-split), e.g. --feature-gates=...
+#   DEVCLUSTER_KWOK_CONFIG    extra kwok config files (comma-separated), e.g. more Stages
+#                             (kwok.x-k8s.io/v1alpha1) for pods not owned by a Job
+#   DEVCLUSTER_KWOK_VERSION   sigs.k8s.io/kwok version to go-install (default v0.8.0)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CP_SRC="$ROOT/hack/controlplane"
+KWOK_VERSION="${DEVCLUSTER_KWOK_VERSION:-v0.8.0}"
+
+log() { printf '[dev-cluster] %s\n' "$*" >&2; }
+die() { printf '[dev-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Versions come from the wrapper go.mod files (single source of truth).
+[[ -f "$CP_SRC/kubernetes/go.mod" && -f "$CP_SRC/etcd/go.mod" ]] || die "missing $CP_SRC/{kubernetes,etcd}/go.mod"
+K8S_VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 } $1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2 }' "$CP_SRC/kubernetes/go.mod" | head -n1)
+ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2 }' "$CP_SRC/etcd/go.mod" | head -n1)
+[[ "$K8S_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "cannot read the k8s.io/kubernetes version from $CP_SRC/kubernetes/go.mod (got '$K8S_VERSION')"
+[[ "$ETCD_VERSION" =~ ^v3\. ]] || die "cannot read the etcd version from $CP_SRC/etcd/go.mod (got '$ETCD_VERSION')"
+
+CACHE_DIR="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}/controlplane/$K8S_VERSION"
+[[ "$CACHE_DIR" == /* ]] || CACHE_DIR="$PWD/$CACHE_DIR" # GOBIN must be absolute
+BIN="$CACHE_DIR/bin"
+STATE="${TORCHJOB_DEVCLUSTER_DIR:-/tmp/torchjob-devcluster}"
+[[ "$STATE" == /* ]] || STATE="$PWD/$STATE"
+KUBECONFIG_PATH="$STATE/kubeconfig"
+TIMEOUT="${DEVCLUSTER_TIMEOUT:-90}"
+
+# ---------------------------------------------------------------------------------------- build
+
+sha() { sha256sum "$@" | sha256sum | cut -c1-16; }
+
+# A binary is (re)built when missing or when its stamp (versions + go.sum hash + go version)
+# differs, so bumping hack/controlplane rebuilds; otherwise it's a no-op.
+stamp_ok() { [[ -x "$BIN/$1" && -f "$BIN/.$1.stamp" && "$(cat "$BIN/.$1.stamp")" == "$2" ]]; }
+write_stamp() { printf '%s' "$2" >"$BIN/.$1.stamp"; }
+
+assets_have() { [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/etcd" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" ]]; }
+
+etcd_bin() { if assets_have; then echo "$KUBEBUILDER_ASSETS/etcd"; else echo "$BIN/etcd"; fi; }
+apiserver_bin() { if assets_have; then echo "$KUBEBUILDER_ASSETS/kube-apiserver"; else echo "$BIN/kube-apiserver"; fi; }
+
+cmd_build() {
+    command -v go >/dev/null || die "go not found in PATH (Go >= 1.26 needed to build the control plane)"
+    local gov t0 minor
+    gov=$(go env GOVERSION)
+    mkdir -p "$BIN"
+    # Static binaries like upstream's; -s -w like upstream release builds (DBG unset).
+    export CGO_ENABLED=0
+
+    if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+        if assets_have; then
+            log "using etcd and kube-apiserver from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+        else
+            log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks etcd or kube-apiserver: building them"
+        fi
+    fi
+
+    local kstamp estamp wstamp
+    kstamp="$K8S_VERSION $(sha "$CP_SRC/kubernetes/go.mod" "$CP_SRC/kubernetes/go.sum") $gov"
+    estamp="$ETCD_VERSION $(sha "$CP_SRC/etcd/go.mod" "$CP_SRC/etcd/go.sum") $gov"
+    wstamp="$KWOK_VERSION $gov"
+
+    # kube-apiserver + kube-scheduler (+ kube-controller-manager): one `go build`, shared deps.
+    local kpkgs=()
+    [[ "${DEVCLUSTER_CONTROLLER_MANAGER:-0}" != 1 ]] || stamp_ok kube-controller-manager "$kstamp" \
+        || kpkgs+=(k8s.io/kubernetes/cmd/kube-controller-manager)
+    assets_have || stamp_ok kube-apiserver "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kube-apiserver)
+    stamp_ok kube-scheduler "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kube-scheduler)
+    if ((${#kpkgs[@]})); then
+        minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+        local bdate
+        bdate=$(cd "$CP_SRC/kubernetes" && go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes 2>/dev/null || true)
+        local cv=k8s.io/component-base/version
+        local ldflags="-s -w -X $cv.gitVersion=$K8S_VERSION -X $cv.gitMajor=1 -X $cv.gitMinor=$minor"
+        [[ -z "$bdate" ]] || ldflags+=" -X $cv.buildDate=$bdate"
+        log "building ${kpkgs[*]##*/} $K8S_VERSION ($gov; CPU heavy: ~4 min on 2 cores with an empty Go build cache)"
+        t0=$SECONDS
+        local tmp; tmp=$(mktemp -d "$BIN/.build.XXXXXX")
+        (cd "$CP_SRC/kubernetes" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${kpkgs[@]}") \
+            || { rm -rf "$tmp"; die "go build of ${kpkgs[*]} failed (see above)"; }
+        local p n
+        for p in "${kpkgs[@]}"; do n=${p##*/}; mv -f "$tmp/$n" "$BIN/$n"; write_stamp "$n" "$kstamp"; done
+        rm -rf "$tmp"
+        log "built ${kpkgs[*]##*/} in $((SECONDS - t0))s"
+    fi
+
+    if ! assets_have && ! stamp_ok etcd "$estamp"; then
+        log "building etcd $ETCD_VERSION"
+        t0=$SECONDS
+        (cd "$CP_SRC/etcd" && go build -trimpath -ldflags "-s -w" -o "$BIN/.etcd.tmp" go.etcd.io/etcd/server/v3) \
+            || die "go build of etcd failed (see above)"
+        mv -f "$BIN/.etcd.tmp" "$BIN/etcd"; write_stamp etcd "$estamp"
+        log "built etcd in $((SECONDS - t0))s"
+    fi
+
+    if ! { stamp_ok kwok "$wstamp" && [[ -f "$BIN/kwok-stages.yaml" ]]; }; then
+        log "go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+        t0=$SECONDS
+        # Outside any module so the repo's (non-Go) tree and GOFLAGS=-mod=... don't interfere.
+        (cd "$BIN" && GOBIN="$BIN" GOFLAGS= go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") \
+            || die "go install of kwok failed (see above)"
+        # The bare kwok binary ships no stages (kwokctl injects its defaults), so take the same
+        # defaults kwokctl uses from that exact kwok module: node-initialize,
+        # node-heartbeat-with-lease, pod-ready, pod-complete (Job-owned pods only), pod-delete.
+        local kdir
+        kdir=$(cd "$BIN" && GOFLAGS= go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+        [[ -d "$kdir/kustomize/stage" ]] || die "cannot find the kwok $KWOK_VERSION module source (got '$kdir')"
+        local f
+        for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+            pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+            [[ -f "$kdir/kustomize/stage/$f" ]] || die "kwok $KWOK_VERSION has no kustomize/stage/$f"
+            printf -- '---\n# sigs.k8s.io/kwok@%s kustomize/stage/%s\n' "$KWOK_VERSION" "$f"
+            cat "$kdir/kustomize/stage/$f"
+        done >"$BIN/.kwok-stages.yaml.tmp"
+        mv -f "$BIN/.kwok-stages.yaml.tmp" "$BIN/kwok-stages.yaml"
+        write_stamp kwok "$wstamp"
+        log "built kwok in $((SECONDS - t0))s"
+    fi
+    log "binaries in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"
+}
+
+# ---------------------------------------------------------------------------------------- helpers
+
+free_port() {
+    if command -v python3 >/dev/null; then
+        python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    else # fall back: random high port not listed by ss
+        local p
+        for _ in $(seq 50); do
+            p=$((20000 + RANDOM % 30000))
+            ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+        done
+        die "no free port found"
+    fi
+}
+
+# <pid> <name>: the process exists, is not a zombie (an orphaned daemon's zombie can linger
+# until PID 1 reaps it) and still runs the <name> binary (guards against pid reuse).
+proc_running() {
+    local st
+    st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n "$st" && "$st" != Z && "$st" != X ]] || return 1
+    [[ "$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n1)" == *"$2" ]]
+}
+pid_alive() { [[ -f "$STATE/$1.pid" ]] && proc_running "$(cat "$STATE/$1.pid")" "$1"; }
+
+start_proc() { # <name> <cmd...>: detached, own session, logs in $STATE/<name>.log
+    local name=$1; shift
+    printf '%q ' "$@" >"$STATE/$name.cmdline"; echo >>"$STATE/$name.cmdline"
+    # 9>&-: the daemons must not inherit (and so hold) the state lock.
+    setsid "$@" </dev/null >"$STATE/$name.log" 2>&1 9>&- &
+    echo $! >"$STATE/$name.pid"
+    log "started $name (pid $!, log $STATE/$name.log)"
+}
+
+fail_with_log() { # <name> <message>: report, stop what was started, keep the logs
+    log "ERROR: $2"
+    if [[ -f "$STATE/$1.log" ]]; then
+        log "---- last 30 lines of $STATE/$1.log ----"
+        tail -n 30 "$STATE/$1.log" >&2 || true
+    fi
+    stop_all
+    log "stopped the components; logs kept in $STATE (run '$0 down' to remove it)"
+    exit 1
+}
+
+wait_for() { # <name> <description> <command...>: poll until the command succeeds
+    local name=$1 what=$2; shift 2
+    local deadline=$((SECONDS + TIMEOUT))
+    until "$@" >/dev/null 2>&1; do
+        if [[ -f "$STATE/$name.pid" ]] && ! pid_alive "$name"; then
+            fail_with_log "$name" "$name exited while waiting for $what"
+        fi
+        ((SECONDS < deadline)) || fail_with_log "$name" "timed out after ${TIMEOUT}s waiting for $what"
+        sleep 0.3
+    done
+}
+
+api() { # <method> <path> [body]: admin call to the apiserver, prints body, fails on HTTP >= 400
+    local args=(-sS --fail-with-body --max-time 10 --cacert "$STATE/pki/ca.crt"
+        -H "Authorization: Bearer $(cat "$STATE/admin.token")" -X "$1")
+    [[ $# -lt 3 ]] || args+=(-H 'Content-Type: application/json' --data-binary "$3")
+    curl "${args[@]}" "https://127.0.0.1:$(cat "$STATE/kube-apiserver.port")$2"
+}
+
+gen_keypair() { # <private.pem> <public.pem>
+    if command -v openssl >/dev/null; then
+        openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null
+        openssl pkey -in "$1" -pubout -out "$2" 2>/dev/null
+    elif python3 -c 'import cryptography' 2>/dev/null; then
+        python3 - "$1" "$2" <<'EOF'
+import sys
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+open(sys.argv[1], "wb").write(k.private_bytes(serialization.Encoding.PEM,
+    serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+open(sys.argv[2], "wb").write(k.public_key().public_bytes(serialization.Encoding.PEM,
+    serialization.PublicFormat.SubjectPublicKeyInfo))
+EOF
+    else
+        die "need openssl or python3 with the 'cryptography' package to generate the service-account key"
+    fi
+    chmod 600 "$1"
+}
+
+rand_token() { od -An -tx1 -N24 /dev/urandom | tr -d ' \n'; }
+
+write_kubeconfig() { # <path> <user> <token>
+    local ca; ca=$(base64 -w0 <"$STATE/pki/ca.crt")
+    cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: torchjob-dev
+  cluster:
+    server: https://127.0.0.1:$(cat "$STATE/kube-apiserver.port")
+    certificate-authority-data: $ca
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: torchjob-dev
+  context: {cluster: torchjob-dev, user: $2, namespace: default}
+current-context: torchjob-dev
+EOF
+    chmod 600 "$1"
+}
+
+export_line() { echo "export KUBECONFIG=$KUBECONFIG_PATH"; }
+
+components() {
+    echo etcd kube-apiserver
+    [[ "${DEVCLUSTER_SCHEDULER:-1}" == 1 ]] && echo kube-scheduler
+    [[ "${DEVCLUSTER_CONTROLLER_MANAGER:-0}" == 1 ]] && echo kube-controller-manager
+    [[ "${DEVCLUSTER_KWOK:-1}" == 1 ]] && echo kwok
+    return 0
+}
+
+is_up() { # everything recorded as started is alive and the apiserver answers /readyz
+    [[ -f "$STATE/up" && -f "$KUBECONFIG_PATH" ]] || return 1
+    local c
+    for c in $(cat "$STATE/components"); do pid_alive "$c" || return 1; done
+    api GET /readyz >/dev/null 2>&1
+}
+
+# Run with the state lock held (concurrent `up` from several test workers is safe).
+with_lock() {
+    command -v flock >/dev/null || { "$@"; return; }
+    mkdir -p "$(dirname "$STATE")"
+    exec 9>"$STATE.flock"
+    flock -w "$((TIMEOUT * 4 + 1200))" 9 || die "could not get the lock $STATE.flock (held by: $(fuser "$STATE.flock" 2>/dev/null || echo '?'))"
+    "$@"
+}
+
+# ---------------------------------------------------------------------------------------- up
+
+node_json() { # <name>
+    local taints='[]'
+    [[ "${DEVCLUSTER_NODE_TAINT:-1}" == 1 ]] && taints='[{"key":"kwok.x-k8s.io/node","value":"fake","effect":"NoSchedule"}]'
+    local cap="{\"cpu\":\"${DEVCLUSTER_NODE_CPU:-32}\",\"memory\":\"${DEVCLUSTER_NODE_MEMORY:-256Gi}\",\"pods\":\"${DEVCLUSTER_NODE_PODS:-110}\""
+    [[ "${DEVCLUSTER_NODE_GPUS:-8}" == 0 ]] || cap+=",\"nvidia.com/gpu\":\"${DEVCLUSTER_NODE_GPUS:-8}\""
+    cap+="}"
+    cat <<EOF
+{"apiVersion":"v1","kind":"Node",
+ "metadata":{"name":"$1",
+   "annotations":{"kwok.x-k8s.io/node":"fake","node.alpha.kubernetes.io/ttl":"0"},
+   "labels":{"type":"kwok","kubernetes.io/hostname":"$1","kubernetes.io/os":"linux","kubernetes.io/arch":"amd64",
+             "beta.kubernetes.io/os":"linux","beta.kubernetes.io/arch":"amd64","kubernetes.io/role":"agent","node-role.kubernetes.io/agent":""}},
+ "spec":{"taints":$taints},
+ "status":{"capacity":$cap,"allocatable":$cap,
+   "nodeInfo":{"architecture":"amd64","operatingSystem":"linux","kubeletVersion":"fake","kubeProxyVersion":"fake",
+     "bootID":"","containerRuntimeVersion":"","kernelVersion":"","machineID":"","osImage":"","systemUUID":""}}}
+EOF
+}
+
+nodes_ready() { # all fake nodes have Ready=True (set by kwok)
+    local n=${DEVCLUSTER_NODES:-1} out
+    out=$(api GET "/api/v1/nodes?labelSelector=type%3Dkwok") || return 1
+    [[ $(tr -d ' \n' <<<"$out" | grep -o '"type":"Ready","status":"True"' | wc -l) -ge $n ]]
+}
+
+cmd_up() {
+    command -v curl >/dev/null || die "curl is required (apt-get install curl)"
+    if is_up; then
+        log "already up ($STATE)"
+        export_line
+        return 0
+    fi
+    if [[ -e "$STATE" ]]; then
+        log "found a stale or partial cluster in $STATE: cleaning it up first"
+        do_down
+    fi
+
+    cmd_build
+
+    local t0=$SECONDS
+    mkdir -p "$STATE/pki" "$STATE/etcd-data"
+    chmod 700 "$STATE"
+    components >"$STATE/components"
+    local etcd apiserver
+    etcd=$(etcd_bin); apiserver=$(apiserver_bin)
+    local apiv
+    apiv=$("$apiserver" --version 2>/dev/null | awk '{print $2}')
+    log "etcd: $("$etcd" --version 2>/dev/null | head -n1); kube-apiserver: $apiv"
+    if [[ "${apiv%.*}" != "${K8S_VERSION%.*}" ]]; then
+        # Version skew policy: kube-scheduler/-controller-manager must not be newer than the apiserver.
+        log "WARNING: kube-apiserver $apiv (KUBEBUILDER_ASSETS) vs kube-scheduler/kube-controller-manager $K8S_VERSION: unsupported skew if the apiserver is older"
+    fi
+
+    # --- etcd (client + peer on loopback, fsync off: throwaway test data)
+    local etcd_port etcd_peer
+    etcd_port=$(free_port); etcd_peer=$(free_port)
+    while [[ "$etcd_peer" == "$etcd_port" ]]; do etcd_peer=$(free_port); done
+    echo "$etcd_port" >"$STATE/etcd.port"
+    start_proc etcd "$etcd" \
+        --name=default --data-dir="$STATE/etcd-data" \
+        --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls="http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls="http://127.0.0.1:$etcd_peer" \
+        --initial-cluster="default=http://127.0.0.1:$etcd_peer" \
+        --unsafe-no-fsync=true --log-level=warn
+    wait_for etcd "etcd /health" curl -sf --max-time 2 "http://127.0.0.1:$etcd_port/health"
+
+    # --- credentials: service-account key pair, static tokens
+    gen_keypair "$STATE/pki/sa.key" "$STATE/pki/sa.pub"
+    local admin_tok sched_tok kcm_tok
+    admin_tok=$(rand_token); sched_tok=$(rand_token); kcm_tok=$(rand_token)
+    echo "$admin_tok" >"$STATE/admin.token"
+    {
+        echo "$admin_tok,admin,admin-uid,\"system:masters\""
+        echo "$sched_tok,system:kube-scheduler,kube-scheduler-uid"
+        # kube-controller-manager runs all controllers under its own identity
+        # (--use-service-account-credentials=false), hence system:masters.
+        echo "$kcm_tok,system:kube-controller-manager,kube-controller-manager-uid,\"system:masters\""
+    } >"$STATE/pki/tokens.csv"
+    chmod 600 "$STATE/admin.token" "$STATE/pki/tokens.csv"
+
+    # --- kube-apiserver (secure port only; self-signed serving cert generated into --cert-dir)
+    # ServiceAccount admission off: no controller creates the default SA (as in envtest).
+    # TaintNodesByCondition off: it puts node.kubernetes.io/not-ready:NoSchedule on every new
+    # Node and only kube-controller-manager's node-lifecycle controller (not run) removes it.
+    # endpoint-reconciler none: the "kubernetes" Endpoints may not hold a loopback address.
+    local port=${DEVCLUSTER_APISERVER_PORT:-}
+    [[ -n "$port" ]] || port=$(free_port)
+    echo "$port" >"$STATE/kube-apiserver.port"
+    # shellcheck disable=SC2206 # intentional word splitting of user-supplied extra args
+    local extra=(${DEVCLUSTER_APISERVER_ARGS:-})
+    start_proc kube-apiserver "$apiserver" \
+        --etcd-servers="http://127.0.0.1:$etcd_port" \
+        --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
+        --cert-dir="$STATE/pki/apiserver" \
+        --token-auth-file="$STATE/pki/tokens.csv" \
+        --authorization-mode=RBAC \
+        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+        --service-account-key-file="$STATE/pki/sa.pub" \
+        --service-account-signing-key-file="$STATE/pki/sa.key" \
+        --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
+        --service-cluster-ip-range=10.0.0.0/24 \
+        --allow-privileged=true \
+        --endpoint-reconciler-type=none \
+        "${extra[@]}"
+    # The generated cert file holds the serving cert followed by its self-signed CA.
+    wait_for kube-apiserver "the self-signed serving cert" test -s "$STATE/pki/apiserver/apiserver.crt"
+    cp "$STATE/pki/apiserver/apiserver.crt" "$STATE/pki/ca.crt"
+    wait_for kube-apiserver "kube-apiserver /readyz" api GET /readyz
+    wait_for kube-apiserver "the default namespace" api GET /api/v1/namespaces/default
+    write_kubeconfig "$KUBECONFIG_PATH" admin "$admin_tok"
+    log "kube-apiserver ready at https://127.0.0.1:$port after $((SECONDS - t0))s"
+
+    # --- kube-scheduler (as user system:kube-scheduler; bootstrap RBAC covers it)
+    if [[ "${DEVCLUSTER_SCHEDULER:-1}" == 1 ]]; then
+        local sport; sport=$(free_port)
+        echo "$sport" >"$STATE/kube-scheduler.port"
+        write_kubeconfig "$STATE/kube-scheduler.kubeconfig" system:kube-scheduler "$sched_tok"
+        start_proc kube-scheduler "$BIN/kube-scheduler" \
+            --kubeconfig="$STATE/kube-scheduler.kubeconfig" \
+            --authentication-kubeconfig="$STATE/kube-scheduler.kubeconfig" \
+            --authorization-kubeconfig="$STATE/kube-scheduler.kubeconfig" \
+            --authentication-skip-lookup=true \
+            --bind-address=127.0.0.1 --secure-port="$sport" \
+            --cert-dir="$STATE/pki/kube-scheduler" \
+            --leader-elect=false
+        wait_for kube-scheduler "kube-scheduler /healthz" curl -skf --max-time 2 "https://127.0.0.1:$sport/healthz"
+    fi
+
+    # --- kube-controller-manager (opt-in)
+    if [[ "${DEVCLUSTER_CONTROLLER_MANAGER:-0}" == 1 ]]; then
+        local cport; cport=$(free_port)
+        echo "$cport" >"$STATE/kube-controller-manager.port"
+        write_kubeconfig "$STATE/kube-controller-manager.kubeconfig" system:kube-controller-manager "$kcm_tok"
+        start_proc kube-controller-manager "$BIN/kube-controller-manager" \
+            --kubeconfig="$STATE/kube-controller-manager.kubeconfig" \
+            --authentication-kubeconfig="$STATE/kube-controller-manager.kubeconfig" \
+            --authorization-kubeconfig="$STATE/kube-controller-manager.kubeconfig" \
+            --authentication-skip-lookup=true \
+            --bind-address=127.0.0.1 --secure-port="$cport" \
+            --cert-dir="$STATE/pki/kube-controller-manager" \
+            --leader-elect=false --use-service-account-credentials=false \
+            --service-account-private-key-file="$STATE/pki/sa.key" \
+            --root-ca-file="$STATE/pki/ca.crt" \
+            --service-cluster-ip-range=10.0.0.0/24
+        wait_for kube-controller-manager "kube-controller-manager /healthz" curl -skf --max-time 2 "https://127.0.0.1:$cport/healthz"
+    fi
+
+    # --- KWOK: fake nodes (annotation kwok.x-k8s.io/node=fake) + their pods' lifecycle
+    if [[ "${DEVCLUSTER_KWOK:-1}" == 1 ]]; then
+        local i
+        for ((i = 0; i < ${DEVCLUSTER_NODES:-1}; i++)); do
+            api POST /api/v1/nodes "$(node_json "kwok-node-$i")" >/dev/null \
+                || die "creating fake node kwok-node-$i failed"
+        done
+        # Own HOME so a ~/.kwok/kwok.yaml of the user isn't loaded; default stages from build.
+        # Node leases (kube-node-lease) as kwokctl does: the heartbeat-with-lease stage only
+        # refreshes node status every ~10 min, the lease is what keeps the node alive for
+        # kube-controller-manager's node-lifecycle controller.
+        mkdir -p "$STATE/kwok-home"
+        local kcfg=(--config="$BIN/kwok-stages.yaml") c
+        local kextra=()
+        IFS=, read -r -a kextra <<<"${DEVCLUSTER_KWOK_CONFIG:-}"
+        for c in "${kextra[@]}"; do [[ -z "$c" ]] || kcfg+=(--config="$(realpath "$c")"); done
+        start_proc kwok env HOME="$STATE/kwok-home" "$BIN/kwok" \
+            "${kcfg[@]}" \
+            --kubeconfig="$KUBECONFIG_PATH" \
+            --manage-all-nodes=false \
+            --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+            --node-lease-duration-seconds=40 \
+            --node-ip=127.0.0.1 --cidr=10.244.0.0/16
+        wait_for kwok "${DEVCLUSTER_NODES:-1} fake node(s) Ready" nodes_ready
+    fi
+
+    touch "$STATE/up"
+    log "up in $((SECONDS - t0))s: $(tr '\n' ' ' <"$STATE/components")(state $STATE)"
+    export_line
+}
+
+# ---------------------------------------------------------------------------------------- down
+
+stop_proc() { # <name>: SIGTERM, wait up to 10s, then SIGKILL
+    local f="$STATE/$1.pid" pid
+    [[ -f "$f" ]] || return 0
+    pid=$(cat "$f")
+    if proc_running "$pid" "$1"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do proc_running "$pid" "$1" || break; sleep 0.1; done
+        if proc_running "$pid" "$1"; then
+            log "$1 (pid $pid) did not stop on SIGTERM: SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        log "stopped $1 (pid $pid)"
+    fi
+    rm -f "$f"
+}
+
+stop_all() {
+    local c
+    # Reverse start order: clients first, etcd last.
+    for c in kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do stop_proc "$c"; done
+}
+
+do_down() {
+    stop_all
+    rm -rf "$STATE"
+}
+
+cmd_down() {
+    if [[ ! -e "$STATE" ]]; then log "not up (no $STATE)"; return 0; fi
+    do_down
+    log "down; removed $STATE"
+}
+
+# ---------------------------------------------------------------------------------------- main
+
+cmd_env() { is_up || die "dev cluster is not up (state dir $STATE); run: $0 up"; export_line; }
+
+cmd_status() {
+    is_up || die "dev cluster is not up (state dir $STATE)"
+    local c
+    for c in $(cat "$STATE/components"); do
+        log "$c: pid $(cat "$STATE/$c.pid")$([[ -f "$STATE/$c.port" ]] && echo ", port $(cat "$STATE/$c.port")"), log $STATE/$c.log"
+    done
+    export_line
+}
+
+case "${1:-}" in
+    build) with_lock cmd_build ;;
+    up) with_lock cmd_up ;;
+    down) with_lock cmd_down ;;
+    env) cmd_env ;;
+    status) cmd_status ;;
+    *) die "usage: $0 build|up|down|env|status" ;;
+esac
