@@ -4,6 +4,9 @@ It applies a plan the way a runtime must: Create starts an attempt at `now`, Sto
 running attempt at `now` with exit code 143 (SIGTERM), Forget and Purge drop a finished attempt;
 the new status is fed back into the job. Between reconciles the clock jumps to the next exit of a
 running attempt or to `plan.requeue_at`, whichever comes first.
+
+For tests that write each observed world themselves: `up`, `pending` and `ended` build what a
+runtime observes of one attempt, `world` gathers them, and a `Driver` reconciles one world at a time.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from tests.core.invariants import check_all
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.core.reconcile import (
     Action,
@@ -28,6 +32,7 @@ from torchjob.core.reconcile import (
     World,
     reconcile,
 )
+from torchjob.core.topology import ReplicaId
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SIGTERM_EXIT = 143
@@ -42,6 +47,20 @@ def at(seconds: float) -> datetime:
 
 def seconds(when: datetime) -> float:
     return (when - T0).total_seconds()
+
+
+def exit_reason(code: int) -> str:
+    """The reason a runtime gives an exit of its own (as the kubelet does): Completed for 0, else Error."""
+    return "Completed" if code == 0 else "Error"
+
+
+def final_reason(status: JobStatus) -> str | None:
+    """The reason of the Failed or Succeeded condition, None while the job has not finished."""
+    for ctype in ("Failed", "Succeeded"):
+        c = status.condition(ctype)
+        if c is not None and c.status == "True":
+            return c.reason
+    return None
 
 
 class SimError(AssertionError):
@@ -70,11 +89,7 @@ class SimResult:
         return self.job.status
 
     def final_reason(self) -> str | None:
-        for ctype in ("Failed", "Succeeded"):
-            c = self.status.condition(ctype)
-            if c is not None and c.status == "True":
-                return c.reason
-        return None
+        return final_reason(self.status)
 
 
 @dataclass
@@ -130,7 +145,7 @@ class _Runtime:
                     obs,
                     phase=Phase.SUCCEEDED if code == 0 else Phase.FAILED,
                     exit_code=code,
-                    reason="Completed" if code == 0 else "Error",
+                    reason=exit_reason(code),
                     finished_at=at(t),
                 )
                 del self.pending[name]
@@ -157,11 +172,11 @@ def simulate(
         while changes and changes[0][0] <= now:
             rp = job.run_policy.model_copy(update=dict(changes.pop(0)[1]))
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"runPolicy": rp})})
-        world = World(replicas=dict(rt.observed), stop_requested=stop)
-        plan = reconcile(job, world, at(now))
+        w = World(replicas=dict(rt.observed), stop_requested=stop)
+        plan = reconcile(job, w, at(now))
         if check is not None:
-            check(job, world, at(now), plan)
-        steps.append(Step(now, world, plan))
+            check(job, w, at(now), plan)
+        steps.append(Step(now, w, plan))
         job = job.model_copy(update={"status": plan.status})
         if any(isinstance(a, DeleteJob) for a in plan.actions):
             return SimResult(job, steps, rt.created, rt.stopped, now, deleted=True)
@@ -187,3 +202,60 @@ def simulate(
         now = min(candidates)
         rt.advance(now)
     raise SimError(f"no end after {max_steps} reconciles")
+
+
+# --- one observed world at a time ----------------------------------------------------------------
+
+
+def up(rid: ReplicaId, attempt: int = 0, *, stopping: bool = False) -> Observed:
+    """`rid`'s `attempt`, observed running (`stopping`: a stop was asked for and is under way)."""
+    return Observed(rid, attempt, Phase.RUNNING, stopping=stopping)
+
+
+def pending(rid: ReplicaId, attempt: int = 0) -> Observed:
+    """`rid`'s `attempt`, created but not running yet (e.g. a pod not scheduled)."""
+    return Observed(rid, attempt, Phase.PENDING)
+
+
+def ended(rid: ReplicaId, code: int | None, t: float, attempt: int = 0, reason: str | None = None) -> Observed:
+    """`rid`'s `attempt`, observed finished at `t` with exit `code` (0: succeeded) and the runtime's `reason`."""
+    phase = Phase.SUCCEEDED if code == 0 else Phase.FAILED
+    return Observed(rid, attempt, phase, exit_code=code, finished_at=at(t), reason=reason)
+
+
+def world(*observed: Observed, stop: str | None = None) -> World:
+    """What the runtime observes: these attempts, and the user's stop request (a signal name) if any."""
+    return World(replicas={o.replica.name: o for o in observed}, stop_requested=stop)
+
+
+class Driver:
+    """Feeds each plan's status back into the job, as a runtime does; checks the invariants."""
+
+    def __init__(self, job: TorchJob) -> None:
+        self.job = job
+
+    def __call__(self, w: World, t: float) -> Plan:
+        plan = reconcile(self.job, w, at(t))
+        check_all(self.job, w, at(t), plan)
+        self.job = self.job.model_copy(update={"status": plan.status})
+        return plan
+
+    @property
+    def status(self) -> JobStatus:
+        assert self.job.status is not None
+        return self.job.status
+
+    def with_spec(self, **run_policy: Any) -> None:
+        """Change runPolicy fields (suspend, ...) the way a user edits the job."""
+        rp = self.job.run_policy.model_copy(update=run_policy)
+        self.job = self.job.model_copy(update={"spec": self.job.spec.model_copy(update={"runPolicy": rp})})
+
+
+def running(job: TorchJob, t: float = 0.0) -> tuple[Driver, World]:
+    """A driver whose job has every replica created and observed running (at `t`), and that world."""
+    d = Driver(job)
+    plan = d(World(), t)
+    w = world(*(up(a.replica, a.attempt) for a in plan.actions if isinstance(a, Create)))
+    plan = d(w, t)
+    assert plan.status.state == "Running", plan.status.conditions
+    return d, w

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from tests.core import sim
 from tests.core.invariants import check_all
-from tests.core.sim import SimResult, at, simulate
+from tests.core.sim import Driver, SimResult, at, final_reason, pending, running, simulate, up, world
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
-from torchjob.api.model import MASTER, WORKER, JobStatus, TorchJob
+from torchjob.api.model import MASTER, WORKER, TorchJob
 from torchjob.core.reconcile import (
     SUCCESS_SETTLE_S,
     Create,
@@ -26,7 +27,6 @@ from torchjob.core.reconcile import (
     Stop,
     World,
     match_policy,
-    reconcile,
 )
 from torchjob.core.topology import ReplicaId
 
@@ -67,64 +67,16 @@ def make(
     return job_from_data(data)
 
 
-def up(rid: ReplicaId, attempt: int = 0) -> Observed:
-    return Observed(rid, attempt, Phase.RUNNING)
-
-
-def pending(rid: ReplicaId, attempt: int = 0) -> Observed:
-    return Observed(rid, attempt, Phase.PENDING)
-
-
 def ended(rid: ReplicaId, code: int, t: float, attempt: int = 0, reason: str | None = None) -> Observed:
-    phase = Phase.SUCCEEDED if code == 0 else Phase.FAILED
-    return Observed(rid, attempt, phase, exit_code=code, finished_at=at(t),
-                    reason=reason or ("Completed" if code == 0 else "Error"))
-
-
-def world(*observed: Observed) -> World:
-    return World(replicas={o.replica.name: o for o in observed})
-
-
-class Driver:
-    """Feeds each plan's status back into the job, as a runtime does; checks the invariants."""
-
-    def __init__(self, job: TorchJob) -> None:
-        self.job = job
-
-    def __call__(self, w: World, t: float) -> Plan:
-        plan = reconcile(self.job, w, at(t))
-        check_all(self.job, w, at(t), plan)
-        self.job = self.job.model_copy(update={"status": plan.status})
-        return plan
-
-    @property
-    def status(self) -> JobStatus:
-        assert self.job.status is not None
-        return self.job.status
-
-
-def running(job: TorchJob, t: float = 0.0) -> Driver:
-    """A driver whose job has every replica created and observed running."""
-    d = Driver(job)
-    plan = d(World(), t)
-    w = world(*(up(a.replica, a.attempt) for a in plan.actions if isinstance(a, Create)))
-    assert d(w, t).status.state == "Running"
-    return d
-
-
-def reason(status: JobStatus) -> str | None:
-    for ctype in ("Failed", "Succeeded"):
-        c = status.condition(ctype)
-        if c is not None and c.status == "True":
-            return c.reason
-    return None
+    """An exit as the simulated runtime reports it: with its own reason (Completed or Error) unless one is given."""
+    return sim.ended(rid, code, t, attempt, reason or sim.exit_reason(code))
 
 
 def stops(plan: Plan) -> list[tuple[str, int, str]]:
     return sorted((a.replica.name, a.attempt, a.reason) for a in plan.actions if isinstance(a, Stop))
 
 
-def sim(job: TorchJob, exits: Mapping[str, Sequence[tuple[float, int]]]) -> SimResult:
+def run(job: TorchJob, exits: Mapping[str, Sequence[tuple[float, int]]]) -> SimResult:
     return simulate(job, exits, check=check_all)
 
 
@@ -237,10 +189,10 @@ FAILURES = [
 
 @pytest.mark.parametrize("f", FAILURES, ids=lambda f: f.name)
 def test_failure_action(f: Failure) -> None:
-    d = running(make(policies=f.policies, backoff_limit=3))
+    d, _ = running(make(policies=f.policies, backoff_limit=3))
     plan = d(world(up(M0), ended(W0, f.code, 1.0, reason="Evicted" if f.evicted else None), up(W1)), 1)
     assert plan.status.state == f.state
-    assert reason(plan.status) == f.reason
+    assert final_reason(plan.status) == f.reason
     assert plan.actions == list(f.actions)
     assert {n: s.attempt for n, s in plan.status.replicas.items()} == f.attempts
     assert plan.status.restartCount == f.restarts
@@ -256,7 +208,7 @@ def test_failure_action(f: Failure) -> None:
 
 
 def test_abort_and_terminate_name_the_action_in_the_failure() -> None:
-    d = running(make(policies=[ABORT]))
+    d, _ = running(make(policies=[ABORT]))
     plan = d(world(up(M0), ended(W0, 2, 1.0), up(W1)), 1)
     assert plan.status.failure is not None
     assert plan.status.failure.message == "worker-0 failed with exit code 2: AbortJob"
@@ -268,7 +220,7 @@ def test_abort_and_terminate_name_the_action_in_the_failure() -> None:
 
 
 def test_restart_job_stops_stale_attempts_then_forgets_them_then_creates_all() -> None:
-    d = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}], backoff_limit=2))
+    d, _ = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}], backoff_limit=2))
     plan = d(world(up(M0), ended(W0, 1, 1.0), up(W1)), 1)
     assert plan.actions == [Stop(M0, 0, "restarted by RestartJob"), Forget(W0, 0),
                             Stop(W1, 0, "restarted by RestartJob")]
@@ -278,7 +230,7 @@ def test_restart_job_stops_stale_attempts_then_forgets_them_then_creates_all() -
     # the stale attempts end (SIGTERM): forgotten, not counted as failures
     plan = d(world(ended(M0, 143, 2.0), up(W0, 1), ended(W1, 143, 2.0)), 2)
     assert plan.actions == [Forget(M0, 0), Forget(W1, 0)]
-    assert plan.status.restartCount == 1 and reason(plan.status) is None
+    assert plan.status.restartCount == 1 and final_reason(plan.status) is None
     plan = d(world(up(W0, 1)), 2)
     assert plan.actions == [Create(M0, 1), Create(W1, 1)]
     plan = d(world(up(M0, 1), up(W0, 1), up(W1, 1)), 2.5)
@@ -291,7 +243,7 @@ def test_restart_job_stops_stale_attempts_then_forgets_them_then_creates_all() -
 
 
 def test_restart_job_counts_one_restart_for_simultaneous_failures() -> None:
-    d = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}]))
+    d, _ = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}]))
     plan = d(world(up(M0), ended(W0, 1, 1.0), ended(W1, 1, 1.0)), 1)
     assert plan.status.restartCount == 1
     assert plan.actions == [Stop(M0, 0, "restarted by RestartJob"), Forget(W0, 0), Forget(W1, 0)]
@@ -299,13 +251,13 @@ def test_restart_job_counts_one_restart_for_simultaneous_failures() -> None:
 
 
 def test_restart_job_respects_backoff_limit() -> None:
-    d = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}], backoff_limit=1))
+    d, _ = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}], backoff_limit=1))
     d(world(up(M0), ended(W0, 1, 1.0), up(W1)), 1)
     d(world(ended(M0, 143, 1.0), ended(W1, 143, 1.0)), 1)
     d(world(), 1)
     d(world(up(M0, 1), up(W0, 1), up(W1, 1)), 1)
     plan = d(world(up(M0, 1), up(W0, 1), ended(W1, 1, 5.0, attempt=1)), 5)
-    assert reason(plan.status) == "BackoffLimitExceeded"
+    assert final_reason(plan.status) == "BackoffLimitExceeded"
     assert plan.status.restartCount == 1
     assert plan.status.failure is not None
     assert (plan.status.failure.replica, plan.status.failure.attempt) == ("worker-1", 1)
@@ -314,14 +266,14 @@ def test_restart_job_respects_backoff_limit() -> None:
 
 
 def test_restart_job_with_backoff_limit_zero_fails_at_once() -> None:
-    d = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}], backoff_limit=0))
+    d, _ = running(make(policies=[{"event": "PodFailed", "action": "RestartJob"}], backoff_limit=0))
     plan = d(world(up(M0), ended(W0, 1, 1.0), up(W1)), 1)
-    assert reason(plan.status) == "BackoffLimitExceeded"
+    assert final_reason(plan.status) == "BackoffLimitExceeded"
 
 
 def test_restart_job_whole_run() -> None:
     job = make(workers=2, policies=[{"event": "PodFailed", "action": "RestartJob"}], backoff_limit=2)
-    result = sim(job, {"master-0": [(100.0, 0), (3.0, 0)], "worker-0": [(1.0, 1), (2.0, 0)],
+    result = run(job, {"master-0": [(100.0, 0), (3.0, 0)], "worker-0": [(1.0, 1), (2.0, 0)],
                        "worker-1": [(100.0, 0), (2.0, 0)]})
     assert result.final_reason() == "Succeeded"
     assert result.status.restartCount == 1
@@ -337,7 +289,7 @@ def test_restart_job_whole_run() -> None:
 
 def test_restart_task_restarts_only_that_type() -> None:
     job = make(workers=2, worker_policies=[{"exitCode": 3, "action": "RestartTask"}])
-    result = sim(job, {"master-0": [(5.0, 0)], "worker-0": [(1.0, 3), (1.0, 0)], "worker-1": [(50.0, 0), (1.0, 0)]})
+    result = run(job, {"master-0": [(5.0, 0)], "worker-0": [(1.0, 3), (1.0, 0)], "worker-1": [(50.0, 0), (1.0, 0)]})
     assert result.final_reason() == "Succeeded"
     assert result.status.restartCount == 1
     assert [c for c in result.created if c[2] == 1] == [(1.0, "worker-0", 1), (1.0, "worker-1", 1)]
@@ -347,14 +299,14 @@ def test_restart_task_restarts_only_that_type() -> None:
 
 def test_exit_code_not_matched_falls_to_restart_policy() -> None:
     job = make(workers=2, worker_policies=[{"exitCode": 3, "action": "RestartTask"}])
-    result = sim(job, {"worker-0": [(1.0, 4)]})
+    result = run(job, {"worker-0": [(1.0, 4)]})
     assert result.final_reason() == "ReplicaFailed"
     assert result.status.restartCount == 0
 
 
 def test_restart_pod_ignores_never_and_repeats_until_backoff_limit() -> None:
     job = make(workers=1, policies=[RESTART_POD], backoff_limit=2)
-    result = sim(job, {"worker-0": [(1.0, 1), (1.0, 1), (1.0, 1)]})
+    result = run(job, {"worker-0": [(1.0, 1), (1.0, 1), (1.0, 1)]})
     assert result.final_reason() == "BackoffLimitExceeded"
     assert result.status.restartCount == 2
     # no crash-loop backoff for a policy's restarts
@@ -363,15 +315,15 @@ def test_restart_pod_ignores_never_and_repeats_until_backoff_limit() -> None:
 
 
 def test_complete_job_on_a_failure_succeeds() -> None:
-    d = running(make(worker_policies=[{"exitCode": 5, "action": "CompleteJob"}]))
+    d, _ = running(make(worker_policies=[{"exitCode": 5, "action": "CompleteJob"}]))
     plan = d(world(up(M0), ended(W0, 5, 1.0), up(W1)), 1)
-    assert reason(plan.status) == "Completed"
+    assert final_reason(plan.status) == "Completed"
     assert plan.status.failure is None
     assert {a.replica.name for a in plan.actions if isinstance(a, Stop)} == {"master-0", "worker-1"}
 
 
 def test_complete_job_on_a_failure_does_not_say_failed() -> None:
-    d = running(make(worker_policies=[{"exitCode": 5, "action": "CompleteJob"}]))
+    d, _ = running(make(worker_policies=[{"exitCode": 5, "action": "CompleteJob"}]))
     plan = d(world(up(M0), ended(W0, 5, 1.0), up(W1)), 1)
     assert not any("failed" in r for _, _, r in stops(plan))
 
@@ -381,7 +333,7 @@ def test_complete_job_on_a_failure_does_not_say_failed() -> None:
 
 def test_task_completed_complete_job_stops_the_others_at_once() -> None:
     job = make(workers=2, master_policies=[{"event": "TaskCompleted", "action": "CompleteJob"}])
-    result = sim(job, {"master-0": [(5.0, 0)]})
+    result = run(job, {"master-0": [(5.0, 0)]})
     assert result.final_reason() == "Completed"
     assert result.status.state == "Succeeded"
     assert result.status.completionTime == at(5)
@@ -391,15 +343,15 @@ def test_task_completed_complete_job_stops_the_others_at_once() -> None:
 
 
 def test_without_the_policy_the_workers_get_the_settle_delay() -> None:
-    result = sim(make(workers=2), {"master-0": [(5.0, 0)]})
+    result = run(make(workers=2), {"master-0": [(5.0, 0)]})
     assert result.final_reason() == "Succeeded"
     assert [t for t, *_ in result.stopped] == [5.0 + SUCCESS_SETTLE_S] * 2
 
 
 def test_task_completed_complete_job_plan() -> None:
-    d = running(make(workers=1, master_policies=[{"event": "TaskCompleted", "action": "CompleteJob"}]))
+    d, _ = running(make(workers=1, master_policies=[{"event": "TaskCompleted", "action": "CompleteJob"}]))
     plan = d(world(ended(M0, 0, 5.0), up(W0)), 5)
-    assert reason(plan.status) == "Completed"
+    assert final_reason(plan.status) == "Completed"
     c = plan.status.condition("Succeeded")
     assert c is not None and c.message == "the master replicas completed: CompleteJob"
     assert plan.requeue_at == at(5)  # again at once, to stop the worker
@@ -409,7 +361,7 @@ def test_task_completed_complete_job_plan() -> None:
 
 def test_task_completed_on_workers_completes_while_the_master_runs() -> None:
     job = make(workers=2, worker_policies=[{"event": "TaskCompleted", "action": "CompleteJob"}])
-    result = sim(job, {"worker-0": [(1.0, 0)], "worker-1": [(2.0, 0)]})
+    result = run(job, {"worker-0": [(1.0, 0)], "worker-1": [(2.0, 0)]})
     assert result.final_reason() == "Completed"
     assert result.status.completionTime == at(2)  # when the last worker completed
     assert result.stopped == [(2.0, "master-0", 0, "the job has finished")]
@@ -417,9 +369,9 @@ def test_task_completed_on_workers_completes_while_the_master_runs() -> None:
 
 def test_star_policy_fires_on_task_completed() -> None:
     """'*' matches every event, TaskCompleted included (Volcano's AnyEvent does the same)."""
-    d = running(make(workers=1, policies=[{"event": "*", "action": "TerminateJob"}]))
+    d, _ = running(make(workers=1, policies=[{"event": "*", "action": "TerminateJob"}]))
     plan = d(world(ended(M0, 0, 3.0), up(W0)), 3)
-    assert reason(plan.status) == "Terminated"
+    assert final_reason(plan.status) == "Terminated"
     assert plan.status.failure is not None and plan.status.failure.replica is None
 
 
@@ -427,28 +379,28 @@ def test_star_policy_fires_on_task_completed() -> None:
 
 
 def test_timeout_delays_the_action_and_requeues_at_the_due_time() -> None:
-    d = running(make(policies=[{"event": "PodFailed", "action": "AbortJob", "timeout": "30s"}]))
+    d, _ = running(make(policies=[{"event": "PodFailed", "action": "AbortJob", "timeout": "30s"}]))
     failed = world(up(M0), ended(W0, 1, 5.0), up(W1))
     for t in (5, 20, 34.5):
         plan = d(failed, t)
-        assert plan.actions == [] and reason(plan.status) is None
+        assert plan.actions == [] and final_reason(plan.status) is None
         assert plan.requeue_at == at(35)
     plan = d(failed, 35)
-    assert reason(plan.status) == "Aborted"
+    assert final_reason(plan.status) == "Aborted"
     assert stops(plan) == [("master-0", 0, "worker-0 failed with exit code 1: AbortJob"),
                            ("worker-1", 0, "worker-0 failed with exit code 1: AbortJob")]
 
 
 def test_timeout_on_task_completed() -> None:
     job = make(workers=2, worker_policies=[{"event": "TaskCompleted", "action": "CompleteJob", "timeout": "1m"}])
-    result = sim(job, {"worker-0": [(1.0, 0)], "worker-1": [(4.0, 0)]})
+    result = run(job, {"worker-0": [(1.0, 0)], "worker-1": [(4.0, 0)]})
     assert result.final_reason() == "Completed"
     assert result.status.completionTime == at(64)
 
 
 def test_timeout_restart_in_a_whole_run() -> None:
     job = make(workers=1, policies=[{"event": "PodFailed", "action": "RestartJob", "timeout": "1h30m"}])
-    result = sim(job, {"master-0": [(10**5, 0), (1.0, 0)], "worker-0": [(2.0, 1), (10**5, 0)]})
+    result = run(job, {"master-0": [(10**5, 0), (1.0, 0)], "worker-0": [(2.0, 1), (10**5, 0)]})
     assert result.final_reason() == "Succeeded"
     assert sorted(c for c in result.created if c[2] == 1) == [(5402.0, "master-0", 1), (5402.0, "worker-0", 1)]
     assert result.status.restartCount == 1
@@ -491,14 +443,14 @@ CAPS = [
 def test_max_restarts(c: Cap) -> None:
     job = make(workers=2, restart_policy="OnFailure", max_restarts={WORKER: c.max_restarts}, policies=c.policies,
                worker_policies=c.worker)
-    result = sim(job, c.exits)
+    result = run(job, c.exits)
     assert result.final_reason() == c.reason
     assert result.status.restartCount == c.restarts
 
 
 def test_task_failed_failure_names_the_cap() -> None:
     job = make(workers=1, restart_policy="OnFailure", max_restarts={WORKER: 1})
-    result = sim(job, {"worker-0": [(1.0, 1), (1.0, 3)]})
+    result = run(job, {"worker-0": [(1.0, 1), (1.0, 3)]})
     failure = result.status.failure
     assert failure is not None
     assert (failure.reason, failure.replica, failure.attempt, failure.exitCode) == ("TaskFailed", "worker-0", 1, 3)
@@ -508,7 +460,7 @@ def test_task_failed_failure_names_the_cap() -> None:
 
 def test_max_restarts_of_the_master_does_not_cap_the_workers() -> None:
     job = make(workers=1, restart_policy="OnFailure", max_restarts={MASTER: 0})
-    result = sim(job, {"master-0": [(10.0, 0)], "worker-0": [(1.0, 1), (1.0, 1), (20.0, 0)]})
+    result = run(job, {"master-0": [(10.0, 0)], "worker-0": [(1.0, 1), (1.0, 1), (20.0, 0)]})
     assert result.final_reason() == "Succeeded"
     assert result.status.restartCount == 2
 
@@ -518,7 +470,7 @@ def test_max_restarts_of_the_master_does_not_cap_the_workers() -> None:
 
 def test_min_success_completes_while_the_master_runs_and_stops_it_at_once() -> None:
     job = make(workers=2, min_success=2)
-    result = sim(job, {"worker-0": [(1.0, 0)], "worker-1": [(3.0, 0)]})
+    result = run(job, {"worker-0": [(1.0, 0)], "worker-1": [(3.0, 0)]})
     assert result.final_reason() == "MinSuccess"
     assert result.status.completionTime == at(3)
     assert result.stopped == [(3.0, "master-0", 0, "the job has finished")]
@@ -527,15 +479,15 @@ def test_min_success_completes_while_the_master_runs_and_stops_it_at_once() -> N
 
 
 def test_min_success_not_reached_waits() -> None:
-    d = running(make(workers=2, min_success=3))
+    d, _ = running(make(workers=2, min_success=3))
     plan = d(world(up(M0), ended(W0, 0, 1.0), ended(W1, 0, 2.0)), 2)
-    assert reason(plan.status) is None and plan.actions == []
+    assert final_reason(plan.status) is None and plan.actions == []
 
 
 def test_min_success_counts_any_replica_type() -> None:
-    d = running(make(workers=2, min_success=1))
+    d, _ = running(make(workers=2, min_success=1))
     plan = d(world(up(M0), ended(W0, 0, 1.0), up(W1)), 1)
-    assert reason(plan.status) == "MinSuccess"
+    assert final_reason(plan.status) == "MinSuccess"
 
 
 # --- dependsOn -----------------------------------------------------------------------------------------------
@@ -572,7 +524,7 @@ def test_master_depending_on_workers_waits_for_every_worker(iteration: str | Non
 
 def test_dependents_wait_again_after_a_restart_job() -> None:
     job = make(workers=1, depends_on={"name": [MASTER]}, policies=[{"event": "PodFailed", "action": "RestartJob"}])
-    result = sim(job, {"master-0": [(5.0, 1), (3.0, 0)], "worker-0": [(100.0, 0), (100.0, 0)]})
+    result = run(job, {"master-0": [(5.0, 1), (3.0, 0)], "worker-0": [(100.0, 0), (100.0, 0)]})
     assert result.final_reason() == "Succeeded"
     # in the simulation a created replica runs at once: the worker follows its master in the next round
     assert result.created == [(0.0, "master-0", 0), (0.0, "worker-0", 0), (5.0, "master-0", 1),

@@ -6,11 +6,10 @@ from typing import Any
 
 import pytest
 
-from tests.core.invariants import check_all
-from tests.core.sim import at
+from tests.core.sim import Driver, at, ended, running, up, world
 from tests.jobs import job_data, make_job
 from torchjob.api.load import job_from_data
-from torchjob.api.model import JobStatus, ReplicaStatus, TorchJob
+from torchjob.api.model import JobStatus, ReplicaStatus
 from torchjob.core.reconcile import (
     SUCCESS_SETTLE_S,
     Action,
@@ -30,54 +29,12 @@ from torchjob.core.topology import ReplicaId
 
 M0 = ReplicaId("Master", 0)
 W0, W1 = ReplicaId("Worker", 0), ReplicaId("Worker", 1)
-RUNNING, SUCCEEDED, FAILED = Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED
-
-
-def up(rid: ReplicaId, attempt: int = 0, *, stopping: bool = False) -> Observed:
-    return Observed(rid, attempt, RUNNING, stopping=stopping)
-
-
-def ended(rid: ReplicaId, code: int | None, t: float, attempt: int = 0, reason: str | None = None) -> Observed:
-    phase = SUCCEEDED if code == 0 else FAILED
-    return Observed(rid, attempt, phase, exit_code=code, finished_at=at(t), reason=reason)
-
-
-def world(*observed: Observed, stop: str | None = None) -> World:
-    return World(replicas={o.replica.name: o for o in observed}, stop_requested=stop)
-
-
-class Driver:
-    """Feeds each plan's status back into the job, as a runtime does; checks the invariants."""
-
-    def __init__(self, job: TorchJob) -> None:
-        self.job = job
-
-    def __call__(self, w: World, t: float) -> Plan:
-        plan = reconcile(self.job, w, at(t))
-        check_all(self.job, w, at(t), plan)
-        self.job = self.job.model_copy(update={"status": plan.status})
-        return plan
-
-    @property
-    def status(self) -> JobStatus:
-        assert self.job.status is not None
-        return self.job.status
-
-    def with_spec(self, **run_policy: Any) -> None:
-        """Change runPolicy fields (suspend, ...) the way a user edits the job."""
-        rp = self.job.run_policy.model_copy(update=run_policy)
-        self.job = self.job.model_copy(update={"spec": self.job.spec.model_copy(update={"runPolicy": rp})})
+SUCCEEDED, FAILED = Phase.SUCCEEDED, Phase.FAILED
 
 
 def running_job(t: float = 0.0, **kwargs: Any) -> tuple[Driver, World]:
-    """A job whose replicas have all been created and observed running (at `t`)."""
-    d = Driver(make_job(**kwargs))
-    plan = d(World(), t)
-    creates = [a for a in plan.actions if isinstance(a, Create)]
-    w = world(*(up(a.replica, a.attempt) for a in creates))
-    plan = d(w, t)
-    assert plan.status.state == "Running", plan.status.conditions
-    return d, w
+    """A job built by `make_job(**kwargs)` whose replicas have all been created and observed running (at `t`)."""
+    return running(make_job(**kwargs), t)
 
 
 def reason_of(status: JobStatus, ctype: str) -> str | None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dialects.util import doc, edit, line_of, only_problem, problems, read
-from torchjob.api.errors import InvalidJob
+from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, problems, read
 from torchjob.api.model import MASTER, WORKER
 from torchjob.core.topology import Placement, ReplicaId, elastic_bounds, master_port, nproc_per_node, replica_env
 
@@ -142,9 +141,7 @@ def test_status_is_ignored_with_a_warning() -> None:
 def test_no_container_named_pytorch() -> None:
     head, tail = BASE.split("    Worker:")
     text = head + "    Worker:" + tail.replace("- name: pytorch\n", "- name: trainer\n")  # only the worker's
-    p = only_problem(text)
-    assert p.path == "spec.pytorchReplicaSpecs.Worker.template.spec.containers"
-    assert p.line == line_of(text, "containers:", 1)
+    p = problem_at(text, "spec.pytorchReplicaSpecs.Worker.template.spec.containers", "containers:", 1)
     assert "no container is named 'pytorch'" in p.message
     assert p.fix == "name the training container pytorch"
 
@@ -163,8 +160,7 @@ def test_no_container_named_pytorch_in_either_replica() -> None:
 def test_unknown_spec_field(where: str, field: str) -> None:
     """Native-only fields (policies, minSuccess) are not Kubeflow's: an error there too."""
     text = edit(BASE, "spec:\n  pytorchReplicaSpecs:", f"spec:\n  {field}: 1\n  pytorchReplicaSpecs:")
-    p = only_problem(text)
-    assert (p.path, p.line) == (f"{where}.{field}", line_of(text, f"{field}: 1"))
+    p = problem_at(text, f"{where}.{field}", f"{field}: 1")
     assert p.message == f"unknown field {field!r}"
 
 
@@ -184,28 +180,22 @@ def test_no_spec() -> None:
 def test_unknown_container_field_names_the_kubeflow_path() -> None:
     text = edit(BASE, "              command: [python, train.py]\n              ports:",
                 "              command: [python, train.py]\n              comand: [x]\n              ports:")
-    p = only_problem(text)
-    assert (p.path, p.line) == ("spec.pytorchReplicaSpecs.Master.template.spec.containers[0].comand",
-                                line_of(text, "comand"))
+    problem_at(text, "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].comand", "comand")
 
 
 def test_master_replicas_two() -> None:
     text = edit(BASE, "    Master:\n      replicas: 1", "    Master:\n      replicas: 2")
-    p = only_problem(text)
-    assert (p.path, p.line) == ("spec.pytorchReplicaSpecs.Master.replicas", line_of(text, "replicas: 2"))
+    problem_at(text, "spec.pytorchReplicaSpecs.Master.replicas", "replicas: 2")
 
 
 def test_unknown_replica_type() -> None:
     text = edit(BASE, "    Worker:", "    Chief:")
-    p = only_problem(text)
-    assert (p.path, p.line) == ("spec.pytorchReplicaSpecs.Chief", line_of(text, "Chief:"))
+    problem_at(text, "spec.pytorchReplicaSpecs.Chief", "Chief:")
 
 
 def test_reserved_env() -> None:
     text = BASE + "              env: [{name: MASTER_ADDR, value: x}]\n"
-    p = only_problem(text)
-    assert p.path == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].name"
-    assert p.line == line_of(text, "MASTER_ADDR")
+    problem_at(text, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].name", "MASTER_ADDR")
 
 
 def test_unsupported_kind() -> None:
@@ -225,5 +215,4 @@ MALFORMED = {
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_shapes_are_problems_not_crashes(case: str) -> None:
     old, new = MALFORMED[case]
-    with pytest.raises(InvalidJob):
-        read(edit(BASE, old, new))
+    assert problems(edit(BASE, old, new))

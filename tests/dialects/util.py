@@ -46,6 +46,13 @@ def only_problem(text: str) -> Problem:
     return found[0]
 
 
+def problem_at(text: str, path: str, needle: str, nth: int = 0) -> Problem:
+    """The only problem of `text`, checked to be at `path` on the `nth` line that contains `needle`."""
+    p = only_problem(text)
+    assert (p.path, p.line) == (path, line_of(text, needle, nth))
+    return p
+
+
 def line_of(text: str, needle: str, nth: int = 0) -> int:
     """The 1-based line of the `nth` line of `text` that contains `needle`."""
     hits = [i + 1 for i, line in enumerate(text.splitlines()) if needle in line]
