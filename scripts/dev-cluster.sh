@@ -10,6 +10,13 @@
 #   scripts/dev-cluster.sh down    stop what `up` started and remove the state dir
 #   scripts/dev-cluster.sh env     print the export line (exit 1 if not up)
 #   scripts/dev-cluster.sh status  print pids/ports/urls (exit 1 if not up)
+#   scripts/dev-cluster.sh restart-apiserver
+#                                  kill kube-apiserver and start it again with the same flags
+#                                  (its watch cache starts empty: watches from before get 410)
+#   scripts/dev-cluster.sh crds    print the paths of third-party CRDs the operator works with
+#                                  (Volcano and scheduler-plugins PodGroups), taken from their
+#                                  Go modules through the module proxy; apply them with
+#                                  `kubectl apply -f` to try gang scheduling objects
 #
 # Usage: eval "$(scripts/dev-cluster.sh up | tail -n1)"
 # Everything but that export line goes to stderr.
@@ -518,11 +525,42 @@ cmd_status() {
     export_line
 }
 
+cmd_restart_apiserver() {
+    is_up || die "dev cluster is not up (state dir $STATE)"
+    local -a cmd
+    eval "cmd=($(cat "$STATE/kube-apiserver.cmdline"))" # written with printf %q by start_proc
+    # SIGKILL, as a crash: a graceful stop waits for its watches for many seconds.
+    kill -KILL "$(cat "$STATE/kube-apiserver.pid")" 2>/dev/null || true
+    stop_proc kube-apiserver
+    start_proc kube-apiserver "${cmd[@]}"
+    wait_for kube-apiserver "kube-apiserver /readyz" api GET /readyz
+    log "kube-apiserver restarted"
+}
+
+# The PodGroup CRDs as their projects publish them (the versions the module proxy serves here).
+THIRD_PARTY_CRDS=(
+    "volcano.sh/volcano@v1.10.0 config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml"
+    "sigs.k8s.io/scheduler-plugins@v0.32.7 config/crd/bases/scheduling.x-k8s.io_podgroups.yaml"
+)
+
+cmd_crds() {
+    local entry mod file dir
+    for entry in "${THIRD_PARTY_CRDS[@]}"; do
+        read -r mod file <<<"$entry"
+        # Outside any module, so that the download does not touch a go.mod.
+        dir=$(cd / && GOFLAGS=-mod=mod go mod download -json "$mod" | awk -F'"' '$2 == "Dir" { print $4 }')
+        [[ -n "$dir" && -f "$dir/$file" ]] || die "could not get $file from $mod through the Go module proxy"
+        echo "$dir/$file"
+    done
+}
+
 case "${1:-}" in
     build) with_lock cmd_build ;;
     up) with_lock cmd_up ;;
     down) with_lock cmd_down ;;
     env) cmd_env ;;
     status) cmd_status ;;
-    *) die "usage: $0 build|up|down|env|status" ;;
+    restart-apiserver) with_lock cmd_restart_apiserver ;;
+    crds) cmd_crds ;;
+    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds" ;;
 esac

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import Client, KubeConfig
+from lightkube import Client, KubeConfig, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
@@ -52,13 +52,7 @@ def kubeconfig() -> Iterator[str]:
             raise RuntimeError(f"dev-cluster.sh up failed:\n{out.stdout}\n{out.stderr}")
         path = out.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
     apply([crd()], path)
-    client = Client(config=KubeConfig.from_file(path))
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        got = client.get(CustomResourceDefinition, CRD_NAME)
-        if any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or [])):
-            break
-        time.sleep(0.2)
+    wait_established(Client(config=KubeConfig.from_file(path)), CRD_NAME)
     yield path
     if started:
         subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "down"], capture_output=True, timeout=120)
@@ -150,3 +144,35 @@ def wait_job(kube: Client, name: str, namespace: str, pred: Any, timeout: float 
 
 def finished(status: dict[str, Any]) -> bool:
     return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in status.get("conditions", []))
+
+
+# --- third-party CRDs (Volcano and scheduler-plugins PodGroups), as their projects publish them ---
+
+
+def third_party_crds() -> list[Any]:
+    out = subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "crds"], capture_output=True, text=True,
+                         timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"dev-cluster.sh crds failed:\n{out.stderr}")
+    return [obj for path in out.stdout.split() for obj in codecs.load_all_yaml(Path(path).read_text())]
+
+
+def wait_established(client: Client, name: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = client.get(CustomResourceDefinition, name)
+        if any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or [])):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"CRD {name} not established")
+
+
+@pytest.fixture(scope="session")
+def podgroup_crds(kube: Client) -> list[str]:
+    """The Volcano and scheduler-plugins PodGroup CRDs, installed; their names."""
+    names = []
+    for obj in third_party_crds():
+        kube.apply(obj, force=True)
+        wait_established(kube, obj.metadata.name)
+        names.append(obj.metadata.name)
+    return names

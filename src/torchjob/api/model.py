@@ -380,9 +380,20 @@ class RunMode(Strict):
     debug: DebugMode | None = None
 
 
+T9K_PVC = "t9k://pvc/"
+
+
 class TensorBoardSpec(Strict):
     image: str | None = None
     logDirs: list[str]  # local paths, or t9k://pvc/NAME/PATH resolved with --pvc NAME=PATH
+
+    @staticmethod
+    def on_claim(item: str) -> tuple[str, str] | None:
+        """`t9k://pvc/NAME/PATH` as (NAME, PATH); None for any other entry."""
+        if not item.startswith(T9K_PVC):
+            return None
+        claim, _, rest = item[len(T9K_PVC):].partition("/")
+        return claim, rest
 
 
 class VolcanoEnv(Strict):

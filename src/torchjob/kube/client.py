@@ -16,6 +16,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Pod, Service
 from lightkube.types import PatchType
@@ -26,7 +27,19 @@ log = logging.getLogger("torchjob.kube")
 TorchJobRes = create_namespaced_resource(GROUP, VERSION, "TorchJob", PLURAL)
 FIELD_MANAGER = "torchjob-operator"
 
-KINDS: dict[str, Any] = {"TorchJob": TorchJobRes, "Pod": Pod, "Service": Service, "Event": Event, "Lease": Lease}
+VolcanoPodGroup = create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
+PluginsPodGroup = create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
+
+# By kind, or by apiVersion/kind where two groups share a kind.
+KINDS: dict[str, Any] = {
+    "TorchJob": TorchJobRes, "Pod": Pod, "Service": Service, "Event": Event, "Lease": Lease, "Deployment": Deployment,
+    "scheduling.volcano.sh/v1beta1/PodGroup": VolcanoPodGroup,
+    "scheduling.x-k8s.io/v1alpha1/PodGroup": PluginsPodGroup,
+}
+
+
+def kind_of(obj: dict[str, Any]) -> str:
+    return obj["kind"] if obj["kind"] in KINDS else f"{obj['apiVersion']}/{obj['kind']}"
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> AsyncClient:
@@ -41,7 +54,11 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 
 def status_code(e: Exception) -> int | None:
-    return e.status.code if isinstance(e, ApiError) and e.status is not None else None
+    """The HTTP status of a failed call (an unknown resource type answers 404 without a Status)."""
+    if isinstance(e, ApiError) and e.status is not None and e.status.code:
+        return e.status.code
+    code = getattr(getattr(e, "response", None), "status_code", None)  # lightkube's HTTP client's error
+    return code if isinstance(code, int) else None
 
 
 class Api:
@@ -60,7 +77,7 @@ class Api:
                                  resource_version=resource_version, server_timeout=300)
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        res = KINDS[obj["kind"]]
+        res = KINDS[kind_of(obj)]
         created = await self.client.create(res.from_dict(obj))
         return to_dict(created)
 
@@ -74,6 +91,12 @@ class Api:
     async def patch_status(self, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource; returns the object as stored (new resourceVersion)."""
         obj = await self.client.patch(TorchJobRes.Status, name, {"status": status}, namespace=namespace,
+                                      patch_type=PatchType.MERGE)
+        return to_dict(obj)
+
+    async def patch_spec(self, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch a TorchJob's spec; returns the object as stored."""
+        obj = await self.client.patch(TorchJobRes, name, {"spec": spec}, namespace=namespace,
                                       patch_type=PatchType.MERGE)
         return to_dict(obj)
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from torchjob.api.model import WORKER, FailureInfo, JobStatus, TorchJob
 from torchjob.core.reconcile import Create, DeleteJob, Forget, Plan, Purge, Stop, reconcile
-from torchjob.kube import metrics
+from torchjob.kube import client, gang, metrics, tensorboard
 from torchjob.kube import render as kr
 from torchjob.kube.client import Api, status_code
 from torchjob.kube.informer import Informer, Key, WorkQueue, key_of
@@ -39,6 +39,10 @@ def job_of(raw: dict[str, Any]) -> TorchJob:
     meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
     return TorchJob.model_validate({"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta,
                                     "spec": raw.get("spec")})
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
 
 
 def status_dict(job: TorchJob, status: JobStatus) -> dict[str, Any]:
@@ -62,6 +66,8 @@ class Controller:
         self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=owned)
         self.services = Informer(api, "Service", namespace, self._on_service, labels=owned)
         self.pods_by_job: dict[Key, dict[str, dict[str, Any]]] = {}
+        self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found
+        self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
         self.ready = asyncio.Event()
 
     # --- events from the informers ---
@@ -132,35 +138,111 @@ class Controller:
         if raw is None or raw["metadata"].get("deletionTimestamp"):
             self.queue.forget(key)
             self.pods_by_job.pop(key, None)
+            self.groups.discard(key)
+            self.boards.discard(key)
             return
         try:
             job = job_of(raw)
         except ValidationError as e:
-            await self._invalid(raw, "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()))
+            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            await self._fail(raw, "InvalidSpec", problems)
             return
         status = JobStatus.model_validate(raw.get("status") or {})
         job = job.model_copy(update={"status": status})
-        pods = list(self.pods_by_job.get(key, {}).values())
+        if not status.conditions and gang.queued_by_kueue(job) and not job.run_policy.suspend:
+            await self._hold_for_kueue(raw, job)
+            return
+        pods: list[dict[str, Any]] = []
+        stale: list[dict[str, Any]] = []
+        for p in self.pods_by_job.get(key, {}).values():
+            (pods if controller_uid(p) == job.metadata.uid else stale).append(p)
         now = datetime.now(UTC)
         plan = reconcile(job, observe(job, pods), now)
         if plan.status != status:
             await self._write_status(raw, job, plan.status)
         for ev in plan.events:
             await self.api.event(raw, ev.type, ev.reason, ev.message)
+        active = not plan.status.finished and not plan.status.is_true("Suspended")
+        if not await self._sync_podgroup(raw, job, key, active, started=bool(pods)):
+            return
+        blocked = await self._clear_stale(job, stale)
         try:
-            await self._apply(job, plan, pods)
+            await self._apply(job, plan, blocked)
         except ApiError as e:
             if status_code(e) != 422:
                 raise
             # The API server refuses the pod we rendered from the user's template: a mistake of
             # theirs, so the job fails with the server's words instead of retrying forever.
-            await self._invalid(self.jobs.cache.get(key, raw), f"a pod of this job is invalid: {e}")
+            await self._fail(self.jobs.cache.get(key, raw), "InvalidSpec", f"a pod of this job is invalid: {e}")
             return
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))
+        if job.spec.tensorboard is not None and not plan.status.finished and key not in self.boards:
+            await self._create_tensorboard(raw, job, key)
         if plan.requeue_at is not None:
             self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
         self._force_delete_stuck(job, pods, now)
+
+    async def _clear_stale(self, job: TorchJob, stale: list[dict[str, Any]]) -> set[str]:
+        """Pods named like this job's but owned by an earlier job of the same name (deleted, its pods
+        not yet collected) are not ours to observe; they are deleted, as the garbage collector would,
+        and their names are not created again until they are gone. Returns those names."""
+        names = set()
+        for p in stale:
+            meta = p["metadata"]
+            names.add(meta["name"])
+            if not meta.get("deletionTimestamp"):
+                log.info("deleting %s/%s, left by an earlier job %s", meta.get("namespace"), meta["name"], job.name)
+                await self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0)
+        if names:
+            self.queue.add_after((job.metadata.namespace or "default", job.name), 1.0)
+        return names
+
+    async def _hold_for_kueue(self, raw: dict[str, Any], job: TorchJob) -> None:
+        """Kueue admits a job by resuming it: one under a Kueue queue starts suspended, before any pod."""
+        meta = raw["metadata"]
+        stored = await self.api.patch_spec(meta["name"], meta.get("namespace", "default"),
+                                           {"runPolicy": {"suspend": True}})
+        self.jobs.cache[key_of(raw)] = stored
+        queue = (job.metadata.labels or {})[gang.KUEUE_QUEUE_LABEL]
+        await self.api.event(raw, "Normal", "Queued", f"suspended until Kueue admits it from queue {queue}")
+
+    async def _sync_podgroup(self, raw: dict[str, Any], job: TorchJob, key: Key, active: bool, started: bool) -> bool:
+        """The PodGroup exists while the job can run (created before its pods) and is deleted when it
+        ends or is suspended, so that the scheduler stops holding room for it. Without the PodGroup
+        CRD a job that has no pod yet fails; one already running goes on. False: the job failed."""
+        group = gang.podgroup(job, kr.owner_reference(job))
+        if group is None:
+            return True
+        if not active:
+            if key in self.groups:
+                self.groups.discard(key)
+                await self.api.delete(client.kind_of(group), job.name, key[0])
+            return True
+        if key in self.groups:
+            return True
+        try:
+            await self._create(group)
+        except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
+            if status_code(e) != 404:
+                raise
+            kind = gang.podgroup_kind(job)
+            assert kind is not None
+            message = (f"the job asks for the {gang.scheduler_name(job)!r} scheduler, whose PodGroup CRD {kind.crd} "
+                       f"is not installed on this cluster: install {kind.flavor}, or remove schedulerName from "
+                       f"runPolicy.schedulingPolicy and the pod templates")
+            if not started:
+                await self._fail(raw, "PodGroupUnavailable", message)
+                return False
+            await self.api.event(raw, "Warning", "PodGroupUnavailable", message)
+        self.groups.add(key)
+        return True
+
+    async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, key: Key) -> None:
+        created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]
+        self.boards.add(key)
+        if any(created):
+            await self.api.event(raw, "Normal", "TensorBoardCreated", f"TensorBoard at {tensorboard.address(job)}")
 
     async def _write_status(self, raw: dict[str, Any], job: TorchJob, status: JobStatus) -> None:
         meta = raw["metadata"]
@@ -169,37 +251,41 @@ class Controller:
         # starts from it and does not act twice.
         self.jobs.cache[key_of(raw)] = stored
 
-    async def _invalid(self, raw: dict[str, Any], message: str) -> None:
+    async def _fail(self, raw: dict[str, Any], reason: str, message: str) -> None:
         status = JobStatus.model_validate(raw.get("status") or {})
         if status.finished:
             return
         from torchjob.core.reconcile import set_condition
 
         now = datetime.now(UTC)
-        set_condition(status, "Failed", True, "InvalidSpec", message, now)
+        set_condition(status, "Failed", True, reason, message, now)
         status.completionTime = now
-        status.failure = FailureInfo(reason="InvalidSpec", message=message)
+        status.failure = FailureInfo(reason=reason, message=message)
         meta = raw["metadata"]
         stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"),
                                              status.model_dump(mode="json"))
         self.jobs.cache[key_of(raw)] = stored
-        await self.api.event(raw, "Warning", "InvalidSpec", message)
+        await self.api.event(raw, "Warning", reason, message)
 
-    async def _create(self, obj: dict[str, Any]) -> None:
+    async def _create(self, obj: dict[str, Any]) -> bool:
+        """Create; False when it already exists (adopted, after a restart or a stale cache)."""
         try:
             created = await self.api.create(obj)
         except Exception as e:
-            if status_code(e) == 409:  # already there: adopted
-                return
+            if status_code(e) == 409:
+                return False
             raise
         if obj["kind"] == "Pod":
             self.pods.cache[key_of(created)] = created
             self._on_pod(created)
+        return True
 
-    async def _apply(self, job: TorchJob, plan: Plan, pods: list[dict[str, Any]]) -> None:
+    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str]) -> None:
         ns = job.metadata.namespace or "default"
         for a in plan.actions:
             if isinstance(a, Create):
+                if kr.pod_name(job, a.replica) in blocked:
+                    continue  # an earlier job's pod still holds the name; requeued
                 await self._create(kr.pod(job, a.replica, a.attempt, init_image=self.init_image,
                                           wait=self.wait_for_master))
             elif isinstance(a, Stop | Forget | Purge):

@@ -54,7 +54,10 @@ class Informer:
         return rv
 
     async def run(self) -> None:
-        rv = await self._relist()
+        await self.watch_from(await self._relist())
+
+    async def watch_from(self, rv: str) -> None:
+        """Watch from resourceVersion `rv` forever, re-listing whenever the watch ends."""
         while True:
             try:
                 async for kind, obj in self.api.watch(self.kind, self.namespace, rv, self.labels):

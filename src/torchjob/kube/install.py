@@ -13,15 +13,15 @@ NAME = "torchjob-operator"
 DEFAULT_IMAGE = f"torchjob/operator:{__version__}"
 
 RULES: list[dict[str, Any]] = [
-    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "delete"]},
+    # patch: a job under a Kueue queue is suspended before any of its pods exists
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch", "delete"]},
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch", "update"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-    {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
-     "verbs": ["get", "list", "watch", "create", "delete"]},
-    {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"],
-     "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create", "delete"]},  # TensorBoard
+    {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
+    {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
 ]
 LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},

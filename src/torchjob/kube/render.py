@@ -22,6 +22,7 @@ from torchjob.core.topology import (
     replica_env,
     replicas,
 )
+from torchjob.kube import gang
 
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
@@ -106,19 +107,10 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
         spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
     if skip_init:
         spec.pop("initContainers", None)
-    sp = job.run_policy.schedulingPolicy
     labels = {**meta.get("labels", {}), LABEL_JOB: job.name, LABEL_TYPE: rid.rtype.lower(),
               LABEL_INDEX: str(rid.index)}
     annotations = {**meta.get("annotations", {}), ANNOTATION_ATTEMPT: str(attempt)}
-    if sp is not None and sp.schedulerName:
-        spec.setdefault("schedulerName", sp.schedulerName)
-        if sp.schedulerName == "volcano":
-            annotations["scheduling.k8s.io/group-name"] = job.name
-            annotations["volcano.sh/task-spec"] = rid.rtype.lower()
-        else:
-            labels["scheduling.x-k8s.io/pod-group"] = job.name
-    if sp is not None and sp.priorityClass:
-        spec.setdefault("priorityClassName", sp.priorityClass)
+    gang.decorate_pod(job, rid.rtype, spec, labels, annotations)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -12,15 +12,14 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import TensorBoardSpec
 from torchjob.local.spec import LocalOptions
 
-T9K_PVC = "t9k://pvc/"
-
 
 def log_dirs(spec: TensorBoardSpec, opts: LocalOptions) -> list[Path]:
     """Local paths of the log directories: `t9k://pvc/NAME/PATH` through `--pvc NAME=DIR`."""
     out = []
     for item in spec.logDirs:
-        if item.startswith(T9K_PVC):
-            claim, _, rest = item[len(T9K_PVC):].partition("/")
+        pvc = TensorBoardSpec.on_claim(item)
+        if pvc is not None:
+            claim, rest = pvc
             if claim not in opts.pvcs:
                 raise UserError(f"tensorboard log directory {item} is on PVC {claim!r}, which exists only on a cluster",
                                 fix=f"pass --pvc {claim}=DIR")

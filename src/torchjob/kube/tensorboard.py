@@ -1,0 +1,75 @@
+"""T9k's `tensorboardSpec` on Kubernetes: a TensorBoard Deployment and Service `{job}-tensorboard`
+reading the job's log directories. `t9k://pvc/NAME/PATH` mounts claim NAME read-only; any other
+entry (s3://, gs://, a path in the image) is handed to TensorBoard as it is. Pure: dicts out.
+
+The board outlives the training (people read it after the job ends) and goes with the job,
+through its owner reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchjob.api.model import TensorBoardSpec, TorchJob
+
+DEFAULT_IMAGE = "tensorflow/tensorflow:2.17.0"  # ships the tensorboard command
+PORT = 6006
+LABEL = "torchjob.dev/tensorboard"  # not the job label: these pods are not replicas
+MOUNT_ROOT = "/tensorboard"
+
+
+def name(job: TorchJob) -> str:
+    return f"{job.name}-tensorboard"
+
+
+def log_dirs(logdirs: list[str]) -> tuple[list[str], list[str]]:
+    """The directories as TensorBoard sees them, and the claims to mount (in order, once each)."""
+    paths, claims = [], []
+    for item in logdirs:
+        pvc = TensorBoardSpec.on_claim(item)
+        if pvc is not None:
+            claim, rest = pvc
+            if claim not in claims:
+                claims.append(claim)
+            paths.append(f"{MOUNT_ROOT}/{claim}/{rest}".rstrip("/"))
+        else:
+            paths.append(item)
+    return paths, claims
+
+
+def objects(job: TorchJob, owner: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Deployment and the Service, or nothing when the job asks for no TensorBoard."""
+    tb = job.spec.tensorboard
+    if tb is None:
+        return []
+    ns = job.metadata.namespace or "default"
+    labels = {LABEL: job.name}
+    meta = {"name": name(job), "namespace": ns, "labels": labels, "ownerReferences": [owner]}
+    paths, claims = log_dirs(tb.logDirs)
+    container = {
+        "name": "tensorboard",
+        "image": tb.image or DEFAULT_IMAGE,
+        "command": ["tensorboard", "--logdir_spec", ",".join(f"{i}:{p}" for i, p in enumerate(paths)),
+                    "--bind_all", "--port", str(PORT)],
+        "ports": [{"name": "http", "containerPort": PORT}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}},
+        "volumeMounts": [{"name": f"logs-{i}", "mountPath": f"{MOUNT_ROOT}/{c}", "readOnly": True}
+                         for i, c in enumerate(claims)],
+    }
+    volumes = [{"name": f"logs-{i}", "persistentVolumeClaim": {"claimName": c, "readOnly": True}}
+               for i, c in enumerate(claims)]
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [container], "volumes": volumes}}},
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": dict(meta),
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
+    }
+    return [deployment, service]
+
+
+def address(job: TorchJob) -> str:
+    return f"http://{name(job)}.{job.metadata.namespace or 'default'}.svc:{PORT}/"

@@ -1,0 +1,123 @@
+"""Gang scheduling objects, Kueue's suspend and T9k's TensorBoard against a real kube-apiserver,
+with the Volcano and scheduler-plugins PodGroup CRDs as those projects publish them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Event, Service
+from lightkube.types import PatchType
+
+from tests.jobs import job_data
+from tests.kube.conftest import Operator, finished, set_pod, third_party_crds, wait_established, wait_job
+from tests.kube.test_operator import create, pods_of, wait_pods
+from torchjob.kube import gang
+from torchjob.kube.client import PluginsPodGroup, TorchJobRes, VolcanoPodGroup
+
+pytestmark = pytest.mark.kube
+
+
+def wait_for(fn: Any, timeout: float = 30) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            got = fn()
+        except ApiError:
+            got = None
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {fn}")
+
+
+def gone(kube: Client, res: Any, name: str, namespace: str) -> bool:
+    try:
+        kube.get(res, name, namespace=namespace)
+    except ApiError as e:
+        return e.status.code == 404
+    return False
+
+
+def test_volcano_podgroup_comes_before_the_pods_and_goes_when_the_job_ends(
+        kube: Client, namespace: str, operator: Operator, podgroup_crds: list[str]) -> None:
+    data = job_data("vc", workers=2, run_policy={"schedulingPolicy": {"schedulerName": "volcano", "queue": "research",
+                                                                       "minAvailable": 3}})
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", "memory": "2Gi"}}
+    create(kube, data, namespace)
+    pods = wait_pods(kube, "vc", namespace, 3)
+    pg = kube.get(VolcanoPodGroup, "vc", namespace=namespace)
+    assert pg["spec"]["minMember"] == 3 and pg["spec"]["queue"] == "research"
+    assert pg["spec"]["minResources"] == {"cpu": "2", "memory": "4294967296"}  # two workers; the master asks none
+    assert pg.metadata.ownerReferences[0].name == "vc"
+    assert all(int(pg.metadata.resourceVersion) < int(p.metadata.resourceVersion) for p in pods)
+    for p in pods:
+        assert p.metadata.annotations[gang.VOLCANO_GROUP_ANNOTATION] == "vc" and p.spec.schedulerName == "volcano"
+        set_pod(kube, p, "Running")
+    set_pod(kube, next(p for p in pods if p.metadata.name == "vc-master-0"), "Succeeded", 0)
+    wait_job(kube, "vc", namespace, finished)
+    wait_for(lambda: gone(kube, VolcanoPodGroup, "vc", namespace))
+
+
+def test_a_policy_scheduler_gets_a_scheduler_plugins_podgroup(
+        kube: Client, namespace: str, operator: Operator, podgroup_crds: list[str]) -> None:
+    create(kube, job_data("sp", workers=1, run_policy={"schedulingPolicy": {
+        "schedulerName": "scheduler-plugins-scheduler", "scheduleTimeoutSeconds": 60}}), namespace)
+    pods = wait_pods(kube, "sp", namespace, 2)
+    pg = kube.get(PluginsPodGroup, "sp", namespace=namespace)
+    assert pg["spec"]["minMember"] == 2 and pg["spec"]["scheduleTimeoutSeconds"] == 60
+    assert {p.metadata.labels[gang.PLUGINS_POD_GROUP_LABEL] for p in pods} == {"sp"}
+
+
+def test_a_missing_podgroup_crd_fails_the_job_with_the_fix(
+        kube: Client, namespace: str, operator: Operator, podgroup_crds: list[str]) -> None:
+    kube.delete(CustomResourceDefinition, gang.PLUGINS_PG.crd)
+    try:
+        wait_for(lambda: gone(kube, CustomResourceDefinition, gang.PLUGINS_PG.crd, ""), timeout=60)
+        create(kube, job_data("nopg", workers=1, run_policy={"schedulingPolicy": {"schedulerName": "coscheduler"}}),
+               namespace)
+        status = wait_job(kube, "nopg", namespace, finished)
+        assert status["failure"]["reason"] == "PodGroupUnavailable"
+        assert gang.PLUGINS_PG.crd in status["failure"]["message"]
+        assert "remove schedulerName" in status["failure"]["message"]
+        assert pods_of(kube, "nopg", namespace) == []
+    finally:
+        for obj in third_party_crds():
+            kube.apply(obj, force=True)
+        wait_established(kube, gang.PLUGINS_PG.crd)
+
+
+def test_a_job_under_a_kueue_queue_starts_suspended_until_resumed(
+        kube: Client, namespace: str, operator: Operator) -> None:
+    data = job_data("kq", workers=1)
+    data["metadata"]["labels"] = {gang.KUEUE_QUEUE_LABEL: "team-a"}
+    create(kube, data, namespace)
+    wait_job(kube, "kq", namespace, lambda s: s.get("state") == "Suspended")
+    assert kube.get(TorchJobRes, "kq", namespace=namespace).spec["runPolicy"]["suspend"] is True
+    assert pods_of(kube, "kq", namespace) == []
+    events = kube.list(Event, namespace=namespace, fields={"involvedObject.name": "kq"})
+    assert any(e.reason == "Queued" and "team-a" in (e.message or "") for e in events)
+    # Admission: Kueue (or a person with `torchjob resume`) lifts the suspension.
+    kube.patch(TorchJobRes, "kq", {"spec": {"runPolicy": {"suspend": False}}}, namespace=namespace,
+               patch_type=PatchType.MERGE)
+    wait_pods(kube, "kq", namespace, 2)
+
+
+def test_a_t9k_tensorboard_runs_as_a_deployment_and_service(kube: Client, namespace: str, operator: Operator) -> None:
+    data = job_data("tb", workers=1)
+    data["spec"]["tensorboard"] = {"logDirs": ["t9k://pvc/runs/tb"]}
+    create(kube, data, namespace)
+    deployment = wait_for(lambda: kube.get(Deployment, "tb-tensorboard", namespace=namespace))
+    assert deployment.metadata.ownerReferences[0].name == "tb"
+    pod = deployment.spec.template.spec
+    assert pod.volumes[0].persistentVolumeClaim.claimName == "runs"
+    assert "0:/tensorboard/runs/tb" in pod.containers[0].command
+    svc = kube.get(Service, "tb-tensorboard", namespace=namespace)
+    assert svc.spec.ports[0].port == 6006
+    assert {p.metadata.name for p in wait_pods(kube, "tb", namespace, 2)} == {"tb-master-0", "tb-worker-0"}
