@@ -1,0 +1,94 @@
+"""What goes wrong on a real cluster: an expired watch (410 Gone after a kube-apiserver restart),
+and names that are already taken (409 Conflict) by an earlier job's pods."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Service
+
+from tests.jobs import job_data
+from tests.kube.conftest import REPO, Operator
+from tests.kube.test_operator import create, pods_of, wait_pods
+from torchjob.kube.client import Api, TorchJobRes, connect
+from torchjob.kube.informer import Informer
+
+pytestmark = pytest.mark.kube
+
+
+def expire_watches(kubeconfig: str) -> None:
+    """Make every resourceVersion handed out so far too old to watch from: restart kube-apiserver
+    (its watch cache starts anew) and compact etcd's history (nothing older is left to serve)."""
+    state = Path(kubeconfig).parent  # scripts/dev-cluster.sh keeps the kubeconfig in its state dir
+    if not (state / "kube-apiserver.cmdline").exists():
+        pytest.skip("the control plane was not started by scripts/dev-cluster.sh; cannot restart its apiserver")
+    out = subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "restart-apiserver"], capture_output=True,
+                         text=True, timeout=180, env={**os.environ, "TORCHJOB_DEVCLUSTER_DIR": str(state)})
+    assert out.returncode == 0, out.stderr
+    etcd = f"http://127.0.0.1:{(state / 'etcd.port').read_text().strip()}"  # etcd's JSON gateway
+
+    def post(path: str, body: dict[str, object]) -> dict[str, Any]:
+        req = urllib.request.Request(f"{etcd}{path}", json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            data: dict[str, Any] = json.load(resp)
+            return data
+
+    revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": revision, "physical": True})
+
+
+def test_an_expired_watch_gets_410_and_relists(
+        kubeconfig: str, kube: Client, namespace: str, caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> set[str]:
+        api = Api(connect(kubeconfig))
+        seen: set[str] = set()
+        informer = Informer(api, "Service", namespace, lambda o: seen.add(o["metadata"]["name"]))
+        _, rv = await api.list("Service", namespace)  # where a watch that lost its connection resumes
+        kube.create(Service(metadata=ObjectMeta(name="after-restart", namespace=namespace),
+                            spec={"ports": [{"port": 80}]}))
+        expire_watches(kubeconfig)
+        task = asyncio.create_task(informer.watch_from(rv))
+        try:
+            for _ in range(200):
+                if (namespace, "after-restart") in informer.cache:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            await api.client.close()
+        return seen
+
+    with caplog.at_level(logging.INFO, logger="torchjob.kube"):
+        seen = asyncio.run(scenario())
+    assert "after-restart" in seen
+    assert any("watch ended (410)" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_job_recreated_under_the_same_name_replaces_the_earlier_pods(
+        kube: Client, namespace: str, operator: Operator) -> None:
+    create(kube, job_data("again", workers=2), namespace)
+    first = {p.metadata.name: p.metadata.uid for p in wait_pods(kube, "again", namespace, 3)}
+    kube.delete(TorchJobRes, "again", namespace=namespace)  # no garbage collector runs here: the pods stay
+    create(kube, job_data("again", workers=2), namespace)
+    uid = kube.get(TorchJobRes, "again", namespace=namespace).metadata.uid
+    for _ in range(300):
+        pods = pods_of(kube, "again", namespace)
+        if len(pods) == 3 and all(p.metadata.ownerReferences[0].uid == uid for p in pods):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"pods not replaced: {[(p.metadata.name, p.metadata.ownerReferences) for p in pods]}")
+    assert sorted(p.metadata.name for p in pods) == sorted(first)  # same names, no duplicate
+    assert not {p.metadata.uid for p in pods} & set(first.values())  # new pods, not the earlier job's
+    assert "failed" not in operator.log.read_text()  # a taken name is waited for, not an error
