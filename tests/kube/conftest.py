@@ -64,14 +64,14 @@ def kube(kubeconfig: str) -> Client:
 
 
 class Operator:
-    def __init__(self, kubeconfig: str, log: Path) -> None:
-        self.kubeconfig, self.log = kubeconfig, log
+    def __init__(self, kubeconfig: str, log: Path, args: tuple[str, ...] = ("--no-leader-elect",)) -> None:
+        self.kubeconfig, self.log, self.args = kubeconfig, log, args
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torchjob", "operator", "--kubeconfig", self.kubeconfig, "--no-leader-elect",
+            [sys.executable, "-m", "torchjob", "operator", "--kubeconfig", self.kubeconfig, *self.args,
              "--metrics-port", str(free_port()), "--workers", "4"],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL,
         )

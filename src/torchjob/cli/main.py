@@ -255,13 +255,14 @@ def convert(job_file: str, target: str, output: str) -> None:
 @cli.command(name="list")
 @OUTPUT
 @kube_options
+@click.option("-A", "--all-namespaces", is_flag=True, help="With --kube: the jobs of every namespace.")
 def list_jobs(output: str, kube: bool, kubeconfig: str | None, kube_context: str | None,
-              namespace: str | None) -> None:
-    """The jobs in the store, newest last."""
+              namespace: str | None, all_namespaces: bool) -> None:
+    """The jobs in the store, newest last (with --kube: the cluster's, in one namespace or all)."""
     from torchjob.cli import views
 
     if kube:
-        views.list_kube(_kube(kubeconfig, kube_context), namespace, output, _dump)
+        views.list_kube(_kube(kubeconfig, kube_context), "*" if all_namespaces else namespace, output, _dump)
         return
     store = _store()
     views.list_jobs(store, output, _dump)
@@ -318,24 +319,34 @@ def delete(name: str, kube: bool, kubeconfig: str | None, kube_context: str | No
     click.echo(f"job {name} deleted")
 
 
+def _set_suspend(name: str, value: bool, kube: bool, kubeconfig: str | None, kube_context: str | None,
+                 namespace: str | None) -> None:
+    if kube:
+        from torchjob.kube import jobs
+
+        jobs.set_suspend(_kube(kubeconfig, kube_context), name, namespace, value)
+    else:
+        from torchjob.local import runtime
+
+        runtime.set_suspend(_store(), name, value)
+    click.echo(f"job {name} {'suspending' if value else 'resuming'}")
+
+
 @cli.command()
 @click.argument("name")
-def suspend(name: str) -> None:
+@kube_options
+def suspend(name: str, kube: bool, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
     """Stop every replica of a running job; `resume` starts them again."""
-    from torchjob.local import runtime
-
-    runtime.set_suspend(_store(), name, True)
-    click.echo(f"job {name} suspending")
+    _set_suspend(name, True, kube, kubeconfig, kube_context, namespace)
 
 
 @cli.command()
 @click.argument("name")
-def resume(name: str) -> None:
-    """Start a suspended job's replicas again (its deadline clock restarts)."""
-    from torchjob.local import runtime
-
-    runtime.set_suspend(_store(), name, False)
-    click.echo(f"job {name} resuming")
+@kube_options
+def resume(name: str, kube: bool, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
+    """Start a suspended job's replicas again (its deadline clock restarts); on a cluster this is
+    also how a job held for a Kueue queue is let go by hand."""
+    _set_suspend(name, False, kube, kubeconfig, kube_context, namespace)
 
 
 @cli.command()
@@ -368,12 +379,14 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--leader-elect/--no-leader-elect", default=False, show_default=True,
               help="Hold a Lease so that only one replica of the operator acts.")
 @click.option("--lease-namespace", default="torchjob-system", show_default=True)
+@click.option("--lease-duration", default=15, show_default=True, metavar="SECONDS",
+              help="How long a leader's Lease holds without renewal (renewed every third of it).")
 @click.option("--init-image", default="busybox:1.36", show_default=True,
               help="Image of the workers' wait-for-master init container.")
 @click.option("--wait-for-master/--no-wait-for-master", default=True, show_default=True,
               help="Workers wait until the master's port accepts connections.")
 def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, leader_elect: bool,
-             lease_namespace: str, init_image: str, wait_for_master: bool) -> None:
+             lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool) -> None:
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
@@ -381,7 +394,7 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
 
     configure_logging()
     asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
-                             leader_elect, lease_namespace, init_image, wait_for_master))
+                             leader_elect, lease_namespace, init_image, wait_for_master, lease_duration))
 
 
 def main() -> None:

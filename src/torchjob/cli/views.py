@@ -194,9 +194,11 @@ def list_kube(kube: Any, namespace: str | None, fmt: str, dump: Dump) -> None:
     if fmt != "text":
         dump(rows, fmt)
         return
-    print(f"{'NAME':<30}{'STATE':<12}{'REPLICAS':<10}{'RESTARTS':<10}REASON")
+    every = namespace == "*"
+    print(f"{'NAMESPACE':<20}" * every + f"{'NAME':<30}{'STATE':<12}{'REPLICAS':<10}{'RESTARTS':<10}REASON")
     for r in rows:
-        print(f"{r['name']:<30}{r['state']:<12}{r['replicas']:<10}{r['restarts']:<10}{r['reason'] or ''}")
+        print(f"{r['namespace']:<20}" * every +
+              f"{r['name']:<30}{r['state']:<12}{r['replicas']:<10}{r['restarts']:<10}{r['reason'] or ''}")
 
 
 def describe_kube(kube: Any, name: str, namespace: str | None, fmt: str, dump: Dump) -> None:

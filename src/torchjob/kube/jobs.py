@@ -10,6 +10,7 @@ from typing import Any
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
+from lightkube.types import PatchType
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, TorchJob
@@ -92,6 +93,12 @@ def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
 def delete(kube: Client, name: str, namespace: str | None) -> None:
     get(kube, name, namespace)
     kube.delete(TorchJobRes, name, namespace=_ns(kube, namespace))
+
+
+def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> None:
+    get(kube, name, namespace)
+    kube.patch(TorchJobRes, name, {"spec": {"runPolicy": {"suspend": value}}}, namespace=_ns(kube, namespace),
+               patch_type=PatchType.MERGE)
 
 
 def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:

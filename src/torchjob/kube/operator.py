@@ -129,13 +129,15 @@ class LeaderElector:
 
 
 async def run_operator(kubeconfig: str | None, namespace: str | None, workers: int, port: int,
-                       leader_elect: bool, lease_namespace: str, init_image: str, wait_for_master: bool) -> None:
+                       leader_elect: bool, lease_namespace: str, init_image: str, wait_for_master: bool,
+                       lease_duration_s: int = 15) -> None:
     health = Health()
     server = serve_http(port, health)
     api = Api(connect(kubeconfig))
     try:
         if leader_elect:
-            elector = LeaderElector(api, lease_namespace, f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
+            elector = LeaderElector(api, lease_namespace, f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
+                                    duration_s=lease_duration_s, renew_s=lease_duration_s / 3)
             await elector.acquire()
         controller = Controller(api, namespace, workers, init_image=init_image, wait_for_master=wait_for_master)
         run = asyncio.create_task(controller.run())

@@ -1,0 +1,89 @@
+"""The CLI with --kube against a real kube-apiserver and the operator, and two operators sharing
+the work through leader election."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.coordination_v1 import Lease
+
+from tests.jobs import job_data
+from tests.kube.conftest import REPO, Operator, job_status, wait_job
+from tests.kube.test_operator import create, pods_of, wait_pods
+from torchjob.kube.client import TorchJobRes
+from torchjob.kube.operator import LEASE_NAME
+
+pytestmark = pytest.mark.kube
+EXAMPLE = REPO / "examples" / "ddp" / "job.yaml"
+
+
+def torchjob(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "torchjob", *args, "--kube", "--kubeconfig", kubeconfig],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_submit_list_describe_suspend_resume_delete(kubeconfig: str, kube: Client, namespace: str,
+                                                     operator: Operator) -> None:
+    out = torchjob(kubeconfig, "submit", str(EXAMPLE), "-n", namespace)
+    assert out.returncode == 0, out.stderr
+    assert f"job ddp-example submitted to {namespace}" in out.stdout
+    wait_pods(kube, "ddp-example", namespace, 3)
+
+    again = torchjob(kubeconfig, "submit", str(EXAMPLE), "-n", namespace)
+    assert again.returncode != 0 and "exists" in again.stderr and "Traceback" not in again.stderr
+
+    listed = torchjob(kubeconfig, "list", "-n", namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(j["name"], j["namespace"], j["replicas"]) for j in json.loads(listed.stdout)] == [
+        ("ddp-example", namespace, 3)]
+    table = torchjob(kubeconfig, "list", "-A").stdout.splitlines()
+    assert table[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert any(line.split()[:2] == [namespace, "ddp-example"] for line in table[1:])
+
+    described = torchjob(kubeconfig, "describe", "ddp-example", "-n", namespace)
+    assert described.returncode == 0, described.stderr
+    assert "ddp-example" in described.stdout and "master-0" in described.stdout
+
+    assert torchjob(kubeconfig, "suspend", "ddp-example", "-n", namespace).returncode == 0
+    wait_job(kube, "ddp-example", namespace, lambda s: s.get("state") == "Suspended")
+    wait_pods(kube, "ddp-example", namespace, 0)
+    assert torchjob(kubeconfig, "resume", "ddp-example", "-n", namespace).returncode == 0
+    wait_pods(kube, "ddp-example", namespace, 3)
+
+    assert torchjob(kubeconfig, "delete", "ddp-example", "-n", namespace).returncode == 0
+    with pytest.raises(ApiError):
+        kube.get(TorchJobRes, "ddp-example", namespace=namespace)
+    missing = torchjob(kubeconfig, "describe", "ddp-example", "-n", namespace)
+    assert missing.returncode != 0 and "no TorchJob named 'ddp-example'" in missing.stderr
+
+
+def test_only_the_leader_acts_and_another_takes_over_when_it_dies(kubeconfig: str, kube: Client, namespace: str,
+                                                                  tmp_path: Path) -> None:
+    args = ("--leader-elect", "--lease-namespace", namespace, "--lease-duration", "3")
+    ops = [Operator(kubeconfig, tmp_path / f"op{i}.log", args) for i in range(2)]
+    for op in ops:
+        op.start()
+    try:
+        create(kube, job_data("led", workers=1), namespace)
+        wait_pods(kube, "led", namespace, 2)
+        holder = kube.get(Lease, LEASE_NAME, namespace=namespace).spec.holderIdentity
+        leaders = [op for op in ops if f"became the leader as {holder}" in op.log.read_text()]
+        assert len(leaders) == 1, [op.log.read_text() for op in ops]
+        follower = next(op for op in ops if op is not leaders[0])
+        assert "caches synced" not in follower.log.read_text()  # it waits, watching nothing
+
+        leaders[0].stop(kill=True)
+        create(kube, job_data("after", workers=1), namespace)
+        wait_pods(kube, "after", namespace, 2, timeout=30)  # the follower took the Lease and acts
+        assert kube.get(Lease, LEASE_NAME, namespace=namespace).spec.holderIdentity != holder
+        assert len(pods_of(kube, "led", namespace)) == 2  # and adopted the first job: no duplicate
+        assert job_status(kube, "after", namespace)["state"] in ("Created", "Running")
+    finally:
+        for op in ops:
+            op.stop()
