@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.jobs import make_job
 from torchjob.core.reconcile import Phase
@@ -93,3 +99,14 @@ def test_crd_is_structural_with_subresources_and_cel() -> None:
     assert set(version["subresources"]) == {"status", "scale"}
     assert any("Master.replicas == 1" in r["rule"] for r in schema["x-kubernetes-validations"])
     assert c["spec"]["names"]["shortNames"] == ["tj"]
+
+
+def test_render_kube_prints_what_the_operator_creates_without_a_cluster(tmp_path: Path) -> None:
+    seed = Path(__file__).resolve().parents[1] / "dialects" / "seeds" / "000-volcano.yaml"
+    out = subprocess.run([sys.executable, "-m", "torchjob", "render", "--kube", str(seed)], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "KUBECONFIG": str(tmp_path / "none")})
+    assert out.returncode == 0, out.stderr
+    objs = list(yaml.safe_load_all(out.stdout))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [
+        ("PodGroup", "pytorch-job"), ("Pod", "pytorch-job-master-0"), ("Pod", "pytorch-job-worker-0"),
+        ("Pod", "pytorch-job-worker-1"), ("Service", "pytorch-job")]

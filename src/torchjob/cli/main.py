@@ -195,14 +195,27 @@ def validate(job_file: str, output: str) -> None:
 @click.argument("job_file", metavar="JOB.yaml")
 @local_options
 @OUTPUT
+@click.option("--kube", is_flag=True, help="Print the Kubernetes objects the operator would create (PodGroup, "
+                                           "Pods, Service, TensorBoard) instead; contacts no cluster.")
 def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
-           no_resolve_python: bool, grace_period: float | None, output: str) -> None:
+           no_resolve_python: bool, grace_period: float | None, output: str, kube: bool) -> None:
     """Dry run: every replica's resolved command, env, working directory and mounts."""
     from torchjob.local.render import warnings
     from torchjob.local.store import Store
     from torchjob.local.supervisor import prepare_job
 
     job = _load(job_file)
+    if kube:
+        from torchjob.kube.render import manifests
+
+        objs = manifests(job)
+        if output == "json":
+            _dump(objs, output)
+        else:
+            import yaml
+
+            click.echo(yaml.safe_dump_all(objs, sort_keys=False).rstrip())
+        return
     opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
     _, specs = prepare_job(job, opts, Store())
     data: list[dict[str, Any]] = [

@@ -22,7 +22,7 @@ from torchjob.core.topology import (
     replica_env,
     replicas,
 )
-from torchjob.kube import gang
+from torchjob.kube import gang, tensorboard
 
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
@@ -131,3 +131,12 @@ def service(job: TorchJob) -> dict[str, Any]:
         "spec": {"clusterIP": "None", "selector": selector(job), "publishNotReadyAddresses": True,
                  "ports": [{"name": PORT_NAME, "port": master_port(job), "targetPort": master_port(job)}]},
     }
+
+
+def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = True) -> list[dict[str, Any]]:
+    """Everything the operator creates for the job's first attempt, in the order it creates them
+    (`torchjob render --kube`)."""
+    owner = owner_reference(job)
+    group = gang.podgroup(job, owner)
+    pods = [pod(job, rid, 0, init_image=init_image, wait=wait) for rid in replicas(job)]
+    return [*([group] if group else []), *pods, service(job), *tensorboard.objects(job, owner)]
