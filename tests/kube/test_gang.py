@@ -121,3 +121,15 @@ def test_t9k_tensorboard_becomes_a_deployment_and_service_on_the_claim() -> None
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert kr.LABEL_JOB not in deployment["spec"]["template"]["metadata"]["labels"]  # not counted as a replica
     assert tensorboard.objects(job_from_data(job_data("demo", workers=1)), OWNER) == []
+
+
+def test_the_operators_gang_scheduler_applies_to_jobs_that_name_none() -> None:
+    plain = job_from_data(job_data("demo", workers=1, run_policy={"schedulingPolicy": {"minAvailable": 2}}))
+    defaulted = gang.with_default_scheduler(plain, "volcano")
+    pg = gang.podgroup(defaulted, OWNER)
+    assert pg is not None and pg["apiVersion"] == gang.VOLCANO_PG.api_version and pg["spec"]["minMember"] == 2
+    unnamed = job_from_data(job_data("demo", workers=1))
+    assert gang.podgroup_kind(gang.with_default_scheduler(unnamed, "coscheduler")) is gang.PLUGINS_PG
+    own = job_from_data(job_data("demo", workers=1, run_policy={"schedulingPolicy": {"schedulerName": "x"}}))
+    assert gang.scheduler_name(gang.with_default_scheduler(own, "volcano")) == "x"
+    assert gang.with_default_scheduler(plain, None) is plain

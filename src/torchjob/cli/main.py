@@ -398,8 +398,12 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
               help="Image of the workers' wait-for-master init container.")
 @click.option("--wait-for-master/--no-wait-for-master", default=True, show_default=True,
               help="Workers wait until the master's port accepts connections.")
+@click.option("--gang-scheduler-name", default=None, metavar="NAME",
+              help="The scheduler of jobs that name none (Kubeflow's flag): volcano gives them a Volcano "
+                   "PodGroup, another name a scheduler-plugins PodGroup.")
 def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, leader_elect: bool,
-             lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool) -> None:
+             lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
+             gang_scheduler_name: str | None) -> None:
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
@@ -407,7 +411,8 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
 
     configure_logging()
     asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
-                             leader_elect, lease_namespace, init_image, wait_for_master, lease_duration))
+                             leader_elect, lease_namespace, init_image, wait_for_master, lease_duration,
+                             gang_scheduler_name))
 
 
 def main() -> None:

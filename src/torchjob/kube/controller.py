@@ -55,8 +55,9 @@ def status_dict(job: TorchJob, status: JobStatus) -> dict[str, Any]:
 
 class Controller:
     def __init__(self, api: Api, namespace: str | None = None, workers: int = 4, init_image: str = "busybox:1.36",
-                 wait_for_master: bool = True) -> None:
+                 wait_for_master: bool = True, gang_scheduler: str | None = None) -> None:
         self.api = api
+        self.gang_scheduler = gang_scheduler
         self.workers = workers
         self.init_image = init_image
         self.wait_for_master = wait_for_master
@@ -148,7 +149,7 @@ class Controller:
             await self._fail(raw, "InvalidSpec", problems)
             return
         status = JobStatus.model_validate(raw.get("status") or {})
-        job = job.model_copy(update={"status": status})
+        job = gang.with_default_scheduler(job, self.gang_scheduler).model_copy(update={"status": status})
         if not status.conditions and gang.queued_by_kueue(job) and not job.run_policy.suspend:
             await self._hold_for_kueue(raw, job)
             return

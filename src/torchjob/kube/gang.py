@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from lightkube.utils.quantity import parse_quantity
 
-from torchjob.api.model import TorchJob
+from torchjob.api.model import SchedulingPolicy, TorchJob
 from torchjob.core.topology import replicas
 
 VOLCANO = "volcano"
@@ -56,6 +56,16 @@ def scheduler_name(job: TorchJob) -> str:
         return sp.schedulerName
     names = {r.template.spec.schedulerName or "" for r in job.spec.pytorchReplicaSpecs.values()}
     return names.pop() if len(names) == 1 else ""
+
+
+def with_default_scheduler(job: TorchJob, name: str | None) -> TorchJob:
+    """The operator's `--gang-scheduler-name` (Kubeflow's flag) for a job that names no scheduler."""
+    if not name or scheduler_name(job):
+        return job
+    sp = job.run_policy.schedulingPolicy
+    policy = sp.model_copy(update={"schedulerName": name}) if sp else SchedulingPolicy(schedulerName=name)
+    run_policy = job.run_policy.model_copy(update={"schedulingPolicy": policy})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"runPolicy": run_policy})})
 
 
 def podgroup_kind(job: TorchJob) -> PodGroupKind | None:

@@ -130,7 +130,7 @@ class LeaderElector:
 
 async def run_operator(kubeconfig: str | None, namespace: str | None, workers: int, port: int,
                        leader_elect: bool, lease_namespace: str, init_image: str, wait_for_master: bool,
-                       lease_duration_s: int = 15) -> None:
+                       lease_duration_s: int = 15, gang_scheduler: str | None = None) -> None:
     health = Health()
     server = serve_http(port, health)
     api = Api(connect(kubeconfig))
@@ -139,7 +139,8 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
             elector = LeaderElector(api, lease_namespace, f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
                                     duration_s=lease_duration_s, renew_s=lease_duration_s / 3)
             await elector.acquire()
-        controller = Controller(api, namespace, workers, init_image=init_image, wait_for_master=wait_for_master)
+        controller = Controller(api, namespace, workers, init_image=init_image, wait_for_master=wait_for_master,
+                                gang_scheduler=gang_scheduler)
         run = asyncio.create_task(controller.run())
 
         async def mark_ready() -> None:
