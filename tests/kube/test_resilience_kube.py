@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Service
+from lightkube.resources.core_v1 import Pod, Service
 
 from tests.jobs import job_data
-from tests.kube.conftest import REPO, Operator
+from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube.client import Api, TorchJobRes, connect
 from torchjob.kube.informer import Informer
@@ -92,3 +92,40 @@ def test_a_job_recreated_under_the_same_name_replaces_the_earlier_pods(
     assert sorted(p.metadata.name for p in pods) == sorted(first)  # same names, no duplicate
     assert not {p.metadata.uid for p in pods} & set(first.values())  # new pods, not the earlier job's
     assert "failed" not in operator.log.read_text()  # a taken name is waited for, not an error
+
+
+def test_a_pod_deleted_under_a_running_job_is_an_eviction_its_policy_acts_on(
+        kube: Client, namespace: str, operator: Operator) -> None:
+    data = job_data("drain", workers=2, restart_policy="Never")
+    data["spec"]["policies"] = [{"event": "PodEvicted", "action": "RestartJob"}]
+    create(kube, data, namespace)
+    for p in wait_pods(kube, "drain", namespace, 3):
+        set_pod(kube, p, "Running")
+    wait_job(kube, "drain", namespace, lambda s: s.get("state") == "Running")
+    kube.delete(Pod, "drain-worker-1", namespace=namespace)  # a drain, or kubectl delete pod
+    for _ in range(300):
+        pods = pods_of(kube, "drain", namespace)
+        if len(pods) == 3 and {p.metadata.annotations["torchjob.dev/attempt"] for p in pods} == {"1"}:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError([(p.metadata.name, p.metadata.annotations) for p in pods_of(kube, "drain", namespace)])
+    assert job_status(kube, "drain", namespace)["restartCount"] == 1
+
+
+def test_without_a_policy_a_deleted_pod_is_made_again_uncounted(kube: Client, namespace: str,
+                                                                operator: Operator) -> None:
+    create(kube, job_data("del", workers=1, restart_policy="Never"), namespace)
+    before = {p.metadata.name: p.metadata.uid for p in wait_pods(kube, "del", namespace, 2)}
+    kube.delete(Pod, "del-worker-0", namespace=namespace)
+    for _ in range(300):
+        pods = {p.metadata.name: p for p in pods_of(kube, "del", namespace)}
+        if len(pods) == 2 and pods["del-worker-0"].metadata.uid != before["del-worker-0"]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the deleted pod was not made again")
+    assert pods["del-worker-0"].metadata.annotations["torchjob.dev/attempt"] == "0"
+    assert pods["del-master-0"].metadata.uid == before["del-master-0"]
+    status = job_status(kube, "del", namespace)
+    assert status["restartCount"] == 0 and status["state"] != "Failed"

@@ -67,6 +67,7 @@ class Controller:
         self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=owned)
         self.services = Informer(api, "Service", namespace, self._on_service, labels=owned)
         self.pods_by_job: dict[Key, dict[str, dict[str, Any]]] = {}
+        self.gone: dict[Key, dict[str, dict[str, Any]]] = {}  # pods deleted since, by job, until decided on
         self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
         self.ready = asyncio.Event()
@@ -89,8 +90,10 @@ class Controller:
         name = obj["metadata"]["name"]
         if key_of(obj) in self.pods.cache:
             pods[name] = self.pods.cache[key_of(obj)]
-        else:
-            pods.pop(name, None)
+        elif pods.pop(name, None) is not None:
+            self.gone.setdefault(key, {})[name] = obj  # its last state: an eviction, maybe
+        if not pods:
+            del self.pods_by_job[key]
         self.queue.add(key)
 
     def _on_service(self, obj: dict[str, Any]) -> None:
@@ -137,8 +140,8 @@ class Controller:
     async def reconcile(self, key: Key) -> None:
         raw = self.jobs.cache.get(key)
         if raw is None or raw["metadata"].get("deletionTimestamp"):
-            self.queue.forget(key)
-            self.pods_by_job.pop(key, None)
+            self.queue.forget(key)  # its pods stay indexed until they go: a new job of that name must see them
+            self.gone.pop(key, None)
             self.groups.discard(key)
             self.boards.discard(key)
             return
@@ -158,7 +161,15 @@ class Controller:
         for p in self.pods_by_job.get(key, {}).values():
             (pods if controller_uid(p) == job.metadata.uid else stale).append(p)
         now = datetime.now(UTC)
-        plan = reconcile(job, observe(job, pods), now)
+        gone = [p for name, p in self.gone.pop(key, {}).items()
+                if name not in self.pods_by_job.get(key, {}) and controller_uid(p) == job.metadata.uid]
+        plan = reconcile(job, observe(job, pods, gone=gone), now)
+        # An eviction is decided on once: the decision moves the attempt on or ends the job.
+        after = job.model_copy(update={"status": plan.status})
+        kept = {p["metadata"]["name"]: p for p in gone if any(
+            obs.reason == "Evicted" for obs in observe(after, [], gone=[p]).replicas.values())}
+        if kept:
+            self.gone[key] = kept
         if plan.status != status:
             await self._write_status(raw, job, plan.status)
         for ev in plan.events:
