@@ -1,0 +1,11 @@
+# The operator image: torchjob and its runtime dependencies only (no torch).
+#   docker build -t torchjob/operator:0.1.0 .
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+COPY pyproject.toml README.md /src/
+COPY src /src/src
+RUN pip install --no-cache-dir /src && rm -rf /src
+# A numeric user, so that runAsNonRoot can check it; the root filesystem may be read-only.
+USER 65532:65532
+ENTRYPOINT ["torchjob"]
+CMD ["operator", "--leader-elect"]
