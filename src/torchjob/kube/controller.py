@@ -156,20 +156,10 @@ class Controller:
         if not status.conditions and gang.queued_by_kueue(job) and not job.run_policy.suspend:
             await self._hold_for_kueue(raw, job)
             return
-        pods: list[dict[str, Any]] = []
-        stale: list[dict[str, Any]] = []
-        for p in self.pods_by_job.get(key, {}).values():
-            (pods if controller_uid(p) == job.metadata.uid else stale).append(p)
+        pods, stale, gone = self._pods(job, key)
         now = datetime.now(UTC)
-        gone = [p for name, p in self.gone.pop(key, {}).items()
-                if name not in self.pods_by_job.get(key, {}) and controller_uid(p) == job.metadata.uid]
         plan = reconcile(job, observe(job, pods, gone=gone), now)
-        # An eviction is decided on once: the decision moves the attempt on or ends the job.
-        after = job.model_copy(update={"status": plan.status})
-        kept = {p["metadata"]["name"]: p for p in gone if any(
-            obs.reason == "Evicted" for obs in observe(after, [], gone=[p]).replicas.values())}
-        if kept:
-            self.gone[key] = kept
+        self._keep_undecided_evictions(job.model_copy(update={"status": plan.status}), key, gone)
         if plan.status != status:
             await self._write_status(raw, job, plan.status)
         for ev in plan.events:
@@ -194,6 +184,25 @@ class Controller:
         if plan.requeue_at is not None:
             self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
         self._force_delete_stuck(job, pods, now)
+
+    def _pods(self, job: TorchJob, key: Key) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The job's pods; pods of an earlier job of the same name; the job's pods deleted since."""
+        pods: list[dict[str, Any]] = []
+        stale: list[dict[str, Any]] = []
+        here = self.pods_by_job.get(key, {})
+        for p in here.values():
+            (pods if controller_uid(p) == job.metadata.uid else stale).append(p)
+        gone = [p for name, p in self.gone.pop(key, {}).items()
+                if name not in here and controller_uid(p) == job.metadata.uid]
+        return pods, stale, gone
+
+    def _keep_undecided_evictions(self, decided: TorchJob, key: Key, gone: list[dict[str, Any]]) -> None:
+        """A deleted pod is decided on once (the decision moves its attempt on or ends the job); one
+        a policy's timeout still holds back is kept for the next reconcile."""
+        kept = {p["metadata"]["name"]: p for p in gone
+                if any(o.reason == "Evicted" for o in observe(decided, [], gone=[p]).replicas.values())}
+        if kept:
+            self.gone[key] = kept
 
     async def _clear_stale(self, job: TorchJob, stale: list[dict[str, Any]]) -> set[str]:
         """Pods named like this job's but owned by an earlier job of the same name (deleted, its pods
@@ -244,7 +253,7 @@ class Controller:
                        f"is not installed on this cluster: install {kind.flavor}, or remove schedulerName from "
                        f"runPolicy.schedulingPolicy and the pod templates")
             if not started:
-                await self._fail(raw, "PodGroupUnavailable", message)
+                await self._fail(self.jobs.cache.get(key, raw), "PodGroupUnavailable", message)
                 return False
             await self.api.event(raw, "Warning", "PodGroupUnavailable", message)
         self.groups.add(key)
