@@ -108,5 +108,5 @@ def test_render_kube_prints_what_the_operator_creates_without_a_cluster(tmp_path
     assert out.returncode == 0, out.stderr
     objs = list(yaml.safe_load_all(out.stdout))
     assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [
-        ("PodGroup", "pytorch-job"), ("Pod", "pytorch-job-master-0"), ("Pod", "pytorch-job-worker-0"),
-        ("Pod", "pytorch-job-worker-1"), ("Service", "pytorch-job")]
+        ("PodGroup", "pytorch-job"), ("Service", "pytorch-job"), ("Pod", "pytorch-job-master-0"),
+        ("Pod", "pytorch-job-worker-0"), ("Pod", "pytorch-job-worker-1")]

@@ -167,6 +167,8 @@ class Controller:
         active = not plan.status.finished and not plan.status.is_true("Suspended")
         if not await self._sync_podgroup(raw, job, key, active, started=bool(pods)):
             return
+        if not plan.status.finished and (key[0], job.name) not in self.services.cache:
+            await self._create(kr.service(job))  # before the pods: their names resolve as they start
         blocked = await self._clear_stale(job, stale)
         try:
             await self._apply(job, plan, blocked)
@@ -177,8 +179,6 @@ class Controller:
             # theirs, so the job fails with the server's words instead of retrying forever.
             await self._fail(self.jobs.cache.get(key, raw), "InvalidSpec", f"a pod of this job is invalid: {e}")
             return
-        if not plan.status.finished and (key[0], job.name) not in self.services.cache:
-            await self._create(kr.service(job))
         if job.spec.tensorboard is not None and not plan.status.finished and key not in self.boards:
             await self._create_tensorboard(raw, job, key)
         if plan.requeue_at is not None:
@@ -299,6 +299,8 @@ class Controller:
         if obj["kind"] == "Pod":
             self.pods.cache[key_of(created)] = created
             self._on_pod(created)
+        elif obj["kind"] == "Service" and kr.LABEL_JOB in created["metadata"].get("labels", {}):
+            self.services.cache[key_of(created)] = created  # not created twice before its watch event
         return True
 
     async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str]) -> None:

@@ -139,4 +139,4 @@ def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = T
     owner = owner_reference(job)
     group = gang.podgroup(job, owner)
     pods = [pod(job, rid, 0, init_image=init_image, wait=wait) for rid in replicas(job)]
-    return [*([group] if group else []), *pods, service(job), *tensorboard.objects(job, owner)]
+    return [*([group] if group else []), service(job), *pods, *tensorboard.objects(job, owner)]
