@@ -191,6 +191,7 @@ class Result:
     rss_idle_mb: float | None = None
     rss_peak_mb: float | None = None
     cpu_s: float | None = None
+    cpu_pods_s: float | None = None  # operator CPU time until every pod exists
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -306,13 +307,20 @@ async def clean(client: AsyncClient, namespace: str, job_res: Any | None) -> Non
 
 
 async def measure(client: AsyncClient, name: str, namespace: str, n_pods: int, objs: list[Any],
-                  concurrency: int, timeout: float, jobs: Tracker | None = None) -> Result:
+                  concurrency: int, timeout: float, jobs: Tracker | None = None, proc: Proc | None = None) -> Result:
     """Create `objs` at once; wait until every pod (and job) is Running or the timeout."""
     res = Result(name, n_pods)
     pods = Tracker(client, PodG, namespace, n_pods, pod_running)
     await pods.start()
     if jobs is not None:
         await jobs.start()
+
+    async def cpu_when_all_pods() -> None:
+        await pods.all_seen.wait()
+        if proc is not None:
+            res.cpu_pods_s = proc.cpu_s()
+
+    marker = asyncio.create_task(cpu_when_all_pods())
     t0 = time.perf_counter()
     await create_all(client, objs, concurrency)
     res.created_s = time.perf_counter() - t0
@@ -322,6 +330,7 @@ async def measure(client: AsyncClient, name: str, namespace: str, n_pods: int, o
     except asyncio.TimeoutError:
         res.notes.append(f"after {timeout:.0f} s: {len(pods.seen)}/{n_pods} pods exist, {len(pods.done)} Running"
                          + (f", {len(jobs.done)}/{jobs.want} jobs Running" if jobs else ""))
+    marker.cancel()
     for t in (pods, jobs):
         if t is not None:
             t.stop()
@@ -359,7 +368,10 @@ async def run_operator(client: AsyncClient, name: str, cmd: list[str], env: dict
             await asyncio.sleep(1)
             idle = proc.rss_mb()
             tracker = Tracker(client, job_res, namespace, len(jobs), job_done)
-            res = await measure(client, name, namespace, n_pods, jobs, args.concurrency, args.timeout, tracker)
+            cpu0 = proc.cpu_s()
+            res = await measure(client, name, namespace, n_pods, jobs, args.concurrency, args.timeout, tracker, proc)
+            if res.cpu_pods_s is not None:
+                res.cpu_pods_s -= cpu0
             res.ready_s, res.rss_idle_mb = ready_s, idle
             res.rss_peak_mb, res.cpu_s = proc.hwm_mb(), proc.cpu_s()
             if op.poll() is not None:
@@ -414,10 +426,13 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, kubeflow: bool) 
         stamp = int(time.time())
         n_pods = args.jobs * 4
         nodes = [n async for n in client.list(NodeG, labels={"type": "kwok"})]
-        allocatable = sum(int(n["status"]["allocatable"].get("pods", 0)) for n in nodes)
-        if allocatable < n_pods:
-            raise RuntimeError(f"the fake nodes hold {allocatable} pods, {n_pods} needed: "
-                               f"TORCHJOB_DEVCLUSTER_DIR={CLUSTER_DIR} scripts/dev-cluster.sh down, and run again")
+        pods_room = sum(int(n["status"]["allocatable"].get("pods", 0)) for n in nodes)
+        cpus = [str(n["status"]["allocatable"].get("cpu", "0")) for n in nodes]
+        cpu_room = sum(float(c[:-1]) / 1000 if c.endswith("m") else float(c) for c in cpus)
+        if pods_room < n_pods or cpu_room < n_pods * 0.05:
+            raise RuntimeError(f"the fake nodes hold {pods_room} pods and {cpu_room} CPUs, {n_pods} pods and "
+                               f"{n_pods * 0.05:.0f} CPUs needed: TORCHJOB_DEVCLUSTER_DIR={CLUSTER_DIR} "
+                               "scripts/dev-cluster.sh down, and run again")
 
         async def direct(ns: str) -> Result:
             pods = [PodG.from_dict(p) for p in operator_pods(args.jobs, ns)]
@@ -505,11 +520,12 @@ def report(args: argparse.Namespace, results: list[Result], kubeflow_note: str) 
         ("operator ready after start (s)", lambda r: fmt(r.ready_s)),
         ("operator RSS once ready (MB)", lambda r: fmt(r.rss_idle_mb, ".0f")),
         ("operator peak RSS (MB)", lambda r: fmt(r.rss_peak_mb, ".0f")),
-        ("operator CPU time (s)", lambda r: fmt(r.cpu_s, ".1f")),
+        ("operator CPU until every pod exists (s)", lambda r: fmt(r.cpu_pods_s, ".1f")),
+        ("operator CPU time, whole run (s)", lambda r: fmt(r.cpu_s, ".1f")),
     ]
-    print(f"  {'':38}" + "".join(f"{r.name:>12}" for r in results))
+    print(f"  {'':40}" + "".join(f"{r.name:>12}" for r in results))
     for label, get in rows:
-        print(f"  {label:38}" + "".join(f"{get(r):>12}" for r in results))
+        print(f"  {label:40}" + "".join(f"{get(r):>12}" for r in results))
     by = {r.name: r for r in results}
     api, tj, kf = by.get("API server"), by.get("torchjob"), by.get("kubeflow")
     print("ratios (same run)")
@@ -526,8 +542,11 @@ def report(args: argparse.Namespace, results: list[Result], kubeflow_note: str) 
     if tj is not None:
         met = tj.pods_per_s is not None and api is not None and api.pods_per_s is not None and (
             tj.pods_per_s >= 100 or tj.pods_per_s >= api.pods_per_s)
+        mem = f"{fmt(tj.rss_peak_mb, '.0f')} MB peak at {args.jobs} jobs"
+        if args.jobs >= 1000 and tj.rss_peak_mb is not None:
+            mem += ", met" if tj.rss_peak_mb < 150 else ", NOT met"
         print(f"targets: >= 100 pods/s or the API server's own rate: {'met' if met else 'NOT met'}; "
-              f"< 150 MB at 1,000 jobs: {fmt(tj.rss_peak_mb, '.0f')} MB peak at {args.jobs} jobs")
+              f"< 150 MB at 1,000 jobs: {mem}")
     print(kubeflow_note)
     for r in results:
         for note in r.notes:
@@ -559,10 +578,13 @@ def main() -> None:
 
     kubeconfig = args.kubeconfig
     started = not kubeconfig
-    # A cluster of its own (never the tests'), with room for every pod on the fake nodes.
+    # A cluster of its own (never the tests'), with room for every pod on the fake nodes: Kubeflow's
+    # workers have an init container requesting 50m CPU and 10Mi, so room for that too.
+    per_node = math.ceil(args.jobs * 4 / NODES) + 10
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVCLUSTER_")}
     env |= {"TORCHJOB_DEVCLUSTER_DIR": CLUSTER_DIR, "DEVCLUSTER_NODES": str(NODES),
-            "DEVCLUSTER_NODE_PODS": str(max(110, math.ceil(args.jobs * 4 / NODES) + 10))}
+            "DEVCLUSTER_NODE_PODS": str(max(110, per_node)), "DEVCLUSTER_NODE_CPU": str(max(32, per_node)),
+            "DEVCLUSTER_NODE_MEMORY": f"{max(256, per_node)}Gi"}
     if started:
         out = subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "up"], capture_output=True,
                              text=True, env=env)
