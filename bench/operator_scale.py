@@ -270,8 +270,9 @@ async def ensure(client: AsyncClient, obj: Any) -> None:
 
 async def wait_served(client: AsyncClient, res: Any, timeout: float = 60) -> None:
     """Until a list of `res` answers. The first request to a new CRD's resource gets 429
-    "storage is (re)initializing" (or 404 before the CRD is served), and `torchjob operator`
-    does not retry its first list (see the README), so this script makes that request itself."""
+    "storage is (re)initializing" (or 404 before the CRD is served); `torchjob operator` does not
+    retry its first list (Informer.run), and then waits forever, never ready, so this script makes
+    that first request itself."""
     end = time.monotonic() + timeout
     while True:
         try:
