@@ -109,7 +109,7 @@ def test_t9k_tensorboard_becomes_a_deployment_and_service_on_the_claim() -> None
     data = job_data("demo", workers=1)
     data["spec"]["tensorboard"] = {"logDirs": ["t9k://pvc/runs/exp1", "t9k://pvc/runs/exp2", "s3://bucket/logs"]}
     job = job_from_data(data)
-    deployment, service = tensorboard.objects(job, OWNER)
+    service, deployment = tensorboard.objects(job, OWNER)
     assert deployment["metadata"]["name"] == service["metadata"]["name"] == "demo-tensorboard"
     pod = deployment["spec"]["template"]["spec"]
     c = pod["containers"][0]

@@ -118,6 +118,6 @@ def test_a_t9k_tensorboard_runs_as_a_deployment_and_service(kube: Client, namesp
     pod = deployment.spec.template.spec
     assert pod.volumes[0].persistentVolumeClaim.claimName == "runs"
     assert "0:/tensorboard/runs/tb" in pod.containers[0].command
-    svc = kube.get(Service, "tb-tensorboard", namespace=namespace)
+    svc = wait_for(lambda: kube.get(Service, "tb-tensorboard", namespace=namespace))
     assert svc.spec.ports[0].port == 6006
     assert {p.metadata.name for p in wait_pods(kube, "tb", namespace, 2)} == {"tb-master-0", "tb-worker-0"}

@@ -49,7 +49,10 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> AsyncC
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
+    """A plain dict without `metadata.managedFields`: the server's field-ownership bookkeeping, often
+    a third of a pod's size, which nothing here reads (kubectl hides it too)."""
     data: dict[str, Any] = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    data.get("metadata", {}).pop("managedFields", None)
     return data
 
 

@@ -24,8 +24,8 @@ from torchjob.core.reconcile import Create, DeleteJob, Forget, Plan, Purge, Stop
 from torchjob.kube import client, gang, metrics, tensorboard
 from torchjob.kube import render as kr
 from torchjob.kube.client import Api, status_code
-from torchjob.kube.informer import Informer, Key, WorkQueue, key_of
-from torchjob.kube.observe import observe
+from torchjob.kube.informer import Informer, Key, WorkQueue, key_of, metadata_only
+from torchjob.kube.observe import observe, pod_summary
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its grace period, a pod stuck terminating (lost node) is force-deleted
@@ -64,8 +64,8 @@ class Controller:
         self.queue = WorkQueue()
         owned = {kr.LABEL_JOB: None}  # has the label (lightkube: None means "exists")
         self.jobs = Informer(api, "TorchJob", namespace, self._on_job)
-        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=owned)
-        self.services = Informer(api, "Service", namespace, self._on_service, labels=owned)
+        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=owned, transform=pod_summary)
+        self.services = Informer(api, "Service", namespace, self._on_service, labels=owned, transform=metadata_only)
         self.pods_by_job: dict[Key, dict[str, dict[str, Any]]] = {}
         self.gone: dict[Key, dict[str, dict[str, Any]]] = {}  # pods deleted since, by job, until decided on
         self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found
@@ -104,16 +104,31 @@ class Controller:
     # --- running ---
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(i.run()) for i in (self.jobs, self.pods, self.services)]
+        informers = (self.jobs, self.pods, self.services)
+        tasks = [asyncio.create_task(i.run()) for i in informers]
+        synced = asyncio.create_task(self._synced(informers))
         try:
-            await asyncio.gather(self.jobs.synced.wait(), self.pods.synced.wait(), self.services.synced.wait())
+            # An informer that dies before its first list (it only returns by raising) must stop
+            # the operator, not leave it waiting forever, never ready.
+            first: list[asyncio.Future[Any]] = [synced, *tasks]
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+            for t in tasks:
+                if t.done():
+                    t.result()
+                    raise RuntimeError("an informer stopped before its caches synced")
             self.ready.set()
             log.info("caches synced: %d jobs, %d pods", len(self.jobs.cache), len(self.pods.cache))
             tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
             await asyncio.gather(*tasks)
         finally:
+            synced.cancel()
             for t in tasks:
                 t.cancel()
+
+    @staticmethod
+    async def _synced(informers: tuple[Informer, ...]) -> None:
+        for i in informers:
+            await i.synced.wait()
 
     async def _worker(self) -> None:
         while True:
@@ -222,9 +237,8 @@ class Controller:
     async def _hold_for_kueue(self, raw: dict[str, Any], job: TorchJob) -> None:
         """Kueue admits a job by resuming it: one under a Kueue queue starts suspended, before any pod."""
         meta = raw["metadata"]
-        stored = await self.api.patch_spec(meta["name"], meta.get("namespace", "default"),
-                                           {"runPolicy": {"suspend": True}})
-        self.jobs.cache[key_of(raw)] = stored
+        self.jobs.remember(await self.api.patch_spec(meta["name"], meta.get("namespace", "default"),
+                                                     {"runPolicy": {"suspend": True}}))
         queue = (job.metadata.labels or {})[gang.KUEUE_QUEUE_LABEL]
         await self.api.event(raw, "Normal", "Queued", f"suspended until Kueue admits it from queue {queue}")
 
@@ -268,9 +282,9 @@ class Controller:
     async def _write_status(self, raw: dict[str, Any], job: TorchJob, status: JobStatus) -> None:
         meta = raw["metadata"]
         stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"), status_dict(job, status))
-        # Our own write is the newest truth (the informer skips older events): the next reconcile
-        # starts from it and does not act twice.
-        self.jobs.cache[key_of(raw)] = stored
+        # Our own write is newer than what the informer has seen (it skips older events): the next
+        # reconcile starts from it and does not act twice.
+        self.jobs.remember(stored)
 
     async def _fail(self, raw: dict[str, Any], reason: str, message: str) -> None:
         status = JobStatus.model_validate(raw.get("status") or {})
@@ -283,9 +297,8 @@ class Controller:
         status.completionTime = now
         status.failure = FailureInfo(reason=reason, message=message)
         meta = raw["metadata"]
-        stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"),
-                                             status.model_dump(mode="json"))
-        self.jobs.cache[key_of(raw)] = stored
+        self.jobs.remember(await self.api.patch_status(meta["name"], meta.get("namespace", "default"),
+                                                       status.model_dump(mode="json")))
         await self.api.event(raw, "Warning", reason, message)
 
     async def _create(self, obj: dict[str, Any]) -> bool:
@@ -297,10 +310,9 @@ class Controller:
                 return False
             raise
         if obj["kind"] == "Pod":
-            self.pods.cache[key_of(created)] = created
-            self._on_pod(created)
+            self._on_pod(self.pods.remember(created))
         elif obj["kind"] == "Service" and kr.LABEL_JOB in created["metadata"].get("labels", {}):
-            self.services.cache[key_of(created)] = created  # not created twice before its watch event
+            self.services.remember(created)  # not created twice before its watch event
         return True
 
     async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str]) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchjob.kube import metrics
-from torchjob.kube.client import Api, status_code
+from torchjob.kube.client import Api, status_code, to_dict
 
 log = logging.getLogger("torchjob.kube")
 Key = tuple[str, str]  # (namespace, name)
@@ -35,17 +35,26 @@ def _rv(obj: dict[str, Any] | None) -> int:
         return 0
 
 
+def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """For caches that only tell whether an object exists, and whose it is."""
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj["metadata"]}
+
+
 class Informer:
     def __init__(self, api: Api, kind: str, namespace: str | None, on_change: Callable[[dict[str, Any]], None],
-                 labels: dict[str, Any] | None = None) -> None:
+                 labels: dict[str, Any] | None = None,
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        """`transform` trims each object before it is cached (controller-runtime's TransformFunc):
+        at thousands of pods, the fields nobody reads are most of the operator's memory."""
         self.api, self.kind, self.namespace, self.labels = api, kind, namespace, labels
         self.on_change = on_change
+        self.transform = transform or (lambda obj: obj)
         self.cache: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
 
     async def _relist(self) -> str:
         items, rv = await self.api.list(self.kind, self.namespace, self.labels)
-        fresh = {key_of(o): o for o in items}
+        fresh = {key_of(o): self.transform(o) for o in items}
         gone = [o for k, o in self.cache.items() if k not in fresh]
         self.cache = fresh
         for obj in [*fresh.values(), *gone]:
@@ -53,15 +62,26 @@ class Informer:
         self.synced.set()
         return rv
 
+    def remember(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Cache an object the controller just wrote (its watch event comes later), unless the cache
+        already holds a newer version of it. Returns what the cache holds."""
+        key, obj = key_of(obj), self.transform(obj)
+        cached = self.cache.get(key)
+        if cached is None or _rv(obj) >= _rv(cached):
+            self.cache[key] = obj
+            return obj
+        return cached
+
     async def run(self) -> None:
-        await self.watch_from(await self._relist())
+        # Retried: right after a CRD is created its list answers 429 while storage initialises.
+        await self.watch_from(await self._relist_retrying())
 
     async def watch_from(self, rv: str) -> None:
         """Watch from resourceVersion `rv` forever, re-listing whenever the watch ends."""
         while True:
             try:
                 async for kind, obj in self.api.watch(self.kind, self.namespace, rv, self.labels):
-                    data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+                    data = self.transform(to_dict(obj))
                     rv = data["metadata"].get("resourceVersion", rv)
                     if kind == "DELETED":
                         self.cache.pop(key_of(data), None)

@@ -21,6 +21,13 @@ def _time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
+def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod as the operator caches it: its metadata and status, which is all `observe` and the
+    controller read. The spec (containers, env, volumes) is the bulk of a pod and is left out."""
+    return {"apiVersion": pod.get("apiVersion"), "kind": pod.get("kind"), "metadata": pod["metadata"],
+            "status": pod.get("status") or {}}
+
+
 def replica_of(pod: dict[str, Any]) -> ReplicaId | None:
     labels = pod.get("metadata", {}).get("labels", {})
     try:

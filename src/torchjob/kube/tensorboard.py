@@ -38,7 +38,7 @@ def log_dirs(logdirs: list[str]) -> tuple[list[str], list[str]]:
 
 
 def objects(job: TorchJob, owner: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Deployment and the Service, or nothing when the job asks for no TensorBoard."""
+    """The Service and the Deployment (in creation order: the address exists before the pod), or nothing."""
     tb = job.spec.tensorboard
     if tb is None:
         return []
@@ -68,7 +68,7 @@ def objects(job: TorchJob, owner: dict[str, Any]) -> list[dict[str, Any]]:
         "apiVersion": "v1", "kind": "Service", "metadata": dict(meta),
         "spec": {"selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]},
     }
-    return [deployment, service]
+    return [service, deployment]
 
 
 def address(job: TorchJob) -> str:
