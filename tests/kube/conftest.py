@@ -176,3 +176,20 @@ def podgroup_crds(kube: Client) -> list[str]:
         wait_established(kube, obj.metadata.name)
         names.append(obj.metadata.name)
     return names
+
+
+def admit_podgroup(kube: Client, name: str, namespace: str, timeout: float = 30) -> None:
+    """Play the volcano scheduler: move the job's PodGroup from Pending to Inqueue (its CRD has no
+    status subresource, so the object itself is patched)."""
+    from torchjob.kube.client import VolcanoPodGroup
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            kube.patch(VolcanoPodGroup, name, {"status": {"phase": "Inqueue"}}, namespace=namespace,
+                       patch_type=PatchType.MERGE)
+            return
+        except ApiError as e:
+            if e.status.code != 404 or time.monotonic() > end:
+                raise
+            time.sleep(0.1)

@@ -37,6 +37,18 @@ def test_volcano_seed_gets_a_volcano_podgroup_with_its_min_available() -> None:
     assert pod["metadata"]["annotations"][gang.VOLCANO_TASK_ANNOTATION] == "worker"
 
 
+def test_only_volcano_podgroups_hold_the_pods_until_admitted() -> None:
+    volcano = load_job(SEEDS / "000-volcano.yaml")
+    assert gang.awaits_admission(volcano)
+    policy = {"schedulingPolicy": {"schedulerName": "coscheduler"}}
+    plugins = job_from_data(job_data("sp", workers=1, run_policy=policy))
+    assert not gang.awaits_admission(plugins) and not gang.awaits_admission(job_from_data(job_data("d", workers=1)))
+    assert not gang.admitted({"spec": {}})  # the scheduler has not looked at it yet
+    assert not gang.admitted({"status": {"phase": "Pending"}})
+    assert all(gang.admitted({"status": {"phase": p}}) for p in ("Inqueue", "Running", "Unknown"))
+    assert "queue 'default'" in gang.admission_message(volcano)
+
+
 def test_min_resources_add_up_the_first_min_member_pods_master_first() -> None:
     data = job_data("demo", workers=3, run_policy={"schedulingPolicy": {"schedulerName": "volcano", "queue": "gpu",
                                                                          "minAvailable": 3, "priorityClass": "high"}})

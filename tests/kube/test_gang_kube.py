@@ -15,7 +15,15 @@ from lightkube.resources.core_v1 import Event, Service
 from lightkube.types import PatchType
 
 from tests.jobs import job_data
-from tests.kube.conftest import Operator, finished, set_pod, third_party_crds, wait_established, wait_job
+from tests.kube.conftest import (
+    Operator,
+    admit_podgroup,
+    finished,
+    set_pod,
+    third_party_crds,
+    wait_established,
+    wait_job,
+)
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube import gang
 from torchjob.kube.client import PluginsPodGroup, TorchJobRes, VolcanoPodGroup
@@ -51,6 +59,15 @@ def test_volcano_podgroup_comes_before_the_pods_and_goes_when_the_job_ends(
     data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
         "requests": {"cpu": "1", "memory": "2Gi"}}
     create(kube, data, namespace)
+    # Volcano admits the gang first: until its PodGroup leaves Pending there is no pod, and the
+    # job's events say what it waits for.
+    wait_for(lambda: kube.get(VolcanoPodGroup, "vc", namespace=namespace))
+    waiting = wait_for(lambda: [e for e in kube.list(Event, namespace=namespace) if e.reason == "PodGroupPending"])
+    message = waiting[0].message or ""
+    assert "queue 'research'" in message and "volcano scheduler running" in message
+    time.sleep(3)  # more than one look at the PodGroup
+    assert pods_of(kube, "vc", namespace) == []
+    admit_podgroup(kube, "vc", namespace)
     pods = wait_pods(kube, "vc", namespace, 3)
     pg = kube.get(VolcanoPodGroup, "vc", namespace=namespace)
     assert pg["spec"]["minMember"] == 3 and pg["spec"]["queue"] == "research"

@@ -15,7 +15,7 @@ from lightkube.resources.core_v1 import Pod, Service
 from lightkube.types import PatchType
 
 from tests.jobs import job_data
-from tests.kube.conftest import Operator, finished, set_pod, wait_job
+from tests.kube.conftest import Operator, admit_podgroup, finished, set_pod, wait_job
 from torchjob.api.load import load_job
 from torchjob.dialects.convert import explicit
 from torchjob.kube.client import TorchJobRes
@@ -51,9 +51,11 @@ def env(pod: Any) -> dict[str, str]:
     return {e.name: e.value for e in pod.spec.containers[0].env if e.value is not None}
 
 
-def test_volcano_seed_reconciles_to_pods_service_and_env(kube: Client, namespace: str, operator: Operator) -> None:
+def test_volcano_seed_reconciles_to_pods_service_and_env(kube: Client, namespace: str, operator: Operator,
+                                                         podgroup_crds: list[str]) -> None:
     job = load_job(SEEDS / "001-volcano-cm.yaml")
     create(kube, explicit(job), namespace)
+    admit_podgroup(kube, job.name, namespace)
     pods = {p.metadata.name: p for p in wait_pods(kube, job.name, namespace, 3)}
     assert set(pods) == {f"{job.name}-master-0", f"{job.name}-worker-0", f"{job.name}-worker-1"}
     master = env(pods[f"{job.name}-master-0"])

@@ -11,7 +11,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Service
 
-from tests.kube.conftest import Operator
+from tests.kube.conftest import Operator, admit_podgroup
 from tests.kube.test_operator import create, wait_pods
 from torchjob.api.load import load_job
 from torchjob.core.topology import node_rank, replicas
@@ -36,6 +36,8 @@ def test_seed_reconciles_to_its_pods_service_and_env(seed: Path, kube: Client, n
                                                      podgroup_crds: list[str]) -> None:
     job = load_job(seed)
     create(kube, explicit(job), namespace)
+    if gang.awaits_admission(job):
+        admit_podgroup(kube, job.name, namespace)
     expected = replicas(job)
     pods = {p.metadata.name: p for p in wait_pods(kube, job.name, namespace, len(expected))}
     assert set(pods) == {kr.pod_name(job, r) for r in expected}

@@ -79,6 +79,9 @@ class Api:
         return self.client.watch(KINDS[kind], namespace=namespace or "*", labels=labels,
                                  resource_version=resource_version, server_timeout=300)
 
+    async def get(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        return to_dict(await self.client.get(KINDS[kind], name, namespace=namespace))
+
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         res = KINDS[kind_of(obj)]
         created = await self.client.create(res.from_dict(obj))

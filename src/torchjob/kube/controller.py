@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
@@ -29,6 +29,7 @@ from torchjob.kube.observe import observe, pod_summary
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its grace period, a pod stuck terminating (lost node) is force-deleted
+ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks at its PodGroup
 
 
 META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
@@ -69,6 +70,8 @@ class Controller:
         self.pods_by_job: dict[Key, dict[str, dict[str, Any]]] = {}
         self.gone: dict[Key, dict[str, dict[str, Any]]] = {}  # pods deleted since, by job, until decided on
         self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found
+        self.admitted: set[Key] = set()  # jobs whose PodGroup lets their pods be created
+        self.waiting: set[Key] = set()  # jobs told (by an event) that they wait for admission
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
         self.ready = asyncio.Event()
 
@@ -157,7 +160,7 @@ class Controller:
         if raw is None or raw["metadata"].get("deletionTimestamp"):
             self.queue.forget(key)  # its pods stay indexed until they go: a new job of that name must see them
             self.gone.pop(key, None)
-            self.groups.discard(key)
+            self._forget_podgroup(key)
             self.boards.discard(key)
             return
         try:
@@ -180,13 +183,14 @@ class Controller:
         for ev in plan.events:
             await self.api.event(raw, ev.type, ev.reason, ev.message)
         active = not plan.status.finished and not plan.status.is_true("Suspended")
-        if not await self._sync_podgroup(raw, job, key, active, started=bool(pods)):
+        gate = await self._sync_podgroup(raw, job, key, active, started=bool(pods))
+        if gate == "failed":
             return
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
         blocked = await self._clear_stale(job, stale)
         try:
-            await self._apply(job, plan, blocked)
+            await self._apply(job, plan, blocked, create=gate == "create")
         except ApiError as e:
             if status_code(e) != 422:
                 raise
@@ -242,20 +246,55 @@ class Controller:
         queue = (job.metadata.labels or {})[gang.KUEUE_QUEUE_LABEL]
         await self.api.event(raw, "Normal", "Queued", f"suspended until Kueue admits it from queue {queue}")
 
-    async def _sync_podgroup(self, raw: dict[str, Any], job: TorchJob, key: Key, active: bool, started: bool) -> bool:
+    def _forget_podgroup(self, key: Key) -> None:
+        self.groups.discard(key)
+        self.admitted.discard(key)
+        self.waiting.discard(key)
+
+    async def _sync_podgroup(self, raw: dict[str, Any], job: TorchJob, key: Key, active: bool, started: bool
+                             ) -> Literal["create", "wait", "failed"]:
         """The PodGroup exists while the job can run (created before its pods) and is deleted when it
         ends or is suspended, so that the scheduler stops holding room for it. Without the PodGroup
-        CRD a job that has no pod yet fails; one already running goes on. False: the job failed."""
+        CRD a job that has no pod yet fails; one already running goes on. Returns whether pods may
+        be created now, must wait for the scheduler's admission, or the job failed."""
         group = gang.podgroup(job, kr.owner_reference(job))
         if group is None:
-            return True
+            return "create"
         if not active:
             if key in self.groups:
-                self.groups.discard(key)
+                self._forget_podgroup(key)
                 await self.api.delete(client.kind_of(group), job.name, key[0])
-            return True
-        if key in self.groups:
-            return True
+            return "create"
+        if key not in self.groups and not await self._create_podgroup(raw, job, key, group, started):
+            return "failed"
+        return await self._admission(raw, job, key, group)
+
+    async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]
+                         ) -> Literal["create", "wait"]:
+        """Volcano's gate: pods are created once the PodGroup leaves Pending. Polled while it waits
+        (a few jobs, a GET each), so no watch on a CRD that may not be installed."""
+        if key in self.admitted or not gang.awaits_admission(job):
+            return "create"
+        try:
+            stored = await self.api.get(client.kind_of(group), job.name, key[0])
+        except Exception as e:
+            if status_code(e) != 404:
+                raise
+            self.groups.discard(key)  # deleted by someone: made again on the next reconcile
+            self.queue.add_after(key, ADMISSION_POLL_S)
+            return "wait"
+        if gang.admitted(stored):
+            self.admitted.add(key)
+            return "create"
+        if key not in self.waiting:
+            self.waiting.add(key)
+            await self.api.event(raw, "Normal", "PodGroupPending", gang.admission_message(job))
+        self.queue.add_after(key, ADMISSION_POLL_S)
+        return "wait"
+
+    async def _create_podgroup(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
+                               started: bool) -> bool:
+        """False: the job failed, as the PodGroup CRD is missing and no pod of it runs yet."""
         try:
             await self._create(group)
         except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
@@ -270,6 +309,7 @@ class Controller:
                 await self._fail(self.jobs.cache.get(key, raw), "PodGroupUnavailable", message)
                 return False
             await self.api.event(raw, "Warning", "PodGroupUnavailable", message)
+            self.admitted.add(key)  # its pods run without one; nothing to wait for
         self.groups.add(key)
         return True
 
@@ -315,12 +355,12 @@ class Controller:
             self.services.remember(created)  # not created twice before its watch event
         return True
 
-    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str]) -> None:
+    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], create: bool = True) -> None:
         ns = job.metadata.namespace or "default"
         for a in plan.actions:
             if isinstance(a, Create):
-                if kr.pod_name(job, a.replica) in blocked:
-                    continue  # an earlier job's pod still holds the name; requeued
+                if kr.pod_name(job, a.replica) in blocked or not create:
+                    continue  # an earlier job's pod still holds the name, or the PodGroup waits; requeued
                 await self._create(kr.pod(job, a.replica, a.attempt, init_image=self.init_image,
                                           wait=self.wait_for_master))
             elif isinstance(a, Stop | Forget | Purge):

@@ -145,3 +145,24 @@ def decorate_pod(job: TorchJob, rtype: str, spec: dict[str, Any], labels: dict[s
 
 def queued_by_kueue(job: TorchJob) -> bool:
     return bool((job.metadata.labels or {}).get(KUEUE_QUEUE_LABEL))
+
+
+
+def awaits_admission(job: TorchJob) -> bool:
+    """Whether the job's pods wait for its PodGroup to be admitted. Volcano admits a gang by moving
+    its PodGroup out of `Pending` (into `Inqueue`) once the queue has room for all of it; like
+    Volcano's own job controller and Kubeflow's, no pod is created before, so an over-full queue
+    holds PodGroups, not thousands of pending pods. scheduler-plugins admits pods as they come."""
+    return podgroup_kind(job) is VOLCANO_PG
+
+
+def admitted(group: dict[str, Any]) -> bool:
+    return ((group.get("status") or {}).get("phase") or "Pending") != "Pending"
+
+
+def admission_message(job: TorchJob) -> str:
+    group = podgroup(job, {})
+    queue = group["spec"]["queue"] if group else "default"
+    return (f"waiting for the volcano scheduler to admit PodGroup {job.name} from queue {queue!r}: the pods are "
+            f"created when its phase leaves Pending (is the volcano scheduler running, and has the queue room for "
+            f"{min_member(job)} pods?)")
