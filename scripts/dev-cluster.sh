@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane for tests, as plain processes on loopback (no Docker):
-# etcd + kube-apiserver + kube-scheduler + KWOK (fake nodes; pods bound to them go Running),
+# etcd + kube-apiserver + kube-scheduler + KWOK (fake nodes; pods bound to them go Running, and
+# their logs are two fixed lines from $STATE/container.log),
 # optionally kube-controller-manager.
 # Binaries are built from the Go module proxy (sources: hack/controlplane/, see its README).
 #
@@ -384,6 +385,8 @@ cmd_up() {
     # TaintNodesByCondition off: it puts node.kubernetes.io/not-ready:NoSchedule on every new
     # Node and only kube-controller-manager's node-lifecycle controller (not run) removes it.
     # endpoint-reconciler none: the "kubernetes" Endpoints may not hold a loopback address.
+    # kubelet address InternalIP: pod logs are fetched from KWOK's kubelet server on 127.0.0.1
+    # (the nodes' Hostname address does not resolve).
     local port=${DEVCLUSTER_APISERVER_PORT:-}
     [[ -n "$port" ]] || port=$(free_port)
     echo "$port" >"$STATE/kube-apiserver.port"
@@ -402,6 +405,7 @@ cmd_up() {
         --service-cluster-ip-range=10.0.0.0/24 \
         --allow-privileged=true \
         --endpoint-reconciler-type=none \
+        --kubelet-preferred-address-types=InternalIP \
         "${extra[@]}"
     # The generated cert file holds the serving cert followed by its self-signed CA.
     wait_for kube-apiserver "the self-signed serving cert" test -s "$STATE/pki/apiserver/apiserver.crt"
@@ -462,8 +466,26 @@ cmd_up() {
         local kextra=()
         IFS=, read -r -a kextra <<<"${DEVCLUSTER_KWOK_CONFIG:-}"
         for c in "${kextra[@]}"; do [[ -z "$c" ]] || kcfg+=(--config="$(realpath "$c")"); done
+        # KWOK's kubelet server (its own TLS certificate, which kube-apiserver does not check: no
+        # --kubelet-certificate-authority) answers `kubectl logs` for every container with
+        # $STATE/container.log, so the log path through the API server is real in the tests.
+        local kport; kport=$(free_port)
+        # CRI log format, as kubelet keeps container logs: time, stream, P(artial)/F(ull), text.
+        printf '%s stdout F %s\n' 2026-01-01T00:00:00.000000000Z 'fake container output from KWOK (scripts/dev-cluster.sh)' \
+            2026-01-01T00:00:01.000000000Z 'second line' >"$STATE/container.log"
+        cat >"$STATE/kwok-logs.yaml" <<EOF
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: every-container
+spec:
+  logs:
+  - logsFile: $STATE/container.log
+EOF
+        kcfg+=(--config="$STATE/kwok-logs.yaml")
         start_proc kwok env HOME="$STATE/kwok-home" "$BIN/kwok" \
             "${kcfg[@]}" \
+            --server-address="127.0.0.1:$kport" --node-port="$kport" \
             --kubeconfig="$KUBECONFIG_PATH" \
             --manage-all-nodes=false \
             --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \

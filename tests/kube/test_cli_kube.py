@@ -87,3 +87,25 @@ def test_only_the_leader_acts_and_another_takes_over_when_it_dies(kubeconfig: st
     finally:
         for op in ops:
             op.stop()
+
+
+def test_logs_come_through_the_api_server_from_the_node(kubeconfig: str, kube: Client, namespace: str,
+                                                        operator: Operator) -> None:
+    # Scheduled onto a KWOK node, whose kubelet server (scripts/dev-cluster.sh) answers every
+    # container's log with the same two lines.
+    data = job_data("lg", workers=1)
+    for spec in data["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["tolerations"] = [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
+                                                    "effect": "NoSchedule"}]
+    create(kube, data, namespace)
+    wait_job(kube, "lg", namespace, lambda s: s.get("state") == "Running")
+    out = torchjob(kubeconfig, "logs", "lg", "-n", namespace)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "[master-0] fake container output from KWOK (scripts/dev-cluster.sh)", "[master-0] second line",
+        "[worker-0] fake container output from KWOK (scripts/dev-cluster.sh)", "[worker-0] second line"]
+    one = torchjob(kubeconfig, "logs", "lg", "--replica", "worker-0", "-n", namespace)
+    assert one.stdout.splitlines() == ["[worker-0] fake container output from KWOK (scripts/dev-cluster.sh)",
+                                       "[worker-0] second line"]
+    missing = torchjob(kubeconfig, "logs", "lg", "--replica", "worker-7", "-n", namespace)
+    assert missing.returncode != 0 and "worker-7" in missing.stderr and "Traceback" not in missing.stderr

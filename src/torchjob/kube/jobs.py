@@ -86,8 +86,11 @@ def events(kube: Client, data: dict[str, Any]) -> list[Any]:
 
 
 def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
+    """The job's pods, the master first, then the workers by index (worker-2 before worker-10)."""
     meta = data["metadata"]
-    return list(kube.list(Pod, namespace=meta.get("namespace", "default"), labels={LABEL_JOB: meta["name"]}))
+    found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels={LABEL_JOB: meta["name"]})
+    return sorted(found, key=lambda p: (p.metadata.labels[LABEL_TYPE] != "master",
+                                        p.metadata.labels[LABEL_TYPE], int(p.metadata.labels[LABEL_INDEX])))
 
 
 def delete(kube: Client, name: str, namespace: str | None) -> None:
