@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from lightkube.core.exceptions import ApiError
 from pydantic import ValidationError
 
 from torchjob.api.model import WORKER, FailureInfo, JobStatus, TorchJob
-from torchjob.core.reconcile import Create, DeleteJob, Forget, Plan, Purge, Stop, reconcile
+from torchjob.core.reconcile import Create, DeleteJob, Event, Forget, Plan, Purge, Stop, reconcile
 from torchjob.kube import client, gang, metrics, tensorboard
 from torchjob.kube import render as kr
 from torchjob.kube.client import Api, status_code
@@ -73,6 +74,7 @@ class Controller:
         self.admitted: set[Key] = set()  # jobs whose PodGroup lets their pods be created
         self.waiting: set[Key] = set()  # jobs told (by an event) that they wait for admission
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
+        self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()
 
     # --- events from the informers ---
@@ -153,6 +155,15 @@ class Controller:
                 metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
                 self.queue.done(key)
 
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _record(self, raw: dict[str, Any], events: list[Event]) -> None:
+        for ev in events:
+            await self.api.event(raw, ev.type, ev.reason, ev.message)
+
     # --- the reconcile ---
 
     async def reconcile(self, key: Key) -> None:
@@ -180,8 +191,8 @@ class Controller:
         self._keep_undecided_evictions(job.model_copy(update={"status": plan.status}), key, gone)
         if plan.status != status:
             await self._write_status(raw, job, plan.status)
-        for ev in plan.events:
-            await self.api.event(raw, ev.type, ev.reason, ev.message)
+        if plan.events:  # in order, but not in the way of the pods: events are best effort
+            self._spawn(self._record(raw, plan.events))
         active = not plan.status.finished and not plan.status.is_true("Suspended")
         gate = await self._sync_podgroup(raw, job, key, active, started=bool(pods))
         if gate == "failed":
@@ -358,17 +369,18 @@ class Controller:
     async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], create: bool = True) -> None:
         ns = job.metadata.namespace or "default"
         for a in plan.actions:
-            if isinstance(a, Create):
-                if kr.pod_name(job, a.replica) in blocked or not create:
-                    continue  # an earlier job's pod still holds the name, or the PodGroup waits; requeued
-                await self._create(kr.pod(job, a.replica, a.attempt, init_image=self.init_image,
-                                          wait=self.wait_for_master))
-            elif isinstance(a, Stop | Forget | Purge):
+            if isinstance(a, Stop | Forget | Purge):
                 grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
                 await self.api.delete("Pod", kr.pod_name(job, a.replica), ns,
                                       grace_s=grace if isinstance(a, Stop) else 0)
             elif isinstance(a, DeleteJob):
                 await self.api.delete("TorchJob", job.name, ns)
+        # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
+        # waits (both requeued). The others at once: a job's pods are independent requests.
+        creates = [a for a in plan.actions if isinstance(a, Create) and create]
+        await asyncio.gather(*(self._create(kr.pod(job, a.replica, a.attempt, init_image=self.init_image,
+                                                   wait=self.wait_for_master))
+                               for a in creates if kr.pod_name(job, a.replica) not in blocked))
 
     def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
         for p in pods:
@@ -380,7 +392,6 @@ class Controller:
             due = since + timedelta(seconds=grace + FORCE_DELETE_AFTER_S)
             if now >= due:
                 log.warning("force-deleting %s, stuck terminating since %s", p["metadata"]["name"], deleting)
-                asyncio.get_running_loop().create_task(
-                    self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))
+                self._spawn(self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))
             else:
                 self.queue.add_after((job.metadata.namespace or "default", job.name), (due - now).total_seconds())
