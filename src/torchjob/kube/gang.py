@@ -147,7 +147,6 @@ def queued_by_kueue(job: TorchJob) -> bool:
     return bool((job.metadata.labels or {}).get(KUEUE_QUEUE_LABEL))
 
 
-
 def awaits_admission(job: TorchJob) -> bool:
     """Whether the job's pods wait for its PodGroup to be admitted. Volcano admits a gang by moving
     its PodGroup out of `Pending` (into `Inqueue`) once the queue has room for all of it; like
