@@ -14,7 +14,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.coordination_v1 import Lease
 
 from tests.jobs import job_data
-from tests.kube.conftest import REPO, Operator, job_status, wait_job
+from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube.client import TorchJobRes
 from torchjob.kube.operator import LEASE_NAME
@@ -109,3 +109,44 @@ def test_logs_come_through_the_api_server_from_the_node(kubeconfig: str, kube: C
                                        "[worker-0] second line"]
     missing = torchjob(kubeconfig, "logs", "lg", "--replica", "worker-7", "-n", namespace)
     assert missing.returncode != 0 and "worker-7" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def run_in_background(kubeconfig: str, path: Path, namespace: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "torchjob", "run", str(path), "--kube", "--kubeconfig", kubeconfig,
+                             "-n", namespace], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+def test_run_follows_the_job_on_the_cluster_to_its_end(kubeconfig: str, kube: Client, namespace: str,
+                                                       operator: Operator, tmp_path: Path, exit_code: int) -> None:
+    path = tmp_path / "job.yaml"
+    data = job_data("rk", workers=1)
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
+    path.write_text(json.dumps(data))
+    proc = run_in_background(kubeconfig, path, namespace)
+    try:
+        pods = wait_pods(kube, "rk", namespace, 2)
+        for p in pods:
+            set_pod(kube, p, "Running")
+        wait_job(kube, "rk", namespace, lambda s: any(c["type"] == "Running" and c["status"] == "True"
+                                                      for c in s.get("conditions", [])))
+        set_pod(kube, next(p for p in pods if p.metadata.name == "rk-master-0"),
+                "Succeeded" if exit_code == 0 else "Failed", exit_code)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "Traceback" not in err
+    lines = err.rstrip().splitlines()
+    assert lines[0] == f"torchjob: job rk created in {namespace}"
+    # the events in the order the operator decided them, whatever the second they were recorded in
+    assert lines.index("torchjob: job rk created with 2 replicas") < lines.index("torchjob: every replica is running")
+    if exit_code == 0:
+        assert proc.returncode == 0, err
+        assert lines[-1].startswith("torchjob: job rk succeeded in ")
+    else:
+        assert proc.returncode == 1, err
+        assert lines[-2] == "torchjob: master-0 failed with exit code 3 (restartPolicy Never)"
+        assert lines[-1].startswith("torchjob: job rk failed in ")
+        assert "`torchjob describe --kube rk`" in err

@@ -10,12 +10,15 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from torchjob import __version__
 from torchjob.api.errors import UserError
+
+if TYPE_CHECKING:
+    from torchjob.api.model import JobStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -126,29 +129,31 @@ def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], docum
         client = _kube(kubeconfig, kube_context)
         ns = jobs.submit(client, job, namespace)
         click.echo(f"torchjob: job {job.name} created in {ns}", err=True)
+        # The job's events, its failure's among them, as they come.
         st = jobs.follow(client, job.name, ns, lambda m: click.echo(f"torchjob: {m}", err=True))
-        if st.is_true("Succeeded"):
-            click.echo(f"torchjob: job {job.name} succeeded", err=True)
-            return
-        reason = f": {st.failure.message}" if st.failure else ""
-        click.echo(f"torchjob: job {job.name} failed{reason}", err=True)
-        sys.exit(1)
+        _outcome(job.name, st, " --kube")
+        return
     store = _store()
     opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
     rec = runtime.run(store, job, opts, quiet=quiet)
-    st = rec.status
+    if not rec.status.is_true("Succeeded"):
+        cause = runtime.root_cause(store, rec)
+        if cause:
+            click.echo(cause, err=True)
+    _outcome(rec.name, rec.status, "")
+
+
+def _outcome(name: str, st: JobStatus, flags: str) -> None:
+    """The last line of `run`, the same for both runtimes; exits non-zero unless the job succeeded."""
     took = ""
     if st.startTime and st.completionTime:
         took = f" in {(st.completionTime - st.startTime).total_seconds():.1f}s"
     restarts = f", {st.restartCount} restart{'s' if st.restartCount != 1 else ''}" if st.restartCount else ""
     if st.is_true("Succeeded"):
-        click.echo(f"torchjob: job {rec.name} succeeded{took}{restarts}", err=True)
+        click.echo(f"torchjob: job {name} succeeded{took}{restarts}", err=True)
         return
-    cause = runtime.root_cause(store, rec)
-    if cause:
-        click.echo(cause, err=True)
-    click.echo(f"torchjob: job {rec.name} {st.state.lower()}{took}{restarts}; "
-               f"see `torchjob describe {rec.name}` and `torchjob logs {rec.name}`", err=True)
+    click.echo(f"torchjob: job {name} {st.state.lower()}{took}{restarts}; "
+               f"see `torchjob describe{flags} {name}` and `torchjob logs{flags} {name}`", err=True)
     stopped_by = st.failure.signal if st.failure and st.failure.reason == "Terminated" else None
     sys.exit({"SIGINT": 130, "SIGTERM": 143}.get(stopped_by or "", 1))
 
@@ -433,3 +438,11 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:  # a cluster that cannot be reached or refuses is the user's to fix, not a traceback
+        from torchjob.kube.jobs import explain
+
+        user = explain(e)
+        if user is None:
+            raise
+        click.echo(f"error: {user.render()}", err=True)
+        sys.exit(user.exit_code)

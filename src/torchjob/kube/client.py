@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
@@ -26,6 +28,7 @@ from torchjob.kube.crd import GROUP, PLURAL, VERSION
 log = logging.getLogger("torchjob.kube")
 TorchJobRes = create_namespaced_resource(GROUP, VERSION, "TorchJob", PLURAL)
 FIELD_MANAGER = "torchjob-operator"
+INSTANCE = socket.gethostname()[:128]  # the operator's pod: which replica recorded an event
 
 VolcanoPodGroup = create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
 PluginsPodGroup = create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
@@ -106,15 +109,20 @@ class Api:
                                       patch_type=PatchType.MERGE)
         return to_dict(obj)
 
-    async def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    async def event(self, job: dict[str, Any], type_: str, reason: str, message: str,
+                    at: datetime | None = None) -> None:
+        """Record an Event on the job; `at` is when it was decided (to the microsecond, so that readers
+        can order events that were recorded concurrently or in the same second)."""
         meta = job["metadata"]
         ns = meta.get("namespace", "default")
+        at = at or datetime.now(UTC)
         ev = Event(
             metadata=ObjectMeta(generateName=f"{meta['name']}.", namespace=ns),
             involvedObject=ObjectReference(apiVersion=job.get("apiVersion"), kind="TorchJob", name=meta["name"],
                                            namespace=ns, uid=meta.get("uid")),
             reason=reason, message=message[:1024], type=type_, source=EventSource(component=FIELD_MANAGER),
-            count=1,
+            count=1, eventTime=at, firstTimestamp=at, lastTimestamp=at, action=reason,
+            reportingComponent=FIELD_MANAGER, reportingInstance=INSTANCE,
         )
         try:
             await self.client.create(ev)

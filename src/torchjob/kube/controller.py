@@ -160,9 +160,9 @@ class Controller:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    async def _record(self, raw: dict[str, Any], events: list[Event]) -> None:
-        for ev in events:
-            await self.api.event(raw, ev.type, ev.reason, ev.message)
+    async def _record(self, raw: dict[str, Any], events: list[Event], at: datetime) -> None:
+        for i, ev in enumerate(events):  # stamped when decided, in the plan's order
+            await self.api.event(raw, ev.type, ev.reason, ev.message, at + timedelta(microseconds=i))
 
     # --- the reconcile ---
 
@@ -192,7 +192,7 @@ class Controller:
         if plan.status != status:
             await self._write_status(raw, job, plan.status)
         if plan.events:  # in order, but not in the way of the pods: events are best effort
-            self._spawn(self._record(raw, plan.events))
+            self._spawn(self._record(raw, plan.events, now))
         active = not plan.status.finished and not plan.status.is_true("Suspended")
         gate = await self._sync_podgroup(raw, job, key, active, started=bool(pods))
         if gate == "failed":

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx2  # lightkube's HTTP client: what it raises for calls that fail below the Kubernetes API
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Pod
@@ -29,6 +30,31 @@ def client(kubeconfig: str | None, context: str | None) -> Client:
     return Client(config=config.get(context_name=context) if context else config, field_manager="torchjob-cli")
 
 
+def explain(e: Exception) -> UserError | None:
+    """A failed call to the cluster in words a user can act on; None for what is not one (a bug of ours)."""
+    if isinstance(e, httpx2.TransportError):
+        try:
+            url = str(e.request.url)
+        except RuntimeError:  # raised before a request was made
+            url = "the API server"
+        return UserError(f"cannot reach the Kubernetes API server ({url}): {e or type(e).__name__}",
+                         fix="is the cluster up? check --kubeconfig / KUBECONFIG and --context")
+    if not isinstance(e, httpx2.HTTPStatusError):
+        return None
+    code, url = status_code(e), str(e.request.url)
+    message = e.status.message if isinstance(e, ApiError) and e.status else f"{code} {e.response.reason_phrase}"
+    if code == 404 and "/torchjobs" in url and not isinstance(e, ApiError):  # the type itself is unknown
+        return UserError("the cluster has no TorchJob resource (its CRD is not installed)",
+                         fix="install it: torchjob install (or the Helm chart in charts/torchjob)")
+    if code == 401:
+        return UserError(f"the API server did not accept your credentials: {message}",
+                         fix="check the user of your kubeconfig context (an expired token?)")
+    if code == 403:
+        return UserError(f"the API server forbids it: {message}",
+                         fix="ask for RBAC on torchjobs.torchjob.dev, pods, pods/log and events in the namespace")
+    return UserError(f"the API server refused: {message}")
+
+
 def _ns(kube: Client, namespace: str | None) -> str:
     return namespace or kube.namespace or "default"
 
@@ -40,8 +66,6 @@ def submit(kube: Client, job: TorchJob, namespace: str | None) -> str:
     try:
         kube.create(TorchJobRes.from_dict(data))
     except ApiError as e:
-        if status_code(e) == 404:
-            raise UserError("the cluster has no TorchJob resource", fix="install it: torchjob install")
         if status_code(e) == 409:
             raise UserError(f"a TorchJob named {job.name!r} exists in {ns}", fix=f"torchjob delete --kube {job.name}")
         raise UserError(f"the API server refused the job: {e}")
@@ -65,15 +89,21 @@ def status_of(data: dict[str, Any]) -> JobStatus:
 def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0) -> JobStatus:
     """Print each new event of the job until it finishes; returns its final status."""
     seen: set[str] = set()
-    while True:
-        data = get(kube, name, namespace)
+
+    def new_events(data: dict[str, Any]) -> None:
         for ev in events(kube, data):
             uid = ev.metadata.uid if ev.metadata else None
             if uid and uid not in seen:
                 seen.add(uid)
                 say(ev.message or "")
+
+    while True:
+        data = get(kube, name, namespace)
+        new_events(data)
         st = status_of(data)
         if st.finished:
+            time.sleep(min(poll_s, 0.5))  # the operator records the last events just after the status
+            new_events(data)
             return st
         time.sleep(poll_s)
 
@@ -82,7 +112,8 @@ def events(kube: Client, data: dict[str, Any]) -> list[Any]:
     meta = data["metadata"]
     evs = kube.list(Event, namespace=meta.get("namespace", "default"),
                     fields={"involvedObject.name": meta["name"], "involvedObject.kind": "TorchJob"})
-    return sorted(evs, key=lambda e: str(e.metadata.creationTimestamp if e.metadata else ""))
+    # eventTime is to the microsecond and set when the operator decided; creationTimestamp only to the second.
+    return sorted(evs, key=lambda e: e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp)
 
 
 def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
