@@ -79,6 +79,13 @@ def test_observe_reads_phase_exit_code_and_attempt() -> None:
     assert (obs.attempt, obs.phase, obs.exit_code) == (2, Phase.FAILED, 137)
 
 
+def test_a_pod_on_a_node_that_stopped_reporting_stays_active() -> None:
+    job = make_job("demo", workers=1)
+    pod = kr.pod(job, ReplicaId("Worker", 0), 0)
+    pod["status"] = {"phase": "Unknown", "reason": "NodeLost"}
+    assert observe(job, [pod]).replicas["worker-0"].phase is Phase.RUNNING
+
+
 def test_crd_is_structural_with_subresources_and_cel() -> None:
     c = crd()
     version = c["spec"]["versions"][0]

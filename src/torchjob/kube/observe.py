@@ -13,7 +13,11 @@ from torchjob.core.reconcile import Observed, Phase, World, match_policy
 from torchjob.core.topology import ReplicaId
 from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_TYPE
 
-PHASES = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Succeeded": Phase.SUCCEEDED, "Failed": Phase.FAILED}
+# Unknown: the pod's node stopped reporting after the pod was scheduled there; its container most likely
+# still runs, so it stays active (not Pending, which would flip a Running job back) until the node
+# controller evicts it, which the operator sees as a deletion.
+PHASES = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Unknown": Phase.RUNNING,
+          "Succeeded": Phase.SUCCEEDED, "Failed": Phase.FAILED}
 UNKNOWN_EXIT = 0xBEEF  # like Kubeflow: a pod that failed before its container ran (>= 128: retryable)
 
 
