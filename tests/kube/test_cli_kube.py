@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Pod
 
 from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
@@ -87,6 +89,32 @@ def test_only_the_leader_acts_and_another_takes_over_when_it_dies(kubeconfig: st
     finally:
         for op in ops:
             op.stop()
+
+
+def test_a_leader_stopped_by_sigterm_gives_up_the_lease_and_the_next_leads_at_once(
+        kubeconfig: str, kube: Client, namespace: str, tmp_path: Path) -> None:
+    args = ("--leader-elect", "--lease-namespace", namespace, "--lease-duration", "60")
+    first, second = (Operator(kubeconfig, tmp_path / f"op{i}.log", args) for i in range(2))
+    first.start()
+    try:
+        create(kube, job_data("handover", workers=1), namespace)
+        wait_pods(kube, "handover", namespace, 2)
+        first.stop()  # SIGTERM, as a rollout or a drain of its node sends
+        log = first.log.read_text()
+        assert first.proc is not None and first.proc.returncode == 0, log
+        assert "gave up the lease" in log and "stopped (SIGTERM)" in log and "Traceback" not in log
+        assert not kube.get(Lease, LEASE_NAME, namespace=namespace).spec.holderIdentity
+
+        second.start()
+        start = time.monotonic()
+        while "became the leader" not in second.log.read_text():
+            assert time.monotonic() - start < 20, second.log.read_text()  # not the 60 s of an expired lease
+            time.sleep(0.2)
+        kube.delete(Pod, "handover-worker-0", namespace=namespace, grace_period=0)
+        wait_pods(kube, "handover", namespace, 2)  # the new leader acts
+    finally:
+        first.stop()
+        second.stop()
 
 
 def test_logs_come_through_the_api_server_from_the_node(kubeconfig: str, kube: Client, namespace: str,

@@ -138,27 +138,44 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
-            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
-            start = time.monotonic()
-            try:
-                await self.reconcile(key)
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                log.warning("reconcile %s/%s failed: %s", key[0], key[1], e)
-                self.queue.add_after(key, 1.0)
-            finally:
-                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.monotonic() - start)
-                metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
-                self.queue.done(key)
+            # Shielded: a stopping operator cancels its workers, but lets what they started finish (drain).
+            await asyncio.shield(self._spawn(self._process(key)))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    async def _process(self, key: Key) -> None:
+        metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
+        start = time.monotonic()
+        try:
+            await self.reconcile(key)
+            metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+            metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+            log.warning("reconcile %s/%s failed: %s", key[0], key[1], e)
+            self.queue.add_after(key, 1.0)
+        finally:
+            metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.monotonic() - start)
+            metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
+            self.queue.done(key)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+        return task
+
+    async def drain(self, timeout_s: float) -> int:
+        """After `run` is cancelled: let reconciles in flight and the writes they left behind (events,
+        force deletes) finish, up to timeout_s; returns how many were cut short."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.background and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(set(self.background), timeout=left)
+        cut = len(self.background)
+        for t in list(self.background):
+            t.cancel()
+        return cut
 
     async def _record(self, raw: dict[str, Any], events: list[Event], at: datetime) -> None:
         for i, ev in enumerate(events):  # stamped when decided, in the plan's order

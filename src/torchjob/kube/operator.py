@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import uuid
@@ -26,6 +27,7 @@ from torchjob.kube.controller import Controller
 
 log = logging.getLogger("torchjob.kube")
 LEASE_NAME = "torchjob-operator"
+DRAIN_S = 5.0  # on SIGTERM: how long reconciles in flight and their events may take to finish
 
 
 class JsonFormatter(logging.Formatter):
@@ -92,7 +94,8 @@ class LeaderElector:
             lease.spec = LeaseSpec()
         spec = lease.spec
         mine = spec.holderIdentity == self.identity
-        expired = spec.renewTime is None or spec.renewTime + timedelta(seconds=spec.leaseDurationSeconds or 15) < now
+        expired = (not spec.holderIdentity or spec.renewTime is None  # released, or never renewed
+                   or spec.renewTime + timedelta(seconds=spec.leaseDurationSeconds or 15) < now)
         if not mine and not expired:
             return False
         if not mine:
@@ -113,6 +116,23 @@ class LeaderElector:
         metrics.LEADER.labels(LEASE_NAME).set(1)
         log.info("became the leader as %s", self.identity)
 
+    async def release(self) -> None:
+        """On a clean stop, give the Lease up so that another replica leads at once rather than after
+        it expires (client-go's ReleaseOnCancel): no holder, a one-second duration."""
+        client = self.api.client
+        try:
+            lease = await client.get(Lease, LEASE_NAME, namespace=self.namespace)
+            if lease.spec is None or lease.spec.holderIdentity != self.identity:
+                return
+            now = datetime.now(UTC)
+            lease.spec.holderIdentity, lease.spec.leaseDurationSeconds = None, 1
+            lease.spec.renewTime = lease.spec.acquireTime = now
+            await client.replace(lease)
+            metrics.LEADER.labels(LEASE_NAME).set(0)
+            log.info("gave up the lease")
+        except ApiError as e:  # it expires by itself
+            log.warning("could not give up the lease: %s", e)
+
     async def keep(self) -> None:
         """Renew until renewal fails; then return (the caller stops leading)."""
         while True:
@@ -131,33 +151,66 @@ class LeaderElector:
 async def run_operator(kubeconfig: str | None, namespace: str | None, workers: int, port: int,
                        leader_elect: bool, lease_namespace: str, init_image: str, wait_for_master: bool,
                        lease_duration_s: int = 15, gang_scheduler: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error."""
     health = Health()
     server = serve_http(port, health)
     api = Api(connect(kubeconfig))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        signals.append(sig.name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    tasks: list[asyncio.Task[Any]] = []
+    elector: LeaderElector | None = None
     try:
+        stopping = asyncio.create_task(stop.wait())
+        tasks.append(stopping)
         if leader_elect:
             elector = LeaderElector(api, lease_namespace, f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
                                     duration_s=lease_duration_s, renew_s=lease_duration_s / 3)
-            await elector.acquire()
+            acquire = asyncio.create_task(elector.acquire())
+            await asyncio.wait([acquire, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if not acquire.done():
+                acquire.cancel()
+                log.info("stopped (%s) before leading", ", ".join(signals))
+                return
+            acquire.result()
+            tasks.append(asyncio.create_task(elector.keep()))
         controller = Controller(api, namespace, workers, init_image=init_image, wait_for_master=wait_for_master,
                                 gang_scheduler=gang_scheduler)
         run = asyncio.create_task(controller.run())
+        tasks.append(run)
 
         async def mark_ready() -> None:
             await controller.ready.wait()
             health.ready = True
 
-        tasks = [run, asyncio.create_task(mark_ready())]
-        if leader_elect:
-            tasks.append(asyncio.create_task(elector.keep()))
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for t in pending:
-            t.cancel()
+        ready = asyncio.create_task(mark_ready())
+        # The controller and the lease keeper end only by an error; a signal sets the stop event.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for t in done:
-            exc = t.exception()
+            exc = None if t is stopping else t.exception()
             if exc is not None:
                 raise exc
+        # Stop taking work; let what is in flight finish while the lease is still ours (renewed at
+        # most a third of its duration ago); then give the lease up.
+        health.ready = False
+        for t in tasks:
+            t.cancel()
+        ready.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        cut = await controller.drain(min(DRAIN_S, lease_duration_s / 3) if leader_elect else DRAIN_S)
+        if elector is not None:
+            await elector.release()
+        log.info("stopped (%s)%s", ", ".join(signals), f"; {cut} writes cut short" if cut else "")
     finally:
+        for t in tasks:
+            t.cancel()
         server.shutdown()
         await api.client.close()
 
