@@ -4,6 +4,7 @@ and names that are already taken (409 Conflict) by an earlier job's pods."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -13,10 +14,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from lightkube import Client
+from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.core_v1 import Binding, Pod, Service
 
 from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
@@ -129,3 +132,31 @@ def test_without_a_policy_a_deleted_pod_is_made_again_uncounted(kube: Client, na
     assert pods["del-master-0"].metadata.uid == before["del-master-0"]
     status = job_status(kube, "del", namespace)
     assert status["restartCount"] == 0 and status["state"] != "Failed"
+
+
+def test_a_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_made_again(
+        kubeconfig: str, kube: Client, namespace: str, tmp_path: Path) -> None:
+    op = Operator(kubeconfig, tmp_path / "operator.log", ("--no-leader-elect", "--force-delete-after", "2"))
+    op.start()
+    try:
+        create(kube, job_data("lost", workers=1), namespace)
+        before = {p.metadata.name: p.metadata.uid for p in wait_pods(kube, "lost", namespace, 2)}
+        # Bound to a node with no kubelet (nothing will ever confirm the pod's end), then deleted
+        # gracefully: the API server keeps it, terminating, as it does for a pod on a node that died.
+        bind = Binding(metadata=ObjectMeta(name="lost-worker-0"), target=ObjectReference(kind="Node", name="lost-node"))
+        with contextlib.suppress(msgspec.ValidationError):  # bound; lightkube reads the answer as a Binding
+            kube.create(bind, namespace=namespace)
+        assert kube.get(Pod, "lost-worker-0", namespace=namespace).spec.nodeName == "lost-node"
+        kube.delete(Pod, "lost-worker-0", namespace=namespace, grace_period=1)
+        assert kube.get(Pod, "lost-worker-0", namespace=namespace).metadata.deletionTimestamp  # stuck
+        for _ in range(300):
+            pods = {p.metadata.name: p for p in pods_of(kube, "lost", namespace)}
+            if len(pods) == 2 and pods["lost-worker-0"].metadata.uid != before["lost-worker-0"]:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the stuck pod is still there:\n{op.log.read_text()[-2000:]}")
+        assert "force-deleting lost-worker-0" in op.log.read_text()
+        assert pods["lost-master-0"].metadata.uid == before["lost-master-0"]
+    finally:
+        op.stop()

@@ -406,9 +406,12 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--gang-scheduler-name", default=None, metavar="NAME",
               help="The scheduler of jobs that name none (Kubeflow's flag): volcano gives them a Volcano "
                    "PodGroup, another name a scheduler-plugins PodGroup.")
+@click.option("--force-delete-after", default=60.0, show_default=True, metavar="SECONDS",
+              help="Force-delete a job's pod still terminating this long past its deletion time "
+                   "(its node is gone), so that the job can go on.")
 def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, leader_elect: bool,
              lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
-             gang_scheduler_name: str | None) -> None:
+             gang_scheduler_name: str | None, force_delete_after: float) -> None:
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
@@ -417,7 +420,7 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
     configure_logging()
     asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
                              leader_elect, lease_namespace, init_image, wait_for_master, lease_duration,
-                             gang_scheduler_name))
+                             gang_scheduler_name, force_delete_after))
 
 
 def main() -> None:

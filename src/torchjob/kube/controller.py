@@ -29,7 +29,7 @@ from torchjob.kube.informer import Informer, Key, WorkQueue, key_of, metadata_on
 from torchjob.kube.observe import observe, pod_summary
 
 log = logging.getLogger("torchjob.kube")
-FORCE_DELETE_AFTER_S = 60.0  # past its grace period, a pod stuck terminating (lost node) is force-deleted
+FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
 ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks at its PodGroup
 
 
@@ -57,8 +57,10 @@ def status_dict(job: TorchJob, status: JobStatus) -> dict[str, Any]:
 
 class Controller:
     def __init__(self, api: Api, namespace: str | None = None, workers: int = 4, init_image: str = "busybox:1.36",
-                 wait_for_master: bool = True, gang_scheduler: str | None = None) -> None:
+                 wait_for_master: bool = True, gang_scheduler: str | None = None,
+                 force_delete_after_s: float = FORCE_DELETE_AFTER_S) -> None:
         self.api = api
+        self.force_delete_after_s = force_delete_after_s
         self.gang_scheduler = gang_scheduler
         self.workers = workers
         self.init_image = init_image
@@ -404,9 +406,9 @@ class Controller:
             deleting = p["metadata"].get("deletionTimestamp")
             if not deleting:
                 continue
-            since = datetime.fromisoformat(deleting.replace("Z", "+00:00"))
-            grace = p["metadata"].get("deletionGracePeriodSeconds") or 30
-            due = since + timedelta(seconds=grace + FORCE_DELETE_AFTER_S)
+            # The server sets deletionTimestamp to the request's time plus the grace period: past it,
+            # a kubelet would have killed the pod; one that is still there sits on a node that is gone.
+            due = datetime.fromisoformat(deleting.replace("Z", "+00:00")) + timedelta(seconds=self.force_delete_after_s)
             if now >= due:
                 log.warning("force-deleting %s, stuck terminating since %s", p["metadata"]["name"], deleting)
                 self._spawn(self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))

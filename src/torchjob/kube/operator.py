@@ -150,7 +150,8 @@ class LeaderElector:
 
 async def run_operator(kubeconfig: str | None, namespace: str | None, workers: int, port: int,
                        leader_elect: bool, lease_namespace: str, init_image: str, wait_for_master: bool,
-                       lease_duration_s: int = 15, gang_scheduler: str | None = None) -> None:
+                       lease_duration_s: int = 15, gang_scheduler: str | None = None,
+                       force_delete_after_s: float = 60.0) -> None:
     """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error."""
     health = Health()
     server = serve_http(port, health)
@@ -182,7 +183,7 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
             acquire.result()
             tasks.append(asyncio.create_task(elector.keep()))
         controller = Controller(api, namespace, workers, init_image=init_image, wait_for_master=wait_for_master,
-                                gang_scheduler=gang_scheduler)
+                                gang_scheduler=gang_scheduler, force_delete_after_s=force_delete_after_s)
         run = asyncio.create_task(controller.run())
         tasks.append(run)
 
