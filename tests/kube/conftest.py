@@ -6,10 +6,13 @@ statuses. In CI these tests run; elsewhere set TORCHJOB_KUBE_TESTS=1 to run them
 from __future__ import annotations
 
 import os
+import re
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -176,6 +179,20 @@ def podgroup_crds(kube: Client) -> list[str]:
         wait_established(kube, obj.metadata.name)
         names.append(obj.metadata.name)
     return names
+
+
+def apiserver_requests(kubeconfig: str, verb: str, resource: str) -> float:
+    """How many `verb` requests on `resource` the kube-apiserver has served (its own /metrics)."""
+    config = KubeConfig.from_file(kubeconfig).get()
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # loopback, our own dev cluster
+    req = urllib.request.Request(f"{config.cluster.server}/metrics",
+                                 headers={"Authorization": f"Bearer {config.user.token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+        text = resp.read().decode()
+    pattern = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$', re.M)
+    return sum(float(value) for labels, value in pattern.findall(text)
+               if f'resource="{resource}"' in labels and f'verb="{verb}"' in labels)
 
 
 def admit_podgroup(kube: Client, name: str, namespace: str, timeout: float = 30) -> None:

@@ -18,6 +18,7 @@ from tests.jobs import job_data
 from tests.kube.conftest import (
     Operator,
     admit_podgroup,
+    apiserver_requests,
     finished,
     set_pod,
     third_party_crds,
@@ -53,7 +54,7 @@ def gone(kube: Client, res: Any, name: str, namespace: str) -> bool:
 
 
 def test_volcano_podgroup_comes_before_the_pods_and_goes_when_the_job_ends(
-        kube: Client, namespace: str, operator: Operator, podgroup_crds: list[str]) -> None:
+        kubeconfig: str, kube: Client, namespace: str, operator: Operator, podgroup_crds: list[str]) -> None:
     data = job_data("vc", workers=2, run_policy={"schedulingPolicy": {"schedulerName": "volcano", "queue": "research",
                                                                        "minAvailable": 3}})
     data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
@@ -65,8 +66,10 @@ def test_volcano_podgroup_comes_before_the_pods_and_goes_when_the_job_ends(
     waiting = wait_for(lambda: [e for e in kube.list(Event, namespace=namespace) if e.reason == "PodGroupPending"])
     message = waiting[0].message or ""
     assert "queue 'research'" in message and "volcano scheduler running" in message
-    time.sleep(3)  # more than one look at the PodGroup
+    looks = apiserver_requests(kubeconfig, "GET", "podgroups")
+    time.sleep(3)  # a poll would have asked again by now; the operator watches instead
     assert pods_of(kube, "vc", namespace) == []
+    assert apiserver_requests(kubeconfig, "GET", "podgroups") == looks
     admit_podgroup(kube, "vc", namespace)
     pods = wait_pods(kube, "vc", namespace, 3)
     pg = kube.get(VolcanoPodGroup, "vc", namespace=namespace)

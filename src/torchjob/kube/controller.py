@@ -30,7 +30,8 @@ from torchjob.kube.observe import observe, pod_summary
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
-ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks at its PodGroup
+ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks, until PodGroups are watched
+VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1/PodGroup"
 
 
 META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
@@ -60,6 +61,7 @@ class Controller:
                  wait_for_master: bool = True, gang_scheduler: str | None = None,
                  force_delete_after_s: float = FORCE_DELETE_AFTER_S) -> None:
         self.api = api
+        self.namespace = namespace
         self.force_delete_after_s = force_delete_after_s
         self.gang_scheduler = gang_scheduler
         self.workers = workers
@@ -76,6 +78,9 @@ class Controller:
         self.admitted: set[Key] = set()  # jobs whose PodGroup lets their pods be created
         self.waiting: set[Key] = set()  # jobs told (by an event) that they wait for admission
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
+        # Volcano PodGroups, watched once this operator has made one (so never without their CRD).
+        self.volcano: Informer | None = None
+        self.volcano_task: asyncio.Task[None] | None = None
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()
 
@@ -129,7 +134,7 @@ class Controller:
             await asyncio.gather(*tasks)
         finally:
             synced.cancel()
-            for t in tasks:
+            for t in [*tasks, *([self.volcano_task] if self.volcano_task else [])]:
                 t.cancel()
 
     @staticmethod
@@ -287,7 +292,7 @@ class Controller:
         ends or is suspended, so that the scheduler stops holding room for it. Without the PodGroup
         CRD a job that has no pod yet fails; one already running goes on. Returns whether pods may
         be created now, must wait for the scheduler's admission, or the job failed."""
-        group = gang.podgroup(job, kr.owner_reference(job))
+        group = kr.podgroup(job)
         if group is None:
             return "create"
         if not active:
@@ -301,26 +306,43 @@ class Controller:
 
     async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]
                          ) -> Literal["create", "wait"]:
-        """Volcano's gate: pods are created once the PodGroup leaves Pending. Polled while it waits
-        (a few jobs, a GET each), so no watch on a CRD that may not be installed."""
+        """Volcano's gate: pods are created once the PodGroup leaves Pending. PodGroups are watched
+        from the first one this operator makes (the CRD exists then); a change requeues its job."""
         if key in self.admitted or not gang.awaits_admission(job):
             return "create"
-        try:
-            stored = await self.api.get(client.kind_of(group), job.name, key[0])
-        except Exception as e:
-            if status_code(e) != 404:
-                raise
-            self.groups.discard(key)  # deleted by someone: made again on the next reconcile
-            self.queue.add_after(key, ADMISSION_POLL_S)
-            return "wait"
+        watch = self._watch_volcano()
+        stored = watch.cache.get(key) if watch.synced.is_set() else None
+        watched = stored is not None
+        if stored is None:  # not listed or seen yet (or made by an older operator, unlabelled): ask
+            try:
+                stored = await self.api.get(client.kind_of(group), job.name, key[0])
+            except Exception as e:
+                if status_code(e) != 404:
+                    raise
+                self.groups.discard(key)  # deleted by someone: made again on the next reconcile
+                self.queue.add_after(key, ADMISSION_POLL_S)
+                return "wait"
         if gang.admitted(stored):
             self.admitted.add(key)
             return "create"
         if key not in self.waiting:
             self.waiting.add(key)
             await self.api.event(raw, "Normal", "PodGroupPending", gang.admission_message(job))
-        self.queue.add_after(key, ADMISSION_POLL_S)
+        if not watched:
+            self.queue.add_after(key, ADMISSION_POLL_S)  # until the watch can tell
         return "wait"
+
+    def _watch_volcano(self) -> Informer:
+        if self.volcano is None:
+            self.volcano = Informer(self.api, VOLCANO_PODGROUP, self.namespace, self._on_podgroup,
+                                    labels={kr.LABEL_JOB: None}, transform=pod_summary)
+            self.volcano_task = asyncio.get_running_loop().create_task(self.volcano.run())
+        return self.volcano
+
+    def _on_podgroup(self, group: dict[str, Any]) -> None:
+        key = self._owner(group)
+        if key is not None and key not in self.admitted:
+            self.queue.add(key)
 
     async def _create_podgroup(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
                                started: bool) -> bool:

@@ -20,7 +20,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create", "delete"]},  # TensorBoard
-    {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
+    {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
+     "verbs": ["get", "list", "watch", "create", "delete"]},  # watched while jobs wait for admission
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
 ]
 LEASE_RULES: list[dict[str, Any]] = [

@@ -133,10 +133,18 @@ def service(job: TorchJob) -> dict[str, Any]:
     }
 
 
+def podgroup(job: TorchJob) -> dict[str, Any] | None:
+    """The job's PodGroup, if a gang scheduler is asked for; labelled like its pods, so the operator
+    watches only its own."""
+    group = gang.podgroup(job, owner_reference(job))
+    if group is not None:
+        group["metadata"]["labels"] = selector(job)
+    return group
+
+
 def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = True) -> list[dict[str, Any]]:
     """Everything the operator creates for the job's first attempt, in the order it creates them
     (`torchjob render --kube`)."""
-    owner = owner_reference(job)
-    group = gang.podgroup(job, owner)
+    group = podgroup(job)
     pods = [pod(job, rid, 0, init_image=init_image, wait=wait) for rid in replicas(job)]
-    return [*([group] if group else []), service(job), *pods, *tensorboard.objects(job, owner)]
+    return [*([group] if group else []), service(job), *pods, *tensorboard.objects(job, owner_reference(job))]
