@@ -15,7 +15,8 @@
 #                                  kill kube-apiserver and start it again with the same flags
 #                                  (its watch cache starts empty: watches from before get 410)
 #   scripts/dev-cluster.sh crds    print the paths of third-party CRDs the operator works with
-#                                  (Volcano and scheduler-plugins PodGroups), taken from their
+#                                  (Volcano and scheduler-plugins PodGroups, Kueue's Workloads
+#                                  and ResourceFlavors), taken from their
 #                                  Go modules through the module proxy; apply them with
 #                                  `kubectl apply -f` to try gang scheduling objects
 #
@@ -563,6 +564,8 @@ cmd_restart_apiserver() {
 THIRD_PARTY_CRDS=(
     "volcano.sh/volcano@v1.10.0 config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml"
     "sigs.k8s.io/scheduler-plugins@v0.32.7 config/crd/bases/scheduling.x-k8s.io_podgroups.yaml"
+    "sigs.k8s.io/kueue@v0.13.2 config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
+    "sigs.k8s.io/kueue@v0.13.2 config/components/crd/bases/kueue.x-k8s.io_resourceflavors.yaml"
 )
 
 cmd_crds() {

@@ -149,7 +149,8 @@ def finished(status: dict[str, Any]) -> bool:
     return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in status.get("conditions", []))
 
 
-# --- third-party CRDs (Volcano and scheduler-plugins PodGroups), as their projects publish them ---
+# --- third-party CRDs (Volcano and scheduler-plugins PodGroups, Kueue's Workloads and
+# ResourceFlavors), as their projects publish them ---
 
 
 def third_party_crds() -> list[Any]:
@@ -171,8 +172,8 @@ def wait_established(client: Client, name: str, timeout: float = 60) -> None:
 
 
 @pytest.fixture(scope="session")
-def podgroup_crds(kube: Client) -> list[str]:
-    """The Volcano and scheduler-plugins PodGroup CRDs, installed; their names."""
+def scheduling_crds(kube: Client) -> list[str]:
+    """The Volcano and scheduler-plugins PodGroup CRDs and Kueue's, installed; their names."""
     names = []
     for obj in third_party_crds():
         kube.apply(obj, force=True)
@@ -210,3 +211,17 @@ def admit_podgroup(kube: Client, name: str, namespace: str, timeout: float = 30)
             if e.status.code != 404 or time.monotonic() > end:
                 raise
             time.sleep(0.1)
+
+
+def kueue_status(kube: Client, workload: str, namespace: str, status: dict[str, Any]) -> None:
+    """Play Kueue: server-side apply the Workload's status as its admission manager does."""
+    from torchjob.kube.client import KueueWorkload
+
+    body = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": workload, "namespace": namespace}, "status": status}
+    kube.patch(KueueWorkload.Status, workload, body, namespace=namespace, patch_type=PatchType.APPLY,
+               field_manager="kueue-admission", force=True)
+
+
+def kueue_condition(type_: str, status: str, reason: str, message: str = "") -> dict[str, str]:
+    return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now_iso()}

@@ -110,13 +110,6 @@ def test_a_scheduler_only_in_the_templates_is_not_a_gang() -> None:
     assert kr.pod(job, ReplicaId("Master", 0), 0)["spec"]["schedulerName"] == "my-scheduler"
 
 
-def test_kueue_queue_label() -> None:
-    data = job_data("demo", workers=1)
-    assert not gang.queued_by_kueue(job_from_data(data))
-    data["metadata"]["labels"] = {gang.KUEUE_QUEUE_LABEL: "team-a"}
-    assert gang.queued_by_kueue(job_from_data(data))
-
-
 def test_t9k_tensorboard_becomes_a_deployment_and_service_on_the_claim() -> None:
     data = job_data("demo", workers=1)
     data["spec"]["tensorboard"] = {"logDirs": ["t9k://pvc/runs/exp1", "t9k://pvc/runs/exp2", "s3://bucket/logs"]}

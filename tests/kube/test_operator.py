@@ -52,7 +52,7 @@ def env(pod: Any) -> dict[str, str]:
 
 
 def test_volcano_seed_reconciles_to_pods_service_and_env(kube: Client, namespace: str, operator: Operator,
-                                                         podgroup_crds: list[str]) -> None:
+                                                         scheduling_crds: list[str]) -> None:
     job = load_job(SEEDS / "001-volcano-cm.yaml")
     create(kube, explicit(job), namespace)
     admit_podgroup(kube, job.name, namespace)

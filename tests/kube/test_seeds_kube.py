@@ -33,7 +33,7 @@ def env(pod: Any) -> dict[str, str]:
 
 @pytest.mark.parametrize("seed", SEEDS, ids=[s.stem for s in SEEDS])
 def test_seed_reconciles_to_its_pods_service_and_env(seed: Path, kube: Client, namespace: str, operator: Operator,
-                                                     podgroup_crds: list[str]) -> None:
+                                                     scheduling_crds: list[str]) -> None:
     job = load_job(seed)
     create(kube, explicit(job), namespace)
     if gang.awaits_admission(job):

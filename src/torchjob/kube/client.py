@@ -15,7 +15,7 @@ from typing import Any
 
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
@@ -32,12 +32,16 @@ INSTANCE = socket.gethostname()[:128]  # the operator's pod: which replica recor
 
 VolcanoPodGroup = create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
 PluginsPodGroup = create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
+KueueWorkload = create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
+KueueResourceFlavor = create_global_resource("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors")
 
 # By kind, or by apiVersion/kind where two groups share a kind.
 KINDS: dict[str, Any] = {
     "TorchJob": TorchJobRes, "Pod": Pod, "Service": Service, "Event": Event, "Lease": Lease, "Deployment": Deployment,
     "scheduling.volcano.sh/v1beta1/PodGroup": VolcanoPodGroup,
     "scheduling.x-k8s.io/v1alpha1/PodGroup": PluginsPodGroup,
+    "kueue.x-k8s.io/v1beta1/Workload": KueueWorkload,
+    "kueue.x-k8s.io/v1beta1/ResourceFlavor": KueueResourceFlavor,
 }
 
 
@@ -82,8 +86,23 @@ class Api:
         return self.client.watch(KINDS[kind], namespace=namespace or "*", labels=labels,
                                  resource_version=resource_version, server_timeout=300)
 
-    async def get(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    async def get(self, kind: str, name: str, namespace: str | None) -> dict[str, Any]:
+        """namespace None: a cluster-scoped kind."""
+        if namespace is None:
+            return to_dict(await self.client.get(KINDS[kind], name))
         return to_dict(await self.client.get(KINDS[kind], name, namespace=namespace))
+
+    async def patch(self, kind: str, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch any kind."""
+        obj = await self.client.patch(KINDS[kind], name, body, namespace=namespace, patch_type=PatchType.MERGE)
+        return to_dict(obj)
+
+    async def apply_status(self, kind: str, body: dict[str, Any]) -> None:
+        """Server-side apply to the status subresource: the fields in `body` become ours, and only
+        those (a condition in a list keyed by type leaves the others' conditions alone)."""
+        meta = body["metadata"]
+        await self.client.patch(KINDS[kind].Status, meta["name"], body, namespace=meta["namespace"],
+                                patch_type=PatchType.APPLY, force=True)
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         res = KINDS[kind_of(obj)]

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from torchjob.api.model import WORKER, FailureInfo, JobStatus, TorchJob
 from torchjob.core.reconcile import Create, DeleteJob, Event, Forget, Plan, Purge, Stop, reconcile
-from torchjob.kube import client, gang, metrics, tensorboard
+from torchjob.kube import client, gang, kueue, metrics, tensorboard
 from torchjob.kube import render as kr
 from torchjob.kube.client import Api, status_code
 from torchjob.kube.informer import Informer, Key, WorkQueue, key_of, metadata_only
@@ -78,9 +78,10 @@ class Controller:
         self.admitted: set[Key] = set()  # jobs whose PodGroup lets their pods be created
         self.waiting: set[Key] = set()  # jobs told (by an event) that they wait for admission
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
-        # Volcano PodGroups, watched once this operator has made one (so never without their CRD).
-        self.volcano: Informer | None = None
-        self.volcano_task: asyncio.Task[None] | None = None
+        # Third-party kinds (Volcano PodGroups, Kueue Workloads), watched from the first object of
+        # the kind this operator makes: never without their CRD.
+        self.watches: dict[str, Informer] = {}
+        self.watch_tasks: list[asyncio.Task[None]] = []
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()
 
@@ -134,7 +135,7 @@ class Controller:
             await asyncio.gather(*tasks)
         finally:
             synced.cancel()
-            for t in [*tasks, *([self.volcano_task] if self.volcano_task else [])]:
+            for t in [*tasks, *self.watch_tasks]:
                 t.cancel()
 
     @staticmethod
@@ -206,9 +207,12 @@ class Controller:
             return
         status = JobStatus.model_validate(raw.get("status") or {})
         job = gang.with_default_scheduler(job, self.gang_scheduler).model_copy(update={"status": status})
-        if not status.conditions and gang.queued_by_kueue(job) and not job.run_policy.suspend:
-            await self._hold_for_kueue(raw, job)
-            return
+        if kueue.queue_name(job):
+            if not status.conditions and not job.run_policy.suspend:
+                await self._hold_for_kueue(raw, job)
+                return
+            if not await self._sync_workload(raw, job, key):
+                return
         pods, stale, gone = self._pods(job, key)
         now = datetime.now(UTC)
         plan = reconcile(job, observe(job, pods, gone=gone), now)
@@ -278,8 +282,66 @@ class Controller:
         meta = raw["metadata"]
         self.jobs.remember(await self.api.patch_spec(meta["name"], meta.get("namespace", "default"),
                                                      {"runPolicy": {"suspend": True}}))
-        queue = (job.metadata.labels or {})[gang.KUEUE_QUEUE_LABEL]
-        await self.api.event(raw, "Normal", "Queued", f"suspended until Kueue admits it from queue {queue}")
+        await self.api.event(raw, "Normal", "Queued", f"suspended until Kueue admits it from queue "
+                                                      f"{kueue.queue_name(job)}")
+
+    async def _sync_workload(self, raw: dict[str, Any], job: TorchJob, key: Key) -> bool:
+        """The job's Kueue Workload: made while it waits, its admission turned into a resumed (or
+        suspended) job, marked Finished when the job ends. False: the reconcile stops here (the job
+        was just patched or failed; its watch event brings it back)."""
+        status = job.status or JobStatus()
+        wl_key = (key[0], kueue.workload_name(job.name))
+        wl, _ = await self._look_up(kueue.WORKLOAD, wl_key)
+        if status.finished:
+            if wl is not None and not kueue.finished(wl):
+                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                await self.api.apply_status(kueue.WORKLOAD, kueue.finished_status(wl_key[1], key[0], status, now))
+            return True
+        if wl is None:
+            return await self._create_workload(raw, job, key)
+        suspended = bool(job.run_policy.suspend)
+        if kueue.admitted(wl) and suspended:
+            flavors = {}
+            for name in sorted(kueue.flavor_names(wl)):
+                found = await self._flavor(name)
+                if found is not None:
+                    flavors[name] = found
+            self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.admit_patch(job, wl, flavors)))
+            where = f" on {', '.join(sorted(flavors))}" if flavors else ""
+            await self.api.event(raw, "Normal", "Admitted",
+                                 f"admitted by Kueue ClusterQueue {kueue.cluster_queue(wl)}{where}")
+            return False
+        if not kueue.admitted(wl) and not suspended:
+            self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.suspend_patch(job, wl)))
+            await self.api.event(raw, "Normal", "Queued", f"suspended: {kueue.lost_admission(wl)}")
+            return False
+        return True
+
+    async def _create_workload(self, raw: dict[str, Any], job: TorchJob, key: Key) -> bool:
+        try:
+            await self.api.create(kueue.workload(job, kr.owner_reference(job), kr.selector(job)))
+        except Exception as e:
+            code = status_code(e)
+            if code == 409:
+                return True  # made in between; its watch event comes
+            if code != 404:
+                raise
+            message = (f"the job names the Kueue queue {kueue.queue_name(job)!r}, but Kueue's Workload CRD "
+                       f"{kueue.WORKLOAD_CRD} is not installed on this cluster: install Kueue, or remove the "
+                       f"label {kueue.QUEUE_LABEL}")
+            await self._fail(self.jobs.cache.get(key, raw), "KueueUnavailable", message)
+            return False
+        self._watch(kueue.WORKLOAD)
+        return True
+
+    async def _flavor(self, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.api.get(kueue.RESOURCE_FLAVOR, name, None)
+        except Exception as e:
+            if status_code(e) != 404:
+                raise
+            log.warning("Kueue ResourceFlavor %s not found; admitting without its node labels", name)
+            return None
 
     def _forget_podgroup(self, key: Key) -> None:
         self.groups.discard(key)
@@ -310,18 +372,11 @@ class Controller:
         from the first one this operator makes (the CRD exists then); a change requeues its job."""
         if key in self.admitted or not gang.awaits_admission(job):
             return "create"
-        watch = self._watch_volcano()
-        stored = watch.cache.get(key) if watch.synced.is_set() else None
-        watched = stored is not None
-        if stored is None:  # not listed or seen yet (or made by an older operator, unlabelled): ask
-            try:
-                stored = await self.api.get(client.kind_of(group), job.name, key[0])
-            except Exception as e:
-                if status_code(e) != 404:
-                    raise
-                self.groups.discard(key)  # deleted by someone: made again on the next reconcile
-                self.queue.add_after(key, ADMISSION_POLL_S)
-                return "wait"
+        stored, watched = await self._look_up(client.kind_of(group), key)
+        if stored is None:
+            self.groups.discard(key)  # deleted by someone: made again on the next reconcile
+            self.queue.add_after(key, ADMISSION_POLL_S)
+            return "wait"
         if gang.admitted(stored):
             self.admitted.add(key)
             return "create"
@@ -332,17 +387,36 @@ class Controller:
             self.queue.add_after(key, ADMISSION_POLL_S)  # until the watch can tell
         return "wait"
 
-    def _watch_volcano(self) -> Informer:
-        if self.volcano is None:
-            self.volcano = Informer(self.api, VOLCANO_PODGROUP, self.namespace, self._on_podgroup,
-                                    labels={kr.LABEL_JOB: None}, transform=pod_summary)
-            self.volcano_task = asyncio.get_running_loop().create_task(self.volcano.run())
-        return self.volcano
+    def _watch(self, kind: str) -> Informer:
+        if kind not in self.watches:
+            # A PodGroup is read for its status only; a Workload's spec holds the templates to restore.
+            trim = None if kind == kueue.WORKLOAD else pod_summary
+            informer = Informer(self.api, kind, self.namespace, self._on_owned, labels={kr.LABEL_JOB: None},
+                                transform=trim)
+            self.watches[kind] = informer
+            self.watch_tasks.append(asyncio.get_running_loop().create_task(informer.run()))
+        return self.watches[kind]
 
-    def _on_podgroup(self, group: dict[str, Any]) -> None:
-        key = self._owner(group)
-        if key is not None and key not in self.admitted:
+    def _on_owned(self, obj: dict[str, Any]) -> None:
+        key = self._owner(obj)
+        if key is not None:
             self.queue.add(key)
+
+    async def _look_up(self, kind: str, key: Key) -> tuple[dict[str, Any] | None, bool]:
+        """A third-party object by (namespace, name), from its watch when that has it (True), else
+        asked for (False: one not seen yet, or made by an older operator without our label). The
+        kind is watched from the first time one is found: its CRD exists then."""
+        watch = self.watches.get(kind)
+        if watch is not None and watch.synced.is_set() and key in watch.cache:
+            return watch.cache[key], True
+        try:
+            found = await self.api.get(kind, key[1], key[0])
+        except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
+            if status_code(e) != 404:
+                raise
+            return None, False
+        self._watch(kind)
+        return found, False
 
     async def _create_podgroup(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
                                started: bool) -> bool:

@@ -1,6 +1,6 @@
 """Gang scheduling on Kubernetes: which PodGroup a job needs (Volcano's or scheduler-plugins'),
-what it holds, and how its pods point at it. Kueue needs no object from us: a job carrying
-Kueue's queue label starts suspended and waits to be resumed. Pure: dicts in, dicts out.
+what it holds, and how its pods point at it (Kueue, which admits whole jobs, is in `kueue`).
+Pure: dicts in, dicts out.
 
 The scheduler is chosen by the document itself (Kubeflow chose it with an operator-wide flag):
 - `runPolicy.schedulingPolicy.schedulerName`, else the `schedulerName` every pod template shares;
@@ -22,7 +22,6 @@ from torchjob.core.topology import replicas
 
 VOLCANO = "volcano"
 NO_GANG = {"", "default-scheduler", "t9k-scheduler"}  # T9k's scheduler keeps its own queue objects
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PLUGINS_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
@@ -141,10 +140,6 @@ def decorate_pod(job: TorchJob, rtype: str, spec: dict[str, Any], labels: dict[s
     sp = job.run_policy.schedulingPolicy
     if sp is not None and sp.priorityClass:
         spec.setdefault("priorityClassName", sp.priorityClass)
-
-
-def queued_by_kueue(job: TorchJob) -> bool:
-    return bool((job.metadata.labels or {}).get(KUEUE_QUEUE_LABEL))
 
 
 def awaits_admission(job: TorchJob) -> bool:

@@ -22,6 +22,9 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create", "delete"]},  # TensorBoard
     {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
      "verbs": ["get", "list", "watch", "create", "delete"]},  # watched while jobs wait for admission
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "create"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},  # Finished
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["get"]},  # their node labels
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
 ]
 LEASE_RULES: list[dict[str, Any]] = [

@@ -16,7 +16,8 @@ from lightkube.types import PatchType
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.dialects.convert import explicit
-from torchjob.kube.client import TorchJobRes, status_code, to_dict
+from torchjob.kube import kueue
+from torchjob.kube.client import KueueWorkload, TorchJobRes, status_code, to_dict
 from torchjob.kube.render import LABEL_INDEX, LABEL_JOB, LABEL_TYPE
 
 Say = Callable[[str], None]
@@ -130,8 +131,18 @@ def delete(kube: Client, name: str, namespace: str | None) -> None:
 
 
 def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> None:
-    get(kube, name, namespace)
-    kube.patch(TorchJobRes, name, {"spec": {"runPolicy": {"suspend": value}}}, namespace=_ns(kube, namespace),
+    """Suspend or resume. Under a Kueue queue, Kueue decides when a job runs, so its Workload is
+    deactivated (Kueue frees the quota) or activated again (Kueue admits it when there is room)."""
+    data = get(kube, name, namespace)
+    ns = _ns(kube, namespace)
+    if (data["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL):
+        try:
+            kube.patch(KueueWorkload, kueue.workload_name(name), {"spec": {"active": not value}}, namespace=ns,
+                       patch_type=PatchType.MERGE)
+        except Exception as e:  # ApiError, or a plain 404 where Kueue is not installed
+            if status_code(e) != 404:  # none yet: the operator makes it when it first sees the job
+                raise
+    kube.patch(TorchJobRes, name, {"spec": {"runPolicy": {"suspend": value}}}, namespace=ns,
                patch_type=PatchType.MERGE)
 
 
