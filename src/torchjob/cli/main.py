@@ -362,8 +362,8 @@ def suspend(name: str, kube: bool, kubeconfig: str | None, kube_context: str | N
 @click.argument("name")
 @kube_options
 def resume(name: str, kube: bool, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
-    """Start a suspended job's replicas again (its deadline clock restarts); on a cluster this is
-    also how a job held for a Kueue queue is let go by hand."""
+    """Start a suspended job's replicas again (its deadline clock restarts). A job under a Kueue
+    queue is given back to Kueue instead (its Workload activated): it starts when Kueue admits it."""
     _set_suspend(name, False, kube, kubeconfig, kube_context, namespace)
 
 
