@@ -93,3 +93,10 @@ def _merge(base: Any, patch: Any) -> Any:
         else:
             out[k] = _merge(out.get(k), v)
     return out
+
+
+def test_render_kube_shows_the_workload_first() -> None:
+    from torchjob.kube import render as kr
+
+    kinds = [m["kind"] for m in kr.manifests(queued_job(workers=1))]
+    assert kinds == ["Workload", "Service", "Pod", "Pod"]

@@ -22,7 +22,7 @@ from torchjob.core.topology import (
     replica_env,
     replicas,
 )
-from torchjob.kube import gang, tensorboard
+from torchjob.kube import gang, kueue, tensorboard
 
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
@@ -146,5 +146,6 @@ def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = T
     """Everything the operator creates for the job's first attempt, in the order it creates them
     (`torchjob render --kube`)."""
     group = podgroup(job)
+    queued = [kueue.workload(job, owner_reference(job), selector(job))] if kueue.queue_name(job) else []
     pods = [pod(job, rid, 0, init_image=init_image, wait=wait) for rid in replicas(job)]
-    return [*([group] if group else []), service(job), *pods, *tensorboard.objects(job, owner_reference(job))]
+    return [*queued, *([group] if group else []), service(job), *pods, *tensorboard.objects(job, owner_reference(job))]
