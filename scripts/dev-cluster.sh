@@ -166,13 +166,31 @@ cmd_build() {
 
 # ---------------------------------------------------------------------------------------- helpers
 
+# A free port below the kernel's ephemeral range: a port inside it can be taken by some
+# client's outgoing connection while a component is down (restart-apiserver reuses its port).
 free_port() {
     if command -v python3 >/dev/null; then
-        python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-    else # fall back: random high port not listed by ss
+        python3 -c '
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except OSError:
+    low = 32768
+for _ in range(500):
+    port = random.randint(10000, max(low - 1, 10001))
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    break
+else:
+    raise SystemExit("no free port found")'
+    else # fall back: random port not listed by ss
         local p
         for _ in $(seq 50); do
-            p=$((20000 + RANDOM % 30000))
+            p=$((10000 + RANDOM % 22000))
             ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
         done
         die "no free port found"
