@@ -51,6 +51,7 @@ def test_admitted_means_admitted_and_active() -> None:
     assert not kueue.admitted(taken_back)
     assert "Preempted by wl-b" in kueue.lost_admission(taken_back)
     assert "deactivated" in kueue.lost_admission(admitted_workload(job, active=False))
+    assert "waiting for Kueue to admit" in kueue.lost_admission(kueue.workload(job, OWNER, {}))
 
 
 def test_admission_resumes_the_job_on_its_flavors_and_suspension_restores_the_templates() -> None:

@@ -121,7 +121,9 @@ def lost_admission(wl: dict[str, Any]) -> str:
     if (wl.get("spec") or {}).get("active") is False:
         return f"its Kueue Workload {wl['metadata']['name']} is deactivated"
     cond = _condition(wl, "Evicted") or _condition(wl, "Preempted") or _condition(wl, "Admitted")
-    why = (cond or {}).get("message") or "its admission was withdrawn"
+    if cond is None:  # resumed by hand before Kueue admitted it
+        return f"waiting for Kueue to admit its Workload {wl['metadata']['name']}"
+    why = cond.get("message") or "its admission was withdrawn"
     return f"Kueue took back the admission of Workload {wl['metadata']['name']}: {why}"
 
 
