@@ -199,6 +199,13 @@ else:
 
 # <pid> <name>: the process exists, is not a zombie (an orphaned daemon's zombie can linger
 # until PID 1 reaps it) and still runs the <name> binary (guards against pid reuse).
+port_free() { # <port>: nothing listens on 127.0.0.1:<port>
+    python3 -c 'import socket, sys
+with socket.socket() as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Go listeners do: TIME_WAIT is fine
+    s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+}
+
 proc_running() {
     local st
     st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
@@ -573,6 +580,10 @@ cmd_restart_apiserver() {
     # SIGKILL, as a crash: a graceful stop waits for its watches for many seconds.
     kill -KILL "$(cat "$STATE/kube-apiserver.pid")" 2>/dev/null || true
     stop_proc kube-apiserver
+    # A killed Go process shows as a zombie while its other threads still exit holding its
+    # sockets: wait until its port can be bound again.
+    local port; port=$(cat "$STATE/kube-apiserver.port")
+    for _ in $(seq 100); do port_free "$port" && break; sleep 0.1; done
     start_proc kube-apiserver "${cmd[@]}"
     wait_for kube-apiserver "kube-apiserver /readyz" api GET /readyz
     log "kube-apiserver restarted"
