@@ -373,11 +373,15 @@ def resume(name: str, kube: bool, kubeconfig: str | None, kube_context: str | No
 @click.option("--namespace", default="torchjob-system", show_default=True, help="Where the operator runs.")
 @click.option("--crd-only", is_flag=True, help="Only the CustomResourceDefinition.")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
-def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeconfig: str | None) -> None:
+@click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
+              help="One more `torchjob operator` flag for the Deployment (repeat it), e.g. "
+                   "--operator-arg=--gang-scheduler-name=volcano.")
+def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeconfig: str | None,
+            operator_args: tuple[str, ...]) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster."""
     from torchjob.kube.install import DEFAULT_IMAGE, apply, manifests
 
-    objs = manifests(image or DEFAULT_IMAGE, namespace)
+    objs = manifests(image or DEFAULT_IMAGE, namespace, args=list(operator_args))
     if crd_only:
         objs = objs[:1]
     if dry_run:

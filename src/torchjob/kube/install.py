@@ -32,7 +32,9 @@ LEASE_RULES: list[dict[str, Any]] = [
 ]
 
 
-def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: int = 1) -> list[dict[str, Any]]:
+def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: int = 1,
+              args: list[str] | None = None) -> list[dict[str, Any]]:
+    """`args`: more `torchjob operator` flags (e.g. --gang-scheduler-name volcano), after the command."""
     labels = {"app.kubernetes.io/name": NAME}
     return [
         crd(),
@@ -63,6 +65,7 @@ def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: 
                             "name": "operator",
                             "image": image,
                             "command": ["torchjob", "operator", "--leader-elect", "--lease-namespace", namespace],
+                            **({"args": list(args)} if args else {}),
                             "ports": [{"name": "http", "containerPort": 8080}],
                             "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
                             "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
