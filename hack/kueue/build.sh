@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds Kueue's manager from the Go module proxy, for the test that runs a real Kueue against
+# the operator (tests/kube/test_kueue_real.py), and copies all its CRDs next to the binary:
+#
+#   $TORCHJOB_CACHE/kueue/<version>/bin/kueue
+#   $TORCHJOB_CACHE/kueue/<version>/crds/*.yaml
+#
+# TORCHJOB_CACHE defaults to ~/.cache/torchjob; KUEUE_VERSION to v0.13.2. The proxy does not list
+# sigs.k8s.io/kueue's versions, so `go install module@version` cannot check for deprecation and
+# fails; a wrapper module that requires the version builds it. About 6 min on 2 cores, once.
+# The LAST line of stdout is the binary's path; everything else goes to stderr.
+set -euo pipefail
+
+VERSION="${KUEUE_VERSION:-v0.13.2}"
+MODULE=sigs.k8s.io/kueue
+DIR="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}/kueue/$VERSION"
+[[ "$DIR" == /* ]] || DIR="$PWD/$DIR"
+BIN="$DIR/bin/kueue"
+
+log() { printf '[kueue] %s\n' "$*" >&2; }
+
+command -v go >/dev/null || { log "ERROR: go not found in PATH"; exit 1; }
+if [[ -x "$BIN" && -d "$DIR/crds" ]]; then
+    log "already built: $BIN"
+    echo "$BIN"
+    exit 0
+fi
+t0=$SECONDS
+work="$DIR/wrapper"
+mkdir -p "$DIR/bin" "$work"
+printf 'module kueuebuild\n\ngo 1.24\n' >"$work/go.mod"
+printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/kueue"\n' "$MODULE" >"$work/tools.go"
+log "building $MODULE/cmd/kueue@$VERSION"
+(cd "$work" && GOFLAGS=-mod=mod go get "$MODULE@$VERSION" \
+    && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" "$MODULE/cmd/kueue") >&2
+src=$(cd "$work" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$MODULE")
+[[ -d "$src/config/components/crd/bases" ]] || { log "ERROR: no CRDs in $src"; exit 1; }
+rm -rf "$DIR/crds"; mkdir -p "$DIR/crds"
+cp "$src"/config/components/crd/bases/*.yaml "$DIR/crds/"
+chmod 644 "$DIR"/crds/*.yaml
+mv "$BIN.tmp" "$BIN"
+log "built in $((SECONDS - t0))s: $BIN"
+echo "$BIN"
