@@ -92,10 +92,15 @@ class Api:
             return to_dict(await self.client.get(KINDS[kind], name))
         return to_dict(await self.client.get(KINDS[kind], name, namespace=namespace))
 
-    async def patch(self, kind: str, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Merge-patch any kind."""
-        obj = await self.client.patch(KINDS[kind], name, body, namespace=namespace, patch_type=PatchType.MERGE)
-        return to_dict(obj)
+    async def find(self, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+        """`get`, or None where there is no such object, or no such kind (its CRD is not installed:
+        a plain 404, not an ApiError)."""
+        try:
+            return await self.get(kind, name, namespace)
+        except Exception as e:
+            if status_code(e) != 404:
+                raise
+            return None
 
     async def apply_status(self, kind: str, body: dict[str, Any]) -> None:
         """Server-side apply to the status subresource: the fields in `body` become ours, and only

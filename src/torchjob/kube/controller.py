@@ -26,7 +26,7 @@ from torchjob.kube import client, gang, kueue, metrics, tensorboard
 from torchjob.kube import render as kr
 from torchjob.kube.client import Api, status_code
 from torchjob.kube.informer import Informer, Key, WorkQueue, key_of, metadata_only
-from torchjob.kube.observe import observe, pod_summary
+from torchjob.kube.observe import observe, parse_time, pod_summary
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
@@ -299,8 +299,8 @@ class Controller:
             return True
         if wl is None:
             return await self._create_workload(raw, job, key)
-        suspended = bool(job.run_policy.suspend)
-        if kueue.admitted(wl) and suspended:
+        suspended, admitted = bool(job.run_policy.suspend), kueue.admitted(wl)
+        if admitted and suspended:
             flavors = {}
             for name in sorted(kueue.flavor_names(wl)):
                 found = await self._flavor(name)
@@ -311,7 +311,7 @@ class Controller:
             await self.api.event(raw, "Normal", "Admitted",
                                  f"admitted by Kueue ClusterQueue {kueue.cluster_queue(wl)}{where}")
             return False
-        if not kueue.admitted(wl) and not suspended:
+        if not admitted and not suspended:
             self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.suspend_patch(job, wl)))
             await self.api.event(raw, "Normal", "Queued", f"suspended: {kueue.lost_admission(wl)}")
             return False
@@ -335,13 +335,10 @@ class Controller:
         return True
 
     async def _flavor(self, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.api.get(kueue.RESOURCE_FLAVOR, name, None)
-        except Exception as e:
-            if status_code(e) != 404:
-                raise
+        found = await self.api.find(kueue.RESOURCE_FLAVOR, name, None)
+        if found is None:
             log.warning("Kueue ResourceFlavor %s not found; admitting without its node labels", name)
-            return None
+        return found
 
     def _forget_podgroup(self, key: Key) -> None:
         self.groups.discard(key)
@@ -409,13 +406,9 @@ class Controller:
         watch = self.watches.get(kind)
         if watch is not None and watch.synced.is_set() and key in watch.cache:
             return watch.cache[key], True
-        try:
-            found = await self.api.get(kind, key[1], key[0])
-        except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
-            if status_code(e) != 404:
-                raise
-            return None, False
-        self._watch(kind)
+        found = await self.api.find(kind, key[1], key[0])
+        if found is not None:
+            self._watch(kind)
         return found, False
 
     async def _create_podgroup(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
@@ -500,11 +493,12 @@ class Controller:
     def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
         for p in pods:
             deleting = p["metadata"].get("deletionTimestamp")
-            if not deleting:
+            since = parse_time(deleting)
+            if since is None:
                 continue
             # The server sets deletionTimestamp to the request's time plus the grace period: past it,
             # a kubelet would have killed the pod; one that is still there sits on a node that is gone.
-            due = datetime.fromisoformat(deleting.replace("Z", "+00:00")) + timedelta(seconds=self.force_delete_after_s)
+            due = since + timedelta(seconds=self.force_delete_after_s)
             if now >= due:
                 log.warning("force-deleting %s, stuck terminating since %s", p["metadata"]["name"], deleting)
                 self._spawn(self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))

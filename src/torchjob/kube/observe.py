@@ -21,7 +21,8 @@ PHASES = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Unknown": Phase.R
 UNKNOWN_EXIT = 0xBEEF  # like Kubeflow: a pod that failed before its container ran (>= 128: retryable)
 
 
-def _time(value: str | None) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, `Z`) as an aware datetime."""
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
@@ -59,9 +60,9 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
         exit_code = UNKNOWN_EXIT
     if phase is Phase.SUCCEEDED and exit_code is None:
         exit_code = 0
-    finished = _time(terminated.get("finishedAt")) if phase in (Phase.SUCCEEDED, Phase.FAILED) else None
+    finished = parse_time(terminated.get("finishedAt")) if phase in (Phase.SUCCEEDED, Phase.FAILED) else None
     if finished is None and phase in (Phase.SUCCEEDED, Phase.FAILED):
-        finished = _time(meta.get("creationTimestamp"))
+        finished = parse_time(meta.get("creationTimestamp"))
     return Observed(rid, attempt, phase, exit_code, reason, message, finished,
                     stopping=meta.get("deletionTimestamp") is not None)
 
@@ -91,7 +92,7 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], stop_requested: str |
         if obs is None:
             continue
         if evicted(job, obs, p, deleted):
-            since = _time(p["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
+            since = parse_time(p["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
             obs = replace(obs, phase=Phase.FAILED, exit_code=UNKNOWN_EXIT, reason="Evicted",
                           message="the pod was deleted while it ran", finished_at=since, stopping=False)
         elif deleted:
