@@ -116,18 +116,23 @@ def test_a_pod_deleted_under_a_running_job_is_an_eviction_its_policy_acts_on(
     assert job_status(kube, "drain", namespace)["restartCount"] == 1
 
 
+def wait_made_again(kube: Client, job: str, namespace: str, n: int, pod: str, old_uid: str,
+                    log: Path | None = None) -> dict[str, Any]:
+    """The job's n pods by name, once `pod` is a new object (not `old_uid`); fails after 30 s."""
+    for _ in range(300):
+        pods = {p.metadata.name: p for p in pods_of(kube, job, namespace)}
+        if len(pods) == n and pods[pod].metadata.uid != old_uid:
+            return pods
+        time.sleep(0.1)
+    raise AssertionError(f"{pod} was not made again" + (f":\n{log.read_text()[-2000:]}" if log else ""))
+
+
 def test_without_a_policy_a_deleted_pod_is_made_again_uncounted(kube: Client, namespace: str,
                                                                 operator: Operator) -> None:
     create(kube, job_data("del", workers=1, restart_policy="Never"), namespace)
     before = {p.metadata.name: p.metadata.uid for p in wait_pods(kube, "del", namespace, 2)}
     kube.delete(Pod, "del-worker-0", namespace=namespace)
-    for _ in range(300):
-        pods = {p.metadata.name: p for p in pods_of(kube, "del", namespace)}
-        if len(pods) == 2 and pods["del-worker-0"].metadata.uid != before["del-worker-0"]:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("the deleted pod was not made again")
+    pods = wait_made_again(kube, "del", namespace, 2, "del-worker-0", before["del-worker-0"])
     assert pods["del-worker-0"].metadata.annotations["torchjob.dev/attempt"] == "0"
     assert pods["del-master-0"].metadata.uid == before["del-master-0"]
     status = job_status(kube, "del", namespace)
@@ -149,13 +154,7 @@ def test_a_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_made_again(
         assert kube.get(Pod, "lost-worker-0", namespace=namespace).spec.nodeName == "lost-node"
         kube.delete(Pod, "lost-worker-0", namespace=namespace, grace_period=1)
         assert kube.get(Pod, "lost-worker-0", namespace=namespace).metadata.deletionTimestamp  # stuck
-        for _ in range(300):
-            pods = {p.metadata.name: p for p in pods_of(kube, "lost", namespace)}
-            if len(pods) == 2 and pods["lost-worker-0"].metadata.uid != before["lost-worker-0"]:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"the stuck pod is still there:\n{op.log.read_text()[-2000:]}")
+        pods = wait_made_again(kube, "lost", namespace, 2, "lost-worker-0", before["lost-worker-0"], op.log)
         assert "force-deleting lost-worker-0" in op.log.read_text()
         assert pods["lost-master-0"].metadata.uid == before["lost-master-0"]
     finally:
