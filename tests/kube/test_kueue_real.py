@@ -28,7 +28,7 @@ from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube import kueue
 from torchjob.kube.client import KueueResourceFlavor, KueueWorkload, TorchJobRes
 
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]  # the first may build Kueue (~6 min)
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]  # the first may build Kueue (~5 min)
 ClusterQueue = create_global_resource("kueue.x-k8s.io", "v1beta1", "ClusterQueue", "clusterqueues")
 LocalQueue = create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "LocalQueue", "localqueues")
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # fixed in Kueue v0.13 when it manages no certs itself
