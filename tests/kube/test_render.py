@@ -42,6 +42,18 @@ def test_pods_carry_names_labels_owner_and_the_env_contract() -> None:
     assert "initContainers" not in kr.pod(job, ReplicaId("Worker", 0), 0, wait=False)["spec"]
 
 
+def test_an_elastic_rendezvous_host_resolves_through_the_headless_service() -> None:
+    # Found on the real node: the bare `<job>-worker-0` of Kubeflow is NXDOMAIN from worker-1,
+    # since torchjob makes one headless Service `<job>`, not one per replica.
+    job = make_job("el", master=False, workers=3, command=("torchrun", "train.py"),
+                   elastic={"minReplicas": 1, "maxReplicas": 3, "rdzvBackend": "c10d"})
+    env = env_of(kr.pod(job, ReplicaId("Worker", 2), 0))
+    assert env["PET_RDZV_ENDPOINT"] == "el-worker-0.el:23456"
+    pinned = make_job("el", master=False, workers=2, command=("torchrun", "train.py"),
+                      elastic={"rdzvHost": "etcd.infra", "rdzvPort": 2379, "rdzvBackend": "etcd"})
+    assert env_of(kr.pod(pinned, ReplicaId("Worker", 1), 0))["PET_RDZV_ENDPOINT"] == "etcd.infra:2379"
+
+
 def test_user_env_is_upserted_never_duplicated() -> None:
     job = make_job("demo", workers=1)
     data = job.model_dump(mode="json", exclude_none=True)

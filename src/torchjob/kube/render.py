@@ -46,7 +46,9 @@ def placement(job: TorchJob) -> Placement:
     first = ReplicaId(MASTER if has_master(job) else WORKER, 0)
     port = master_port(job)
     ep = job.spec.elasticPolicy
-    rdzv_host = ep.rdzvHost if ep and ep.rdzvHost else pod_name(job, ReplicaId(WORKER, 0))
+    # worker-0 as in Kubeflow, but by the name the headless Service makes resolvable: Kubeflow's
+    # bare `<job>-worker-0` resolves only because it makes a Service per replica.
+    rdzv_host = ep.rdzvHost if ep and ep.rdzvHost else host(job, ReplicaId(WORKER, 0))
     rdzv_port = ep.rdzvPort if ep and ep.rdzvPort else port
     return Placement(host(job, first), port, rdzv_host, rdzv_port)
 
