@@ -1,0 +1,55 @@
+"""The seed documents, each through `torchjob run --kube` on the real node: their pods really
+start, find their master by DNS and train together. The images they name are local stand-ins
+carrying code that does what theirs does (tests/e2e/images.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lightkube import Client
+
+from tests.e2e.conftest import pods, torchjob, wait_for
+
+pytestmark = pytest.mark.kube
+SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"
+
+
+def logs_of(kubeconfig: str, job: str, ns: str) -> str:
+    out = torchjob(kubeconfig, "logs", job, "-n", ns)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_t9k_seed_runs_four_replicas_with_the_first_as_master(node_kubeconfig: str, ns: str) -> None:
+    run = torchjob(node_kubeconfig, "run", str(SEEDS / "003-t9k.yaml"), "-n", ns)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert logs_of(node_kubeconfig, "pytorch-example", ns).count("all-reduce ok: 10") == 4
+
+
+def test_kubeflow_seed_runs_its_mnist_command(node_kubeconfig: str, ns: str, tmp_path: Path) -> None:
+    # `imagePullPolicy: Always` asks the kubelet to pull, and nothing can be pulled here: the only
+    # change to the document (a real cluster pulls Katib's image).
+    doc = (SEEDS / "004-kubeflow-simple.yaml").read_text().replace("imagePullPolicy: Always",
+                                                                   "imagePullPolicy: IfNotPresent")
+    (tmp_path / "kf.yaml").write_text(doc)
+    run = torchjob(node_kubeconfig, "run", str(tmp_path / "kf.yaml"), "-n", ns)
+    assert run.returncode == 0, run.stdout + run.stderr
+    logs = logs_of(node_kubeconfig, "pytorch-simple-001", ns)
+    assert "world size 3, master pytorch-simple-001-master-0.pytorch-simple-001:23456" in logs
+    assert logs.count("epoch 1/1 loss") == 3, logs
+
+
+def test_the_nccl_seed_on_a_node_without_gpus_says_why_it_waits(node_kubeconfig: str, node: Client,
+                                                                 ns: str) -> None:
+    # Seed 002 asks one nvidia.com/gpu per replica (NCCL); this node has none: the job must not
+    # start, and the user must see why without reading the scheduler's mind.
+    sub = torchjob(node_kubeconfig, "submit", str(SEEDS / "002-kubeflow-nccl.yaml"), "-n", ns)
+    assert sub.returncode == 0, sub.stderr
+    wait_for("its pods", lambda: len(pods(node, "pytorch-dist-mnist-nccl", ns)) == 2)
+
+    def described() -> str | None:
+        out = torchjob(node_kubeconfig, "describe", "pytorch-dist-mnist-nccl", "-n", ns).stdout
+        return out if "Insufficient nvidia.com/gpu" in out else None
+
+    assert "Unschedulable: 0/1 nodes are available" in wait_for("the reason in describe", described, timeout=60)
