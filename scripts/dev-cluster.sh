@@ -86,7 +86,7 @@ if real_node; then DEVCLUSTER_CONTROLLER_MANAGER=1; fi
 
 # ---------------------------------------------------------------------------------------- build
 
-sha() { sha256sum "$@" | sha256sum | cut -c1-16; }
+sha() { cat "$@" | sha256sum | cut -c1-16; } # contents only: the same in every clone
 
 # A binary is (re)built when missing or when its stamp (versions + go.sum hash + go version)
 # differs, so bumping hack/controlplane rebuilds; otherwise it's a no-op.
@@ -103,6 +103,12 @@ cmd_build() {
     local gov t0 minor
     gov=$(go env GOVERSION)
     mkdir -p "$BIN"
+    # One build at a time per cache (clusters in other state dirs share it): the second waits,
+    # then finds the binaries built.
+    if command -v flock >/dev/null; then
+        exec 8>"$BIN/.build.lock"
+        flock -w 3600 8 || die "could not get the build lock $BIN/.build.lock"
+    fi
     # Static binaries like upstream's; -s -w like upstream release builds (DBG unset).
     export CGO_ENABLED=0
 
@@ -180,6 +186,7 @@ cmd_build() {
         log "built kwok in $((SECONDS - t0))s"
     fi
     if real_node; then rn_build; fi
+    exec 8>&- # the build lock
     log "binaries in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"
 }
 
@@ -236,8 +243,8 @@ pid_alive() { [[ -f "$STATE/$1.pid" ]] && proc_running "$(cat "$STATE/$1.pid")" 
 start_proc() { # <name> <cmd...>: detached, own session, logs in $STATE/<name>.log
     local name=$1; shift
     printf '%q ' "$@" >"$STATE/$name.cmdline"; echo >>"$STATE/$name.cmdline"
-    # 9>&-: the daemons must not inherit (and so hold) the state lock.
-    setsid "$@" </dev/null >"$STATE/$name.log" 2>&1 9>&- &
+    # 9>&- 8>&-: the daemons must not inherit (and so hold) the state or build lock.
+    setsid "$@" </dev/null >"$STATE/$name.log" 2>&1 9>&- 8>&- &
     echo $! >"$STATE/$name.pid"
     log "started $name (pid $!, log $STATE/$name.log)"
 }

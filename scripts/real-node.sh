@@ -363,8 +363,8 @@ for p in json.load(sys.stdin)["items"]:
     while read -r ns name; do
         api DELETE "/api/v1/namespaces/$ns/pods/$name" '{"gracePeriodSeconds": 0}' >/dev/null 2>&1 || true
     done <<<"$pods"
-    for _ in $(seq 60); do
-        [[ -z "$(ctr_ containers ls -q 2>/dev/null)" ]] && break
+    for _ in $(seq 60); do # until no container runs (their records stay until the kubelet's GC)
+        [[ -z "$(ctr_ tasks ls -q 2>/dev/null)" ]] && break
         sleep 0.5
     done
 }

@@ -88,17 +88,18 @@ def test_an_elastic_job_keeps_training_when_a_worker_container_is_killed(node_ku
     assert sub.returncode == 0, sub.stderr
     # Every node trains in one world of 3 (the rendezvous on el-worker-0.el resolved from each).
     wait_for("a world of 3", lambda: "world 3 step 5" in pod_log(node, "el-worker-0", ns), timeout=120)
-    victim = running_container(node.get(Pod, "el-worker-2", namespace=ns))
-    kill_container(victim)
+    before = node.get(Pod, "el-worker-2", namespace=ns)
+    kill_container(running_container(before))
     # The survivors' agents restart their workers in a new rendezvous round, and training goes on.
     wait_for("a new round", lambda: re.search(r"round [1-9] world [1-3] step 5", pod_log(node, "el-worker-0", ns)),
              timeout=120)
     status = wait_for("the job's end", lambda: ended(node, "el", ns), timeout=180)
     assert "Succeeded" in conditions(status), status
-    w2 = node.get(Pod, "el-worker-2", namespace=ns)
-    killed = [cs for cs in w2.status.containerStatuses or [] if cs.name == "pytorch"]
-    assert killed and killed[0].restartCount >= 1  # the kubelet restarted the killed container (OnFailure)
-    assert killed[0].lastState.terminated.exitCode == 137
+    # The killed replica failed with 137 and was made again (OnFailure), counted as a restart.
+    assert status["restartCount"] >= 1, status
+    assert node.get(Pod, "el-worker-2", namespace=ns).metadata.uid != before.metadata.uid
+    described = torchjob(node_kubeconfig, "describe", "el", "-n", ns).stdout
+    assert "worker-2" in described and "137" in described, described
 
 
 def test_a_failing_worker_under_never_fails_the_job_and_leaves_no_pod_running(node_kubeconfig: str, node: Client,
