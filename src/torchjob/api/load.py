@@ -73,10 +73,22 @@ class Loaded:
     dialect: str = f"{API_VERSION} {KIND}"
 
 
+def advise(loaded: Loaded, doc: Document) -> Loaded:
+    """Add what torchjob does differently from what the job asks (core.advice), by the document's lines."""
+    from torchjob.core.advice import advisories
+
+    for path, message in advisories(loaded.job):
+        own = doc.translate(list(path))
+        where = ".".join(f"[{p}]" if isinstance(p, int) else p for p in own).replace(".[", "[")
+        line = doc.line_of(own)
+        loaded.notes.append(f"{doc.source}:{line}: {where}: {message}" if line else f"{where}: {message}")
+    return loaded
+
+
 def load_document(doc: Document) -> Loaded:
     api, kind = doc.data.get("apiVersion"), doc.data.get("kind")
     if api == API_VERSION and kind == KIND:
-        return Loaded(job_from_data(doc.data, doc))
+        return advise(Loaded(job_from_data(doc.data, doc)), doc)
     from torchjob.dialects import SUPPORTED, reader_for  # dialects build on the native model
 
     reader = reader_for(api, kind)
@@ -93,7 +105,7 @@ def load_document(doc: Document) -> Loaded:
             doc.source,
         )
     converted = reader(doc)
-    return Loaded(converted.job, converted.notes, f"{api} {kind}")
+    return advise(Loaded(converted.job, converted.notes, f"{api} {kind}"), doc)
 
 
 def job_from_document(doc: Document) -> TorchJob:

@@ -222,7 +222,8 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
             click.echo(yaml.safe_dump_all(objs, sort_keys=False).rstrip())
         return
     opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
-    _, specs = prepare_job(job, opts, Store())
+    notes = warnings(job)  # a dry run notes what only a run would refuse, and goes on
+    _, specs = prepare_job(job, opts, Store(), notes)
     data: list[dict[str, Any]] = [
         {"replica": s.name, "command": s.argv, "workingDir": s.cwd, "env": dict(sorted(s.env.items())),
          "mounts": [m.__dict__ for m in s.mounts], "gpus": s.gpus, "torchrun": s.torchrun,
@@ -230,7 +231,7 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
         for s in specs
     ]
     if output != "text":
-        _dump({"name": job.name, "replicas": data, "warnings": warnings(job)}, output)
+        _dump({"name": job.name, "replicas": data, "warnings": notes}, output)
         return
     import shlex
 
@@ -245,7 +246,7 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
             click.echo(f"  mount: {m['source']} -> {m['target']}" + (" (read-only)" if m["read_only"] else ""))
         if d["gpus"] is not None:
             click.echo(f"  gpus: {','.join(d['gpus']) or '(none)'}")
-    for w in warnings(job):
+    for w in notes:
         click.echo(f"warning: {w}", err=True)
     click.echo("note: ports are picked per run; pass --document-ports to use the document's", err=True)
 
