@@ -117,12 +117,13 @@ class Notes:
 
 
 def reader_for(api_version: object, kind: object) -> Reader | None:
-    from torchjob.dialects import kubeflow, t9k, volcano
+    from torchjob.dialects import kubeflow, t9k, trainjob, volcano
 
     readers: dict[tuple[str, str], Reader] = {
         (kubeflow.API_VERSION, kubeflow.KIND): kubeflow.read,
         (volcano.API_VERSION, volcano.KIND): volcano.read,
         (t9k.API_VERSION, t9k.KIND): t9k.read,
+        (trainjob.API_VERSION, trainjob.KIND): trainjob.read,
     }
     return readers.get((str(api_version), str(kind)))
 
@@ -132,4 +133,5 @@ SUPPORTED = (
     "kubeflow.org/v1 PyTorchJob",
     "batch.volcano.sh/v1alpha1 Job (pytorch plugin)",
     "batch.tensorstack.dev/v1beta1 PyTorchTrainingJob",
+    "trainer.kubeflow.org/v1alpha1 TrainJob (torch runtimes)",
 )
