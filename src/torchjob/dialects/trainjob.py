@@ -215,8 +215,9 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     for key in ("suspend", "activeDeadlineSeconds"):
         if key in rp:
             out_spec[key] = rp[key]
-    lost += [f"runPolicy.{k} has no TrainJob field" for k, v in rp.items() if k not in ("suspend", "activeDeadlineSeconds")
-             and (k, v) != ("backoffLimit", JOB_BACKOFF_DEFAULT)]  # torch-distributed's Job allows 6
+    kept = ("suspend", "activeDeadlineSeconds")
+    lost += [f"runPolicy.{k} has no TrainJob field" for k, v in rp.items()
+             if k not in kept and (k, v) != ("backoffLimit", JOB_BACKOFF_DEFAULT)]  # torch-distributed's Job: 6
     restarts = {r.get("restartPolicy", "OnFailure") for r in specs.values()}
     if restarts != {"OnFailure"}:
         lost.append(f"restartPolicy {sorted(restarts)}: a TrainJob's nodes restart as its runtime's Job says "
