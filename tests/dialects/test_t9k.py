@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dialects.util import doc, edit, line_of, problem_at, problems, read
+from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, problems, read
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import MASTER, WORKER, Container, TorchJob
 from torchjob.core.topology import (
@@ -416,3 +416,121 @@ MALFORMED = {
 def test_malformed_shapes_are_problems_not_crashes(case: str) -> None:
     old, new = MALFORMED[case]
     assert problems(edit(TORCHRUN, old, new))
+
+
+# --- as T9k's API reference writes it ----------------------------------------------------------------------------
+
+REFERENCE = doc("""
+    apiVersion: batch.tensorstack.dev/v1beta1
+    kind: PyTorchTrainingJob
+    metadata:
+      name: ref
+    spec:
+      torchrunConfig:
+        enabled: true
+        maxRestarts: 2
+        procPerNode: "1"
+        rdzvBackend: c10d
+        extraOptions: []
+      elastic:
+        enabled: true
+        minReplicas: 2
+        maxReplicas: 6
+        expectedReplicas: 4
+      runMode:
+        debug:
+          enabled: true
+          replicaSpecs:
+            - type: node
+              command: [sleep, "3600"]
+      tensorboardSpec:
+        image: t9kpublic/tensorboard:2.11.0
+        logDir:
+          pvc:
+            - name: logs-pvc
+              subPath: [runs/a, /runs/b/]
+            - name: other
+          s3:
+            secretRef: {name: s3-creds}
+            uri: ["s3://bucket/tb"]
+      replicaSpecs:
+        - type: node
+          replicas: 3
+          scalingWeight: 1
+          template:
+            spec:
+              containers:
+                - name: python
+                  command: [python]
+                  args: [train.py]
+""")
+
+
+def test_the_reference_spelling_turns_modes_on() -> None:
+    loaded = read(REFERENCE)
+    job = loaded.job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 3)  # elastic.expectedReplicas: 4
+    c = containers(job, WORKER)[0]
+    assert (c.command, c.args) == (["torchrun"], ["train.py"])
+    assert job.spec.elasticPolicy is not None
+    assert job.spec.elasticPolicy.model_dump(exclude_none=True) == {"minReplicas": 2, "maxReplicas": 6,
+                                                                     "maxRestarts": 2, "rdzvBackend": "c10d"}
+    debug = job.spec.runMode.debug if job.spec.runMode else None
+    assert debug is not None and debug.enabled
+    # the debug spec names T9k's type; `node` became the master and the workers, so it reaches both
+    assert [(d.type, d.command) for d in debug.replicaSpecs or []] == [("master", ["sleep", "3600"]),
+                                                                       ("worker", ["sleep", "3600"])]
+    assert job.spec.tensorboard is not None
+    assert job.spec.tensorboard.logDirs == ["t9k://pvc/logs-pvc/runs/a", "t9k://pvc/logs-pvc/runs/b",
+                                            "t9k://pvc/other", "s3://bucket/tb"]
+    assert sorted(n.split(": ", 2)[1] for n in loaded.notes) == [
+        "spec.replicaSpecs.0.scalingWeight", "spec.tensorboardSpec.logDir.s3.secretRef"]
+
+
+@pytest.mark.parametrize("section", ["torchrunConfig", "runMode.debug"])
+def test_both_spellings_are_read_and_must_agree(section: str) -> None:
+    key = section.split(".")[-1]
+    text = edit(REFERENCE, f"{key}:\n{'      ' if '.' in section else '    '}enabled: true",
+                f"{key}:\n{'      ' if '.' in section else '    '}enable: true")
+    assert read(text).job.spec.elasticPolicy is not None or section != "torchrunConfig"
+    both = edit(REFERENCE, f"{key}:\n{'      ' if '.' in section else '    '}enabled: true",
+                f"{key}:\n{'      ' if '.' in section else '    '}enabled: true\n"
+                f"{'      ' if '.' in section else '    '}enable: false")
+    p = only_problem(both)
+    assert (p.path, p.message) == (f"spec.{section}", "enabled and enable disagree")
+
+
+def test_a_mode_without_enabled_is_off_with_a_warning() -> None:
+    text = edit(REFERENCE, "    enabled: true\n    maxRestarts: 2", "    maxRestarts: 2")
+    loaded = read(text)
+    assert containers(loaded.job, MASTER)[0].command == ["python"]  # torchrun off, as T9k's default
+    assert any("spec.torchrunConfig: has no enabled: true, so it is off and its other fields are unused" in n
+               for n in loaded.notes)
+
+
+def test_pause_is_a_suspend_and_resume_specs_are_refused() -> None:
+    text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  runMode:\n    pause:\n      enabled: true\n  replicaSpecs:")
+    job = read(text).job
+    assert job.run_policy.suspend is True
+    bad = edit(text, "      enabled: true\n", "      enabled: true\n      resumeSpecs: [{type: worker, command: [x]}]\n")
+    p = problem_at(bad, "spec.runMode.pause.resumeSpecs", "resumeSpecs")
+    assert "resume with other commands" in p.message
+
+
+def test_a_debug_spec_of_an_unknown_type_is_refused() -> None:
+    text = edit(REFERENCE, "        - type: node\n          command", "        - type: chief\n          command")
+    p = problem_at(text, "spec.runMode.debug.replicaSpecs[0].type", "type: chief")
+    assert p.message == "'chief' is not a replica type of this job"
+
+
+def test_expected_replicas_outside_the_elastic_range_is_refused() -> None:
+    p = problem_at(edit(REFERENCE, "expectedReplicas: 4", "expectedReplicas: 9"), "spec.elastic", "elastic:")
+    assert p.message == "the job starts 9 replicas, outside minReplicas..maxReplicas 2..6"
+
+
+def test_wrong_types_are_problems_not_crashes() -> None:
+    for old, new, path in [("replicas: 3", "replicas: three", "spec.replicaSpecs[0].replicas"),
+                           ("    enabled: true\n    maxRestarts", "    enabled: 'yes'\n    maxRestarts",
+                            "spec.torchrunConfig.enabled"),
+                           ("extraOptions: []", "extraOptions: [{a: 1}]", "spec.torchrunConfig.extraOptions[0]")]:
+        assert [p.path for p in problems(edit(REFERENCE, old, new))] == [path]

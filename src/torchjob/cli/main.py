@@ -247,7 +247,7 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
 
     for d in data:
         click.echo(f"{d['replica']}:" + ("  (torchrun)" if d["torchrun"] else ""))
-        click.echo(f"  command: {shlex.join(d['command']) or '(none: on a cluster the image entrypoint runs)'}")
+        click.echo(f"  command: {shlex.join(d['command'])}")
         click.echo(f"  workingDir: {d['workingDir']}")
         click.echo("  env:")
         for k, v in d["env"].items():

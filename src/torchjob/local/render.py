@@ -238,7 +238,9 @@ def render(
     for rid in rids:
         pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
         c = containers[rid.name]
-        argv = [*(c.command or []), *(c.args or [])]
+        # A dry run shows where the image's entrypoint would go (a run refused it above).
+        head = c.command or [f"<the entrypoint of {c.image or 'the image'}>"]
+        argv = [*head, *(c.args or [])]
         debug = debug_command(job, rid.rtype)
         ours = replica_env(job, rid, argv, where).env
         if debug is not None:
