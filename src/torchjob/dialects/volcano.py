@@ -182,9 +182,10 @@ def read(doc: Document) -> Converted:
     replicas: dict[str, Any] = {}
     for name, (i, task) in by_name.items():
         rtype = native_types[name]
-        template = copy.deepcopy(task.get("template") or {})
+        given = task.get("template")
+        template: dict[str, Any] = copy.deepcopy(given) if isinstance(given, dict) else {}
         pod = template.setdefault("spec", {})
-        restart = pod.pop("restartPolicy", None)
+        restart = pod.pop("restartPolicy", None) if isinstance(pod, dict) else "OnFailure"  # (the model says why)
         if restart is None:
             notes.warn(["spec", "tasks", i, "template", "spec"],
                        "no restartPolicy: Kubernetes would use Always; torchjob uses OnFailure")
@@ -194,16 +195,18 @@ def read(doc: Document) -> Converted:
             r["policies"] = copy.deepcopy(task["policies"])
         if "maxRetry" in task:
             r["maxRestarts"] = task["maxRetry"]
-        if task.get("dependsOn"):
-            dep = task["dependsOn"]
-            r["dependsOn"] = {**dep, "name": [native_types.get(str(n), str(n)) for n in dep.get("name", [])]}
-        if rtype == MASTER and int(port_text) != DEFAULT_PORT:
-            containers = pod.get("containers") or []
-            if containers:
-                c = containers[training_container_raw(containers)]
-                ports = c.setdefault("ports", [])
-                if not any(p.get("name") == PORT_NAME for p in ports):
-                    ports.append({"name": PORT_NAME, "containerPort": int(port_text)})
+        dep = notes.section(task, "dependsOn", ["spec", "tasks", i])
+        if dep:
+            names = dep.get("name")
+            r["dependsOn"] = {**dep, "name": [native_types.get(str(n), str(n)) for n in names]
+                              if isinstance(names, list) else names}
+        containers = pod.get("containers") if isinstance(pod, dict) else None
+        if rtype == MASTER and int(port_text) != DEFAULT_PORT and isinstance(containers, list) and containers:
+            c = containers[training_container_raw(containers)]
+            ports = c.setdefault("ports", []) if isinstance(c, dict) else None
+            if isinstance(ports, list) and not any(isinstance(p, dict) and p.get("name") == PORT_NAME
+                                                   for p in ports):
+                ports.append({"name": PORT_NAME, "containerPort": int(port_text)})
         replicas[rtype] = r
         prefix: tuple[str | int, ...] = ("spec", "pytorchReplicaSpecs", rtype)
         doc.aliases += [
@@ -242,7 +245,7 @@ def read(doc: Document) -> Converted:
 
 def training_container_raw(containers: list[dict[str, Any]]) -> int:
     for i, c in enumerate(containers):
-        if c.get("name") == "pytorch":
+        if isinstance(c, dict) and c.get("name") == "pytorch":
             return i
     return 0
 

@@ -49,6 +49,9 @@ def placement(job: TorchJob) -> Placement:
     # worker-0 as in Kubeflow, but by the name the headless Service makes resolvable: Kubeflow's
     # bare `<job>-worker-0` resolves only because it makes a Service per replica.
     rdzv_host = ep.rdzvHost if ep and ep.rdzvHost else host(job, ReplicaId(WORKER, 0))
+    # A host that names one of the job's pods bare (Kubeflow's default, spelled out) resolves
+    # through the job's headless Service by its hostname.subdomain.
+    rdzv_host = {pod_name(job, r): host(job, r) for r in replicas(job)}.get(rdzv_host, rdzv_host)
     rdzv_port = ep.rdzvPort if ep and ep.rdzvPort else port
     return Placement(host(job, first), port, rdzv_host, rdzv_port)
 
