@@ -94,7 +94,8 @@ def t9k(draw: st.DrawFn) -> dict[str, Any]:
     pod = {"spec": {"containers": [{"name": "python", "image": "pytorch:2", "command": ["python"],
                                     "args": ["train.py"]}]}}
     counts = [1] * (len(types) - 1) + [draw(st.integers(1, 4))]
-    specs = [{"type": t, "replicas": n, "restartPolicy": "OnFailure", "template": pod} for t, n in zip(types, counts)]
+    specs = [{"type": t, "replicas": n, "restartPolicy": "OnFailure", "template": pod}
+             for t, n in zip(types, counts, strict=True)]
     spec: dict[str, Any] = {"replicaSpecs": specs}
     if draw(st.booleans()):
         spec["torchrunConfig"] = {draw(st.sampled_from(["enabled", "enable"])): True, "maxRestarts": 3,

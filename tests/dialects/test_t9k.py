@@ -512,7 +512,8 @@ def test_pause_is_a_suspend_and_resume_specs_are_refused() -> None:
     text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  runMode:\n    pause:\n      enabled: true\n  replicaSpecs:")
     job = read(text).job
     assert job.run_policy.suspend is True
-    bad = edit(text, "      enabled: true\n", "      enabled: true\n      resumeSpecs: [{type: worker, command: [x]}]\n")
+    bad = edit(text, "      enabled: true\n",
+               "      enabled: true\n      resumeSpecs: [{type: worker, command: [x]}]\n")
     p = problem_at(bad, "spec.runMode.pause.resumeSpecs", "resumeSpecs")
     assert "resume with other commands" in p.message
 
