@@ -342,7 +342,8 @@ def test_empty_file(tmp_path: Path) -> None:
 
 
 def test_two_documents(tmp_path: Path) -> None:
-    assert "holds 2 documents" in user_error(tmp_path, BASE + "---\n" + BASE).message
+    err = user_error(tmp_path, BASE + "---\n" + BASE)
+    assert "holds 2 jobs; torchjob runs one job per file" in err.message
 
 
 def test_missing_file(tmp_path: Path) -> None:

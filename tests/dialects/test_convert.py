@@ -34,7 +34,7 @@ MASTER_CONTAINER = {**CONTAINER, "ports": [{"name": PORT_NAME, "containerPort": 
 
 
 def test_targets() -> None:
-    assert TARGETS == ("torchjob", "kubeflow", "volcano")
+    assert TARGETS == ("torchjob", "kubeflow", "volcano", "trainjob")
     with pytest.raises(ValueError, match="unknown target 'tfjob'"):
         convert(make_job(), "tfjob")
 
