@@ -27,6 +27,7 @@ from torchjob.core.topology import (
 Path = list[str | int]
 OVERRIDDEN = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 ALWAYS_SET = ("PYTHONUNBUFFERED", "TORCHJOB_JOB_UID", "TORCHELASTIC_ERROR_FILE")
+KUBEFLOW_OPERATOR = "kubeflow.org/training-operator"  # Kubeflow's default: its own operator, here torchjob's
 
 
 def _ranks(job: TorchJob, rtype: str) -> str:
@@ -51,6 +52,13 @@ def _what_it_gets(job: TorchJob, rtype: str, name: str, torchrun: bool) -> str:
 
 def advisories(job: TorchJob) -> list[tuple[Path, str]]:
     out: list[tuple[Path, str]] = []
+    # Kubeflow fields torchjob accepts and does not act on, on any runtime: said, never dropped silently.
+    if job.spec.elasticPolicy is not None and job.spec.elasticPolicy.metrics:
+        out.append((["spec", "elasticPolicy", "metrics"],
+                    "ignored: torchjob makes no HorizontalPodAutoscaler (a running job is not rescaled)"))
+    if job.run_policy.managedBy not in (None, KUBEFLOW_OPERATOR):
+        out.append((["spec", "runPolicy", "managedBy"], f"{job.run_policy.managedBy!r} is ignored: torchjob's "
+                    "operator runs the job (it hands none to another controller)"))
     where = Placement("127.0.0.1", master_port(job), "127.0.0.1", master_port(job))
     for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
         pod = rspec.template.spec

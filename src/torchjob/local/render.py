@@ -162,8 +162,6 @@ def warnings(job: TorchJob) -> list[str]:
     rp = job.run_policy
     if rp.schedulingPolicy is not None:
         out.append("runPolicy.schedulingPolicy is ignored locally (there is no scheduler)")
-    if job.spec.elasticPolicy is not None and job.spec.elasticPolicy.metrics:
-        out.append("elasticPolicy.metrics is ignored locally (no autoscaler)")
     return out
 
 
