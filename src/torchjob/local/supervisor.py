@@ -74,13 +74,20 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def prepare_job(job: TorchJob, opts: LocalOptions, store: Store) -> tuple[TorchJob, list[LaunchSpec]]:
-    """Check everything a local start needs (GPUs, volumes, configMaps) before anything starts."""
+def prepare_job(job: TorchJob, opts: LocalOptions, store: Store,
+                notes: list[str] | None = None) -> tuple[TorchJob, list[LaunchSpec]]:
+    """Check everything a local start needs (GPUs, volumes, configMaps) before anything starts.
+    With `notes` (a dry run) what only a run would refuse is noted there instead."""
     if not job.metadata.uid:
         job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
-    specs = render(job, placement(job, opts), opts, store.job_dir(job.name))
+    specs = render(job, placement(job, opts), opts, store.job_dir(job.name), notes=notes)
     if job.spec.tensorboard is not None:
-        tensorboard.log_dirs(job.spec.tensorboard, opts)
+        try:
+            tensorboard.log_dirs(job.spec.tensorboard, opts)
+        except UserError as e:
+            if notes is None:
+                raise
+            notes.append(e.render().replace("\n    fix:", "; fix:"))
     return job, specs
 
 
