@@ -56,7 +56,7 @@ def test_the_example_ddp_job_trains_as_real_pods(node_kubeconfig: str, node: Cli
     t0 = time.monotonic()
     run = torchjob(node_kubeconfig, "run", str(REPO / "examples" / "ddp" / "job.yaml"), "-n", ns)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "torchjob: job ddp-example succeeded" in run.stdout
+    assert "torchjob: job ddp-example succeeded" in run.stderr
     logs = torchjob(node_kubeconfig, "logs", "ddp-example", "-n", ns)
     assert logs.returncode == 0, logs.stderr
     assert "world size 3, master ddp-example-master-0.ddp-example:23456" in logs.stdout
@@ -150,7 +150,7 @@ def test_the_init_container_waits_for_a_master_that_starts_late(node_kubeconfig:
     assert init.name == "wait-for-master" and init.state.terminated.exitCode == 0
     waited = (init.state.terminated.finishedAt - init.state.terminated.startedAt).total_seconds()
     assert waited >= 4, waited  # the master listened only after its 8 s sleep
-    assert "waiting for late-master-0.late:23456" in pod_log(node, "late-worker-0", ns, "wait-for-master")
+    assert "waiting for late-master-0.late 23456" in pod_log(node, "late-worker-0", ns, "wait-for-master")
     assert "all-reduce ok: 3" in pod_log(node, "late-worker-0", ns)
 
 
