@@ -9,6 +9,7 @@ bash scripts/setup.sh
 if [[ "${CI:-}" == true || "${TORCHJOB_KUBE_TESTS:-}" == 1 ]]; then
     bash scripts/dev-cluster.sh build >&2
     bash hack/kueue/build.sh >/dev/null
+    bash hack/volcano/build.sh >/dev/null
 fi
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
