@@ -23,6 +23,7 @@ else
         bash scripts/dev-cluster.sh build >&2
     fi
     bash hack/kueue/build.sh >/dev/null
+    bash hack/volcano/build.sh >/dev/null
 fi
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
