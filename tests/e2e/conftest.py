@@ -28,6 +28,8 @@ from torchjob.kube.crd import CRD_NAME, crd
 from torchjob.kube.install import apply
 from torchjob.kube.render import LABEL_JOB
 
+# A cluster already up there (`TORCHJOB_DEVCLUSTER_DIR=... dev-cluster.sh up --real-node`) is used
+# as it is and left up: the inner loop of development.
 STATE = Path(os.environ.get("TORCHJOB_E2E_DEVCLUSTER_DIR", "/tmp/torchjob-devcluster-e2e"))
 SOCK = STATE / "realnode" / "containerd" / "containerd.sock"
 INIT_IMAGE = "localhost/torchjob-e2e:dev"  # has sh and netcat's `nc -z` (scripts/real-node.sh)
@@ -50,6 +52,7 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if up.returncode != 0:
         raise RuntimeError(f"dev-cluster.sh up --real-node failed:\n{up.stderr[-6000:]}")
     path = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
+    started = "already up" not in up.stderr  # one kept up between runs (development) stays up
     try:
         apply([crd()], path)
         wait_established(Client(config=KubeConfig.from_file(path)), CRD_NAME)
@@ -60,8 +63,9 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             raise RuntimeError(f"dev-cluster.sh image failed:\n{built.stderr[-4000:]}")
         yield path
     finally:
-        down = devcluster("down", timeout=300)
-        print(down.stderr[-3000:])
+        if started:
+            down = devcluster("down", timeout=300)
+            print(down.stderr[-3000:])
 
 
 @pytest.fixture(scope="package")

@@ -133,8 +133,11 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
 
 def events(kube: Client, data: dict[str, Any]) -> list[Any]:
     meta = data["metadata"]
-    evs = kube.list(Event, namespace=meta.get("namespace", "default"),
-                    fields={"involvedObject.name": meta["name"], "involvedObject.kind": "TorchJob"})
+    # By uid too: an earlier job of the same name (deleted, its events kept for an hour) is another job.
+    fields = {"involvedObject.name": meta["name"], "involvedObject.kind": "TorchJob"}
+    if meta.get("uid"):
+        fields["involvedObject.uid"] = meta["uid"]
+    evs = kube.list(Event, namespace=meta.get("namespace", "default"), fields=fields)
     # eventTime is to the microsecond and set when the operator decided; creationTimestamp only to the second.
     return sorted(evs, key=lambda e: e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp)
 

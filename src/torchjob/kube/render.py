@@ -31,6 +31,12 @@ ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
 ANNOTATION_WAIT = "torchjob.dev/wait-for-master"  # "false" turns the init container off for a job
 WAIT_CONTAINER = "wait-for-master"
 TERMINATION_LOG = "/dev/termination-log"
+# torchrun names a node in an elastic rendezvous by its address and pid. A pod made again for a
+# lost replica has the same hostname and the same pid (torchrun is PID 1), so the rendezvous took
+# it for the node it replaces and never finished a round (found on the real node: a worker's
+# container killed, the survivors timed out in `_assign_worker_ranks`). The pod's IP is new with
+# every pod.
+LOCAL_ADDR_ENV = {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
 def pod_name(job: TorchJob, rid: ReplicaId) -> str:
@@ -116,6 +122,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
                        ours)
     # Upserted, never duplicated: the user's entries keep their places; the kubelet expands $(VAR).
     c["env"] = [user[name] if value is None else {"name": name, "value": value} for name, value, _ in merged]
+    if "PET_RDZV_BACKEND" in ours:
+        c["env"].append(LOCAL_ADDR_ENV)
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": master_port(job)})

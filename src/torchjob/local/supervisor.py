@@ -7,7 +7,6 @@ queue. The loop sleeps until an event or the plan's requeue time (deadline, rest
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -23,7 +22,7 @@ from typing import IO
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import FailureInfo, JobStatus, TorchJob
-from torchjob.core import policy
+from torchjob.core import policy, torch_errors
 from torchjob.core.reconcile import (
     Create,
     DeleteJob,
@@ -246,7 +245,9 @@ class Supervisor:
             else:
                 assert p.exit_code is not None and p.ended_at is not None
                 phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
+                trace = error_file_summary(p.error_file) if phase is Phase.FAILED else None
                 seen[name] = Observed(rid, p.attempt, phase, p.exit_code, _reason(p),
+                                      torch_errors.headline(trace) if trace else None,
                                       finished_at=datetime.fromtimestamp(p.ended_at, UTC))
         return World(replicas=seen, stop_requested=self.stop_requested)
 
@@ -372,11 +373,6 @@ def _reason(p: ReplicaProcess) -> str | None:
 def error_file_summary(path: Path) -> str | None:
     """The traceback torch's `@record` wrote, if the replica left one."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return torch_errors.traceback(path.read_text())
+    except OSError:
         return None
-    msg = data.get("message")
-    if isinstance(msg, dict):
-        extra = msg.get("extraInfo", {})
-        return str(extra.get("py_callstack") or msg.get("message") or "").rstrip() or None
-    return str(msg).rstrip() if msg else None
