@@ -25,7 +25,13 @@ pytestmark = pytest.mark.kube
 # Left out, with why: their timings are finer than the spread of real pod starts here (a pod's
 # container starts 1 to 3 s after it is created, unevenly across pods), so which replica "fails
 # first" would be decided by the node, not the scenario. They run with real processes locally.
-TOO_FINE: dict[str, str] = {}
+TOO_FINE: dict[str, str] = {
+    "elastic-one-worker-succeeds": "worker-1 succeeds 1 s after its start, worker-0 fails 1 s later: a start "
+                                   "skew over 1 s between the two pods makes the failure come first",
+    "onfailure-restart-backoff": "counts the restarts that fit in 1, 2, 4 s of backoff: each restart here "
+                                 "also waits 1 to 3 s for its pod to start",
+    "deadline-during-restarts": "a 4 s deadline against restarts whose pods take 1 to 3 s each to start",
+}
 
 
 def job_document(sc: Scenario, state: Path, namespace: str) -> dict[str, Any]:
