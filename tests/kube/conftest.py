@@ -15,6 +15,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,24 +42,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def dev_cluster(state_dir: str | None = None) -> Iterator[str]:
+    """A dev cluster (scripts/dev-cluster.sh) with the TorchJob CRD: its kubeconfig. In its own
+    state dir when given (beside the session's), else the default one."""
+    env = {**os.environ, **({"TORCHJOB_DEVCLUSTER_DIR": state_dir} if state_dir else {})}
+    script = ["bash", str(REPO / "scripts" / "dev-cluster.sh")]
+    out = subprocess.run([*script, "up"], capture_output=True, text=True, timeout=3600, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"dev-cluster.sh up failed:\n{out.stdout}\n{out.stderr}")
+    path = out.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
+    try:
+        apply([crd()], path)
+        wait_established(Client(config=KubeConfig.from_file(path)), CRD_NAME)
+        yield path
+    finally:
+        subprocess.run([*script, "down"], capture_output=True, timeout=120, env=env)
+
+
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
     if not ENABLED:
         pytest.skip("Kubernetes tests need a control plane: set TORCHJOB_KUBE_TESTS=1 (the fixture runs "
                     "scripts/dev-cluster.sh up, building etcd and kube-apiserver once per machine)")
     path = os.environ.get("TORCHJOB_TEST_KUBECONFIG", "")  # a control plane already up (development)
-    started = not path
-    if started:
-        out = subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "up"], capture_output=True,
-                             text=True, timeout=3600)
-        if out.returncode != 0:
-            raise RuntimeError(f"dev-cluster.sh up failed:\n{out.stdout}\n{out.stderr}")
-        path = out.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
-    apply([crd()], path)
-    wait_established(Client(config=KubeConfig.from_file(path)), CRD_NAME)
-    yield path
-    if started:
-        subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "down"], capture_output=True, timeout=120)
+    if path:
+        apply([crd()], path)
+        wait_established(Client(config=KubeConfig.from_file(path)), CRD_NAME)
+        yield path
+        return
+    with dev_cluster() as path:
+        yield path
 
 
 @pytest.fixture(scope="session")

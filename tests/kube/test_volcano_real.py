@@ -10,14 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.utils.quantity import parse_quantity
 
 from tests.jobs import job_data
-from tests.kube.conftest import Operator, finished, set_pod, wait_job
+from tests.kube.conftest import ENABLED, Operator, dev_cluster, finished, set_pod, wait_job
 from tests.kube.test_gang_kube import gone, wait_for
 from tests.kube.test_operator import create, pods_of, wait_pods
 from tests.kube.volcano import SCHEDULER_NAME, run_vc_scheduler
@@ -26,6 +26,21 @@ from torchjob.kube.client import VolcanoPodGroup
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first may build vc-scheduler (minutes)
 VolcanoQueue = create_global_resource("scheduling.volcano.sh", "v1beta1", "Queue", "queues")
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def kubeconfig() -> Iterator[str]:
+    """A cluster of its own: the session's keeps the gangs of earlier tests (their operators long
+    gone, their PodGroups and pods left as they were), which a real scheduler would weigh too."""
+    if not ENABLED:
+        pytest.skip("Kubernetes tests need a control plane: set TORCHJOB_KUBE_TESTS=1")
+    with dev_cluster("/tmp/torchjob-devcluster-volcano") as path:
+        yield path
+
+
+@pytest.fixture(scope="module")
+def kube(kubeconfig: str) -> Client:
+    return Client(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-tests")
 
 
 @pytest.fixture(scope="module")
