@@ -351,11 +351,11 @@ SCENARIOS += [
 # --- progress and stalls (runPolicy.progressDeadlineSeconds) ---------------------------------
 SCENARIOS += [
     Scenario(
-        # both replicas report, then hang (as ranks stuck in all_reduce do): no policy, the job fails
+        # the master reports, then hangs; the worker never reports (only rank 0 does): no policy, the job fails
         name="stalled-fails",
         workers=1,
         progress_deadline=2,
-        reports={"master-0": (1.0,), "worker-0": (1.0,)},
+        reports={"master-0": (1.0,)},
         expect_state="Failed",
         expect_reason="ProgressDeadlineExceeded",
         expect_failed_replica="master-0",
@@ -372,13 +372,13 @@ SCENARIOS += [
         expect_restarts=1,
     ),
     Scenario(
-        # every attempt hangs: the restarts count toward backoffLimit
+        # every attempt hangs (the master first): the restarts count toward backoffLimit
         name="stalled-backoff-limit",
         workers=1,
         backoff_limit=1,
         progress_deadline=2,
         policies=({"event": "Stalled", "action": "RestartJob"},),
-        reports={"master-0": (1.0, 1.0), "worker-0": (1.0, 1.0)},
+        reports={"master-0": (1.0, 1.0), "worker-0": (1.5, 1.5)},
         expect_state="Failed",
         expect_reason="BackoffLimitExceeded",
         expect_restarts=1,
