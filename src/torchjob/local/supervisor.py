@@ -195,7 +195,8 @@ class Supervisor:
             if plan.done and not any(p.alive for p in self.procs.values()):
                 if self.deleting:
                     self._wait_all(0)
-                return plan.status
+                self._merge_progress(force=True)
+                return self.job.status or plan.status
             if self.deleting and not any(p.alive for p in self.procs.values()):
                 return plan.status
             timeout = None
@@ -262,9 +263,10 @@ class Supervisor:
     def _progress_pending(self) -> bool:
         return self.endpoint is not None and self.endpoint.reports.version != self._progress_version
 
-    def _merge_progress(self) -> None:
-        """The latest progress into the job's status, at most once per PROGRESS_WRITE_S."""
-        if not self._progress_pending() or time.monotonic() < self._progress_at + PROGRESS_WRITE_S:
+    def _merge_progress(self, force: bool = False) -> None:
+        """The latest progress into the job's status, at most once per PROGRESS_WRITE_S (`force`: now,
+        at the end, so that the last report is kept)."""
+        if not self._progress_pending() or (not force and time.monotonic() < self._progress_at + PROGRESS_WRITE_S):
             return
         assert self.endpoint is not None
         self._progress_version = self.endpoint.reports.version
@@ -272,6 +274,7 @@ class Supervisor:
         progress = self.endpoint.reports.progress()
         status = (self.job.status or JobStatus()).model_copy(update={"progress": progress})
         self.job = self.job.model_copy(update={"status": status})
+        self.store.set_status(self.name, status)  # for `list` and `describe`, from other processes
         if progress is not None:
             self.console.progress(progress, self.name)
 
