@@ -180,8 +180,9 @@ def test_run_on_a_terminal_shows_a_live_bar_over_the_output(torchjob: Torchjob, 
 
     path = write_job(tmp_path / "bar.yaml", job_data("bar", workers=0, command=["python", "-c", STEPS]))
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "torchjob", "run", str(path)], env={**torchjob.env, "COLUMNS": "120"},
-                            stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, cwd=str(PROGRAMS.parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "torchjob", "run", str(path)],
+                            env={**torchjob.env, "COLUMNS": "120"}, stdin=subprocess.DEVNULL, stdout=follower,
+                            stderr=follower, cwd=str(PROGRAMS.parents[1]))
     os.close(follower)
     chunks = []
     while True:
