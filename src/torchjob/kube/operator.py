@@ -21,6 +21,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from torchjob.api.errors import UserError
 from torchjob.kube import metrics, progress_tls
 from torchjob.kube.client import Api, connect, status_code
 from torchjob.kube.controller import Controller
@@ -199,7 +200,11 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
             hub = ProgressHub(api, controller, loop, progress_write_s)
             controller.progress, controller.progress_ca = hub, tls.ca_pem
             register(hub)
-            endpoint = ProgressServer(("0.0.0.0", progress_port), hub, tls.context()).start()
+            try:
+                endpoint = ProgressServer(("0.0.0.0", progress_port), hub, tls.context()).start()
+            except OSError as e:
+                raise UserError(f"the progress endpoint cannot listen on port {progress_port}: {e.strerror}",
+                                fix="pass another --progress-port, or --progress-port 0 to run without it") from e
             tasks.append(asyncio.create_task(hub.write_loop()))
             log.info("progress endpoint on :%d (pods report to %s)", progress_port, url)
         run = asyncio.create_task(controller.run())

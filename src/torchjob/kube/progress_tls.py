@@ -115,6 +115,10 @@ async def ensure(api: Api, namespace: str, service: str) -> Tls:
         log.info("made the progress endpoint's CA and certificate (Secret %s/%s)", namespace, SECRET)
         return tls
     except Exception as e:
+        if status_code(e) == 404:  # no such namespace (an operator run by hand): this run's own pair
+            log.warning("namespace %s does not exist: the progress endpoint's CA lasts only as long as this "
+                        "operator process (create the namespace, or pass --lease-namespace, to keep it)", namespace)
+            return tls
         if status_code(e) != 409:
             raise
         return _decode(await api.get("Secret", SECRET, namespace))
