@@ -89,9 +89,3 @@ class Book:
         """The latest progress; None before the first report."""
         with self._lock:
             return self._progress.model_copy(deep=True) if self._progress.lastReportTime else None
-
-    def forget_before(self, replica: str, attempt: int) -> None:
-        """Drop what older attempts of `replica` reported (they were replaced)."""
-        with self._lock:
-            for key in [k for k in self._last if k[0] == replica and k[1] < attempt]:
-                del self._last[key]
