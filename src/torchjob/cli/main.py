@@ -129,8 +129,14 @@ def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], docum
         client = _kube(kubeconfig, kube_context)
         ns = jobs.submit(client, job, namespace)
         click.echo(f"torchjob: job {job.name} created in {ns}", err=True)
-        # The job's events, its failure's among them, as they come.
-        st = jobs.follow(client, job.name, ns, lambda m: click.echo(f"torchjob: {m}", err=True))
+        # The job's events, its failure's among them, as they come; its progress as a live bar.
+        from torchjob.local.console import Console
+
+        console = Console(None)
+        try:
+            st = jobs.follow(client, job.name, ns, console.note, on_progress=lambda p: console.progress(p, job.name))
+        finally:
+            console.close()
         _outcome(job.name, st, " --kube")
         return
     store = _store()
