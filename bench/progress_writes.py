@@ -146,7 +146,8 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
             spec = TokenRequestSpec(audiences=[audience(ns, job)], expirationSeconds=3600,
                                     boundObjectRef=BoundObjectReference(kind="Pod", apiVersion="v1",
                                                                         name=p.metadata.name, uid=p.metadata.uid))
-            return str(kube.create(ServiceAccount.Token(spec=spec), name="trainer", namespace=ns).status.token)
+            req = ServiceAccount.Token(metadata=ObjectMeta(name="trainer", namespace=ns), spec=spec)
+            return str(kube.create(req, name="trainer", namespace=ns).status.token)
 
         tokens = dict(zip(names, pool.map(token, names), strict=True))
         ca = kube.get(ConfigMap, "torchjob-progress-ca", namespace=ns).data["ca.crt"]  # type: ignore[index]

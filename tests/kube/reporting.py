@@ -39,13 +39,15 @@ def pod_token(kube: Client, pod: Any, job: str, aud: str | None = None) -> str:
     spec = TokenRequestSpec(audiences=[aud or audience(ns, job)], expirationSeconds=3600,
                             boundObjectRef=BoundObjectReference(kind="Pod", apiVersion="v1", name=pod.metadata.name,
                                                                 uid=pod.metadata.uid))
-    got = kube.create(ServiceAccount.Token(spec=spec), name=pod.spec.serviceAccountName or SERVICE_ACCOUNT,
+    sa = pod.spec.serviceAccountName or SERVICE_ACCOUNT
+    got = kube.create(ServiceAccount.Token(metadata=ObjectMeta(name=sa, namespace=ns), spec=spec), name=sa,
                       namespace=ns)
     return str(got.status.token)
 
 
 def unbound_token(kube: Client, namespace: str, aud: str) -> str:
-    got = kube.create(ServiceAccount.Token(spec=TokenRequestSpec(audiences=[aud], expirationSeconds=3600)),
+    got = kube.create(ServiceAccount.Token(metadata=ObjectMeta(name=SERVICE_ACCOUNT, namespace=namespace),
+                                           spec=TokenRequestSpec(audiences=[aud], expirationSeconds=3600)),
                       name=SERVICE_ACCOUNT, namespace=namespace)
     return str(got.status.token)
 
@@ -104,3 +106,24 @@ def post(endpoint: str, body: bytes, token: str | None, ca: Path) -> tuple[int, 
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
+
+
+def flood(endpoint: str, body: bytes, token: str, ca: Path, n: int) -> list[int]:
+    """`n` reports as fast as one keep-alive connection sends them; the answers' codes."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint)
+    conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=10,
+                                       context=ssl.create_default_context(cafile=str(ca)))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    codes = []
+    for _ in range(n):
+        conn.request("POST", parts.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        codes.append(resp.status)
+        if resp.getheader("Connection", "").lower() == "close":
+            conn.close()
+    conn.close()
+    return codes

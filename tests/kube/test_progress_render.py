@@ -29,6 +29,7 @@ def test_pods_get_trainers_variables_and_a_projected_token_with_the_jobs_audienc
                                             "expirationSeconds": 3600, "path": "token"}
     assert ca["configMap"]["name"] == "torchjob-progress-ca"
     assert {"name": kr.PROGRESS_VOLUME, "mountPath": kr.PROGRESS_DIR, "readOnly": True} in c["volumeMounts"]
+    assert pod["spec"]["serviceAccountName"] == "default"  # a projected token needs one named
     # without an endpoint, nothing of it
     plain = kr.pod(job, ReplicaId("Worker", 0), 0)
     assert "volumes" not in plain["spec"] and not any(e["name"].startswith("KUBEFLOW_")

@@ -115,6 +115,9 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
         penv, pvolume, pmount = progress_env(job, progress_url)
         ours.update(penv)
         spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") != PROGRESS_VOLUME], pvolume]
+        # A projected token needs a named service account (the API server refuses it otherwise); the
+        # ServiceAccount admission plugin would name `default` anyway.
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
         c["volumeMounts"] = [*[m for m in c.get("volumeMounts", []) if m.get("name") != PROGRESS_VOLUME], pmount]
     if "terminationMessagePath" not in c:
         ours["TORCHELASTIC_ERROR_FILE"] = TERMINATION_LOG  # the traceback shows in the pod's status

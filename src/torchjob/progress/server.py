@@ -32,6 +32,7 @@ from torchjob.progress.protocol import MAX_BODY_BYTES, BadReport, parse
 PATH = re.compile(r"^/apis/(?:torchjob\.dev/v1/namespaces/(?P<ns>[^/]+)/torchjobs"
                   r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs)/(?P<name>[^/]+)/status/?$")
 READ_TIMEOUT_S = 10.0
+DRAIN_BYTES = 1 << 20  # a body too large but below this is read (and dropped) before the 413
 
 
 def status_path(namespace: str, name: str) -> str:
@@ -122,6 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ProgressServer
     timeout = READ_TIMEOUT_S
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the headers and the body go in two writes: no 40 ms wait for an ACK
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -164,6 +166,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         length = int(length_text)
         if length > MAX_BODY_BYTES:
+            if length <= DRAIN_BYTES:  # read and drop it, so the client gets the answer, not a reset
+                self.rfile.read(length)
             self._fail(413, "RequestEntityTooLarge", f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
             return
         body = self.rfile.read(length)
