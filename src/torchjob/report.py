@@ -26,14 +26,15 @@ not have torchjob.
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import os
 import ssl
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
+from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
@@ -65,50 +66,65 @@ class Reporter:
         self.interval = interval if interval is not None else float(os.environ.get(INTERVAL_ENV, "") or 1.0)
         self.sent = 0
         self.refused = 0
-        self._pending: dict[str, Any] | None = None
+        # The latest values: a deque of one, whose append and popleft are atomic (no lock in report()).
+        self._pending: deque[tuple[int | None, int | None, dict[str, Any]]] = deque(maxlen=1)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._told: set[int] = set()
-        self._context: ssl.SSLContext | None = None
+        self._conn: http.client.HTTPConnection | None = None
+        self._path = ""
 
     @property
     def enabled(self) -> bool:
         return bool(self.url)
 
     def report(self, step: int | None = None, total: int | None = None, **metrics: Any) -> None:
+        # As little as possible here, on the training loop's time: keep the values (converted, a
+        # tensor's .item() included, by the sender thread), wake it if it sleeps.
         if not self.url:
             return
+        self._pending.append((step, total, metrics))
+        if self._thread is None:
+            self._start()
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="torchjob-report", daemon=True)
+                self._thread.start()
+                atexit.register(self.flush)
+
+    def _take(self) -> dict[str, Any] | None:
+        try:
+            step, total, metrics = self._pending.popleft()
+        except IndexError:
+            return None
         body: dict[str, Any] = {"metrics": {k: _value(v) for k, v in metrics.items()}}
         if step is not None:
             body["step"] = int(step)
         if total is not None:
             body["total"] = int(total)
-        with self._lock:
-            self._pending = body
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="torchjob-report", daemon=True)
-                self._thread.start()
-                atexit.register(self.flush)
-        self._wake.set()
+        return body
 
     def flush(self, timeout: float = 2.0) -> None:
         """Send what is pending now (at exit: the last step makes it)."""
         with self._lock:
-            body, self._pending = self._pending, None
-        if body is not None:
-            self._send(body, timeout)
+            body = self._take()
+            if body is not None:
+                self._send(body, timeout)
 
     def _run(self) -> None:
         while True:
             self._wake.wait()
             self._wake.clear()
-            with self._lock:
-                body, self._pending = self._pending, None
-            if body is None:
-                continue
-            delay = self._send(body, 5.0)
-            time.sleep(max(self.interval, delay))
+            with self._lock:  # not at once with flush (one connection)
+                body = self._take()
+                delay = self._send(body, 5.0) if body is not None else 0.0
+            if body is not None:
+                time.sleep(max(self.interval, delay))
 
     def _trainer_status(self, body: dict[str, Any]) -> dict[str, Any]:
         status: dict[str, Any] = {"lastUpdatedTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -118,6 +134,19 @@ class Reporter:
                              for k, v in body["metrics"].items()]
         return status
 
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        """One kept-alive connection (far less work than a new one per report, on the GIL too)."""
+        if self._conn is None:
+            parts = urllib.parse.urlsplit(self.url)
+            if parts.scheme == "https":
+                ctx = ssl.create_default_context(cafile=self.ca_file or None)
+                self._conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout,
+                                                         context=ctx)
+            else:
+                self._conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+            self._path = parts.path + (f"?{parts.query}" if parts.query else "")
+        return self._conn
+
     def _send(self, body: dict[str, Any], timeout: float) -> float:
         """Post one report; returns how long the server asked to wait before the next."""
         data = json.dumps({**body, "trainerStatus": self._trainer_status(body)}).encode()
@@ -126,22 +155,30 @@ class Reporter:
             if self.token_file:
                 with open(self.token_file) as f:
                     headers["Authorization"] = f"Bearer {f.read().strip()}"
-            if self.url.startswith("https:") and self._context is None:
-                self._context = ssl.create_default_context(cafile=self.ca_file or None)
-            req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=timeout, context=self._context) as resp:
-                resp.read()
-            self.sent += 1
-            return 0.0
-        except urllib.error.HTTPError as e:
+            conn = self._connection(timeout)
+            conn.timeout = timeout
+            conn.request("POST", self._path, body=data, headers=headers)
+            resp = conn.getresponse()
+            text = resp.read()
+            if resp.getheader("Connection", "").lower() == "close":
+                self._close()
+            if resp.status == 200:
+                self.sent += 1
+                return 0.0
             self.refused += 1
-            if e.code == 429:
-                return float(e.headers.get("Retry-After") or 1)
-            self._tell(e.code, f"{e.code} {e.read()[:300].decode('utf-8', 'replace')}")
+            if resp.status == 429:
+                return float(resp.getheader("Retry-After") or 1)
+            self._tell(resp.status, f"{resp.status} {text[:300].decode('utf-8', 'replace')}")
         except Exception as e:  # never the training loop's problem
+            self._close()
             self.refused += 1
             self._tell(0, f"{type(e).__name__}: {e}")
         return 0.0
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def _tell(self, code: int, text: str) -> None:
         if code not in self._told:  # once per kind of failure, not once per step
