@@ -155,10 +155,19 @@ class Reporter:
             if self.token_file:
                 with open(self.token_file) as f:
                     headers["Authorization"] = f"Bearer {f.read().strip()}"
+            fresh = self._conn is None
             conn = self._connection(timeout)
             conn.timeout = timeout
-            conn.request("POST", self._path, body=data, headers=headers)
-            resp = conn.getresponse()
+            try:
+                conn.request("POST", self._path, body=data, headers=headers)
+                resp = conn.getresponse()
+            except (http.client.HTTPException, ConnectionError):
+                if fresh:
+                    raise
+                self._close()  # the server closed the kept-alive connection meanwhile: once more, anew
+                conn = self._connection(timeout)
+                conn.request("POST", self._path, body=data, headers=headers)
+                resp = conn.getresponse()
             text = resp.read()
             if resp.getheader("Connection", "").lower() == "close":
                 self._close()
