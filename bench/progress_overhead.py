@@ -77,12 +77,10 @@ def main() -> None:
         train(200, None)  # warm up
         runs: dict[str, list[float]] = {"plain": [], "control": [], "reported": []}
         kinds: list[tuple[str, Reporter | None]] = [("plain", None), ("control", control), ("reported", reporter)]
-        cpu0 = time.process_time()
         for i in range(args.rounds):
             for kind, r in kinds if i % 2 == 0 else kinds[::-1]:
                 runs[kind].append(train(args.steps, r))
         plain, reported, controls = runs["plain"], runs["reported"], runs["control"]
-        del cpu0
         calls = 100_000
         start = time.perf_counter()
         for i in range(calls):
@@ -107,7 +105,8 @@ def main() -> None:
     print(f"step time with report    : {b * 1e6:9.1f} us (median of {args.rounds})")
     print(f"overhead                 : {100 * (b - a) / a:+9.2f} %   (target < 1 %)")
     fa, fb = min(plain), min(reported)
-    print(f"fastest rounds           : {fa * 1e6:9.1f} us without, {fb * 1e6:.1f} us with ({100 * (fb - fa) / fa:+.2f} %)")
+    print(f"fastest rounds           : {fa * 1e6:9.1f} us without, {fb * 1e6:.1f} us with "
+          f"({100 * (fb - fa) / fa:+.2f} %)")
     print(f"one report() call alone : {per_call * 1e6:9.2f} us = {100 * per_call / a:.3f} % of a step")
     print(f"one send (sender thread) : {per_send * 1e6:9.1f} us of CPU, once a second at most = "
           f"{100 * per_send:.3f} % of the time")
