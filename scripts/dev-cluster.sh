@@ -2,18 +2,25 @@
 # A real Kubernetes control plane for tests, as plain processes on loopback (no Docker):
 # etcd + kube-apiserver + kube-scheduler + KWOK (fake nodes; pods bound to them go Running, and
 # their logs are two fixed lines from $STATE/container.log),
-# optionally kube-controller-manager.
+# optionally kube-controller-manager, and optionally a real node (kubelet, containerd, CNI,
+# CoreDNS: real pods on this machine; see scripts/real-node.sh).
 # Binaries are built from the Go module proxy (sources: hack/controlplane/, see its README).
 #
 #   scripts/dev-cluster.sh build   build the binaries once per machine (skipped when present)
 #   scripts/dev-cluster.sh up      build if needed, start everything, wait until usable; the
 #                                  LAST line of stdout is `export KUBECONFIG=<path>`. Idempotent.
+#   scripts/dev-cluster.sh up --real-node
+#                                  the same plus a real kubelet node (root; kube-controller-
+#                                  manager on); `build --real-node` builds its parts only
 #   scripts/dev-cluster.sh down    stop what `up` started and remove the state dir
 #   scripts/dev-cluster.sh env     print the export line (exit 1 if not up)
 #   scripts/dev-cluster.sh status  print pids/ports/urls (exit 1 if not up)
 #   scripts/dev-cluster.sh restart-apiserver
 #                                  kill kube-apiserver and start it again with the same flags
 #                                  (its watch cache starts empty: watches from before get 410)
+#   scripts/dev-cluster.sh image SPEC.json
+#                                  build local images (hack/realnode/images.py) and load them
+#                                  into the real node's containerd (nothing can be pulled)
 #   scripts/dev-cluster.sh crds    print the paths of third-party CRDs the operator works with
 #                                  (Volcano and scheduler-plugins PodGroups, Kueue's Workloads
 #                                  and ResourceFlavors), taken from their
@@ -46,6 +53,7 @@
 #   DEVCLUSTER_KWOK_CONFIG    extra kwok config files (comma-separated), e.g. more Stages
 #                             (kwok.x-k8s.io/v1alpha1) for pods not owned by a Job
 #   DEVCLUSTER_KWOK_VERSION   sigs.k8s.io/kwok version to go-install (default v0.8.0)
+#   DEVCLUSTER_REAL_NODE      1: a real node, as `--real-node` (more settings: scripts/real-node.sh)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,9 +78,15 @@ STATE="${TORCHJOB_DEVCLUSTER_DIR:-/tmp/torchjob-devcluster}"
 KUBECONFIG_PATH="$STATE/kubeconfig"
 TIMEOUT="${DEVCLUSTER_TIMEOUT:-90}"
 
+# shellcheck source=real-node.sh
+source "$ROOT/scripts/real-node.sh"
+if [[ "${2:-}" == --real-node ]]; then DEVCLUSTER_REAL_NODE=1; fi
+# EndpointSlices (which CoreDNS answers headless names from) come from kube-controller-manager.
+if real_node; then DEVCLUSTER_CONTROLLER_MANAGER=1; fi
+
 # ---------------------------------------------------------------------------------------- build
 
-sha() { sha256sum "$@" | sha256sum | cut -c1-16; }
+sha() { cat "$@" | sha256sum | cut -c1-16; } # contents only: the same in every clone
 
 # A binary is (re)built when missing or when its stamp (versions + go.sum hash + go version)
 # differs, so bumping hack/controlplane rebuilds; otherwise it's a no-op.
@@ -89,6 +103,12 @@ cmd_build() {
     local gov t0 minor
     gov=$(go env GOVERSION)
     mkdir -p "$BIN"
+    # One build at a time per cache (clusters in other state dirs share it): the second waits,
+    # then finds the binaries built.
+    if command -v flock >/dev/null; then
+        exec 8>"$BIN/.build.lock"
+        flock -w 3600 8 || die "could not get the build lock $BIN/.build.lock"
+    fi
     # Static binaries like upstream's; -s -w like upstream release builds (DBG unset).
     export CGO_ENABLED=0
 
@@ -111,6 +131,10 @@ cmd_build() {
         || kpkgs+=(k8s.io/kubernetes/cmd/kube-controller-manager)
     assets_have || stamp_ok kube-apiserver "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kube-apiserver)
     stamp_ok kube-scheduler "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kube-scheduler)
+    if real_node; then
+        stamp_ok kubelet "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kubelet)
+        stamp_ok kubectl "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kubectl)
+    fi
     if ((${#kpkgs[@]})); then
         minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
         local bdate
@@ -161,6 +185,8 @@ cmd_build() {
         write_stamp kwok "$wstamp"
         log "built kwok in $((SECONDS - t0))s"
     fi
+    if real_node; then rn_build; fi
+    exec 8>&- # the build lock
     log "binaries in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"
 }
 
@@ -217,8 +243,8 @@ pid_alive() { [[ -f "$STATE/$1.pid" ]] && proc_running "$(cat "$STATE/$1.pid")" 
 start_proc() { # <name> <cmd...>: detached, own session, logs in $STATE/<name>.log
     local name=$1; shift
     printf '%q ' "$@" >"$STATE/$name.cmdline"; echo >>"$STATE/$name.cmdline"
-    # 9>&-: the daemons must not inherit (and so hold) the state lock.
-    setsid "$@" </dev/null >"$STATE/$name.log" 2>&1 9>&- &
+    # 9>&- 8>&-: the daemons must not inherit (and so hold) the state or build lock.
+    setsid "$@" </dev/null >"$STATE/$name.log" 2>&1 9>&- 8>&- &
     echo $! >"$STATE/$name.pid"
     log "started $name (pid $!, log $STATE/$name.log)"
 }
@@ -305,6 +331,7 @@ components() {
     [[ "${DEVCLUSTER_SCHEDULER:-1}" == 1 ]] && echo kube-scheduler
     [[ "${DEVCLUSTER_CONTROLLER_MANAGER:-0}" == 1 ]] && echo kube-controller-manager
     [[ "${DEVCLUSTER_KWOK:-1}" == 1 ]] && echo kwok
+    real_node && echo containerd coredns kubelet
     return 0
 }
 
@@ -354,6 +381,9 @@ nodes_ready() { # all fake nodes have Ready=True (set by kwok)
 cmd_up() {
     command -v curl >/dev/null || die "curl is required (apt-get install curl)"
     if is_up; then
+        if real_node && ! grep -qx kubelet <(tr ' ' '\n' <"$STATE/components"); then
+            die "a dev cluster without a real node is up in $STATE: run '$0 down' first"
+        fi
         log "already up ($STATE)"
         export_line
         return 0
@@ -520,6 +550,8 @@ EOF
         wait_for kwok "${DEVCLUSTER_NODES:-1} fake node(s) Ready" nodes_ready
     fi
 
+    if real_node; then rn_up; fi
+
     touch "$STATE/up"
     log "up in $((SECONDS - t0))s: $(tr '\n' ' ' <"$STATE/components")(state $STATE)"
     export_line
@@ -545,13 +577,16 @@ stop_proc() { # <name>: SIGTERM, wait up to 10s, then SIGKILL
 
 stop_all() {
     local c
-    # Reverse start order: clients first, etcd last.
+    # Reverse start order: clients first, etcd last. The real node's pods are deleted through
+    # the API server, so it goes before it.
+    rn_down
     for c in kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do stop_proc "$c"; done
 }
 
 do_down() {
     stop_all
-    rm -rf "$STATE"
+    # --one-file-system: never into anything a crashed run left mounted there.
+    rm -rf --one-file-system "$STATE"
 }
 
 cmd_down() {
@@ -609,12 +644,13 @@ cmd_crds() {
 }
 
 case "${1:-}" in
-    build) with_lock cmd_build ;;
+    build) if real_node; then rn_need_root; fi; with_lock cmd_build ;;
     up) with_lock cmd_up ;;
     down) with_lock cmd_down ;;
     env) cmd_env ;;
     status) cmd_status ;;
     restart-apiserver) with_lock cmd_restart_apiserver ;;
     crds) cmd_crds ;;
-    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds" ;;
+    image) cmd_image "${2:-}" ;;
+    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds|image" ;;
 esac

@@ -183,9 +183,9 @@ CASES: list[tuple[str, str, str, str, int, str]] = [
         "metadata.name", L_NAME, "would exceed 63",
     ),
     (
-        "reserved-env-rank",
-        "            - name: LR\n", "            - name: RANK\n",
-        f"{WORKER_C0}.env[0].name", L_ENV_NAME, "RANK is set by torchjob",
+        "reserved-env-pet-node-rank",
+        "            - name: LR\n", "            - name: PET_NODE_RANK\n",
+        f"{WORKER_C0}.env[0].name", L_ENV_NAME, "PET_NODE_RANK is set by torchjob",
     ),
     (
         "reserved-env-pet-nnodes",
@@ -198,9 +198,9 @@ CASES: list[tuple[str, str, str, str, int, str]] = [
         f"{WORKER_C0}.env[0].name", L_ENV_NAME, "TORCHJOB_X is set by torchjob",
     ),
     (
-        "reserved-env-master-addr",
-        "            - name: LR\n", "            - name: MASTER_ADDR\n",
-        f"{WORKER_C0}.env[0].name", L_ENV_NAME, "MASTER_ADDR is set by torchjob",
+        "reserved-env-local-rank",
+        "            - name: LR\n", "            - name: LOCAL_RANK\n",
+        f"{WORKER_C0}.env[0].name", L_ENV_NAME, "LOCAL_RANK is set by torchjob",
     ),
     (
         "env-value-and-value-from",
@@ -272,7 +272,7 @@ def test_elastic_min_above_max(tmp_path: Path) -> None:
 def test_every_problem_is_reported(tmp_path: Path) -> None:
     text = edit("      replicas: 1\n", "      replicas: 2\n")
     text = edit("  name: demo\n", "  name: Demo\n", text)
-    text = edit("            - name: LR\n", "            - name: RANK\n", text)
+    text = edit("            - name: LR\n", "            - name: PET_MASTER_ADDR\n", text)
     found = [(p.path, p.line) for p in problems_of(tmp_path, text)]
     assert found == [
         (f"{MASTER}.replicas", L_MASTER_REPLICAS),
@@ -342,7 +342,8 @@ def test_empty_file(tmp_path: Path) -> None:
 
 
 def test_two_documents(tmp_path: Path) -> None:
-    assert "holds 2 documents" in user_error(tmp_path, BASE + "---\n" + BASE).message
+    err = user_error(tmp_path, BASE + "---\n" + BASE)
+    assert "holds 2 jobs; torchjob runs one job per file" in err.message
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -107,8 +107,21 @@ def test_master_port_ignores_ports_with_other_names() -> None:
         (["python3.11", "-m", "torch.distributed.run", "train.py"], True),
         (["/usr/bin/python3", "-m", "torch.distributed.run"], True),
         (["python", "train.py"], False),
-        (["python", "-m", "torch.distributed.launch", "train.py"], False),
-        (["bash", "-c", "torchrun train.py"], False),
+        # torchrun's predecessor reads the same PET_* variables (Kubeflow sets them for it too)
+        (["python", "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"], True),
+        (["python3", "-m", "torch.distributed.launch"], True),
+        (["python", "-m", "torch.distributed.elastic"], False),
+        (["python", "-m"], False),
+        # a shell script that starts a launcher
+        (["bash", "-c", "torchrun train.py"], True),
+        (["sh", "-c", "pip install -r req.txt && torchrun --nnodes=$(PET_NNODES) train.py"], True),
+        (["/bin/bash", "-lc", "cd /w; python -m torch.distributed.run train.py"], True),
+        (["sh", "-c", "python3 -m torch.distributed.launch --use_env train.py"], True),
+        (["bash", "-c", "python train.py --out /tmp/torchrun_logs"], False),
+        (["bash", "-c", "echo mytorchrun"], False),
+        (["bash", "train_torchrun.sh"], False),  # a script file: its content is unknown
+        (["bash", "-x", "torchrun"], False),  # no -c: the argument is a script file
+        (["python", "-c", "import torchrun"], False),
         ([], False),
     ],
 )
@@ -214,8 +227,13 @@ def test_torchrun_env(argv: list[str], rid: ReplicaId, rank: int) -> None:
         "PET_NODE_RANK": str(rank),
         "PET_MASTER_ADDR": "10.0.0.1",
         "PET_MASTER_PORT": "29500",
+        # as Kubeflow and T9k set them in torchrun mode too (args may say $(MASTER_ADDR)); RANK is the
+        # node's, as Kubeflow's; torchrun gives every process it starts its own
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
+        "RANK": str(rank),
     }
-    assert not PLAIN_ONLY & set(env.env)
+    assert not {"WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} & set(env.env)
 
 
 def test_torchrun_env_worker_only_ranks() -> None:
@@ -238,9 +256,11 @@ def test_torchrun_elastic_env_defaults() -> None:
         "PET_RDZV_BACKEND": "c10d",
         "PET_RDZV_ENDPOINT": "10.0.0.2:29400",
         "PET_RDZV_ID": "demo",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
     }
-    assert not PLAIN_ONLY & set(env.env)
-    assert "PET_NODE_RANK" not in env.env and "PET_MASTER_ADDR" not in env.env
+    assert not {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} & set(env.env)
+    assert "PET_NODE_RANK" not in env.env and "PET_MASTER_ADDR" not in env.env  # the rendezvous ranks the nodes
 
 
 def test_torchrun_elastic_env_everything_set() -> None:
@@ -280,6 +300,16 @@ def test_elastic_is_ignored_in_plain_mode() -> None:
 
 
 def test_merge_env() -> None:
-    assert merge_env({"A": "1"}, {"RANK": "0"}) == {"PYTHONUNBUFFERED": "1", "A": "1", "RANK": "0"}
-    assert merge_env({"PYTHONUNBUFFERED": "0"}, {})["PYTHONUNBUFFERED"] == "0"
-    assert merge_env({"RANK": "9"}, {"RANK": "0"})["RANK"] == "0"
+    assert merge_env([("A", "$(B)")], {"RANK": "0"}) == [("A", "$(B)", True), ("PYTHONUNBUFFERED", "1", False),
+                                                       ("RANK", "0", False)]
+    assert merge_env([("PYTHONUNBUFFERED", "0")], {}) == [("PYTHONUNBUFFERED", "0", True)]
+
+
+def test_merge_env_upserts_ours_in_the_users_place() -> None:
+    """Kubeflow appends its entry after the user's and the later one wins; torchjob gives the same
+    value in the user's place, so there is never a second entry (and $(RANK) after it sees ours)."""
+    merged = merge_env([("A", "1"), ("RANK", "9"), ("SECRET", None), ("B", "$(RANK)")], {"RANK": "0", "X": "x"})
+    assert merged == [("A", "1", True), ("RANK", "0", False), ("SECRET", None, False), ("B", "$(RANK)", True),
+                      ("PYTHONUNBUFFERED", "1", False), ("X", "x", False)]
+    names = [name for name, _, _ in merged]
+    assert len(names) == len(set(names))

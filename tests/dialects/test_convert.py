@@ -34,7 +34,7 @@ MASTER_CONTAINER = {**CONTAINER, "ports": [{"name": PORT_NAME, "containerPort": 
 
 
 def test_targets() -> None:
-    assert TARGETS == ("torchjob", "kubeflow", "volcano")
+    assert TARGETS == ("torchjob", "kubeflow", "volcano", "trainjob")
     with pytest.raises(ValueError, match="unknown target 'tfjob'"):
         convert(make_job(), "tfjob")
 
@@ -193,7 +193,8 @@ def test_what_kubeflow_loses() -> None:
     assert spec["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "ExitCode"  # Kubeflow has ExitCode
     # what is written reads back as a Kubeflow job
     again = read_data(data)
-    assert again.dialect == "kubeflow.org/v1 PyTorchJob" and again.notes == []
+    assert again.dialect == "kubeflow.org/v1 PyTorchJob"
+    assert [n.split(": ", 2)[1] for n in again.notes] == ["spec.runPolicy.managedBy"]  # 'me': not acted on
 
 
 def test_what_volcano_loses() -> None:

@@ -194,8 +194,12 @@ def test_unknown_replica_type() -> None:
 
 
 def test_reserved_env() -> None:
+    # MASTER_ADDR is accepted as Kubeflow accepts it, with a warning (tests/dialects/test_env_contract.py);
+    # a PET_* variable would contradict the spec, and stays refused.
     text = BASE + "              env: [{name: MASTER_ADDR, value: x}]\n"
-    problem_at(text, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].name", "MASTER_ADDR")
+    assert "MASTER_ADDR is set by torchjob too" in read(text).notes[0]
+    text = BASE + "              env: [{name: PET_NNODES, value: '9'}]\n"
+    problem_at(text, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].env[0].name", "PET_NNODES")
 
 
 def test_unsupported_kind() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dialects.util import doc, edit, line_of, problem_at, problems, read
+from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, problems, read
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import MASTER, WORKER, Container, TorchJob
 from torchjob.core.topology import (
@@ -273,19 +273,21 @@ def test_status_is_ignored_with_a_warning() -> None:
 # --- errors ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["chief", "node", "ps", "''"])
-def test_bad_type(bad: str) -> None:
-    text = edit(PLAIN, "type: worker", f"type: {bad}")
-    p = problem_at(text, "spec.replicaSpecs[1].type", f"type: {bad}")
-    assert "is not master or worker" in p.message
-    assert p.fix == "use type: master or type: worker"
+@pytest.mark.parametrize("free", ["node", "ps", "launcher", "Chief"])
+def test_a_type_is_a_free_name(free: str) -> None:
+    """T9k's type is a free string: the first replica is the master, whatever its type is called."""
+    text = edit(PLAIN, "type: worker", f"type: {free}")
+    job = read(text).job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 2)
 
 
-def test_no_type_at_all_is_no_replicas() -> None:
+def test_an_empty_or_missing_type_is_refused() -> None:
+    p = problem_at(edit(PLAIN, "type: worker", "type: ''"), "spec.replicaSpecs[1].type", "type: ''")
+    assert p.message == "replica type '' is not a name"
     text = edit(TORCHRUN, "    - type: worker\n      replicas: 4", "    - replicas: 4")
     found = problems(text)
     assert [(p.path, p.message) for p in found] == [
-        ("spec.replicaSpecs[0].type", "replica type None is not master or worker"),
+        ("spec.replicaSpecs[0].type", "replica type None is not a name"),
     ]  # not also "no replicas are defined": that would be the same problem twice
 
 
@@ -295,11 +297,49 @@ def test_duplicate_type() -> None:
     assert p.message == "type 'worker' appears twice"
 
 
-@pytest.mark.parametrize("count", [0, 2, 3])
-def test_master_replicas_must_be_one(count: int) -> None:
+def test_the_first_replica_spec_gives_the_master_whatever_its_count() -> None:
+    """master x2 then worker x2 with one template: master-0 and three workers, as T9k counts them."""
+    text = edit(PLAIN, "    - type: master\n      replicas: 1\n      restartPolicy: Never",
+                "    - type: master\n      replicas: 2")
+    job = read(text).job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 3)
+
+
+@pytest.mark.parametrize("count", [0, -1])
+def test_replicas_must_be_positive(count: int) -> None:
     text = edit(PLAIN, "    - type: master\n      replicas: 1", f"    - type: master\n      replicas: {count}")
     p = problem_at(text, "spec.replicaSpecs[0].replicas", f"replicas: {count}")
-    assert p.message == "a job has exactly one master"
+    assert p.message == f"must be at least 1, got {count}"
+
+
+def test_workers_of_two_replica_specs_must_share_a_template() -> None:
+    text = edit(PLAIN, "    - type: master\n      replicas: 1", "    - type: master\n      replicas: 2")
+    p = problem_at(text, "spec.replicaSpecs[1]", "- type: worker")
+    assert p.message == ("type 'worker' differs from replica spec 0: after the master, torchjob's workers share one "
+                         "template and restart policy")
+
+
+def test_a_master_type_after_the_first_spec_is_a_worker_with_a_warning() -> None:
+    text = doc("""
+        apiVersion: batch.tensorstack.dev/v1beta1
+        kind: PyTorchTrainingJob
+        metadata:
+          name: order
+        spec:
+          replicaSpecs:
+            - type: worker
+              template: &pod
+                spec:
+                  containers:
+                    - {name: pytorch, command: [python, train.py]}
+            - type: master
+              template: *pod
+        """)
+    loaded = read(text)
+    assert (loaded.job.replica_count(MASTER), loaded.job.replica_count(WORKER)) == (1, 1)
+    assert loaded.notes == [f"job.yaml:{line_of(text, 'type: master')}: spec.replicaSpecs.1.type: type 'master' is "
+                            "not the first replica spec; T9k makes the first replica (type 'worker') the master, so "
+                            "these replicas are workers"]
 
 
 def test_unknown_torchrun_config_field() -> None:
@@ -309,11 +349,11 @@ def test_unknown_torchrun_config_field() -> None:
 
 
 def test_unknown_spec_and_replica_spec_fields() -> None:
-    text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  elastic: {enabled: true}\n  replicaSpecs:")
+    text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  elastc: {enabled: true}\n  replicaSpecs:")
     text = edit(text, "    - type: worker\n", "    - type: worker\n      minAvailable: 1\n")
     found = problems(text)
     assert [(p.path, p.line) for p in found] == [
-        ("spec.elastic", line_of(text, "elastic:")),
+        ("spec.elastc", line_of(text, "elastc:")),
         ("spec.replicaSpecs[1].minAvailable", line_of(text, "minAvailable")),
     ]
 
@@ -352,8 +392,8 @@ def test_torchrun_with_the_script_in_command_is_not_silently_dropped() -> None:
 
 def test_problem_in_the_moved_container_names_it() -> None:
     text = edit(TORCHRUN, "              args: [dist_mnist.py]\n",
-                "              args: [dist_mnist.py]\n              env: [{name: RANK, value: '1'}]\n")
-    problem_at(text, "spec.replicaSpecs[0].template.spec.containers[1].env[0].name", "RANK")
+                "              args: [dist_mnist.py]\n              env: [{name: PET_NNODES, value: '1'}]\n")
+    problem_at(text, "spec.replicaSpecs[0].template.spec.containers[1].env[0].name", "PET_NNODES")
 
 
 @pytest.mark.parametrize(("old", "new", "field"), [
@@ -376,3 +416,122 @@ MALFORMED = {
 def test_malformed_shapes_are_problems_not_crashes(case: str) -> None:
     old, new = MALFORMED[case]
     assert problems(edit(TORCHRUN, old, new))
+
+
+# --- as T9k's API reference writes it ----------------------------------------------------------------------------
+
+REFERENCE = doc("""
+    apiVersion: batch.tensorstack.dev/v1beta1
+    kind: PyTorchTrainingJob
+    metadata:
+      name: ref
+    spec:
+      torchrunConfig:
+        enabled: true
+        maxRestarts: 2
+        procPerNode: "1"
+        rdzvBackend: c10d
+        extraOptions: []
+      elastic:
+        enabled: true
+        minReplicas: 2
+        maxReplicas: 6
+        expectedReplicas: 4
+      runMode:
+        debug:
+          enabled: true
+          replicaSpecs:
+            - type: node
+              command: [sleep, "3600"]
+      tensorboardSpec:
+        image: t9kpublic/tensorboard:2.11.0
+        logDir:
+          pvc:
+            - name: logs-pvc
+              subPath: [runs/a, /runs/b/]
+            - name: other
+          s3:
+            secretRef: {name: s3-creds}
+            uri: ["s3://bucket/tb"]
+      replicaSpecs:
+        - type: node
+          replicas: 3
+          scalingWeight: 1
+          template:
+            spec:
+              containers:
+                - name: python
+                  command: [python]
+                  args: [train.py]
+""")
+
+
+def test_the_reference_spelling_turns_modes_on() -> None:
+    loaded = read(REFERENCE)
+    job = loaded.job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 3)  # elastic.expectedReplicas: 4
+    c = containers(job, WORKER)[0]
+    assert (c.command, c.args) == (["torchrun"], ["train.py"])
+    assert job.spec.elasticPolicy is not None
+    assert job.spec.elasticPolicy.model_dump(exclude_none=True) == {"minReplicas": 2, "maxReplicas": 6,
+                                                                     "maxRestarts": 2, "rdzvBackend": "c10d"}
+    debug = job.spec.runMode.debug if job.spec.runMode else None
+    assert debug is not None and debug.enabled
+    # the debug spec names T9k's type; `node` became the master and the workers, so it reaches both
+    assert [(d.type, d.command) for d in debug.replicaSpecs or []] == [("master", ["sleep", "3600"]),
+                                                                       ("worker", ["sleep", "3600"])]
+    assert job.spec.tensorboard is not None
+    assert job.spec.tensorboard.logDirs == ["t9k://pvc/logs-pvc/runs/a", "t9k://pvc/logs-pvc/runs/b",
+                                            "t9k://pvc/other", "s3://bucket/tb"]
+    assert sorted(n.split(": ", 2)[1] for n in loaded.notes) == [
+        "spec.replicaSpecs.0.scalingWeight", "spec.tensorboardSpec.logDir.s3.secretRef"]
+
+
+@pytest.mark.parametrize("section", ["torchrunConfig", "runMode.debug"])
+def test_both_spellings_are_read_and_must_agree(section: str) -> None:
+    key = section.split(".")[-1]
+    text = edit(REFERENCE, f"{key}:\n{'      ' if '.' in section else '    '}enabled: true",
+                f"{key}:\n{'      ' if '.' in section else '    '}enable: true")
+    assert read(text).job.spec.elasticPolicy is not None or section != "torchrunConfig"
+    both = edit(REFERENCE, f"{key}:\n{'      ' if '.' in section else '    '}enabled: true",
+                f"{key}:\n{'      ' if '.' in section else '    '}enabled: true\n"
+                f"{'      ' if '.' in section else '    '}enable: false")
+    p = only_problem(both)
+    assert (p.path, p.message) == (f"spec.{section}", "enabled and enable disagree")
+
+
+def test_a_mode_without_enabled_is_off_with_a_warning() -> None:
+    text = edit(REFERENCE, "    enabled: true\n    maxRestarts: 2", "    maxRestarts: 2")
+    loaded = read(text)
+    assert containers(loaded.job, MASTER)[0].command == ["python"]  # torchrun off, as T9k's default
+    assert any("spec.torchrunConfig: has no enabled: true, so it is off and its other fields are unused" in n
+               for n in loaded.notes)
+
+
+def test_pause_is_a_suspend_and_resume_specs_are_refused() -> None:
+    text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  runMode:\n    pause:\n      enabled: true\n  replicaSpecs:")
+    job = read(text).job
+    assert job.run_policy.suspend is True
+    bad = edit(text, "      enabled: true\n",
+               "      enabled: true\n      resumeSpecs: [{type: worker, command: [x]}]\n")
+    p = problem_at(bad, "spec.runMode.pause.resumeSpecs", "resumeSpecs")
+    assert "resume with other commands" in p.message
+
+
+def test_a_debug_spec_of_an_unknown_type_is_refused() -> None:
+    text = edit(REFERENCE, "        - type: node\n          command", "        - type: chief\n          command")
+    p = problem_at(text, "spec.runMode.debug.replicaSpecs[0].type", "type: chief")
+    assert p.message == "'chief' is not a replica type of this job"
+
+
+def test_expected_replicas_outside_the_elastic_range_is_refused() -> None:
+    p = problem_at(edit(REFERENCE, "expectedReplicas: 4", "expectedReplicas: 9"), "spec.elastic", "elastic:")
+    assert p.message == "the job starts 9 replicas, outside minReplicas..maxReplicas 2..6"
+
+
+def test_wrong_types_are_problems_not_crashes() -> None:
+    for old, new, path in [("replicas: 3", "replicas: three", "spec.replicaSpecs[0].replicas"),
+                           ("    enabled: true\n    maxRestarts", "    enabled: 'yes'\n    maxRestarts",
+                            "spec.torchrunConfig.enabled"),
+                           ("extraOptions: []", "extraOptions: [{a: 1}]", "spec.torchrunConfig.extraOptions[0]")]:
+        assert [p.path for p in problems(edit(REFERENCE, old, new))] == [path]

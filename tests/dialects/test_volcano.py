@@ -363,7 +363,7 @@ def test_unknown_plugin() -> None:
 def test_unknown_pytorch_flag() -> None:
     text = edit(SMALL, '"--port=23456"', '"--port=23456", "--rank=0"')
     p = problem_at(text, "spec.plugins.pytorch", "pytorch:")
-    assert p.message == "unknown pytorch plugin flag --rank"
+    assert p.message == "unknown flag --rank"
 
 
 def test_wait_master_flags_are_known() -> None:
@@ -489,3 +489,77 @@ def test_master_replicas_of_the_wrong_type() -> None:
     text = edit(SMALL, "    - name: master\n      replicas: 1", '    - name: master\n      replicas: "1"')
     p = only_problem(text)
     assert "integer" in p.message
+
+
+# --- the pytorch plugin's flags as Go's flag package reads them; wait-for-master ----------------------------
+
+
+def _plugin(flags: str) -> str:
+    return edit(SMALL, '["--master=master", "--worker=worker", "--port=23456"]', flags)
+
+
+def test_wait_master_flags_give_the_init_containers_image_and_timeout() -> None:
+    from torchjob.kube import render as kr
+
+    job = read(_plugin('["--port", "29500", "--wait-master-enabled", "--wait-master-timeout=600", '
+                       '"--wait-master-image", "alpine:3.20"]')).job
+    assert job.spec.waitForMaster is not None
+    assert job.spec.waitForMaster.model_dump() == {"enabled": True, "image": "alpine:3.20", "timeoutSeconds": 600}
+    assert master_port(job) == 29500
+    init = kr.pod(job, ReplicaId(WORKER, 0), 0)["spec"]["initContainers"][0]
+    assert (init["name"], init["image"]) == (kr.WAIT_CONTAINER, "alpine:3.20")
+    assert "gave up waiting for small-master-0.small 29500 after 600s; exit 1" in init["command"][2]
+    assert "initContainers" not in kr.pod(job, ReplicaId(MASTER, 0), 0)["spec"]  # workers only, as Volcano
+
+
+def test_wait_master_defaults_are_volcanos() -> None:
+    job = read(_plugin('["--wait-master-enabled=true"]')).job
+    assert job.spec.waitForMaster is not None
+    assert (job.spec.waitForMaster.image, job.spec.waitForMaster.timeoutSeconds) == ("busybox:1.36.1", 300)
+
+
+def test_without_wait_master_enabled_the_operators_default_applies() -> None:
+    from torchjob.kube import render as kr
+
+    text = _plugin('["--wait-master-timeout=60"]')
+    loaded = read(text)
+    assert loaded.job.spec.waitForMaster is None
+    assert loaded.notes == [f"job.yaml:{line_of(text, 'pytorch:')}: spec.plugins.pytorch: "
+                            "--wait-master-timeout is ignored without --wait-master-enabled (as Volcano ignores it)"]
+    pod = kr.pod(loaded.job, ReplicaId(WORKER, 0), 0, init_image="busybox:1.36")
+    assert pod["spec"]["initContainers"][0]["image"] == "busybox:1.36"  # the operator's --init-image, no limit
+    assert "gave up" not in pod["spec"]["initContainers"][0]["command"][2]
+    off = read(_plugin('["--wait-master-enabled=false"]')).job
+    assert "initContainers" not in kr.pod(off, ReplicaId(WORKER, 0), 0)["spec"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ('["--wait-master-enabled=yes"]', "--wait-master-enabled=yes is not a boolean"),
+    ('["--wait-master-enabled", "--wait-master-timeout=0"]', "--wait-master-timeout=0 is not a positive number"),
+    ('["--port"]', "--port needs a value"),
+    ('["master"]', "'master' is not a flag (Volcano would ignore it and every argument after it)"),
+])
+def test_bad_plugin_flags(flags: str, message: str) -> None:
+    p = only_problem(_plugin(flags))
+    assert p.path == "spec.plugins.pytorch" and message in p.message
+
+
+def test_flags_after_a_double_dash_are_not_read() -> None:
+    job = read(_plugin('["--port=29501", "--", "--port=1"]')).job
+    assert master_port(job) == 29501
+
+
+def test_convert_writes_the_wait_flags_back() -> None:
+    from torchjob.dialects.convert import convert
+
+    job = read(_plugin('["--wait-master-enabled", "--wait-master-timeout=45"]')).job
+    data, _ = convert(job, "volcano")
+    assert data["spec"]["plugins"]["pytorch"][-3:] == ["--wait-master-enabled=true", "--wait-master-timeout=45",
+                                                       "--wait-master-image=busybox:1.36.1"]
+    assert read(yaml_text(data)).job.spec.waitForMaster == job.spec.waitForMaster
+
+
+def yaml_text(data: object) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)

@@ -47,8 +47,14 @@ def test_an_elastic_rendezvous_host_resolves_through_the_headless_service() -> N
     # since torchjob makes one headless Service `<job>`, not one per replica.
     job = make_job("el", master=False, workers=3, command=("torchrun", "train.py"),
                    elastic={"minReplicas": 1, "maxReplicas": 3, "rdzvBackend": "c10d"})
-    env = env_of(kr.pod(job, ReplicaId("Worker", 2), 0))
+    pod = kr.pod(job, ReplicaId("Worker", 2), 0)
+    env = env_of(pod)
     assert env["PET_RDZV_ENDPOINT"] == "el-worker-0.el:23456"
+    # A pod made again has the same hostname and pid as the one it replaces: the rendezvous tells
+    # them apart by the pod's IP.
+    local = [e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "PET_LOCAL_ADDR"]
+    assert local == [{"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    assert "PET_LOCAL_ADDR" not in env_of(kr.pod(make_job("plain", workers=1), ReplicaId("Worker", 0), 0))
     pinned = make_job("el", master=False, workers=2, command=("torchrun", "train.py"),
                       elastic={"rdzvHost": "etcd.infra", "rdzvPort": 2379, "rdzvBackend": "etcd"})
     assert env_of(kr.pod(pinned, ReplicaId("Worker", 1), 0))["PET_RDZV_ENDPOINT"] == "etcd.infra:2379"

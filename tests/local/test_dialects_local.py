@@ -185,3 +185,69 @@ def test_t9k_debug_mode_starts_replicas_without_training(torchjob: Torchjob, tmp
     log = torchjob("logs", "t9k-debug").stdout
     assert "TensorBoard" in log or "tensorboard" in log
     torchjob("delete", "t9k-debug", check=True)
+
+
+TRAINJOB = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: tj-local
+spec:
+  runtimeRef:
+    name: torch-distributed
+  trainer:
+    numNodes: 2
+    numProcPerNode: 2
+    command: [torchrun, dist_mnist.py]
+"""
+
+
+def test_trainjob_runs_locally_through_torchrun(torchjob: Torchjob, tmp_path: Path) -> None:
+    """numNodes replicas, numProcPerNode processes each, with the PET_* values Trainer sets."""
+    shutil.copy(PROGRAMS / "ddp_step.py", tmp_path / "dist_mnist.py")
+    (tmp_path / "job.yaml").write_text(TRAINJOB)
+    proc = torchjob("run", "job.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("all-reduce ok: 10") == 4  # 2 nodes x 2 processes: ranks 0..3 sum to 6, +4
+
+
+KUBEFLOW_SHELL_LAUNCHER = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: kf-shell
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: train:1
+              command: [sh, -c]
+              args:
+                - >-
+                  torchrun --nnodes=$(PET_NNODES) --node_rank=$(RANK) --nproc_per_node=1
+                  --master_addr=$(MASTER_ADDR) --master_port=$(MASTER_PORT) PROGRAM
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: train:1
+              command: [sh, -c]
+              args:
+                - >-
+                  torchrun --nnodes=$(PET_NNODES) --node_rank=$(RANK) --nproc_per_node=1
+                  --master_addr=$(MASTER_ADDR) --master_port=$(MASTER_PORT) PROGRAM
+"""
+
+
+def test_a_shell_that_starts_torchrun_with_kubelet_references(torchjob: Torchjob, tmp_path: Path) -> None:
+    """$(VAR) in args expanded as the kubelet would, torchrun found inside the shell script."""
+    (tmp_path / "job.yaml").write_text(KUBEFLOW_SHELL_LAUNCHER.replace("PROGRAM", str(PROGRAMS / "ddp_step.py")))
+    proc = torchjob("run", "job.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("all-reduce ok: 3") == 2  # ranks 0 and 1: 0 + 1 + 2 processes

@@ -409,6 +409,15 @@ class VolcanoEnv(Strict):
     hosts: bool = False  # `svc` plugin: VC_<TASK>_HOSTS, VC_<TASK>_NUM
 
 
+class WaitForMaster(Strict):
+    """Workers wait until the master's port accepts connections before they start (on Kubernetes an
+    init container does; Volcano's `--wait-master-*` plugin flags). Unset: the operator's default."""
+
+    enabled: bool = True
+    image: str | None = None  # default: the operator's --init-image
+    timeoutSeconds: int | None = Field(default=None, ge=1)  # the worker fails after it; unset: no limit
+
+
 class TorchJobSpec(Strict):
     pytorchReplicaSpecs: dict[str, ReplicaSpec]
     runPolicy: RunPolicy | None = None
@@ -419,6 +428,7 @@ class TorchJobSpec(Strict):
     runMode: RunMode | None = None
     tensorboard: TensorBoardSpec | None = None
     volcano: VolcanoEnv | None = None
+    waitForMaster: WaitForMaster | None = None
 
     @field_validator("pytorchReplicaSpecs", mode="before")
     @classmethod

@@ -22,6 +22,8 @@ class Document:
     # A foreign document read as a native job: native path prefix -> the document's own, so that
     # problems name the field and line the user wrote.
     aliases: list[tuple[PathKey, PathKey]] = field(default_factory=list)
+    # Other documents given with this one (a TrainJob's runtimes: --runtime FILE, or the same file).
+    companions: list[Document] = field(default_factory=list)
 
     def translate(self, path: list[str | int]) -> list[str | int]:
         """The document's own path for a native one (the longest matching alias wins)."""
@@ -113,8 +115,8 @@ def parse_documents(text: str, source: str) -> list[Document]:
     return docs
 
 
-def read_document(path: str | Path) -> Document:
-    """The single job document in a file (`-` reads standard input)."""
+def read_documents(path: str | Path) -> list[Document]:
+    """Every document in a file (`-` reads standard input)."""
     import sys
 
     if str(path) == "-":
@@ -128,10 +130,15 @@ def read_document(path: str | Path) -> Document:
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"{path}: cannot read it: {e}")
         source = str(path)
-    docs = parse_documents(text, source)
+    return parse_documents(text, source)
+
+
+def read_document(path: str | Path) -> Document:
+    """The single job document in a file."""
+    docs = read_documents(path)
     if len(docs) > 1:
         raise UserError(
-            f"{source}: the file holds {len(docs)} documents; torchjob runs one job per file",
+            f"{docs[0].source}: the file holds {len(docs)} documents; torchjob runs one job per file",
             fix="split the documents into separate files",
         )
     return docs[0]

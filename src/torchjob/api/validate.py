@@ -22,11 +22,9 @@ DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_LABEL = 63
 
 # Set by torchjob for every replica; a user value would be silently wrong, so it is refused.
+# (MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK are accepted, as Kubeflow accepts them, with a
+# warning that says which value the replica gets: core.advice.)
 RESERVED_ENV: dict[str, str] = {
-    "MASTER_ADDR": "torchjob sets it to the master's address",
-    "MASTER_PORT": f"set the master container's port named {PORT_NAME} instead",
-    "WORLD_SIZE": "it follows from the replica counts and spec.nprocPerNode",
-    "RANK": "it follows from the replica's type and index",
     "LOCAL_RANK": "torchjob (or torchrun) assigns it",
     "LOCAL_WORLD_SIZE": "set spec.nprocPerNode instead",
     "PET_NNODES": "it follows from the replica counts and spec.elasticPolicy",

@@ -86,11 +86,16 @@ def _opts(configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bo
     )
 
 
-def _load(path: str) -> Any:
+RUNTIME = click.option("--runtime", "runtimes", multiple=True, metavar="FILE",
+                       help="A Kubeflow Trainer runtime (ClusterTrainingRuntime or TrainingRuntime) a TrainJob "
+                            "names (repeatable; torch-distributed is known without one).")
+
+
+def _load(path: str, runtimes: tuple[str, ...] = ()) -> Any:
     """Read a job in any dialect; what its reader ignored or decided is shown as warnings."""
     from torchjob.api.load import load
 
-    loaded = load(path)
+    loaded = load(path, runtimes)
     for note in loaded.notes:
         click.echo(f"warning: {note}", err=True)
     return loaded.job
@@ -116,13 +121,14 @@ def cli() -> None:
 @local_options
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
 @kube_options
+@RUNTIME
 def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
         no_resolve_python: bool, grace_period: float | None, quiet: bool, kube: bool, kubeconfig: str | None,
-        kube_context: str | None, namespace: str | None) -> None:
+        kube_context: str | None, namespace: str | None, runtimes: tuple[str, ...]) -> None:
     """Run a job in the foreground until it ends; exit 0 when it succeeded."""
     from torchjob.local import runtime
 
-    job = _load(job_file)
+    job = _load(job_file, runtimes)
     if kube:
         from torchjob.kube import jobs
 
@@ -168,13 +174,14 @@ def _outcome(name: str, st: JobStatus, flags: str) -> None:
 @click.argument("job_file", metavar="JOB.yaml")
 @local_options
 @kube_options
+@RUNTIME
 def submit(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
            no_resolve_python: bool, grace_period: float | None, kube: bool, kubeconfig: str | None,
-           kube_context: str | None, namespace: str | None) -> None:
+           kube_context: str | None, namespace: str | None, runtimes: tuple[str, ...]) -> None:
     """Start a job detached; follow it with `torchjob logs NAME -f`."""
     from torchjob.local import runtime
 
-    job = _load(job_file)
+    job = _load(job_file, runtimes)
     if kube:
         from torchjob.kube import jobs
 
@@ -188,11 +195,12 @@ def submit(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
 @cli.command()
 @click.argument("job_file", metavar="JOB.yaml")
 @OUTPUT
-def validate(job_file: str, output: str) -> None:
+@RUNTIME
+def validate(job_file: str, output: str, runtimes: tuple[str, ...]) -> None:
     """Check a job file; exit 2 with one message per problem when it is not valid."""
     from torchjob.local.render import warnings
 
-    job = _load(job_file)
+    job = _load(job_file, runtimes)
     notes = warnings(job)
     if output != "text":
         _dump({"valid": True, "name": job.name, "warnings": notes}, output)
@@ -208,14 +216,16 @@ def validate(job_file: str, output: str) -> None:
 @OUTPUT
 @click.option("--kube", is_flag=True, help="Print the Kubernetes objects the operator would create (PodGroup, "
                                            "Pods, Service, TensorBoard) instead; contacts no cluster.")
+@RUNTIME
 def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
-           no_resolve_python: bool, grace_period: float | None, output: str, kube: bool) -> None:
+           no_resolve_python: bool, grace_period: float | None, output: str, kube: bool,
+           runtimes: tuple[str, ...]) -> None:
     """Dry run: every replica's resolved command, env, working directory and mounts."""
     from torchjob.local.render import warnings
     from torchjob.local.store import Store
     from torchjob.local.supervisor import prepare_job
 
-    job = _load(job_file)
+    job = _load(job_file, runtimes)
     if kube:
         from torchjob.kube.install import DEFAULT_PROGRESS_URL
         from torchjob.kube.render import manifests
@@ -229,7 +239,8 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
             click.echo(yaml.safe_dump_all(objs, sort_keys=False).rstrip())
         return
     opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
-    _, specs = prepare_job(job, opts, Store())
+    notes = warnings(job)  # a dry run notes what only a run would refuse, and goes on
+    _, specs = prepare_job(job, opts, Store(), notes)
     data: list[dict[str, Any]] = [
         {"replica": s.name, "command": s.argv, "workingDir": s.cwd, "env": dict(sorted(s.env.items())),
          "mounts": [m.__dict__ for m in s.mounts], "gpus": s.gpus, "torchrun": s.torchrun,
@@ -237,7 +248,7 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
         for s in specs
     ]
     if output != "text":
-        _dump({"name": job.name, "replicas": data, "warnings": warnings(job)}, output)
+        _dump({"name": job.name, "replicas": data, "warnings": notes}, output)
         return
     import shlex
 
@@ -252,26 +263,24 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
             click.echo(f"  mount: {m['source']} -> {m['target']}" + (" (read-only)" if m["read_only"] else ""))
         if d["gpus"] is not None:
             click.echo(f"  gpus: {','.join(d['gpus']) or '(none)'}")
-    for w in warnings(job):
+    for w in notes:
         click.echo(f"warning: {w}", err=True)
     click.echo("note: ports are picked per run; pass --document-ports to use the document's", err=True)
 
 
 @cli.command()
 @click.argument("job_file", metavar="FILE")
-@click.option("--to", "target", type=click.Choice(["torchjob", "kubeflow", "volcano"]), default="torchjob",
-              show_default=True, help="The dialect to write.")
+@click.option("--to", "target", type=click.Choice(["torchjob", "kubeflow", "volcano", "trainjob"]),
+              default="torchjob", show_default=True, help="The dialect to write.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
-def convert(job_file: str, target: str, output: str) -> None:
-    """Print a job (any dialect) as a TorchJob, Kubeflow PyTorchJob or Volcano Job; what the target
-    cannot express is listed on stderr."""
-    from torchjob.api.load import load
+@RUNTIME
+def convert(job_file: str, target: str, output: str, runtimes: tuple[str, ...]) -> None:
+    """Print a job (any dialect) as a TorchJob, Kubeflow PyTorchJob, Volcano Job or Kubeflow Trainer
+    TrainJob; what the target cannot express is listed on stderr."""
     from torchjob.dialects.convert import convert as to
 
-    loaded = load(job_file)
-    for note in loaded.notes:
-        click.echo(f"warning: {note}", err=True)
-    data, lost = to(loaded.job, target)
+    job = _load(job_file, runtimes)
+    data, lost = to(job, target)
     _dump(data, output)
     for item in lost:
         click.echo(f"not expressible in {target}: {item}", err=True)

@@ -237,7 +237,8 @@ def describe_kube(kube: Any, name: str, namespace: str | None, fmt: str, dump: D
     for p in pods:
         phase = p.status.phase if p.status else "-"
         attempt = (p.metadata.annotations or {}).get("torchjob.dev/attempt", "0")
-        out.append(f"  {p.metadata.name:<40}{phase or '-':<12}attempt {attempt}")
+        why = jobs.waiting(p)
+        out.append(f"  {p.metadata.name:<40}{phase or '-':<12}attempt {attempt}" + (f"  ({why})" if why else ""))
     out += _conditions(st)
     out.append("Events:")
     for e in evs:

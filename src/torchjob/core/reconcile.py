@@ -190,10 +190,12 @@ def _finish(plan: Plan, job: TorchJob, world: World, now: datetime, succeeded: b
 
 
 def _failure_of(obs: Observed, reason: str, message: str) -> FailureInfo:
+    """The root cause, with the replica's own word where it left one (torch's error file, a pod's
+    termination message), so that it survives its logs and pods."""
     code = obs.exit_code
     return FailureInfo(
         reason=reason,
-        message=message,
+        message=f"{message}: {obs.message}" if obs.message else message,
         replica=obs.replica.name,
         attempt=obs.attempt,
         exitCode=code,

@@ -11,6 +11,7 @@ RANK/WORLD_SIZE itself, so torchjob does not set them.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -76,13 +77,34 @@ class Placement:
     rdzv_port: int
 
 
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+SHELLS = ("sh", "bash", "dash", "zsh", "ash")
+# A launcher started from a shell script: `torchrun ...` (or `.../bin/torchrun`) or `python -m
+# torch.distributed.run|launch`.
+_SCRIPT_LAUNCHER = re.compile(r"(^|[\s;&|(`'\"])(\S*/bin/)?torchrun([\s;&|)`'\"]|$)"
+                              r"|-m\s+torch\.distributed\.(run|launch)\b")
+
+
 def is_torchrun(argv: list[str]) -> bool:
+    """Whether the command starts a torch launcher (torchrun mode): `torchrun`, `python -m
+    torch.distributed.run` or `.launch` (the launcher torchrun replaced, which reads the same
+    `PET_*` variables), or a `sh -c`/`bash -c` script that runs one of them."""
     if not argv:
         return False
     head = os.path.basename(argv[0])
     if head == "torchrun":
         return True
-    return head.startswith("python") and argv[1:3] == ["-m", "torch.distributed.run"]
+    if head.startswith("python"):
+        return len(argv) > 2 and argv[1] == "-m" and argv[2] in LAUNCHER_MODULES
+    if head in SHELLS:
+        flags = [a for a in argv[1:] if a.startswith("-")]
+        script = next((a for a in argv[1:] if not a.startswith("-")), "")
+        return any("c" in f for f in flags) and bool(_SCRIPT_LAUNCHER.search(script))
+    return False
+
+
+def is_shell(argv: list[str]) -> bool:
+    return bool(argv) and os.path.basename(argv[0]) in SHELLS
 
 
 def nproc_per_node(job: TorchJob) -> str:
@@ -162,7 +184,9 @@ def replica_env(
     nproc = nproc_per_node(job)
     rank = node_rank(job, rid)
     if is_torchrun(argv):
-        env["PET_NPROC_PER_NODE"] = nproc
+        # Kubeflow and T9k set these in torchrun mode too (`--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)`
+        # in args needs them); torchrun replaces them for the processes it starts.
+        env.update(PET_NPROC_PER_NODE=nproc, MASTER_ADDR=where.master_addr, MASTER_PORT=str(where.master_port))
         bounds = elastic_bounds(job)
         if bounds is None:
             env.update(
@@ -170,6 +194,7 @@ def replica_env(
                 PET_NODE_RANK=str(rank),
                 PET_MASTER_ADDR=where.master_addr,
                 PET_MASTER_PORT=str(where.master_port),
+                RANK=str(rank),  # the node's, as Kubeflow sets it; torchrun gives each process its own
             )
         else:
             ep = job.spec.elasticPolicy
@@ -200,12 +225,22 @@ def replica_env(
     return ReplicaEnv(env=env, torchrun=False)
 
 
-def merge_env(user: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str]:
-    """User values first, ours win (validation refused user values of reserved names);
-    PYTHONUNBUFFERED=1 unless the user set it."""
-    merged = {"PYTHONUNBUFFERED": "1", **user}
-    merged.update(ours)
-    return merged
+EnvEntry = tuple[str, str | None, bool]
+
+
+def merge_env(user: list[tuple[str, str | None]], ours: Mapping[str, str]) -> list[EnvEntry]:
+    """The container's env as torchjob sets it, on Kubernetes and locally alike: the user's entries
+    in their places, with ours replacing any of the same name (Kubeflow appends its own after the
+    user's and the later entry wins: the same value, without a second entry), then the rest of ours.
+    PYTHONUNBUFFERED=1 unless the user set it. Each entry is (name, value, expanded by the kubelet):
+    a value None is the user's valueFrom, resolved by the runtime."""
+    out: list[EnvEntry] = []
+    for name, value in user:
+        out.append((name, ours[name], False) if name in ours else (name, value, value is not None))
+    written = {name for name, _ in user}
+    defaults = {} if "PYTHONUNBUFFERED" in written else {"PYTHONUNBUFFERED": "1"}
+    out += [(name, value, False) for name, value in {**defaults, **ours}.items() if name not in written]
+    return out
 
 
 def debug_command(job: TorchJob, rtype: str) -> list[str] | None:

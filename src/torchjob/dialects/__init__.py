@@ -73,6 +73,40 @@ class Notes:
                 self.error([*path, key, i], f"must be a mapping, got {type(item).__name__}")
         return out
 
+    def typed(self, data: dict[str, Any], key: str, path: list[str | int], kind: type | tuple[type, ...],
+              what: str) -> Any:
+        """data[key] when it has the type a reader needs (None when absent or wrong: an error then)."""
+        value = data.get(key)
+        if value is None:
+            return None
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is int)
+        if not ok:
+            self.error([*path, key], f"must be {what}, got {value!r}")
+            return None
+        return value
+
+    def integer(self, data: dict[str, Any], key: str, path: list[str | int], minimum: int | None = None) -> int | None:
+        value: int | None = self.typed(data, key, path, int, "an integer")
+        if value is not None and minimum is not None and value < minimum:
+            self.error([*path, key], f"must be at least {minimum}, got {value}")
+            return None
+        return value
+
+    def boolean(self, data: dict[str, Any], key: str, path: list[str | int]) -> bool | None:
+        value: bool | None = self.typed(data, key, path, bool, "true or false")
+        return value
+
+    def strings(self, data: dict[str, Any], key: str, path: list[str | int]) -> list[str]:
+        """data[key] as a list of strings (numbers are written as strings, as in YAML argv)."""
+        value = self.typed(data, key, path, list, "a list")
+        out: list[str] = []
+        for i, item in enumerate(value or []):
+            if isinstance(item, str | int | float) and not isinstance(item, bool):
+                out.append(str(item))
+            else:
+                self.error([*path, key, i], f"must be a string, got {item!r}")
+        return out
+
     def unknown(self, data: dict[str, Any], known: set[str], path: list[str | int], *, fatal: bool = True) -> None:
         for key in data:
             if key not in known:
@@ -83,12 +117,13 @@ class Notes:
 
 
 def reader_for(api_version: object, kind: object) -> Reader | None:
-    from torchjob.dialects import kubeflow, t9k, volcano
+    from torchjob.dialects import kubeflow, t9k, trainjob, volcano
 
     readers: dict[tuple[str, str], Reader] = {
         (kubeflow.API_VERSION, kubeflow.KIND): kubeflow.read,
         (volcano.API_VERSION, volcano.KIND): volcano.read,
         (t9k.API_VERSION, t9k.KIND): t9k.read,
+        (trainjob.API_VERSION, trainjob.KIND): trainjob.read,
     }
     return readers.get((str(api_version), str(kind)))
 
@@ -98,4 +133,5 @@ SUPPORTED = (
     "kubeflow.org/v1 PyTorchJob",
     "batch.volcano.sh/v1alpha1 Job (pytorch plugin)",
     "batch.tensorstack.dev/v1beta1 PyTorchTrainingJob",
+    "trainer.kubeflow.org/v1alpha1 TrainJob (torch runtimes)",
 )

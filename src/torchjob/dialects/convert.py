@@ -6,7 +6,7 @@ from typing import Any
 
 from torchjob.api.model import TorchJob
 
-TARGETS = ("torchjob", "kubeflow", "volcano")
+TARGETS = ("torchjob", "kubeflow", "volcano", "trainjob")
 
 
 def explicit(job: TorchJob) -> dict[str, Any]:
@@ -34,4 +34,8 @@ def convert(job: TorchJob, target: str) -> tuple[dict[str, Any], list[str]]:
         from torchjob.dialects import volcano
 
         return volcano.write(data)
+    if target == "trainjob":
+        from torchjob.dialects import trainjob
+
+        return trainjob.write(data)
     raise ValueError(f"unknown target {target!r}")

@@ -36,12 +36,64 @@ WARN_ONLY_TASK = {"minAvailable": "a per-task gang size", "topologyPolicy": "a N
                   "partitionPolicy": "a scheduler partitioning hint"}
 
 
-def _flags(args: list[Any]) -> dict[str, str]:
+PYTORCH_FLAGS = {"master": "master", "worker": "worker", "port": str(DEFAULT_PORT), "wait-master-enabled": "false",
+                 "wait-master-timeout": "300", "wait-master-image": "busybox:1.36.1"}  # Volcano's defaults
+SVC_FLAGS = {"publish-not-ready-addresses", "disable-network-policy", "inject-hosts-env"}
+BOOL_FLAGS = {"wait-master-enabled", "publish-not-ready-addresses", "disable-network-policy", "inject-hosts-env"}
+GO_TRUE, GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
+
+
+def _flags(notes: Notes, args: list[Any], path: list[str | int], known: set[str]) -> dict[str, str]:
+    """Plugin arguments as Go's `flag` package reads them (`-name`, `--name`, `=value` or the next
+    argument, a bare boolean flag is true). Volcano only logs a bad flag and silently stops parsing
+    there (research/volcano.md §1.1); here each is an error."""
     out: dict[str, str] = {}
-    for a in args:
-        key, _, value = str(a).lstrip("-").partition("=")
+    items = [str(a) for a in args]
+    i = 0
+    while i < len(items):
+        arg, i = items[i], i + 1
+        if arg == "--":
+            break
+        if not arg.startswith("-") or arg == "-":
+            notes.error(path, f"{arg!r} is not a flag (Volcano would ignore it and every argument after it)",
+                        "write each as --name=value")
+            break
+        key, eq, value = arg.lstrip("-").partition("=")
+        if key not in known:
+            notes.error(path, f"unknown flag --{key}", "use " + ", ".join(f"--{k}" for k in sorted(known)))
+            continue
+        if key in BOOL_FLAGS:
+            if not eq:
+                value = "true"
+            elif value not in GO_TRUE + GO_FALSE:
+                notes.error(path, f"--{key}={value} is not a boolean", f"use --{key}=true or --{key}=false")
+                continue
+            value = "true" if value in GO_TRUE else "false"
+        elif not eq:
+            if i == len(items):
+                notes.error(path, f"--{key} needs a value", f"write --{key}=VALUE")
+                continue
+            value, i = items[i], i + 1
         out[key] = value
     return out
+
+
+def _wait_for_master(notes: Notes, flags: dict[str, str], path: list[str | int]) -> dict[str, Any] | None:
+    """Volcano's wait-for-master init container (worker pods): its image and timeout; None leaves
+    torchjob's default (the workers wait, with the operator's image, without a limit)."""
+    if "wait-master-enabled" not in flags:
+        for key in ("wait-master-timeout", "wait-master-image"):
+            if key in flags:
+                notes.warn(path, f"--{key} is ignored without --wait-master-enabled (as Volcano ignores it)")
+        return None
+    if flags["wait-master-enabled"] == "false":
+        return {"enabled": False}
+    timeout = flags.get("wait-master-timeout", PYTORCH_FLAGS["wait-master-timeout"])
+    if not timeout.isdigit() or int(timeout) < 1:
+        notes.error(path, f"--wait-master-timeout={timeout} is not a positive number of seconds", "e.g. 300")
+        timeout = PYTORCH_FLAGS["wait-master-timeout"]
+    return {"enabled": True, "timeoutSeconds": int(timeout),
+            "image": flags.get("wait-master-image") or PYTORCH_FLAGS["wait-master-image"]}
 
 
 def read(doc: Document) -> Converted:
@@ -74,21 +126,23 @@ def read(doc: Document) -> Converted:
         if plugins.get(name) is not None and not isinstance(plugins[name], list):
             notes.error(["spec", "plugins", name], "plugin arguments must be a list", f'e.g. {name}: ["--flag=value"]')
             plugins[name] = []
-    flags = _flags(plugins.get("pytorch") or [])
-    for key in flags:
-        if key not in ("master", "worker", "port", "wait-master-enabled", "wait-master-timeout", "wait-master-image"):
-            notes.error(["spec", "plugins", "pytorch"], f"unknown pytorch plugin flag --{key}",
-                        "use --master, --worker, --port")
+    ppath: list[str | int] = ["spec", "plugins", "pytorch"]
+    flags = _flags(notes, plugins.get("pytorch") or [], ppath, set(PYTORCH_FLAGS))
     master_name, worker_name = flags.get("master") or "master", flags.get("worker") or "worker"
     if master_name == worker_name:
-        notes.error(["spec", "plugins", "pytorch"], f"--master and --worker both name task {master_name!r}",
+        notes.error(ppath, f"--master and --worker both name task {master_name!r}",
                     "give the master and the workers tasks of their own")
     port_text = flags.get("port") or str(DEFAULT_PORT)
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        notes.error(["spec", "plugins", "pytorch"], f"--port={port_text} is not a port", "use 1-65535")
+        notes.error(ppath, f"--port={port_text} is not a port", "use 1-65535")
         port_text = str(DEFAULT_PORT)
-    svc = _flags(plugins.get("svc") or [])
-    hosts = svc.get("inject-hosts-env", "true").lower() != "false"  # svc is forced by the pytorch plugin
+    wait = _wait_for_master(notes, flags, ppath)
+    svc = _flags(notes, plugins.get("svc") or [], ["spec", "plugins", "svc"], SVC_FLAGS)
+    hosts = svc.get("inject-hosts-env", "true") != "false"  # svc is forced by the pytorch plugin
+    for key in ("publish-not-ready-addresses", "disable-network-policy"):
+        if key in svc:
+            notes.warn(["spec", "plugins", "svc"], f"--{key} is ignored: torchjob's headless Service always "
+                       "publishes not-ready addresses and makes no NetworkPolicy")
 
     by_name: dict[str, tuple[int, dict[str, Any]]] = {}
     for i, task in notes.items(spec, "tasks", ["spec"]):
@@ -128,9 +182,10 @@ def read(doc: Document) -> Converted:
     replicas: dict[str, Any] = {}
     for name, (i, task) in by_name.items():
         rtype = native_types[name]
-        template = copy.deepcopy(task.get("template") or {})
+        given = task.get("template")
+        template: dict[str, Any] = copy.deepcopy(given) if isinstance(given, dict) else {}
         pod = template.setdefault("spec", {})
-        restart = pod.pop("restartPolicy", None)
+        restart = pod.pop("restartPolicy", None) if isinstance(pod, dict) else "OnFailure"  # (the model says why)
         if restart is None:
             notes.warn(["spec", "tasks", i, "template", "spec"],
                        "no restartPolicy: Kubernetes would use Always; torchjob uses OnFailure")
@@ -140,16 +195,18 @@ def read(doc: Document) -> Converted:
             r["policies"] = copy.deepcopy(task["policies"])
         if "maxRetry" in task:
             r["maxRestarts"] = task["maxRetry"]
-        if task.get("dependsOn"):
-            dep = task["dependsOn"]
-            r["dependsOn"] = {**dep, "name": [native_types.get(str(n), str(n)) for n in dep.get("name", [])]}
-        if rtype == MASTER and int(port_text) != DEFAULT_PORT:
-            containers = pod.get("containers") or []
-            if containers:
-                c = containers[training_container_raw(containers)]
-                ports = c.setdefault("ports", [])
-                if not any(p.get("name") == PORT_NAME for p in ports):
-                    ports.append({"name": PORT_NAME, "containerPort": int(port_text)})
+        dep = notes.section(task, "dependsOn", ["spec", "tasks", i])
+        if dep:
+            names = dep.get("name")
+            r["dependsOn"] = {**dep, "name": [native_types.get(str(n), str(n)) for n in names]
+                              if isinstance(names, list) else names}
+        containers = pod.get("containers") if isinstance(pod, dict) else None
+        if rtype == MASTER and int(port_text) != DEFAULT_PORT and isinstance(containers, list) and containers:
+            c = containers[training_container_raw(containers)]
+            ports = c.setdefault("ports", []) if isinstance(c, dict) else None
+            if isinstance(ports, list) and not any(isinstance(p, dict) and p.get("name") == PORT_NAME
+                                                   for p in ports):
+                ports.append({"name": PORT_NAME, "containerPort": int(port_text)})
         replicas[rtype] = r
         prefix: tuple[str | int, ...] = ("spec", "pytorchReplicaSpecs", rtype)
         doc.aliases += [
@@ -177,6 +234,9 @@ def read(doc: Document) -> Converted:
         volcano["taskNames"] = {MASTER: master_name, WORKER: worker_name}
     if hosts or volcano["taskIndex"] or "taskNames" in volcano:
         native_spec["volcano"] = volcano
+    if wait is not None:
+        native_spec["waitForMaster"] = wait
+        doc.aliases.append((("spec", "waitForMaster"), ("spec", "plugins", "pytorch")))
     notes.raise_if_any()
     native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),
               "spec": native_spec}
@@ -185,7 +245,7 @@ def read(doc: Document) -> Converted:
 
 def training_container_raw(containers: list[dict[str, Any]]) -> int:
     for i, c in enumerate(containers):
-        if c.get("name") == "pytorch":
+        if isinstance(c, dict) and c.get("name") == "pytorch":
             return i
     return 0
 
@@ -235,6 +295,17 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     }
     if vc.get("taskIndex"):
         plugins["env"] = []
+    wait = spec.get("waitForMaster")
+    if wait is not None:
+        plugins["pytorch"].append(f"--wait-master-enabled={'true' if wait.get('enabled', True) else 'false'}")
+        if wait.get("enabled", True):
+            if "timeoutSeconds" in wait:
+                plugins["pytorch"].append(f"--wait-master-timeout={wait['timeoutSeconds']}")
+            else:
+                lost.append("waitForMaster without timeoutSeconds (no limit) is written as Volcano's default, "
+                            "--wait-master-timeout=300")
+            if "image" in wait:
+                plugins["pytorch"].append(f"--wait-master-image={wait['image']}")
     out_spec: dict[str, Any] = {"tasks": tasks, "plugins": plugins}
     if "backoffLimit" in rp:
         out_spec["maxRetry"] = rp["backoffLimit"]

@@ -87,11 +87,27 @@ def status_of(data: dict[str, Any]) -> JobStatus:
     return JobStatus.model_validate(data.get("status") or {})
 
 
+def waiting(pod: Any) -> str | None:
+    """Why a pod that should run does not, as the scheduler or the kubelet wrote it in its status:
+    `Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.`, `ErrImagePull: ...`."""
+    status = pod.status
+    if status is None or status.phase not in (None, "Pending", "Running") or pod.metadata.deletionTimestamp:
+        return None
+    for cond in status.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False" and cond.reason:
+            return f"{cond.reason}: {cond.message}" if cond.message else cond.reason
+    for cs in [*(status.initContainerStatuses or []), *(status.containerStatuses or [])]:
+        w = cs.state.waiting if cs.state else None
+        if w and w.reason and w.reason not in ("PodInitializing", "ContainerCreating"):
+            return f"{w.reason}: {w.message}" if w.message else w.reason
+    return None
+
+
 def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0,
            on_progress: Callable[[Progress], None] | None = None) -> JobStatus:
-    """Print each new event of the job until it finishes, and tell `on_progress` of each new
-    status.progress; returns its final status."""
-    seen: set[str] = set()
+    """Print each new event of the job, and why a pod waits, until it finishes, and tell
+    `on_progress` of each new status.progress; returns its final status."""
+    seen: set[object] = set()
     last_report: object = None
 
     def new_events(data: dict[str, Any]) -> None:
@@ -100,6 +116,11 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
             if uid and uid not in seen:
                 seen.add(uid)
                 say(ev.message or "")
+        for p in pods(kube, data):
+            why = waiting(p)
+            if why and (p.metadata.name, why) not in seen:
+                seen.add((p.metadata.name, why))
+                say(f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]} waits: {why}")
 
     while True:
         data = get(kube, name, namespace)
@@ -117,8 +138,11 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
 
 def events(kube: Client, data: dict[str, Any]) -> list[Any]:
     meta = data["metadata"]
-    evs = kube.list(Event, namespace=meta.get("namespace", "default"),
-                    fields={"involvedObject.name": meta["name"], "involvedObject.kind": "TorchJob"})
+    # By uid too: an earlier job of the same name (deleted, its events kept for an hour) is another job.
+    fields = {"involvedObject.name": meta["name"], "involvedObject.kind": "TorchJob"}
+    if meta.get("uid"):
+        fields["involvedObject.uid"] = meta["uid"]
+    evs = kube.list(Event, namespace=meta.get("namespace", "default"), fields=fields)
     # eventTime is to the microsecond and set when the operator decided; creationTimestamp only to the second.
     return sorted(evs, key=lambda e: e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp)
 

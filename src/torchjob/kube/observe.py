@@ -9,6 +9,7 @@ from typing import Any
 
 from torchjob.api.model import TorchJob
 from torchjob.api.validate import training_container
+from torchjob.core import torch_errors
 from torchjob.core.reconcile import Observed, Phase, World, match_policy
 from torchjob.core.topology import ReplicaId
 from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_TYPE
@@ -55,7 +56,8 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
     terminated = state.get("terminated") or {}
     exit_code: int | None = terminated.get("exitCode")
     reason = status.get("reason") or terminated.get("reason")
-    message = terminated.get("message") or status.get("message")
+    # torch's error file is the termination message (TORCHELASTIC_ERROR_FILE=/dev/termination-log)
+    message = torch_errors.headline(terminated["message"]) if terminated.get("message") else status.get("message")
     if phase is Phase.FAILED and exit_code is None:
         exit_code = UNKNOWN_EXIT
     if phase is Phase.SUCCEEDED and exit_code is None:

@@ -34,6 +34,12 @@ TERMINATION_LOG = "/dev/termination-log"
 PROGRESS_VOLUME = "torchjob-progress"
 PROGRESS_DIR = "/var/run/secrets/torchjob.dev/progress"
 PROGRESS_TOKEN_S = 3600  # the projected token's lifetime; the kubelet renews it before it ends
+# torchrun names a node in an elastic rendezvous by its address and pid. A pod made again for a
+# lost replica has the same hostname and the same pid (torchrun is PID 1), so the rendezvous took
+# it for the node it replaces and never finished a round (found on the real node: a worker's
+# container killed, the survivors timed out in `_assign_worker_ranks`). The pod's IP is new with
+# every pod.
+LOCAL_ADDR_ENV = {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
 def pod_name(job: TorchJob, rid: ReplicaId) -> str:
@@ -52,6 +58,9 @@ def placement(job: TorchJob) -> Placement:
     # worker-0 as in Kubeflow, but by the name the headless Service makes resolvable: Kubeflow's
     # bare `<job>-worker-0` resolves only because it makes a Service per replica.
     rdzv_host = ep.rdzvHost if ep and ep.rdzvHost else host(job, ReplicaId(WORKER, 0))
+    # A host that names one of the job's pods bare (Kubeflow's default, spelled out) resolves
+    # through the job's headless Service by its hostname.subdomain.
+    rdzv_host = {pod_name(job, r): host(job, r) for r in replicas(job)}.get(rdzv_host, rdzv_host)
     rdzv_port = ep.rdzvPort if ep and ep.rdzvPort else port
     return Placement(host(job, first), port, rdzv_host, rdzv_port)
 
@@ -67,10 +76,27 @@ def selector(job: TorchJob) -> dict[str, str]:
 
 def wait_for_master(job: TorchJob, where: Placement, image: str) -> dict[str, Any]:
     """Waits until the master's port accepts connections, not only until its name resolves
-    (pytorch-operator #333: DNS answers before the master listens)."""
-    script = (f"until nc -z -w 2 {where.master_addr} {where.master_port} 2>/dev/null; do "
-              f"echo waiting for {where.master_addr}:{where.master_port}; sleep 1; done")
-    return {"name": WAIT_CONTAINER, "image": image, "command": ["sh", "-c", script]}
+    (pytorch-operator #333: DNS answers before the master listens); with `waitForMaster.timeoutSeconds`
+    it gives up after that long and the worker fails (Volcano's `--wait-master-timeout`)."""
+    target = f"{where.master_addr} {where.master_port}"
+    wait = job.spec.waitForMaster
+    timeout = wait.timeoutSeconds if wait else None
+    if timeout is None:
+        script = f"until nc -z -w 2 {target} 2>/dev/null; do echo waiting for {target}; sleep 1; done"
+    else:
+        script = (f"end=$(( $(date +%s) + {timeout} )); until nc -z -w 2 {target} 2>/dev/null; do "
+                  f"if [ $(date +%s) -ge $end ]; then echo gave up waiting for {target} after {timeout}s; exit 1; fi; "
+                  f"echo waiting for {target}; sleep 1; done")
+    return {"name": WAIT_CONTAINER, "image": wait.image if wait and wait.image else image,
+            "command": ["sh", "-c", script]}
+
+
+def waits_for_master(job: TorchJob, rid: ReplicaId, meta: dict[str, Any], default: bool) -> bool:
+    """Whether this pod gets the wait-for-master init container: workers of a job with a master, unless
+    the job (`waitForMaster.enabled`) or its template (annotation) says otherwise; else the operator's default."""
+    if rid.rtype != WORKER or not has_master(job) or meta.get("annotations", {}).get(ANNOTATION_WAIT) == "false":
+        return False
+    return job.spec.waitForMaster.enabled if job.spec.waitForMaster is not None else default
 
 
 def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
@@ -121,21 +147,20 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
         c["volumeMounts"] = [*[m for m in c.get("volumeMounts", []) if m.get("name") != PROGRESS_VOLUME], pmount]
     if "terminationMessagePath" not in c:
         ours["TORCHELASTIC_ERROR_FILE"] = TERMINATION_LOG  # the traceback shows in the pod's status
-    user = [e for e in c.get("env", [])]
-    values = {e["name"]: e.get("value", "") for e in user if "valueFrom" not in e}
-    merged = merge_env(values, ours)
-    # Upsert, never duplicate: the user's entries keep their place (valueFrom ones included).
-    env = [e if "valueFrom" in e else {"name": e["name"], "value": merged[e["name"]]} for e in user]
-    known = {e["name"] for e in user}
-    env += [{"name": k, "value": v} for k, v in merged.items() if k not in known]
-    c["env"] = env
+    user = {e["name"]: e for e in c.get("env", [])}
+    merged = merge_env([(name, e.get("value", "") if "valueFrom" not in e else None) for name, e in user.items()],
+                       ours)
+    # Upserted, never duplicated: the user's entries keep their places; the kubelet expands $(VAR).
+    c["env"] = [user[name] if value is None else {"name": name, "value": value} for name, value, _ in merged]
+    if "PET_RDZV_BACKEND" in ours:
+        c["env"].append(LOCAL_ADDR_ENV)
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": master_port(job)})
     spec["restartPolicy"] = "Never"
     spec["hostname"] = pod_name(job, rid)
     spec["subdomain"] = job.name
-    if wait and rid.rtype == WORKER and has_master(job) and meta.get("annotations", {}).get(ANNOTATION_WAIT) != "false":
+    if waits_for_master(job, rid, meta, wait):
         spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
     if skip_init:
         spec.pop("initContainers", None)

@@ -21,10 +21,12 @@ from torchjob.api.model import (
     TorchJob,
 )
 from torchjob.api.validate import training_container
+from torchjob.core.expand import expand_argv, expand_env
 from torchjob.core.topology import (
     Placement,
     ReplicaId,
     debug_command,
+    is_shell,
     is_torchrun,
     merge_env,
     replica_env,
@@ -150,15 +152,58 @@ def warnings(job: TorchJob) -> list[str]:
             out.append(f"{rtype}: containers {others} are not run locally (only the training container is)")
         if pod.initContainers:
             out.append(f"{rtype}: initContainers {[c.name for c in pod.initContainers]} are not run locally")
+        c = pod.containers[ci]
+        if not c.command and debug_command(job, rtype) is None:
+            out.append(f"{rtype}: container {c.name!r} has no command: a local run needs one (on a cluster "
+                       "the image's entrypoint runs); set command, e.g. command: [python, train.py]")
         ignored = cluster_only_fields(pod)
         if ignored:
             out.append(f"{rtype}: ignored locally: {', '.join(ignored)}")
     rp = job.run_policy
     if rp.schedulingPolicy is not None:
         out.append("runPolicy.schedulingPolicy is ignored locally (there is no scheduler)")
-    if job.spec.elasticPolicy is not None and job.spec.elasticPolicy.metrics:
-        out.append("elasticPolicy.metrics is ignored locally (no autoscaler)")
     return out
+
+
+def _refuse_or_note(notes: list[str] | None, err: UserError) -> None:
+    """A run refuses what it cannot do; a dry run (`notes` given) says so and goes on."""
+    if notes is None:
+        raise err
+    note = err.render().replace("\n    fix:", "; fix:")
+    if note not in notes:
+        notes.append(note)
+
+
+def _no_command(rid: ReplicaId, c: Container) -> UserError:
+    image = f" ({c.image})" if c.image else ""
+    return UserError(
+        f"{rid.rtype}: container {c.name!r} has no command: on a cluster its image's entrypoint{image} "
+        "would run, but a local run has no image",
+        fix="set command (and args), e.g. command: [python, train.py]",
+    )
+
+
+def _resolved_env(job: TorchJob, rid: ReplicaId, c: Container, ours: dict[str, str], opts: LocalOptions,
+                  notes: list[str] | None) -> dict[str, str]:
+    """The replica's env as the kubelet would make it: the user's entries in place, ours upserted,
+    valueFrom resolved locally, `$(VAR)` in values expanded from the entries before them."""
+    try:
+        resolved = _env_value(job, rid, c, rid.name, opts)
+    except UserError as e:
+        _refuse_or_note(notes, e)
+        resolved = {env.name: _env_value_or_hole(job, rid, c, env.name, opts) for env in c.env or []}
+    user = [(env.name, env.value or "" if env.valueFrom is None else None) for env in c.env or []]
+    entries = [(name, resolved[name] if value is None else value, expand) for name, value, expand
+               in merge_env(user, ours)]
+    return expand_env(entries)
+
+
+def _env_value_or_hole(job: TorchJob, rid: ReplicaId, c: Container, name: str, opts: LocalOptions) -> str:
+    one = c.model_copy(update={"env": [e for e in c.env or [] if e.name == name]})
+    try:
+        return _env_value(job, rid, one, rid.name, opts)[name]
+    except UserError:
+        return "<not available locally>"
 
 
 def render(
@@ -167,49 +212,64 @@ def render(
     opts: LocalOptions,
     job_dir: Path,
     gpus_available: list[str] | None = None,
+    notes: list[str] | None = None,
 ) -> list[LaunchSpec]:
+    """Every replica's launch. `notes` makes it a dry run: what only a run would refuse (no command,
+    too few GPUs, a configMap or claim not given) is noted there instead."""
     rids = replicas(job)
     containers: dict[str, Container] = {}
     for rid in rids:
         pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
         c = containers[rid.name] = pod.containers[training_container(pod.containers)]
-        if not c.command and debug_command(job, rid.rtype) is None:
-            image = f" ({c.image})" if c.image else ""
-            raise UserError(
-                f"{rid.rtype}: container {c.name!r} has no command: on a cluster its image's entrypoint{image} "
-                "would run, but locally there is no image",
-                fix="set command (and args), e.g. command: [python, train.py]",
-            )
+        if not c.command and debug_command(job, rid.rtype) is None and notes is None:
+            raise _no_command(rid, c)  # a dry run has it among `warnings`
     wants = {name: gpu_count(c) for name, c in containers.items()}
     uses_gpus = any(wants.values())
-    slices = allocate_gpus(wants, available_gpus() if gpus_available is None else gpus_available) if uses_gpus else {}
+    slices: dict[str, list[str]] = {}
+    if uses_gpus:
+        try:
+            slices = allocate_gpus(wants, available_gpus() if gpus_available is None else gpus_available)
+        except UserError as e:
+            _refuse_or_note(notes, e)
 
     specs: list[LaunchSpec] = []
     for rid in rids:
         pod = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec
         c = containers[rid.name]
-        argv = [*(c.command or []), *(c.args or [])]
+        # A dry run shows where the image's entrypoint would go (a run refused it above).
+        head = c.command or [f"<the entrypoint of {c.image or 'the image'}>"]
+        argv = [*head, *(c.args or [])]
         debug = debug_command(job, rid.rtype)
         ours = replica_env(job, rid, argv, where).env
         if debug is not None:
             argv = debug
         ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
-        env = merge_env(_env_value(job, rid, c, rid.name, opts), ours)
+        env = _resolved_env(job, rid, c, ours, opts, notes)
+        argv = expand_argv(argv, env)  # what the kubelet does with $(VAR) in command and args
         if uses_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(slices.get(rid.name, []))
+        if opts.resolve_python and is_shell(argv) and "PATH" not in env:
+            # `python`/`torchrun` inside a shell script find torchjob's interpreter first, as at a
+            # command's head.
+            env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         cwd = c.workingDir or opts.cwd
         grace = opts.grace_period_s
         if grace is None:
             grace = float(pod.terminationGracePeriodSeconds) if pod.terminationGracePeriodSeconds is not None \
                 else DEFAULT_GRACE_S
+        try:
+            mounts = mounts_for(job, rid, pod, c, opts, job_dir)
+        except UserError as e:
+            _refuse_or_note(notes, e)
+            mounts = []
         specs.append(
             LaunchSpec(
                 replica=rid,
                 argv=resolve_argv(argv, opts.resolve_python),
                 env=env,
                 cwd=cwd,
-                mounts=mounts_for(job, rid, pod, c, opts, job_dir),
-                gpus=slices.get(rid.name) if uses_gpus else None,
+                mounts=mounts,
+                gpus=slices.get(rid.name, []) if uses_gpus else None,
                 grace_period_s=grace,
                 torchrun=is_torchrun(argv),
             )

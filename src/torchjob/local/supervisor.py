@@ -8,7 +8,6 @@ queue. The loop sleeps until an event or the plan's requeue time (deadline, rest
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import queue
 import signal
@@ -24,7 +23,7 @@ from typing import IO
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import FailureInfo, JobStatus, TorchJob
-from torchjob.core import policy
+from torchjob.core import policy, torch_errors
 from torchjob.core.reconcile import (
     Create,
     DeleteJob,
@@ -85,13 +84,20 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def prepare_job(job: TorchJob, opts: LocalOptions, store: Store) -> tuple[TorchJob, list[LaunchSpec]]:
-    """Check everything a local start needs (GPUs, volumes, configMaps) before anything starts."""
+def prepare_job(job: TorchJob, opts: LocalOptions, store: Store,
+                notes: list[str] | None = None) -> tuple[TorchJob, list[LaunchSpec]]:
+    """Check everything a local start needs (GPUs, volumes, configMaps) before anything starts.
+    With `notes` (a dry run) what only a run would refuse is noted there instead."""
     if not job.metadata.uid:
         job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
-    specs = render(job, placement(job, opts), opts, store.job_dir(job.name))
+    specs = render(job, placement(job, opts), opts, store.job_dir(job.name), notes=notes)
     if job.spec.tensorboard is not None:
-        tensorboard.log_dirs(job.spec.tensorboard, opts)
+        try:
+            tensorboard.log_dirs(job.spec.tensorboard, opts)
+        except UserError as e:
+            if notes is None:
+                raise
+            notes.append(e.render().replace("\n    fix:", "; fix:"))
     return job, specs
 
 
@@ -290,7 +296,9 @@ class Supervisor:
             else:
                 assert p.exit_code is not None and p.ended_at is not None
                 phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
+                trace = error_file_summary(p.error_file) if phase is Phase.FAILED else None
                 seen[name] = Observed(rid, p.attempt, phase, p.exit_code, _reason(p),
+                                      torch_errors.headline(trace) if trace else None,
                                       finished_at=datetime.fromtimestamp(p.ended_at, UTC))
         return World(replicas=seen, stop_requested=self.stop_requested)
 
@@ -420,11 +428,6 @@ def _reason(p: ReplicaProcess) -> str | None:
 def error_file_summary(path: Path) -> str | None:
     """The traceback torch's `@record` wrote, if the replica left one."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return torch_errors.traceback(path.read_text())
+    except OSError:
         return None
-    msg = data.get("message")
-    if isinstance(msg, dict):
-        extra = msg.get("extraInfo", {})
-        return str(extra.get("py_callstack") or msg.get("message") or "").rstrip() or None
-    return str(msg).rstrip() if msg else None

@@ -13,9 +13,10 @@ from torchjob.api.model import TensorBoardSpec
 from torchjob.local.spec import LocalOptions
 
 
-def log_dirs(spec: TensorBoardSpec, opts: LocalOptions) -> list[Path]:
-    """Local paths of the log directories: `t9k://pvc/NAME/PATH` through `--pvc NAME=DIR`."""
-    out = []
+def log_dirs(spec: TensorBoardSpec, opts: LocalOptions) -> list[str]:
+    """Local paths of the log directories: `t9k://pvc/NAME/PATH` through `--pvc NAME=DIR`; other
+    URLs (`s3://`, `gs://`) go to TensorBoard as they are."""
+    out: list[str] = []
     for item in spec.logDirs:
         pvc = TensorBoardSpec.on_claim(item)
         if pvc is not None:
@@ -23,9 +24,11 @@ def log_dirs(spec: TensorBoardSpec, opts: LocalOptions) -> list[Path]:
             if claim not in opts.pvcs:
                 raise UserError(f"tensorboard log directory {item} is on PVC {claim!r}, which exists only on a cluster",
                                 fix=f"pass --pvc {claim}=DIR")
-            out.append(Path(opts.pvcs[claim]) / rest)
+            out.append(str(Path(opts.pvcs[claim]) / rest))
+        elif "://" in item:
+            out.append(item)
         else:
-            out.append(Path(opts.cwd) / item)
+            out.append(str(Path(opts.cwd) / item))
     return out
 
 
@@ -42,11 +45,11 @@ def start(
     exe = find()
     if exe is None:
         return None, (f"tensorboardSpec: TensorBoard is not installed (pip install tensorboard); the logs are in "
-                      f"{', '.join(map(str, dirs))}")
+                      f"{', '.join(dirs)}")
     spec_arg = ",".join(f"{i}:{d}" for i, d in enumerate(dirs))
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [exe, "--logdir_spec", spec_arg, "--host", "127.0.0.1", "--port", str(port)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
         )
-    return proc, f"TensorBoard at http://127.0.0.1:{port}/ on {', '.join(map(str, dirs))}"
+    return proc, f"TensorBoard at http://127.0.0.1:{port}/ on {', '.join(dirs)}"

@@ -1,0 +1,412 @@
+# shellcheck shell=bash
+# The dev cluster's real node: a kubelet with containerd, runc, a CNI bridge and CoreDNS, running
+# real pods on this machine. Sourced by scripts/dev-cluster.sh (`up --real-node`, or
+# DEVCLUSTER_REAL_NODE=1); uses its helpers (log, die, start_proc, wait_for, api, ...).
+# The facts behind each setting are in hack/realnode/README.md.
+#
+# Parts and where they come from (built or installed once per machine, then cached):
+#   containerd, runc, CNI plugins, iptables, debootstrap   Debian packages (apt-get)
+#   kubelet, kubectl, kube-controller-manager              hack/controlplane/kubernetes
+#   CoreDNS                                                 hack/realnode/coredns
+#   pause                                                   hack/realnode/pause
+#   the images' Debian root file system                     debootstrap, through apt's mirror
+#
+# Images on the node (made by hack/realnode/images.py, imported into containerd):
+#   localhost/pause:dev           the sandbox image
+#   localhost/torchjob-e2e:dev    Debian bookworm with `python`, `python3` and `torchrun` that run
+#                                 the project's virtualenv (torch), which every container of the
+#                                 node sees read-only at /opt/torchjob/venv (containerd's
+#                                 base_runtime_spec), with its interpreter at its own path.
+#
+# Environment:
+#   DEVCLUSTER_REAL_NODE        1: run the real node (same as `up --real-node`)
+#   DEVCLUSTER_REAL_NODE_NAME   the node's name (default real-node-0)
+#   DEVCLUSTER_PYTHON_ENV       the virtualenv containers see (default: the repo's .venv)
+#   DEVCLUSTER_POD_SUBNET       the pods' /24 (default 10.250.0.0/24; the host is its .1)
+
+RN_NAME="${DEVCLUSTER_REAL_NODE_NAME:-real-node-0}"
+RN_SUBNET="${DEVCLUSTER_POD_SUBNET:-10.250.0.0/24}"
+RN_NET="${RN_SUBNET%.*/*}"         # 10.250.0
+RN_HOST="$RN_NET.1"                # the bridge's address: node IP, DNS, what pods reach the host by
+RN_BRIDGE="tj${RN_NET//./-}"      # tj10-250-0: two real nodes on other subnets can coexist
+RN_COMMENT="torchjob-devcluster"   # marks our iptables rule
+RN_CACHE="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}/realnode"
+[[ "$RN_CACHE" == /* ]] || RN_CACHE="$PWD/$RN_CACHE"
+RN_BIN="$RN_CACHE/bin"
+RN_PACKAGES=(containerd runc containernetworking-plugins iptables debootstrap)
+# What the interpreter's modules link against, and netcat for the init container's `nc -z`.
+RN_ROOTFS_INCLUDE=libssl3,libffi8,libsqlite3-0,libreadline8,libncursesw6,libbz2-1.0,libexpat1,liblzma5,zlib1g,netcat-openbsd,procps
+RN_SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops) # kubelet sets them
+VENV_IN_CONTAINER=/opt/torchjob/venv
+
+real_node() { [[ "${DEVCLUSTER_REAL_NODE:-0}" == 1 ]]; }
+rn_state() { echo "$STATE/realnode"; }
+rn_sock() { echo "$(rn_state)/containerd/containerd.sock"; }
+ctr_() { ctr --address "$(rn_sock)" -n k8s.io "$@"; }
+
+# ---------------------------------------------------------------------------------------- build
+
+rn_need_root() { [[ $EUID -eq 0 ]] || die "the real node needs root (containerd, kubelet, network set-up)"; }
+
+rn_install_packages() {
+    local missing=() p
+    for p in "${RN_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    ((${#missing[@]})) || return 0
+    command -v apt-get >/dev/null || die "the real node needs these Debian packages: ${missing[*]}"
+    log "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2 \
+        || { DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2; } \
+        || die "apt-get install ${missing[*]} failed (see above)"
+}
+
+rn_go_build() { # <name> <dir under hack/realnode>
+    local src="$ROOT/hack/realnode/$2" stamp
+    stamp="$(sha "$src"/go.mod "$src"/go.sum "$src"/*.go 2>/dev/null) $(go env GOVERSION)"
+    [[ -x "$RN_BIN/$1" && "$(cat "$RN_BIN/.$1.stamp" 2>/dev/null)" == "$stamp" ]] && return 0
+    log "building $1 (hack/realnode/$2)"
+    local t0=$SECONDS
+    mkdir -p "$RN_BIN"
+    (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$RN_BIN/.$1.tmp" .) \
+        || die "go build of $1 failed (see above)"
+    mv -f "$RN_BIN/.$1.tmp" "$RN_BIN/$1"; printf '%s' "$stamp" >"$RN_BIN/.$1.stamp"
+    log "built $1 in $((SECONDS - t0))s"
+}
+
+rn_rootfs_tar() { echo "$RN_CACHE/rootfs-bookworm-$(sha <<<"$RN_ROOTFS_INCLUDE").tar"; }
+
+rn_build_rootfs() {
+    local tar; tar=$(rn_rootfs_tar)
+    [[ -s "$tar" ]] && return 0
+    local mirror
+    mirror=$(sed -n 's/^URIs: *\(http[^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)
+    [[ -n "$mirror" ]] || mirror=$(awk '$1 == "deb" && $2 ~ /^http/ && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)
+    mirror=${mirror:-http://deb.debian.org/debian}
+    log "debootstrap bookworm (minbase) from $mirror"
+    local t0=$SECONDS dir
+    mkdir -p "$RN_CACHE"
+    dir=$(mktemp -d "$RN_CACHE/.rootfs.XXXXXX")
+    debootstrap --variant=minbase --include="$RN_ROOTFS_INCLUDE" bookworm "$dir" "$mirror" >"$dir.log" 2>&1 \
+        || { tail -n 20 "$dir.log" >&2; rm -rf "$dir"; die "debootstrap failed (log above)"; }
+    # Images need no package caches, apt lists or documentation.
+    rm -rf "$dir"/var/cache/apt/* "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc "$dir"/usr/share/man \
+        "$dir"/usr/share/locale "$dir"/dev/*
+    tar -C "$dir" --numeric-owner -cf "$tar.tmp" . && mv -f "$tar.tmp" "$tar"
+    rm -rf "$dir" "$dir.log"
+    log "root file system $tar ($(du -h "$tar" | cut -f1)) in $((SECONDS - t0))s"
+}
+
+rn_python_env() { # the virtualenv containers see
+    local venv="${DEVCLUSTER_PYTHON_ENV:-$ROOT/.venv}"
+    [[ -f "$venv/pyvenv.cfg" ]] || die "no virtualenv at $venv for the real node's images (run scripts/setup.sh, or set DEVCLUSTER_PYTHON_ENV)"
+    echo "$venv"
+}
+
+rn_python_prefix() { # the interpreter the virtualenv was made from: mounted at its own path
+    local home
+    home=$(sed -n 's/^home *= *//p' "$1/pyvenv.cfg")
+    home=$(dirname "$(realpath "$home/python3")")
+    home=${home%/bin}
+    case "$home" in
+        /usr | /usr/local | /) die "the real node mounts the virtualenv's interpreter ($home) into every container, which would hide the image's own $home: make the virtualenv from a Python installed elsewhere (pyenv, uv, a /opt prefix)";;
+    esac
+    echo "$home"
+}
+
+# The dev images: the sandbox, and the e2e image whose python runs the mounted env (also the
+# operator's wait-for-master init image here: `--init-image localhost/torchjob-e2e:dev`, since it
+# has netcat-openbsd's `nc -z`, which Debian's busybox lacks).
+rn_dev_images_spec() {
+    cat <<EOF
+[{"name": "localhost/pause:dev", "files": [{"path": "/pause", "source": "$RN_BIN/pause", "mode": 493}],
+  "config": {"Entrypoint": ["/pause"]}},
+ {"name": "localhost/torchjob-e2e:dev", "rootfs": true, "python": true, "config": {"Cmd": ["python"]}}]
+EOF
+}
+
+rn_build() {
+    rn_need_root
+    rn_install_packages
+    rn_go_build coredns coredns
+    rn_go_build pause pause
+    rn_build_rootfs
+}
+
+# ---------------------------------------------------------------------------------------- up
+
+rn_record_sysctls() {
+    local s
+    for s in "${RN_SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$(rn_state)/sysctl.orig"
+}
+
+rn_network_up() {
+    ip link show "$RN_BRIDGE" >/dev/null 2>&1 && die "a bridge $RN_BRIDGE exists already: another real node is up on $RN_SUBNET (run '$0 down' with its TORCHJOB_DEVCLUSTER_DIR, or set DEVCLUSTER_POD_SUBNET)"
+    ip link add "$RN_BRIDGE" type bridge
+    ip addr add "$RN_HOST/${RN_SUBNET#*/}" dev "$RN_BRIDGE"
+    ip link set "$RN_BRIDGE" up
+    # Pods reach each other and the host, nothing beyond (nothing can be reached anyway).
+    iptables -w -I FORWARD -s "$RN_SUBNET" ! -d "$RN_SUBNET" -j DROP -m comment --comment "$RN_COMMENT"
+    mkdir -p "$(rn_state)/cni/net.d" "$(rn_state)/cni/ipam"
+    cat >"$(rn_state)/cni/net.d/10-torchjob.conflist" <<EOF
+{"cniVersion": "0.4.0", "name": "torchjob-dev",
+ "plugins": [{"type": "bridge", "bridge": "$RN_BRIDGE", "isGateway": false, "ipMasq": false, "hairpinMode": true,
+              "ipam": {"type": "host-local", "dataDir": "$(rn_state)/cni/ipam",
+                       "ranges": [[{"subnet": "$RN_SUBNET", "rangeStart": "$RN_NET.10", "gateway": "$RN_HOST"}]]}}]}
+EOF
+}
+
+rn_base_spec() { # containerd's default OCI spec plus the read-only Python environment
+    local venv=$1 prefix=$2
+    ctr oci spec | python3 -c '
+import json, sys
+spec = json.load(sys.stdin)
+for src, dst in ((sys.argv[1], sys.argv[3]), (sys.argv[2], sys.argv[2])):
+    spec["mounts"].append({"destination": dst, "type": "bind", "source": src,
+                           "options": ["rbind", "ro", "nosuid", "nodev"]})
+json.dump(spec, sys.stdout, indent=1)' "$venv" "$prefix" "$VENV_IN_CONTAINER"
+}
+
+rn_containerd_up() {
+    local d; d="$(rn_state)/containerd"
+    mkdir -p "$d"
+    local venv prefix
+    venv=$(rn_python_env); prefix=$(rn_python_prefix "$venv")
+    rn_base_spec "$venv" "$prefix" >"$d/base-spec.json"
+    cat >"$d/config.toml" <<EOF
+version = 2
+root = "$d/root"
+state = "$d/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "$d/containerd.sock"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$d/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/pause:dev"
+  # root here lacks CAP_SYS_RESOURCE: a negative oom_score_adj (kubelet asks -998 for sandboxes)
+  # fails every container with "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      base_runtime_spec = "$d/base-spec.json"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$(rn_state)/cni/net.d"
+EOF
+    start_proc containerd containerd --config "$d/config.toml"
+    wait_for containerd "containerd's socket" ctr_ version
+}
+
+rn_import() { # <spec.json> <archive name>: build the spec's images (cached by content), import them
+    local spec=$1 archive sources
+    sources=$(python3 -c 'import json, sys
+print("\n".join(f["source"] for i in json.load(open(sys.argv[1])) for f in i.get("files", []) if "source" in f))' "$spec")
+    # shellcheck disable=SC2086 # one path a line
+    archive="$RN_CACHE/$2-$(sha "$spec" "$(rn_rootfs_tar)" "$ROOT/hack/realnode/images.py" $sources).tar"
+    if [[ ! -s "$archive" ]]; then
+        rm -f "$RN_CACHE/$2"-*.tar
+        python3 "$ROOT/hack/realnode/images.py" --rootfs "$(rn_rootfs_tar)" --venv "$VENV_IN_CONTAINER" \
+            --out "$archive" "$spec" || die "building the images of $spec failed"
+    fi
+    local t0=$SECONDS
+    ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"
+    log "imported $2 in $((SECONDS - t0))s"
+}
+
+rn_import_images() {
+    rn_dev_images_spec >"$(rn_state)/dev-images.json"
+    rn_import "$(rn_state)/dev-images.json" dev-images
+    ctr_ images label localhost/pause:dev io.cri-containerd.pinned=pinned >/dev/null
+}
+
+# `dev-cluster.sh image SPEC.json`: more local images for the node (see hack/realnode/images.py).
+cmd_image() {
+    [[ -f "${1:-}" ]] || die "usage: $0 image SPEC.json (a JSON list of images: see hack/realnode/images.py)"
+    [[ -S "$(rn_sock)" ]] || die "no real node is up in $STATE: run '$0 up --real-node' first"
+    rn_import "$(realpath "$1")" "images-$(basename "$1" .json)"
+}
+
+rn_coredns_up() {
+    local d; d="$(rn_state)/coredns"
+    mkdir -p "$d"
+    cat >"$d/Corefile" <<EOF
+cluster.local:53 {
+    bind $RN_HOST
+    errors
+    kubernetes cluster.local {
+        kubeconfig $KUBECONFIG_PATH torchjob-dev
+        pods insecure
+        ttl 5
+    }
+}
+.:53 {
+    bind $RN_HOST
+    template ANY ANY {
+        rcode NXDOMAIN
+    }
+}
+EOF
+    start_proc coredns "$RN_BIN/coredns" -conf "$d/Corefile"
+    wait_for coredns "CoreDNS on $RN_HOST:53" rn_dns_answers kubernetes.default.svc.cluster.local
+}
+
+rn_dns_answers() { # <name>: CoreDNS answers (any rcode) for it
+    python3 - "$RN_HOST" "$1" <<'EOF'
+import random, socket, struct, sys
+server, name = sys.argv[1], sys.argv[2]
+qid = random.randint(0, 65535)
+q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    s.settimeout(1)
+    s.sendto(q, (server, 53))
+    data = s.recv(512)
+sys.exit(0 if struct.unpack(">H", data[:2])[0] == qid else 1)
+EOF
+}
+
+rn_cgroup_dirs() { # the node's cgroup root in every hierarchy (two nodes never share one)
+    local c
+    for c in /sys/fs/cgroup/*/; do
+        [[ -f "$c/cgroup.procs" ]] && echo "$c$RN_BRIDGE"
+    done
+}
+
+rn_kubelet_up() {
+    local d; d="$(rn_state)/kubelet"
+    mkdir -p "$d/root" "$d/pki" "$d/pod-logs"
+    local c
+    for c in $(rn_cgroup_dirs); do
+        mkdir -p "$c"
+        # A new v1 cpuset cgroup has no CPUs and no memory nodes until given its parent's.
+        if [[ -f "$c/cpuset.cpus" ]]; then
+            cat "$c/../cpuset.cpus" >"$c/cpuset.cpus"; cat "$c/../cpuset.mems" >"$c/cpuset.mems"
+        fi
+    done
+    echo "nameserver $RN_HOST" >"$d/resolv.conf"
+    local port hport
+    port=$(free_port); hport=$(free_port)
+    cp "$KUBECONFIG_PATH" "$d/kubeconfig"
+    cat >"$d/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine's cgroups are v1; kubelet 1.36 refuses them unless told not to.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /$RN_BRIDGE
+address: $RN_HOST
+port: $port
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $hport
+# The dev API server has no kubelet client certificate: anyone on the host may ask.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+clusterDNS: [$RN_HOST]
+clusterDomain: cluster.local
+resolvConf: $d/resolv.conf
+podLogsDir: $d/pod-logs
+failSwapOn: false
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+nodeStatusReportFrequency: 10s
+syncFrequency: 10s
+EOF
+    start_proc kubelet "$BIN/kubelet" \
+        --config="$d/config.yaml" --kubeconfig="$d/kubeconfig" \
+        --container-runtime-endpoint="unix://$(rn_sock)" \
+        --hostname-override="$RN_NAME" --node-ip="$RN_HOST" \
+        --root-dir="$d/root" --cert-dir="$d/pki" \
+        --v=1
+    wait_for kubelet "node $RN_NAME Ready" rn_node_ready
+}
+
+rn_node_ready() {
+    api GET "/api/v1/nodes/$RN_NAME" | tr -d ' \n' | grep -q '"type":"Ready","status":"True"'
+}
+
+rn_up() {
+    rn_need_root
+    mkdir -p "$(rn_state)"
+    rn_record_sysctls
+    rn_network_up
+    rn_containerd_up
+    rn_import_images
+    rn_coredns_up
+    rn_kubelet_up
+    log "real node $RN_NAME Ready (pods on $RN_SUBNET, DNS and host at $RN_HOST)"
+}
+
+# ---------------------------------------------------------------------------------------- down
+
+rn_delete_pods() { # through the API, so that the kubelet tears each pod's network down (CNI DEL)
+    [[ -f "$STATE/kube-apiserver.port" ]] && pid_alive kube-apiserver && pid_alive kubelet || return 0
+    local pods
+    pods=$(api GET "/api/v1/pods?fieldSelector=spec.nodeName%3D$RN_NAME" 2>/dev/null | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    print(p["metadata"]["namespace"], p["metadata"]["name"])' 2>/dev/null) || return 0
+    [[ -n "$pods" ]] || return 0
+    local ns name
+    while read -r ns name; do
+        api DELETE "/api/v1/namespaces/$ns/pods/$name" '{"gracePeriodSeconds": 0}' >/dev/null 2>&1 || true
+    done <<<"$pods"
+    for _ in $(seq 60); do # until no container runs (their records stay until the kubelet's GC)
+        [[ -z "$(ctr_ tasks ls -q 2>/dev/null)" ]] && break
+        sleep 0.5
+    done
+}
+
+rn_kill_leftovers() { # shims and container processes of our containerd, by its socket path
+    local sock pids
+    sock=$(rn_sock)
+    pids=$(pgrep -f -- "-address $sock" || true)
+    [[ -z "$pids" ]] || kill -KILL $pids 2>/dev/null || true
+    local c dir
+    for c in $(rn_cgroup_dirs); do
+        [[ -d "$c" ]] || continue
+        # Every process still in the node's cgroups is one of its pods'.
+        find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    done
+    sleep 0.2
+    for c in $(rn_cgroup_dirs); do
+        [[ -d "$c" ]] || continue
+        find "$c" -depth -type d | while read -r dir; do rmdir "$dir" 2>/dev/null || true; done
+    done
+}
+
+rn_unmount_all() { # everything mounted under the state dir, deepest first
+    local m
+    awk '{ print $5 }' /proc/self/mountinfo | grep -F "$(rn_state)/" | sort -r | while read -r m; do
+        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+}
+
+rn_down() {
+    [[ -d "$(rn_state)" ]] || return 0
+    rn_delete_pods
+    stop_proc kubelet
+    stop_proc coredns
+    rn_kill_leftovers
+    stop_proc containerd
+    rn_unmount_all
+    ip link del "$RN_BRIDGE" 2>/dev/null || true
+    while iptables -w -D FORWARD -s "$RN_SUBNET" ! -d "$RN_SUBNET" -j DROP -m comment --comment "$RN_COMMENT" 2>/dev/null; do :; done
+    if [[ -f "$(rn_state)/sysctl.orig" ]]; then
+        local kv
+        while read -r kv; do sysctl -q -w "$kv" >/dev/null 2>&1 || true; done <"$(rn_state)/sysctl.orig"
+    fi
+    rm -rf "$(rn_state)"
+}

@@ -1,0 +1,96 @@
+"""Warnings about a valid job: what it asks that torchjob does differently, said before it runs. Pure.
+
+- An env entry that sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE or RANK: Kubeflow accepts it (the
+  operator's own entry comes after the user's, and the later entry wins) and so does torchjob; the
+  warning says which value the replica gets.
+- A `$(VAR)` in command, args or an env value that the container's env does not define (or defines
+  only later): the kubelet leaves it as written, and so does torchjob.
+"""
+
+from __future__ import annotations
+
+from torchjob.api.model import MASTER, TorchJob
+from torchjob.api.validate import training_container
+from torchjob.core.expand import references
+from torchjob.core.topology import (
+    Placement,
+    ReplicaId,
+    elastic_bounds,
+    is_torchrun,
+    master_port,
+    node_rank,
+    replica_env,
+    replicas,
+    world_size,
+)
+
+Path = list[str | int]
+OVERRIDDEN = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
+ALWAYS_SET = ("PYTHONUNBUFFERED", "TORCHJOB_JOB_UID", "TORCHELASTIC_ERROR_FILE")
+KUBEFLOW_OPERATOR = "kubeflow.org/training-operator"  # Kubeflow's default: its own operator, here torchjob's
+
+
+def _ranks(job: TorchJob, rtype: str) -> str:
+    ranks = [node_rank(job, r) for r in replicas(job) if r.rtype == rtype]
+    return str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}..{ranks[-1]}"
+
+
+def _what_it_gets(job: TorchJob, rtype: str, name: str, torchrun: bool) -> str:
+    first = f"{job.name}-{'master' if MASTER in job.spec.pytorchReplicaSpecs else 'worker'}-0.{job.name}"
+    if name == "MASTER_ADDR":
+        return f"torchjob's: the master's address (127.0.0.1 locally, {first} on Kubernetes)"
+    if name == "MASTER_PORT":
+        return (f"torchjob's: the master's port ({master_port(job)} on Kubernetes and with --document-ports, "
+                "else a free port picked per local run)")
+    if torchrun and (name == "WORLD_SIZE" or elastic_bounds(job) is not None):
+        return "yours in the launcher's env only: torchrun sets it for every process it starts"
+    if name == "WORLD_SIZE":
+        return f"torchjob's: the job's {world_size(job, 1)} processes"
+    return f"torchjob's: its rank ({_ranks(job, rtype)})" + (", the node's; torchrun gives each process its own"
+                                                              if torchrun else "")
+
+
+def advisories(job: TorchJob) -> list[tuple[Path, str]]:
+    out: list[tuple[Path, str]] = []
+    # Kubeflow fields torchjob accepts and does not act on, on any runtime: said, never dropped silently.
+    if job.spec.elasticPolicy is not None and job.spec.elasticPolicy.metrics:
+        out.append((["spec", "elasticPolicy", "metrics"],
+                    "ignored: torchjob makes no HorizontalPodAutoscaler (a running job is not rescaled)"))
+    if job.run_policy.managedBy not in (None, KUBEFLOW_OPERATOR):
+        out.append((["spec", "runPolicy", "managedBy"], f"{job.run_policy.managedBy!r} is ignored: torchjob's "
+                    "operator runs the job (it hands none to another controller)"))
+    where = Placement("127.0.0.1", master_port(job), "127.0.0.1", master_port(job))
+    for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
+        pod = rspec.template.spec
+        if not pod.containers:
+            continue
+        ci = training_container(pod.containers)
+        c = pod.containers[ci]
+        base: Path = ["spec", "pytorchReplicaSpecs", rtype, "template", "spec", "containers", ci]
+        argv = [*(c.command or []), *(c.args or [])]
+        torchrun = is_torchrun(argv)
+        ours = replica_env(job, ReplicaId(rtype, 0), argv, where).env
+        defined: list[str] = []
+        for ei, env in enumerate(c.env or []):
+            if env.name in OVERRIDDEN:
+                out.append(([*base, "env", ei, "name"],
+                            f"{env.name} is set by torchjob too (as by Kubeflow, whose entry comes after yours and "
+                            f"wins); the replica gets {_what_it_gets(job, rtype, env.name, torchrun)}"))
+            for name in references(env.value or "") if env.valueFrom is None else []:
+                if name not in defined:
+                    out.append(([*base, "env", ei, "value"], _unexpanded(name, "no env entry before this one")))
+            defined.append(env.name)
+        known = {*defined, *ours, *ALWAYS_SET}
+        for field in ("command", "args"):
+            for ai, arg in enumerate(getattr(c, field) or []):
+                for name in references(arg):
+                    if name not in known:
+                        hint = (" (torchrun sets it for the processes it starts; the launcher has PET_* instead)"
+                                if torchrun and name in ("WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE") else "")
+                        why = f"this container's env does not set it{hint}"
+                        out.append(([*base, field, ai], _unexpanded(name, why)))
+    return out
+
+
+def _unexpanded(name: str, why: str) -> str:
+    return f"$({name}) stays as written: {why} (the kubelet leaves such a reference as it is)"

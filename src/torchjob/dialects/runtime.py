@@ -1,0 +1,169 @@
+"""Kubeflow Trainer v2 runtimes (`ClusterTrainingRuntime`, `TrainingRuntime`) as a TrainJob uses them.
+
+A runtime is a JobSet template with an ML policy. torchjob takes from it what a PyTorch job needs:
+the pod template of the replicated job the `trainer.kubeflow.org/trainjob-ancestor-step: trainer`
+label marks (its `node` container is the training container), `mlPolicy.numNodes` and
+`mlPolicy.torch`, the Job's `backoffLimit`, and `podGroupPolicy`. What it cannot honour is refused
+(another framework's policy, initializer jobs) or named in a warning; nothing is dropped silently.
+Facts from kubeflow/trainer @8c0f505 (pkg/apis/trainer/v1alpha1, plugins/torch/torch.go).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchjob.api.source import Document
+from torchjob.dialects import Notes
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
+NODE = "node"  # the trainer's container (and replicated job) name
+JOB_BACKOFF_DEFAULT = 6  # a Kubernetes Job's backoffLimit when unset
+Path = list[str | int]
+
+# The upstream `torch-distributed` ClusterTrainingRuntime of Kubeflow Trainer v2.3
+# (manifests/base/runtimes/torch_distributed.yaml), known without a --runtime file.
+TORCH_DISTRIBUTED: dict[str, Any] = {
+    "apiVersion": API_VERSION,
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch-distributed", "labels": {"trainer.kubeflow.org/framework": "torch"}},
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {"spec": {"replicatedJobs": [{
+            "name": NODE,
+            "template": {
+                "metadata": {"labels": {ANCESTOR: "trainer"}},
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": NODE, "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"}]}}},
+            },
+        }]}},
+    },
+}
+BUILTIN = {("ClusterTrainingRuntime", "torch-distributed"): TORCH_DISTRIBUTED}
+
+
+@dataclass
+class Runtime:
+    name: str
+    pod_template: dict[str, Any]  # the trainer's pod template, its node container first
+    job_name: str = NODE  # the trainer's replicated job
+    num_nodes: int = 1
+    backoff_limit: int = JOB_BACKOFF_DEFAULT
+    scheduling: dict[str, Any] = field(default_factory=dict)  # native schedulingPolicy
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_runtime(data: dict[str, Any]) -> bool:
+    return data.get("apiVersion") == API_VERSION and data.get("kind") in KINDS
+
+
+def find(kind: str, name: str, supplied: list[Document]) -> Document | None:
+    for d in supplied:
+        meta = d.data.get("metadata")
+        if d.data.get("kind") == kind and isinstance(meta, dict) and meta.get("name") == name:
+            return d
+    builtin = BUILTIN.get((kind, name))
+    return Document(data=copy.deepcopy(builtin), source=f"<the upstream {name} runtime>") if builtin else None
+
+
+def _trainer_job(notes: Notes, jobs: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[int, dict[str, Any]]:
+    """The replicated job the TrainJob's trainer fills; every other one is refused."""
+    trainer = None
+    for i, rj in jobs:
+        meta = (rj.get("template") or {}).get("metadata") if isinstance(rj.get("template"), dict) else None
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if isinstance(labels, dict) and labels.get(ANCESTOR) == "trainer" and trainer is None:
+            trainer = (i, rj)
+        else:
+            notes.error([*path, i], f"replicated job {rj.get('name')!r} is not the trainer: torchjob runs the "
+                        "trainer's nodes only (no initializers, launchers or other jobs, locally or on Kubernetes)",
+                        "prepare datasets and models where the trainer reads them, and use a runtime with the "
+                        "trainer job alone")
+    if trainer is None:
+        notes.error(path, f"no replicated job is labelled {ANCESTOR}: trainer", "label the trainer's job template")
+        return -1, {}
+    return trainer
+
+
+def read(doc: Document) -> Runtime:
+    """A runtime document -> what a TorchJob takes from it; raises InvalidJob naming its fields."""
+    notes = Notes(doc)
+    data = doc.data
+    notes.unknown(data, {"apiVersion", "kind", "metadata", "spec"}, [])
+    spec = notes.section(data, "spec", [])
+    notes.unknown(spec, {"mlPolicy", "podGroupPolicy", "template"}, ["spec"])
+    ml = notes.section(spec, "mlPolicy", ["spec"])
+    notes.unknown(ml, {"numNodes", "torch", "mpi", "jax", "xgboost", "flux"}, ["spec", "mlPolicy"])
+    for other in ("mpi", "jax", "xgboost", "flux"):
+        if other in ml:
+            notes.error(["spec", "mlPolicy", other], f"a {other} runtime: torchjob runs PyTorch jobs",
+                        "use a runtime with mlPolicy.torch, e.g. torch-distributed")
+    if "torch" not in ml and not notes.errors:
+        notes.error(["spec", "mlPolicy"], "has no torch policy: torchjob runs PyTorch jobs",
+                    "use a runtime with mlPolicy.torch, e.g. torch-distributed")
+    torch = notes.section(ml, "torch", ["spec", "mlPolicy"])
+    notes.unknown(torch, {"envInjection"}, ["spec", "mlPolicy", "torch"])
+    if torch.get("envInjection"):
+        notes.warn(["spec", "mlPolicy", "torch", "envInjection"],
+                   "not honoured: only the node container gets the PET_* env (init containers and sidecars do not)")
+    num_nodes = notes.integer(ml, "numNodes", ["spec", "mlPolicy"], minimum=1)
+    template = notes.section(spec, "template", ["spec"])
+    notes.unknown(template, {"metadata", "spec"}, ["spec", "template"])
+    if "metadata" in template:
+        notes.warn(["spec", "template", "metadata"], "the JobSet's labels and annotations are not used")
+    jobset = notes.section(template, "spec", ["spec", "template"])
+    jpath: Path = ["spec", "template", "spec"]
+    for key in jobset:
+        if key != "replicatedJobs":
+            notes.warn([*jpath, key], "a JobSet setting torchjob does not use; ignored")
+    index, rj = _trainer_job(notes, notes.items(jobset, "replicatedJobs", jpath), [*jpath, "replicatedJobs"])
+    pod, backoff = _pod_template(notes, rj, [*jpath, "replicatedJobs", index])
+    scheduling = _gang(notes, spec, pod)
+    notes.raise_if_any()
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    return Runtime(name=str((meta or {}).get("name", "")), pod_template=pod, job_name=str(rj.get("name", NODE)),
+                   num_nodes=num_nodes or 1, backoff_limit=JOB_BACKOFF_DEFAULT if backoff is None else backoff,
+                   scheduling=scheduling, warnings=notes.warnings)
+
+
+def _pod_template(notes: Notes, rj: dict[str, Any], path: Path) -> tuple[dict[str, Any], int | None]:
+    notes.unknown(rj, {"name", "replicas", "template", "dependsOn", "groupName"}, path, fatal=False)
+    if rj.get("replicas", 1) != 1:
+        notes.warn([*path, "replicas"], "Trainer runs one replicated trainer job (its numNodes make the nodes); "
+                   "ignored")
+    job = notes.section(rj, "template", path)
+    jspec = notes.section(job, "spec", [*path, "template"])
+    for key in jspec:
+        if key not in ("template", "backoffLimit", "parallelism", "completions"):
+            notes.warn([*path, "template", "spec", key], "a Job setting torchjob does not use; ignored")
+    backoff = notes.integer(jspec, "backoffLimit", [*path, "template", "spec"], minimum=0)
+    pod = copy.deepcopy(notes.section(jspec, "template", [*path, "template", "spec"]))
+    containers = (pod.get("spec") or {}).get("containers") if isinstance(pod.get("spec"), dict) else None
+    if not isinstance(containers, list) or not any(isinstance(c, dict) and c.get("name") == NODE for c in containers):
+        notes.error([*path, "template", "spec", "template", "spec", "containers"],
+                    f"the trainer's pod has no container named {NODE!r} (Trainer's training container)",
+                    f"name the training container {NODE}")
+        return pod, backoff
+    containers.sort(key=lambda c: 0 if isinstance(c, dict) and c.get("name") == NODE else 1)
+    return pod, backoff
+
+
+def _gang(notes: Notes, spec: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    """podGroupPolicy -> the native schedulingPolicy (the operator makes the PodGroup)."""
+    group = notes.section(spec, "podGroupPolicy", ["spec"])
+    notes.unknown(group, {"coscheduling", "volcano"}, ["spec", "podGroupPolicy"])
+    if "coscheduling" in group:
+        cos = notes.section(group, "coscheduling", ["spec", "podGroupPolicy"])
+        notes.unknown(cos, {"scheduleTimeoutSeconds"}, ["spec", "podGroupPolicy", "coscheduling"])
+        timeout = notes.integer(cos, "scheduleTimeoutSeconds", ["spec", "podGroupPolicy", "coscheduling"], 1)
+        name = (pod.get("spec") or {}).get("schedulerName") or "scheduler-plugins-scheduler"
+        return {"schedulerName": name, "scheduleTimeoutSeconds": 60 if timeout is None else timeout}
+    if "volcano" in group:
+        vc = notes.section(group, "volcano", ["spec", "podGroupPolicy"])
+        if vc.get("networkTopology"):
+            notes.warn(["spec", "podGroupPolicy", "volcano", "networkTopology"], "not passed to the PodGroup; ignored")
+        return {"schedulerName": "volcano"}
+    return {}

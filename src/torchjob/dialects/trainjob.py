@@ -1,0 +1,230 @@
+"""Kubeflow Trainer v2 `trainer.kubeflow.org/v1alpha1` `TrainJob` <-> `TorchJob`.
+
+A TrainJob names a runtime (`runtimeRef`: the upstream `torch-distributed` ClusterTrainingRuntime
+is known; others come with `--runtime FILE` or as another document in the same file) and fills
+its trainer: `numNodes` nodes (node 0 is the master, the rest workers: one template), each running
+the `node` container with the trainer's `image`, `command`, `args`, `env` and `resourcesPerNode`.
+The env is Trainer's torch plugin's: `PET_NNODES`, `PET_NPROC_PER_NODE`, `PET_NODE_RANK`,
+`PET_MASTER_ADDR`, `PET_MASTER_PORT` (29500); `numProcPerNode` unset is `auto` with GPUs, else the
+CPUs requested (at least 1), as Trainer decides it. Dataset and model initializers are refused:
+torchjob runs neither locally nor on Kubernetes. Facts from kubeflow/trainer @8c0f505.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from torchjob.api.load import job_from_data
+from torchjob.api.model import API_VERSION as NATIVE_API
+from torchjob.api.model import KIND as NATIVE_KIND
+from torchjob.api.model import MASTER, PORT_NAME, WORKER
+from torchjob.api.source import Document
+from torchjob.dialects import Converted, Notes, runtime
+from torchjob.dialects.patches import apply_patches, write_patches
+from torchjob.dialects.runtime import JOB_BACKOFF_DEFAULT
+
+API_VERSION = runtime.API_VERSION
+KIND = "TrainJob"
+TRAINER_PORT = 29500  # Trainer's PET_MASTER_PORT
+CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
+SPEC_FIELDS = {"runtimeRef", "initializer", "trainer", "runtimePatches", "suspend", "activeDeadlineSeconds",
+               "managedBy"}
+TRAINER_FIELDS = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
+VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
+Path = list[str | int]
+
+
+def _cpus(value: object) -> int:
+    """A CPU quantity rounded up, as Kubernetes' Quantity.Value() does ("500m" -> 1)."""
+    text = str(value)
+    try:
+        return math.ceil(float(text[:-1]) / 1000) if text.endswith("m") else math.ceil(float(text))
+    except ValueError:
+        return 0
+
+
+def nproc(resources: dict[str, Any], given: int | None) -> str:
+    """Trainer's numProcPerNode: the given number; else `auto` (torchrun: one per GPU) with GPUs,
+    else the CPUs requested (or limited), at least 1 (torch.go's EnforceMLPolicy)."""
+    if given is not None:
+        return str(given)
+    groups = [g for g in (resources.get("requests"), resources.get("limits")) if isinstance(g, dict)]
+    if any("gpu" in str(k).lower() for g in groups for k in g):
+        return "auto"
+    for g in groups:
+        if "cpu" in g and _cpus(g["cpu"]) > 0:
+            return str(_cpus(g["cpu"]))
+    return "1"
+
+
+def _runtime(doc: Document, notes: Notes, spec: dict[str, Any]) -> runtime.Runtime | None:
+    path: Path = ["spec", "runtimeRef"]
+    ref = notes.section(spec, "runtimeRef", ["spec"])
+    notes.unknown(ref, {"name", "kind", "apiGroup"}, path)
+    name = notes.typed(ref, "name", path, str, "a runtime's name")
+    kind = ref.get("kind", runtime.KINDS[0])
+    if kind not in runtime.KINDS:
+        notes.error([*path, "kind"], f"{kind!r} is not a training runtime", f"use one of {list(runtime.KINDS)}")
+    if ref.get("apiGroup", "trainer.kubeflow.org") != "trainer.kubeflow.org":
+        notes.error([*path, "apiGroup"], f"{ref.get('apiGroup')!r} is not Kubeflow Trainer's",
+                    "use trainer.kubeflow.org")
+    if not name:
+        notes.error(path, "names no runtime", "e.g. runtimeRef: {name: torch-distributed}")
+    if notes.errors:
+        return None
+    found = runtime.find(str(kind), str(name), doc.companions)
+    if found is None:
+        notes.error([*path, "name"], f"{kind} {name!r} is not known here (torchjob knows torch-distributed)",
+                    "pass --runtime FILE with its YAML (kubectl get clustertrainingruntime NAME -o yaml), or put "
+                    "it in this file after a --- line")
+        return None
+    rt = runtime.read(found)
+    job_ns = (doc.data.get("metadata") or {}).get("namespace") if isinstance(doc.data.get("metadata"), dict) else None
+    rt_ns = (found.data.get("metadata") or {}).get("namespace")
+    if kind == "TrainingRuntime" and job_ns and rt_ns and job_ns != rt_ns:
+        notes.error([*path, "name"], f"TrainingRuntime {name!r} is in namespace {rt_ns!r}, the TrainJob in "
+                    f"{job_ns!r}", "a namespaced runtime serves TrainJobs of its own namespace")
+    notes.warnings += rt.warnings
+    return rt
+
+
+def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    """The runtime's node container with the trainer's fields on it (env upserted by name)."""
+    path: Path = ["spec", "trainer"]
+    c: dict[str, Any] = pod["spec"]["containers"][0]
+    for key in ("image",):
+        if notes.typed(trainer, key, path, str, "a string"):
+            c[key] = trainer[key]
+    for key in ("command", "args"):
+        if key in trainer:
+            c[key] = notes.strings(trainer, key, path)
+    env = {e.get("name"): e for e in c.get("env") or [] if isinstance(e, dict)}
+    for i, e in notes.items(trainer, "env", path):
+        env[e.get("name", f"<env {i}>")] = e
+    if env:
+        c["env"] = list(env.values())
+    resources = notes.typed(trainer, "resourcesPerNode", path, dict, "a mapping (requests, limits)")
+    if resources is not None:
+        c["resources"] = copy.deepcopy(resources)
+    ports = c.setdefault("ports", [])
+    if isinstance(ports, list) and not any(isinstance(p, dict) and p.get("name") == PORT_NAME for p in ports):
+        ports.append({"name": PORT_NAME, "containerPort": TRAINER_PORT})
+    return c
+
+
+def read(doc: Document) -> Converted:
+    notes = Notes(doc)
+    data = doc.data
+    notes.unknown(data, {"apiVersion", "kind", "metadata", "spec", "status"}, [])
+    if "status" in data:
+        notes.warn(["status"], "a status is output, not input; ignored")
+    spec = notes.section(data, "spec", [])
+    notes.unknown(spec, SPEC_FIELDS, ["spec"])
+    init = notes.section(spec, "initializer", ["spec"])
+    for key, value in init.items():
+        if value:
+            notes.error(["spec", "initializer", key], f"the {key} initializer is not run by torchjob (neither locally "
+                        "nor by its operator)", f"put the {key} where the trainer reads it (a volume, or download it "
+                        "in the training script) and remove spec.initializer")
+    trainer = notes.section(spec, "trainer", ["spec"])
+    notes.unknown(trainer, TRAINER_FIELDS, ["spec", "trainer"])
+    rt = _runtime(doc, notes, spec)  # a runtime's own problems are raised by its file and lines
+    nodes = notes.integer(trainer, "numNodes", ["spec", "trainer"], minimum=1)
+    given = notes.integer(trainer, "numProcPerNode", ["spec", "trainer"], minimum=1)
+    notes.raise_if_any()
+    assert rt is not None
+    pod = rt.pod_template
+    apply_patches(notes, spec, pod, rt.job_name)
+    c = _node(notes, trainer, pod)
+    count = nodes or rt.num_nodes
+    restart = (pod.get("spec") or {}).pop("restartPolicy", None) or "OnFailure"  # JobSet's default
+    rp: dict[str, Any] = {"backoffLimit": rt.backoff_limit}
+    for key in ("suspend", "activeDeadlineSeconds"):
+        if key in spec:
+            rp[key] = spec[key]
+    if spec.get("managedBy") not in (None, CONTROLLER):
+        notes.warn(["spec", "managedBy"], "ignored: torchjob's operator runs the TorchJob this becomes")
+    sched = dict(rt.scheduling)
+    annotations = (data.get("metadata") or {}).get("annotations") if isinstance(data.get("metadata"), dict) else None
+    if sched.get("schedulerName") == "volcano" and isinstance(annotations, dict) and annotations.get(VOLCANO_QUEUE):
+        sched["queue"] = annotations[VOLCANO_QUEUE]
+    if sched:
+        rp["schedulingPolicy"] = sched
+    replica = {"restartPolicy": restart, "template": pod}
+    replicas = {MASTER: {**replica, "replicas": 1}}
+    if count > 1:
+        replicas[WORKER] = {**copy.deepcopy(replica), "replicas": count - 1}
+    resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+    native_spec = {"pytorchReplicaSpecs": replicas, "nprocPerNode": nproc(resources or {}, given), "runPolicy": rp}
+    for rtype in replicas:
+        base = ("spec", "pytorchReplicaSpecs", rtype, "template", "spec", "containers", 0)
+        doc.aliases += [((*base, k), ("spec", "trainer", k)) for k in ("image", "command", "args", "env")]
+        doc.aliases.append(((*base, "resources"), ("spec", "trainer", "resourcesPerNode")))
+    doc.aliases += [(("spec", "runPolicy", k), ("spec", k)) for k in ("suspend", "activeDeadlineSeconds")]
+    native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),
+              "spec": native_spec}
+    notes.raise_if_any()
+    return Converted(job_from_data(native, doc), notes.warnings)
+
+
+def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Native job data (explicit, see `convert.explicit`) -> a TrainJob on torch-distributed, and what
+    was lost. Pod fields a runtime patch may carry (volumes, nodeSelector, ...) go in `runtimePatches`."""
+    from torchjob.api.model import TorchJob
+    from torchjob.api.validate import training_container
+    from torchjob.core.topology import is_torchrun, master_port
+
+    lost: list[str] = []
+    job = TorchJob.model_validate(job_data)
+    spec = job_data["spec"]
+    specs = spec["pytorchReplicaSpecs"]
+    first = MASTER if MASTER in specs else WORKER
+    pod = copy.deepcopy(specs[first]["template"])
+    others = [t for t in specs if t != first]
+    if others and specs[others[0]]["template"] != specs[first]["template"]:
+        lost.append(f"{others[0]}'s template differs from the {first}'s: a TrainJob's nodes share one; the {first}'s "
+                    "is written")
+    containers = pod["spec"]["containers"]
+    ci = training_container(job.spec.pytorchReplicaSpecs[first].template.spec.containers)
+    c = containers.pop(ci)
+    trainer: dict[str, Any] = {"numNodes": sum(int(r.get("replicas", 1)) for r in specs.values())}
+    for key, dest in (("image", "image"), ("command", "command"), ("args", "args"), ("env", "env"),
+                      ("resources", "resourcesPerNode")):
+        if key in c:
+            trainer[dest] = c.pop(key)
+    argv = [*trainer.get("command", []), *trainer.get("args", [])]
+    if argv and not is_torchrun(argv):
+        lost.append("the command starts no launcher: Trainer sets only PET_* (no MASTER_ADDR, RANK or WORLD_SIZE); "
+                    "start it with torchrun")
+    nproc_text = spec.get("nprocPerNode")
+    if nproc_text is not None and str(nproc_text).isdigit():
+        trainer["numProcPerNode"] = int(nproc_text)
+    elif nproc_text not in (None, "auto"):
+        lost.append(f"nprocPerNode {nproc_text} is written as Trainer's auto (GPUs, else the CPUs requested)")
+    if master_port(job) != TRAINER_PORT:
+        lost.append(f"the master port {master_port(job)}: Trainer's is {TRAINER_PORT}")
+    c["ports"] = [p for p in c.get("ports", []) if p.get("name") != PORT_NAME]
+    out_spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer}
+    patches, dropped = write_patches(pod, c, containers)
+    lost += dropped
+    if patches:
+        out_spec["runtimePatches"] = patches
+    rp = spec.get("runPolicy") or {}
+    for key in ("suspend", "activeDeadlineSeconds"):
+        if key in rp:
+            out_spec[key] = rp[key]
+    kept = ("suspend", "activeDeadlineSeconds")
+    lost += [f"runPolicy.{k} has no TrainJob field" for k, v in rp.items()
+             if k not in kept and (k, v) != ("backoffLimit", JOB_BACKOFF_DEFAULT)]  # torch-distributed's Job: 6
+    restarts = {r.get("restartPolicy", "OnFailure") for r in specs.values()}
+    if restarts != {"OnFailure"}:
+        lost.append(f"restartPolicy {sorted(restarts)}: a TrainJob's nodes restart as its runtime's Job says "
+                    "(torch-distributed: OnFailure)")
+    lost += [f"spec.{k} has no TrainJob equivalent" for k in ("elasticPolicy", "policies", "minSuccess", "runMode",
+                                                               "tensorboard", "volcano", "waitForMaster") if k in spec]
+    lost += [f"pytorchReplicaSpecs.{t}.{k} has no TrainJob equivalent" for t, r in specs.items()
+             for k in ("policies", "maxRestarts", "dependsOn") if k in r]
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": copy.deepcopy(job_data["metadata"]),
+            "spec": out_spec}, lost

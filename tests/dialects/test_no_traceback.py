@@ -1,0 +1,94 @@
+"""`validate`, `render`, `render --kube` and `convert` print no traceback for any document: mutated
+documents of every dialect (a field removed, renamed, given a value of another type) are either read
+or refused with messages, and the exit code is 0 or 2."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.dialects.cli import torchjob
+from tests.dialects.strategies import DOCUMENTS
+from tests.dialects.util import SEEDS
+
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 70000), st.floats(allow_nan=False, width=16),
+                 st.sampled_from(["", "x", "-1", "auto", "$(RANK)", "t9k://pvc/", "--port", "Master", "0"]),
+                 st.just([]), st.just({}), st.just([None]), st.just({"x": None}), st.just([{"name": 3}]))
+SEED_DOCS = [yaml.safe_load((SEEDS / name).read_text()) for name in sorted(p.name for p in SEEDS.glob("*.yaml"))]
+
+
+def _paths(node: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [here]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _paths(v, (*here, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _paths(v, (*here, i))
+    return out
+
+
+def _tree(data: Any) -> Any:
+    """A copy that shares no node (YAML aliases and drawn constants would make mutations leak)."""
+    return json.loads(json.dumps(data))
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> dict[str, Any]:
+    data = _tree(draw(st.one_of(DOCUMENTS, st.sampled_from(SEED_DOCS))))
+    for _ in range(draw(st.integers(0, 3))):  # 0: an accepted document, rendered and converted
+        paths = [p for p in _paths(data) if p]
+        path = draw(st.sampled_from(paths))
+        parent = data
+        for key in path[:-1]:
+            parent = parent[key]
+        key = path[-1]
+        action = draw(st.sampled_from(["junk", "delete", "rename", "wrap"]))
+        if action == "junk":
+            parent[key] = _tree(draw(JUNK))
+        elif action == "delete":
+            del parent[key]
+        elif action == "rename" and isinstance(parent, dict):
+            parent[f"{key}x"] = parent.pop(key)
+        else:
+            parent[key] = [parent[key]]
+    return data
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+COMMANDS = [["validate"], ["render"], ["render", "--kube"], ["convert", "--to", "kubeflow"],
+            ["convert", "--to", "volcano"], ["convert", "--to", "trainjob"]]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(mutated(), st.sampled_from(COMMANDS))
+def test_no_traceback_for_mutated_documents(tmp_path: Path, data: dict[str, Any], command: list[str]) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = torchjob(*command, str(path))  # an exception other than an exit would fail the test here
+    assert result.code in (0, 2), result.err
+    assert "Traceback" not in result.err
+    if result.code == 2:
+        assert result.err.startswith("error: "), result.err
+
+
+def test_the_mutations_find_documents_that_are_refused(tmp_path: Path) -> None:
+    """The test above is not vacuous: refused documents exit 2 with a message naming a field."""
+    data = copy.deepcopy(SEED_DOCS[3])  # the T9k seed
+    data["spec"]["replicaSpecs"][0]["replicas"] = "four"
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(data))
+    result = torchjob("validate", str(tmp_path / "job.yaml"))
+    assert result.code == 2 and "spec.replicaSpecs[0].replicas: must be an integer, got 'four'" in result.err

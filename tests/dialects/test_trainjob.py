@@ -1,0 +1,346 @@
+"""Kubeflow Trainer v2 `TrainJob` (+ its runtime) -> `TorchJob`, and back (`convert --to trainjob`)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.dialects.util import SOURCE, doc, edit, line_of, problem_at, problems, read, read_data
+from torchjob.api.errors import InvalidJob, UserError
+from torchjob.api.load import load
+from torchjob.api.model import MASTER, WORKER, TorchJob
+from torchjob.core.topology import Placement, ReplicaId, replica_env, replicas
+from torchjob.dialects.convert import convert, explicit
+from torchjob.dialects.trainjob import nproc
+from torchjob.kube import render as kr
+
+WHERE = Placement("127.0.0.1", 41000, "127.0.0.1", 41001)
+
+TRAINJOB = doc("""
+    apiVersion: trainer.kubeflow.org/v1alpha1
+    kind: TrainJob
+    metadata:
+      name: fashion
+      namespace: team
+      labels: {kueue.x-k8s.io/queue-name: gpus}
+    spec:
+      runtimeRef:
+        name: torch-distributed
+      activeDeadlineSeconds: 3600
+      trainer:
+        image: registry.local/fashion:3
+        numNodes: 3
+        command: [bash, -c, "torchrun /workspace/train.py --epochs 2"]
+        env:
+          - name: NCCL_DEBUG
+            value: INFO
+        resourcesPerNode:
+          requests: {cpu: "4", memory: 16Gi}
+""")
+
+# A platform team's runtime, as a second document or a --runtime file.
+RUNTIME = doc("""
+    apiVersion: trainer.kubeflow.org/v1alpha1
+    kind: TrainingRuntime
+    metadata:
+      name: torch-shared-fs
+      namespace: team
+    spec:
+      mlPolicy:
+        numNodes: 2
+        torch: {}
+      podGroupPolicy:
+        coscheduling:
+          scheduleTimeoutSeconds: 120
+      template:
+        spec:
+          replicatedJobs:
+            - name: trainer-node
+              template:
+                metadata:
+                  labels:
+                    trainer.kubeflow.org/trainjob-ancestor-step: trainer
+                spec:
+                  backoffLimit: 2
+                  template:
+                    spec:
+                      schedulerName: scheduler-plugins-scheduler
+                      volumes:
+                        - name: shared
+                          persistentVolumeClaim: {claimName: team-fs}
+                      containers:
+                        - name: metrics
+                          image: exporter:1
+                        - name: node
+                          image: pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime
+                          env:
+                            - {name: NCCL_DEBUG, value: WARN}
+                            - {name: HF_HOME, value: /shared/hf}
+                          volumeMounts:
+                            - {name: shared, mountPath: /shared}
+""")
+
+CUSTOM = edit(TRAINJOB, "    name: torch-distributed\n", "    name: torch-shared-fs\n    kind: TrainingRuntime\n")
+
+
+def node(job: TorchJob, rtype: str = MASTER) -> Any:
+    return job.spec.pytorchReplicaSpecs[rtype].template.spec.containers[0]
+
+
+def test_the_upstream_runtime_is_known() -> None:
+    loaded = read(TRAINJOB)
+    assert loaded.dialect == "trainer.kubeflow.org/v1alpha1 TrainJob"
+    assert loaded.notes == []
+    job = loaded.job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 2)  # numNodes 3: node 0 is the master
+    c = node(job, WORKER)
+    assert (c.name, c.image, c.command) == ("node", "registry.local/fashion:3",
+                                            ["bash", "-c", "torchrun /workspace/train.py --epochs 2"])
+    assert [(e.name, e.value) for e in c.env or []] == [("NCCL_DEBUG", "INFO")]
+    assert c.resources is not None and c.resources.requests == {"cpu": "4", "memory": "16Gi"}
+    assert [(p.name, p.containerPort) for p in c.ports or []] == [("pytorchjob-port", 29500)]
+    assert job.spec.nprocPerNode == "4"  # no GPU: the CPUs requested, as Trainer decides
+    rp = job.run_policy
+    assert (rp.activeDeadlineSeconds, rp.backoffLimit, rp.suspend) == (3600, 6, None)
+    assert job.restart_policy(WORKER) == "OnFailure"
+    assert job.metadata.labels == {"kueue.x-k8s.io/queue-name": "gpus"}
+
+
+def test_the_env_is_trainers_torch_contract() -> None:
+    job = read(TRAINJOB).job
+    argv = [*(node(job).command or [])]
+    ranks = []
+    for rid in replicas(job):
+        env = replica_env(job, rid, argv, WHERE).env
+        assert {k: env[k] for k in ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")} == {
+            "PET_NNODES": "3", "PET_NPROC_PER_NODE": "4", "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": "41000"}
+        ranks.append(env["PET_NODE_RANK"])
+    assert ranks == ["0", "1", "2"]
+    pod = kr.pod(job, ReplicaId(WORKER, 1), 0)
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"], env["PET_NODE_RANK"]) == ("fashion-master-0.fashion",
+                                                                                     "29500", "2")
+
+
+@pytest.mark.parametrize(("resources", "given", "expected"), [
+    ({}, None, "1"),
+    ({"requests": {"cpu": "500m"}}, None, "1"),
+    ({"requests": {"cpu": "2500m"}}, None, "3"),
+    ({"limits": {"cpu": 8}}, None, "8"),
+    ({"limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "16"}}, None, "auto"),
+    ({"requests": {"amd.com/gpu": 2}}, None, "auto"),
+    ({"requests": {"cpu": "16"}}, 2, "2"),
+])
+def test_num_proc_per_node_as_trainer_decides(resources: dict[str, Any], given: int | None, expected: str) -> None:
+    assert nproc(resources, given) == expected
+
+
+def test_a_runtime_in_the_same_file(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + RUNTIME)
+    loaded = load(tmp_path / "job.yaml")
+    job = loaded.job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 2)  # the TrainJob's numNodes wins
+    pod = job.spec.pytorchReplicaSpecs[WORKER].template.spec
+    assert [c.name for c in pod.containers] == ["node", "metrics"]  # the node container is the training one
+    c = pod.containers[0]
+    # the trainer's env is upserted into the runtime's: NCCL_DEBUG replaced in place, HF_HOME kept
+    assert [(e.name, e.value) for e in c.env or []] == [("NCCL_DEBUG", "INFO"), ("HF_HOME", "/shared/hf")]
+    assert c.image == "registry.local/fashion:3"
+    assert [m.mountPath for m in c.volumeMounts or []] == ["/shared"]
+    assert job.run_policy.backoffLimit == 2
+    sp = job.run_policy.schedulingPolicy
+    assert sp is not None and (sp.schedulerName, sp.scheduleTimeoutSeconds) == ("scheduler-plugins-scheduler", 120)
+
+
+def test_a_runtime_file(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(CUSTOM)
+    (tmp_path / "rt.yaml").write_text(RUNTIME)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml")
+    (p,) = err.value.problems
+    assert p.path == "spec.runtimeRef.name" and "TrainingRuntime 'torch-shared-fs' is not known here" in p.message
+    assert p.fix is not None and "--runtime FILE" in p.fix
+    assert load(tmp_path / "job.yaml", [tmp_path / "rt.yaml"]).job.run_policy.backoffLimit == 2
+    with pytest.raises(UserError, match="holds a 'TrainJob', not a training runtime"):
+        load(tmp_path / "job.yaml", [tmp_path / "job.yaml"])
+
+
+def test_a_runtime_of_another_namespace_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + edit(RUNTIME, "namespace: team", "namespace: other"))
+    with pytest.raises(InvalidJob, match="is in namespace 'other', the TrainJob in 'team'"):
+        load(tmp_path / "job.yaml")
+
+
+def test_runtime_problems_name_the_runtimes_own_fields(tmp_path: Path) -> None:
+    bad = edit(RUNTIME, "    torch: {}\n", "    mpi: {numProcPerNode: 1}\n")
+    (tmp_path / "rt.yaml").write_text(bad)
+    (tmp_path / "job.yaml").write_text(CUSTOM)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml", [tmp_path / "rt.yaml"])
+    assert err.value.source == str(tmp_path / "rt.yaml")
+    (p,) = err.value.problems
+    assert (p.path, p.line) == ("spec.mlPolicy.mpi", line_of(bad, "mpi:"))
+
+
+def test_initializer_jobs_in_a_runtime_are_refused(tmp_path: Path) -> None:
+    init = edit(RUNTIME, "        - name: trainer-node\n", textwrap.indent(doc("""
+        - name: dataset-initializer
+          template:
+            metadata:
+              labels: {trainer.kubeflow.org/trainjob-ancestor-step: dataset-initializer}
+            spec:
+              template:
+                spec:
+                  containers: [{name: dataset-initializer, image: init:1}]
+        - name: trainer-node
+        """), "        "))
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + init)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml")
+    (p,) = err.value.problems
+    assert p.path == "spec.template.spec.replicatedJobs[0]"
+    assert "replicated job 'dataset-initializer' is not the trainer" in p.message
+
+
+def test_initializers_are_refused_with_the_fix() -> None:
+    text = edit(TRAINJOB, "  runtimeRef:\n", "  initializer:\n    dataset: {storageUri: hf://tatsu-lab/alpaca}\n"
+                "  runtimeRef:\n")
+    p = problem_at(text, "spec.initializer.dataset", "dataset:")
+    assert p.message == "the dataset initializer is not run by torchjob (neither locally nor by its operator)"
+    assert p.fix is not None and "remove spec.initializer" in p.fix
+
+
+def test_unknown_runtime_and_trainer_fields() -> None:
+    text = edit(TRAINJOB, "    numNodes: 3\n", "    numNodes: 3\n    numGPUs: 2\n")
+    problem_at(text, "spec.trainer.numGPUs", "numGPUs")
+    text = edit(TRAINJOB, "    name: torch-distributed\n", "    name: mlx-distributed\n")
+    p = problem_at(text, "spec.runtimeRef.name", "name: mlx")
+    assert "'mlx-distributed' is not known here" in p.message
+
+
+def test_reserved_env_names_the_trainer_field() -> None:
+    text = edit(TRAINJOB, "      - name: NCCL_DEBUG\n", "      - name: PET_NNODES\n")
+    found = problems(text)
+    assert {(p.path, p.line) for p in found} == {("spec.trainer.env[0].name", line_of(text, "PET_NNODES"))}
+
+
+def test_suspend_managed_by_and_a_volcano_queue() -> None:
+    text = edit(TRAINJOB, "  activeDeadlineSeconds: 3600\n",
+                "  activeDeadlineSeconds: 3600\n  suspend: true\n  managedBy: kueue.x-k8s.io/multikueue\n")
+    loaded = read(text)
+    assert loaded.job.run_policy.suspend is True
+    assert loaded.notes == [f"{SOURCE}:{line_of(text, 'managedBy')}: spec.managedBy: ignored: torchjob's operator runs "
+                            "the TorchJob this becomes"]
+
+
+RUNTIME_PATCHES = textwrap.indent(doc("""
+      runtimePatches:
+        - manager: kueue.x-k8s.io/manager
+          trainingRuntimeSpec:
+            template:
+              spec:
+                replicatedJobs:
+                  - name: node
+                    template:
+                      spec:
+                        template:
+                          metadata:
+                            labels: {team: vision}
+                          spec:
+                            nodeSelector: {gpu: a100}
+                            tolerations: [{key: gpu, operator: Exists}]
+                            volumes: [{name: data, persistentVolumeClaim: {claimName: fashion-data}}]
+                            containers:
+                              - name: node
+                                volumeMounts: [{name: data, mountPath: /data}]
+"""), "  ")
+
+
+def test_runtime_patches_reach_the_pods() -> None:
+    text = edit(TRAINJOB, "  activeDeadlineSeconds: 3600\n", "  activeDeadlineSeconds: 3600\n" + RUNTIME_PATCHES)
+    job = read(text).job
+    tpl = job.spec.pytorchReplicaSpecs[WORKER].template
+    assert tpl.metadata is not None and tpl.metadata.labels == {"team": "vision"}
+    assert tpl.spec.nodeSelector == {"gpu": "a100"} and tpl.spec.tolerations == [{"key": "gpu", "operator": "Exists"}]
+    assert [v.name for v in tpl.spec.volumes or []] == ["data"]
+    assert [m.mountPath for m in tpl.spec.containers[0].volumeMounts or []] == ["/data"]
+
+
+def test_runtime_patches_follow_trainers_rules() -> None:
+    text = edit(TRAINJOB, "  activeDeadlineSeconds: 3600\n", "  activeDeadlineSeconds: 3600\n" + RUNTIME_PATCHES)
+    bad = edit(text, "volumeMounts: [{name: data, mountPath: /data}]", "env: [{name: A, value: b}]")
+    p = problem_at(bad, "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec."
+                   "template.spec.containers[0].env", "name: A")
+    assert p.fix == "move these entries to spec.trainer.env"
+    missing = edit(text, "\n" + " " * 26 + "- name: node\n", "\n" + " " * 26 + "- name: side\n")
+    p = problem_at(missing, "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template."
+                   "spec.template.spec.containers[0].name", "name: side")
+    assert p.message == "the runtime's pod has no container 'side'"
+
+
+KUBEFLOW = doc("""
+    apiVersion: kubeflow.org/v1
+    kind: PyTorchJob
+    metadata: {name: kf-conv}
+    spec:
+      nprocPerNode: "2"
+      pytorchReplicaSpecs:
+        Master:
+          replicas: 1
+          template: &pod
+            metadata: {annotations: {sidecar.istio.io/inject: "false"}}
+            spec:
+              nodeSelector: {pool: gpu}
+              volumes: [{name: data, persistentVolumeClaim: {claimName: d}}]
+              containers:
+                - name: pytorch
+                  image: train:2
+                  command: [torchrun, train.py]
+                  env: [{name: LR, value: "0.1"}]
+                  resources: {limits: {nvidia.com/gpu: 2}}
+                  volumeMounts: [{name: data, mountPath: /data}]
+        Worker:
+          replicas: 3
+          template: *pod
+""")
+
+
+def test_convert_to_a_trainjob_and_read_it_back() -> None:
+    job = read(KUBEFLOW).job
+    data, lost = convert(job, "trainjob")
+    assert data["spec"]["trainer"] == {"numNodes": 4, "image": "train:2", "command": ["torchrun", "train.py"],
+                                       "env": [{"name": "LR", "value": "0.1"}],
+                                       "resourcesPerNode": {"limits": {"nvidia.com/gpu": 2}}, "numProcPerNode": 2}
+    assert lost == ["the master port 23456: Trainer's is 29500"]
+    back = read_data(data).job
+    assert (back.replica_count(MASTER), back.replica_count(WORKER)) == (1, 3)
+    for rtype in (MASTER, WORKER):
+        before, after = job.spec.pytorchReplicaSpecs[rtype].template, back.spec.pytorchReplicaSpecs[rtype].template
+        assert after.spec.nodeSelector == before.spec.nodeSelector and after.spec.volumes == before.spec.volumes
+        assert after.metadata == before.metadata
+        b, a = before.spec.containers[0], after.spec.containers[0]
+        assert (a.command, a.env, a.resources, a.volumeMounts, a.image) == (b.command, b.env, b.resources,
+                                                                            b.volumeMounts, b.image)
+    assert back.spec.nprocPerNode == "2"
+    assert explicit(read_data(convert(back, "trainjob")[0]).job)["spec"] == explicit(back)["spec"]
+
+
+def test_convert_names_what_a_trainjob_cannot_hold() -> None:
+    text = edit(KUBEFLOW, "  nprocPerNode: \"2\"\n", "  nprocPerNode: gpu\n  runPolicy: {backoffLimit: 2}\n")
+    text = edit(text, "      replicas: 3\n      template: *pod",
+                "      replicas: 3\n      template:\n        spec:\n          containers:\n"
+                "            - {name: pytorch, image: train:2, command: [python, train.py]}")
+    _, lost = convert(read(text).job, "trainjob")
+    assert "Worker's template differs from the Master's: a TrainJob's nodes share one; the Master's is written" in lost
+    assert "nprocPerNode gpu is written as Trainer's auto (GPUs, else the CPUs requested)" in lost
+    assert "runPolicy.backoffLimit has no TrainJob field" in lost
+
+
+def test_a_trainjob_written_by_convert_is_valid_yaml_for_the_cli(tmp_path: Path) -> None:
+    data, _ = convert(read(KUBEFLOW).job, "trainjob")
+    (tmp_path / "tj.yaml").write_text(yaml.safe_dump(data))
+    assert load(tmp_path / "tj.yaml").job.name == "kf-conv"

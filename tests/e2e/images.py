@@ -1,0 +1,49 @@
+"""The images the real-node tests run, made locally by `scripts/dev-cluster.sh image` (nothing can
+be pulled here). Each is the dev node's Debian root file system with `python` and `torchrun`
+(hack/realnode/images.py `"python": true`) plus the code its users would have put in it.
+
+The seed documents name public images whose code is not ours (a Kubeflow test image, Katib's
+MNIST example, the pytorch/pytorch images with a user's script). Here each name is a stand-in
+that carries a script doing what that code does, at the path the document expects, so that the
+document itself runs unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAMS = REPO / "tests" / "programs"
+E2E_PROGRAMS = Path(__file__).resolve().parent / "programs"
+TESTS_IMAGE = "localhost/torchjob-tests:dev"
+
+
+def _image(name: str, files: dict[str, Path], **config: Any) -> dict[str, Any]:
+    return {"name": name, "rootfs": True, "python": True,
+            "files": [{"path": path, "source": str(src)} for path, src in files.items()], "config": config}
+
+
+STANDINS: list[dict[str, Any]] = [
+    # The tests' own programs, for documents written by the tests.
+    _image(TESTS_IMAGE, {
+        "/opt/tests/ddp_step.py": PROGRAMS / "ddp_step.py",
+        "/opt/tests/behave.py": PROGRAMS / "behave.py",
+        "/opt/tests/elastic.py": E2E_PROGRAMS / "elastic.py",
+        "/opt/tests/dist_sendrecv.py": E2E_PROGRAMS / "dist_sendrecv.py",
+        "/opt/tests/examples/ddp/train.py": REPO / "examples" / "ddp" / "train.py",
+    }, WorkingDir="/opt/tests"),
+    # Seed 000: no command; the image's entrypoint runs its send/recv test.
+    _image("gcr.io/kubeflow-ci/pytorch-dist-sendrecv-test:1.0",
+           {"/opt/pytorch-dist-sendrecv/dist_sendrecv.py": E2E_PROGRAMS / "dist_sendrecv.py"},
+           Entrypoint=["python", "/opt/pytorch-dist-sendrecv/dist_sendrecv.py"]),
+    # Seed 001 mounts its script from a ConfigMap at /workspace; examples/ddp/job.yaml runs
+    # `python examples/ddp/train.py` in the image's working directory, as a user's image would.
+    _image("docker.io/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+           {"/workspace/examples/ddp/train.py": REPO / "examples" / "ddp" / "train.py"}, WorkingDir="/workspace"),
+    # Seed 003: `python dist_mnist.py` in the working directory.
+    _image("docker.io/pytorch/pytorch:2.0.0-cuda11.7-cudnn8-devel",
+           {"/workspace/dist_mnist.py": PROGRAMS / "ddp_step.py"}, WorkingDir="/workspace"),
+    # Seed 004: `python3 /opt/pytorch-mnist/mnist.py --epochs=1`.
+    _image("docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
+           {"/opt/pytorch-mnist/mnist.py": REPO / "examples" / "ddp" / "train.py"}),
+]
