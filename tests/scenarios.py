@@ -6,6 +6,11 @@ with which code, and what the job must end as. Times are seconds after that atte
 coarse (multiples of 0.5 s) so that real processes can follow them.
 
 Restart backoff (core/policy.py): a replica's first restart is immediate, then 1 s, 2 s, 4 s ...
+
+Progress (`reports`): an attempt with an entry reports progress from its start until that many
+seconds after it, then goes quiet (still running, as a rank stuck in a collective does); an
+attempt without one never reports. With `progress_deadline` (runPolicy.progressDeadlineSeconds),
+a quiet replica is the event Stalled.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ class Scenario:
     replica_policies: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
     max_restarts: Mapping[str, int] = field(default_factory=dict)  # per replica type
     min_success: int | None = None
+    progress_deadline: int | None = None  # runPolicy.progressDeadlineSeconds
+    # replica name -> one entry per attempt: seconds after that attempt started when it last reports
+    reports: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def job(self, command: list[str]) -> TorchJob:
         """A valid TorchJob named after the scenario, `command` for every replica."""
@@ -48,6 +56,8 @@ class Scenario:
             run_policy["backoffLimit"] = self.backoff_limit
         if self.deadline is not None:
             run_policy["activeDeadlineSeconds"] = self.deadline
+        if self.progress_deadline is not None:
+            run_policy["progressDeadlineSeconds"] = self.progress_deadline
         elastic = (
             {"minReplicas": 1, "maxReplicas": self.workers, "rdzvBackend": "c10d"} if self.elastic else None
         )
@@ -335,6 +345,61 @@ SCENARIOS += [
         min_success=2,
         exits={"worker-0": ((0.5, 0),), "worker-1": ((1.0, 0),)},
         expect_reason="MinSuccess",
+    ),
+]
+
+# --- progress and stalls (runPolicy.progressDeadlineSeconds) ---------------------------------
+SCENARIOS += [
+    Scenario(
+        # the master reports, then hangs; the worker never reports (only rank 0 does): no policy, the job fails
+        name="stalled-fails",
+        workers=1,
+        progress_deadline=2,
+        reports={"master-0": (1.0,)},
+        expect_state="Failed",
+        expect_reason="ProgressDeadlineExceeded",
+        expect_failed_replica="master-0",
+    ),
+    Scenario(
+        # the hang is restarted by the policy, and the new attempts (which keep reporting) succeed
+        name="stalled-restartjob-recovers",
+        workers=1,
+        backoff_limit=2,
+        progress_deadline=2,
+        policies=({"event": "Stalled", "action": "RestartJob"},),
+        reports={"master-0": (1.0, 30.0), "worker-0": (1.0, 30.0)},
+        exits={"master-0": ((30.0, 0), (2.0, 0)), "worker-0": ((30.0, 0), (1.5, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        # every attempt hangs (the master first): the restarts count toward backoffLimit
+        name="stalled-backoff-limit",
+        workers=1,
+        backoff_limit=1,
+        progress_deadline=2,
+        policies=({"event": "Stalled", "action": "RestartJob"},),
+        reports={"master-0": (1.0, 1.0), "worker-0": (1.5, 1.5)},
+        expect_state="Failed",
+        expect_reason="BackoffLimitExceeded",
+        expect_restarts=1,
+        expect_failed_replica="master-0",
+    ),
+    Scenario(
+        # only the worker goes quiet: its replica type's policy restarts it alone
+        name="stalled-worker-restartpod",
+        workers=1,
+        progress_deadline=2,
+        replica_policies={"Worker": ({"event": "Stalled", "action": "RestartPod"},)},
+        reports={"master-0": (30.0,), "worker-0": (0.5, 30.0)},
+        exits={"master-0": ((5.0, 0),), "worker-0": ((30.0, 0), (1.0, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        # a job that never reports is never judged, however long it runs
+        name="never-reporting-never-stalls",
+        workers=1,
+        progress_deadline=1,
+        exits={"master-0": ((3.0, 0),), "worker-0": ((2.5, 0),)},
     ),
 ]
 

@@ -3,7 +3,8 @@
 It applies a plan the way a runtime must: Create starts an attempt at `now`, Stop ends a
 running attempt at `now` with exit code 143 (SIGTERM), Forget and Purge drop a finished attempt;
 the new status is fed back into the job. Between reconciles the clock jumps to the next exit of a
-running attempt or to `plan.requeue_at`, whichever comes first.
+running attempt or to `plan.requeue_at`, whichever comes first. An attempt that reports progress
+(`reports`: until that many seconds after its start) is observed with the time of its last report.
 
 For tests that write each observed world themselves: `up`, `pending` and `ended` build what a
 runtime observes of one attempt, `world` gathers them, and a `Driver` reconciles one world at a time.
@@ -38,6 +39,7 @@ T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SIGTERM_EXIT = 143
 
 Exits = Mapping[str, Sequence[tuple[float, int]]]
+Reports = Mapping[str, Sequence[float]]
 Check = Callable[[TorchJob, World, datetime, Plan], None]
 
 
@@ -95,7 +97,9 @@ class SimResult:
 @dataclass
 class _Runtime:
     exits: Exits
+    reports: Reports = field(default_factory=dict)
     observed: dict[str, Observed] = field(default_factory=dict)
+    reporting: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (start, quiet after)
     pending: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (exit time, code)
     created: list[tuple[float, str, int]] = field(default_factory=list)
     stopped: list[tuple[float, str, int, str]] = field(default_factory=list)
@@ -114,6 +118,10 @@ class _Runtime:
                     raise SimError(f"Create {name} attempt {a.attempt} while attempt {obs.attempt} is observed")
                 self.observed[name] = Observed(a.replica, a.attempt, Phase.RUNNING)
                 self.created.append((now, name, a.attempt))
+                self.reporting.pop(name, None)
+                quiet = self.reports.get(name, ())
+                if a.attempt < len(quiet):
+                    self.reporting[name] = (now, quiet[a.attempt])
                 plan = self.exits.get(name, ())
                 if a.attempt < len(plan):
                     after, code = plan[a.attempt]
@@ -137,6 +145,15 @@ class _Runtime:
                 changed = True
         return changed
 
+    def world(self, now: float, stop: str | None) -> World:
+        """What a runtime observes at `now`: each running attempt that reports, with its last report."""
+        seen = dict(self.observed)
+        for name, (start, quiet) in self.reporting.items():
+            obs = seen.get(name)
+            if obs is not None and obs.phase is Phase.RUNNING:
+                seen[name] = dataclasses.replace(obs, last_report=at(start + min(now - start, quiet)))
+        return World(replicas=seen, stop_requested=stop)
+
     def advance(self, now: float) -> None:
         for name, (t, code) in list(self.pending.items()):
             if t <= now:
@@ -158,12 +175,13 @@ def simulate(
     check: Check | None = None,
     stop_when_idle: str | None = None,
     run_policy_changes: Sequence[tuple[float, Mapping[str, Any]]] = (),
+    reports: Reports | None = None,
     max_steps: int = 2000,
 ) -> SimResult:
     """Run `job` until `plan.done` (or DeleteJob). With `stop_when_idle`, a job that waits on
     replicas that never exit is stopped by the user (World.stop_requested) instead of raising.
     `run_policy_changes` are user edits of spec.runPolicy (e.g. suspend) at the given times."""
-    rt = _Runtime(exits)
+    rt = _Runtime(exits, reports or {})
     changes = sorted(run_policy_changes, key=lambda c: c[0])
     now = 0.0
     stop: str | None = None
@@ -172,7 +190,7 @@ def simulate(
         while changes and changes[0][0] <= now:
             rp = job.run_policy.model_copy(update=dict(changes.pop(0)[1]))
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"runPolicy": rp})})
-        w = World(replicas=dict(rt.observed), stop_requested=stop)
+        w = rt.world(now, stop)
         plan = reconcile(job, w, at(now))
         if check is not None:
             check(job, w, at(now), plan)

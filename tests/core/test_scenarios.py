@@ -15,7 +15,7 @@ COMMAND = ["python", "-c", "pass"]
 
 
 def run(s: Scenario) -> SimResult:
-    return simulate(s.job(COMMAND), s.exits, check=check_all)
+    return simulate(s.job(COMMAND), s.exits, check=check_all, reports=s.reports)
 
 
 # --- the table itself ----------------------------------------------------------------------
@@ -38,6 +38,11 @@ def test_scenario_is_well_formed(s: Scenario) -> None:
         assert spec.restartPolicy == s.restart_policy
     assert job.run_policy.backoffLimit == s.backoff_limit
     assert job.run_policy.activeDeadlineSeconds == s.deadline
+    assert job.run_policy.progressDeadlineSeconds == s.progress_deadline
+    assert not s.reports or s.progress_deadline is not None, "reports matter only with a progress deadline"
+    assert {rid.name for rid in replicas(job)} >= set(s.reports), "reports for a replica the job lacks"
+    for quiet_after in s.reports.values():
+        assert all(q > 0 and (q * 2).is_integer() for q in quiet_after), "times must be multiples of 0.5 s"
     assert (job.spec.elasticPolicy is not None) == s.elastic
     for attempts in s.exits.values():
         for after, code in attempts:
@@ -62,7 +67,11 @@ def test_scenario(s: Scenario) -> None:
         assert status.failure is not None
         assert status.failure.reason == s.expect_reason
         assert status.failure.replica == s.expect_failed_replica
-        if s.expect_failed_replica is not None:
+        if s.expect_failed_replica is not None and status.failure.exitCode is None:
+            # a stall: the replica did not exit, it went quiet
+            assert status.failure.attempt is not None
+            assert len(s.reports[s.expect_failed_replica]) > status.failure.attempt
+        elif s.expect_failed_replica is not None:
             # the failure names the attempt and the code that attempt exited with
             assert status.failure.attempt is not None
             after_code = s.exits[s.expect_failed_replica][status.failure.attempt]

@@ -50,7 +50,14 @@ def job_document(sc: Scenario, state: Path, namespace: str) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name not in TOO_FINE], ids=lambda s: s.name)
+# Rows whose replicas report progress (the stall rows) need the pods to reach the operator's progress
+# endpoint, which runs on the host here: they run in tests/kube (the test posts as the pods would) and
+# locally; on the real node they wait for the endpoint's address being one the pods reach (see issue 13).
+REPORTING = {s.name for s in SCENARIOS if s.reports}
+
+
+@pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name not in TOO_FINE and s.name not in REPORTING],
+                         ids=lambda s: s.name)
 def test_scenario_on_real_pods(sc: Scenario, node: Client, ns: str, tmp_path: Path) -> None:
     state = tmp_path / "state"
     (state / "attempts").mkdir(parents=True)

@@ -84,12 +84,19 @@ class Operator:
     def __init__(self, kubeconfig: str, log: Path, args: tuple[str, ...] = ("--no-leader-elect",)) -> None:
         self.kubeconfig, self.log, self.args = kubeconfig, log, args
         self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = free_port()
+        self.progress_port = free_port()  # the progress endpoint, reached on loopback as the pods would
+
+    @property
+    def progress_url(self) -> str:
+        return f"https://127.0.0.1:{self.progress_port}"
 
     def start(self) -> None:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "torchjob", "operator", "--kubeconfig", self.kubeconfig, *self.args,
-             "--metrics-port", str(free_port()), "--workers", "4"],
+             "--metrics-port", str(self.metrics_port), "--workers", "4", "--progress-port", str(self.progress_port),
+             "--progress-url", self.progress_url, "--progress-write-interval", "1"],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL,
         )
 

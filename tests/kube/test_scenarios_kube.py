@@ -1,9 +1,11 @@
 """The shared scenario table against a real kube-apiserver: the operator decides, the test plays
-the kubelet (it runs each pod and ends it with the scenario's exit code at the scenario's time)."""
+the kubelet (it runs each pod and ends it with the scenario's exit code at the scenario's time) and
+the pods' progress reports (over HTTPS, with pod-bound tokens, until the scenario's quiet time)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
 from tests.kube.conftest import Operator, finished, job_status, set_pod
+from tests.kube.reporting import SERVICE_ACCOUNT, PodReporter, ca_file, make_service_account, pod_token, url
 from tests.scenarios import SCENARIOS, Scenario
 from torchjob.kube.client import TorchJobRes
 from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
@@ -18,42 +21,60 @@ from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LAB
 pytestmark = pytest.mark.kube
 
 
-def play(kube: Client, namespace: str, sc: Scenario, timeout: float = 60) -> dict[str, Any]:
+def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_path: Path,
+         timeout: float = 60) -> dict[str, Any]:
     job = sc.job(["python", "train.py"])
     data = job.model_dump(mode="json", exclude_none=True)
     data["metadata"]["namespace"] = namespace
+    if sc.reports:
+        make_service_account(kube, namespace)
     for rspec in data["spec"]["pytorchReplicaSpecs"].values():
         rspec["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
+        if sc.reports:
+            rspec["template"]["spec"]["serviceAccountName"] = SERVICE_ACCOUNT
     kube.create(TorchJobRes.from_dict(data))
     started: dict[tuple[str, int], float] = {}
+    reporting: dict[tuple[str, int], PodReporter] = {}  # the attempts that report, until their quiet time
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        status = job_status(kube, job.name, namespace)
-        if finished(status):
-            return status
-        for pod in kube.list(Pod, namespace=namespace, labels={LABEL_JOB: job.name}):
-            meta = pod.metadata
-            if meta.deletionTimestamp:
-                continue
-            name = f"{meta.labels[LABEL_TYPE]}-{meta.labels[LABEL_INDEX]}"
-            attempt = int(meta.annotations[ANNOTATION_ATTEMPT])
-            phase = pod.status.phase if pod.status else None
-            if phase in (None, "Pending"):
-                set_pod(kube, pod, "Running")
-                started[(name, attempt)] = time.monotonic()
-            elif phase == "Running":
-                plan = sc.exits.get(name, ())
-                if attempt < len(plan):
-                    delay, code = plan[attempt]
-                    if time.monotonic() - started.setdefault((name, attempt), time.monotonic()) >= delay:
-                        set_pod(kube, pod, "Succeeded" if code == 0 else "Failed", code)
-        time.sleep(0.05)
+    try:
+        while time.monotonic() < end:
+            status = job_status(kube, job.name, namespace)
+            if finished(status):
+                return status
+            for (name, attempt), r in reporting.items():
+                if time.monotonic() - started[(name, attempt)] >= sc.reports[name][attempt]:
+                    r.quiet()
+            for pod in kube.list(Pod, namespace=namespace, labels={LABEL_JOB: job.name}):
+                meta = pod.metadata
+                if meta.deletionTimestamp:
+                    continue
+                name = f"{meta.labels[LABEL_TYPE]}-{meta.labels[LABEL_INDEX]}"
+                attempt = int(meta.annotations[ANNOTATION_ATTEMPT])
+                phase = pod.status.phase if pod.status else None
+                if phase in (None, "Pending"):
+                    set_pod(kube, pod, "Running")
+                    started[(name, attempt)] = time.monotonic()
+                    if attempt < len(sc.reports.get(name, ())):
+                        reporting[(name, attempt)] = PodReporter(
+                            url(operator.progress_url, namespace, job.name), pod_token(kube, pod, job.name),
+                            ca_file(kube, namespace, tmp_path), tmp_path)
+                elif phase == "Running":
+                    plan = sc.exits.get(name, ())
+                    if attempt < len(plan):
+                        delay, code = plan[attempt]
+                        if time.monotonic() - started.setdefault((name, attempt), time.monotonic()) >= delay:
+                            set_pod(kube, pod, "Succeeded" if code == 0 else "Failed", code)
+            time.sleep(0.05)
+    finally:
+        for r in reporting.values():
+            r.quiet()
     raise AssertionError(f"{sc.name}: no end in {timeout}s: {job_status(kube, job.name, namespace)}")
 
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_scenario_on_a_real_control_plane(sc: Scenario, kube: Client, namespace: str, operator: Operator) -> None:
-    status = play(kube, namespace, sc)
+def test_scenario_on_a_real_control_plane(sc: Scenario, kube: Client, namespace: str, operator: Operator,
+                                          tmp_path: Path) -> None:
+    status = play(kube, namespace, sc, operator, tmp_path)
     conds = {c["type"]: c for c in status["conditions"] if c["status"] == "True"}
     assert sc.expect_state in conds, status
     assert conds[sc.expect_state]["reason"] == sc.expect_reason, status

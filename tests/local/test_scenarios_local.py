@@ -16,9 +16,11 @@ from tests.scenarios import SCENARIOS, Scenario
 def test_scenario_with_real_processes(sc: Scenario, torchjob: Torchjob, tmp_path: Path) -> None:
     exits = tmp_path / "exits.json"
     exits.write_text(json.dumps({k: [list(a) for a in v] for k, v in sc.exits.items()}))
+    reports = tmp_path / "reports.json"
+    reports.write_text(json.dumps({k: list(v) for k, v in sc.reports.items()}))
     state = tmp_path / "attempts"
     state.mkdir()
-    job = sc.job(["python", str(PROGRAMS / "behave.py"), str(exits), str(state)])
+    job = sc.job(["python", str(PROGRAMS / "behave.py"), str(exits), str(state), str(reports)])
     path = write_job(tmp_path / "job.yaml", job.model_dump(mode="json", exclude_none=True))
 
     proc = torchjob("run", "-q", "--grace-period", "5", str(path), timeout=120)

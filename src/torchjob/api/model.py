@@ -291,9 +291,11 @@ class PodTemplateSpec(Strict):
 
 # Lifecycle policies (from Volcano): on an event or an exit code, take an action. They apply
 # before restartPolicy: a failure a policy matches is handled by the policy alone.
-PolicyEvent = Literal["PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Unknown", "*"]
+# Stalled: a replica stopped reporting progress for runPolicy.progressDeadlineSeconds.
+PolicyEvent = Literal["PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Stalled", "Unknown", "*"]
 PolicyAction = Literal["RestartJob", "RestartTask", "RestartPod", "AbortJob", "TerminateJob", "CompleteJob"]
-POLICY_EVENTS: tuple[str, ...] = ("PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Unknown", "*")
+POLICY_EVENTS: tuple[str, ...] = ("PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Stalled", "Unknown",
+                                  "*")
 POLICY_ACTIONS: tuple[str, ...] = ("RestartJob", "RestartTask", "RestartPod", "AbortJob", "TerminateJob", "CompleteJob")
 
 
@@ -342,6 +344,9 @@ class RunPolicy(Strict):
     schedulingPolicy: SchedulingPolicy | None = None
     suspend: bool | None = None
     managedBy: str | None = None
+    # Once a replica has reported progress, no new report from it for this long is the event
+    # Stalled (the name Deployments use for the same idea).
+    progressDeadlineSeconds: int | None = None
 
 
 class RdzvConf(Strict):
@@ -495,6 +500,27 @@ class ReplicaAttemptState(BaseModel):
     notBefore: datetime | None = None
 
 
+class Metric(BaseModel):
+    """A named value a replica reported (Kubeflow Trainer's `trainerStatus.metrics[]` entry)."""
+
+    name: str
+    value: str
+
+
+class Progress(BaseModel):
+    """How far the job is, from the replicas' latest progress report. Written by the runtime (the
+    local supervisor, the operator) as reports arrive, never by `core`."""
+
+    percent: float | None = None  # 0-100
+    etaSeconds: int | None = None  # estimated time left
+    step: int | None = None
+    total: int | None = None
+    rate: float | None = None  # steps per second, over the recent reports
+    metrics: list[Metric] = Field(default_factory=list)
+    lastReportTime: datetime | None = None
+    reporter: str | None = None  # the replica that sent the latest report
+
+
 class JobStatus(BaseModel):
     conditions: list[Condition] = Field(default_factory=list)
     replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
@@ -503,6 +529,7 @@ class JobStatus(BaseModel):
     startTime: datetime | None = None
     completionTime: datetime | None = None
     failure: FailureInfo | None = None
+    progress: Progress | None = None
 
     def condition(self, ctype: str) -> Condition | None:
         for c in self.conditions:

@@ -159,12 +159,14 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
     _validate_policies(job, add)
 
     rp = job.run_policy
-    for fname in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
+    for fname in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit", "progressDeadlineSeconds"):
         value = getattr(rp, fname)
         if value is not None and value < 0:
             add(["spec", "runPolicy", fname], f"must not be negative, got {value}")
     if rp.activeDeadlineSeconds == 0:
         add(["spec", "runPolicy", "activeDeadlineSeconds"], "must be positive", "remove it for no deadline")
+    if rp.progressDeadlineSeconds == 0:
+        add(["spec", "runPolicy", "progressDeadlineSeconds"], "must be positive", "remove it for no stall detection")
 
     nproc = job.spec.nprocPerNode
     if nproc is not None and nproc not in NPROC_WORDS and not (nproc.isdigit() and int(nproc) >= 1):
@@ -222,6 +224,10 @@ def _validate_policies(job: TorchJob, add: Callable[[list[str | int], str, str |
                 add([*here, "exitCode"], "0 is success, not a failure to react to", "use a non-zero code")
             if "*" in events and len(events) > 1:
                 add(here, "'*' must be the only event of its policy", "remove the other events")
+            if "Stalled" in events and job.run_policy.progressDeadlineSeconds is None:
+                add(here, "reacts to Stalled, which needs runPolicy.progressDeadlineSeconds",
+                    "set spec.runPolicy.progressDeadlineSeconds (e.g. 600) to say how long without a progress "
+                    "report is a stall")
             keys = [f"exit:{pol.exitCode}"] if pol.exitCode is not None else events
             for key in keys:
                 if key in seen:

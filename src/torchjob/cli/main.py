@@ -135,8 +135,14 @@ def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], docum
         client = _kube(kubeconfig, kube_context)
         ns = jobs.submit(client, job, namespace)
         click.echo(f"torchjob: job {job.name} created in {ns}", err=True)
-        # The job's events, its failure's among them, as they come.
-        st = jobs.follow(client, job.name, ns, lambda m: click.echo(f"torchjob: {m}", err=True))
+        # The job's events, its failure's among them, as they come; its progress as a live bar.
+        from torchjob.local.console import Console
+
+        console = Console(None)
+        try:
+            st = jobs.follow(client, job.name, ns, console.note, on_progress=lambda p: console.progress(p, job.name))
+        finally:
+            console.close()
         _outcome(job.name, st, " --kube")
         return
     store = _store()
@@ -221,9 +227,10 @@ def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], do
 
     job = _load(job_file, runtimes)
     if kube:
+        from torchjob.kube.install import DEFAULT_PROGRESS_URL
         from torchjob.kube.render import manifests
 
-        objs = manifests(job)
+        objs = manifests(job, progress_url=DEFAULT_PROGRESS_URL)
         if output == "json":
             _dump(objs, output)
         else:
@@ -422,9 +429,19 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--force-delete-after", default=60.0, show_default=True, metavar="SECONDS",
               help="Force-delete a job's pod still terminating this long past its deletion time "
                    "(its node is gone), so that the job can go on.")
+@click.option("--progress-port", default=8443, show_default=True, metavar="PORT",
+              help="Serve the progress endpoint (HTTPS) that pods report to; 0 turns it off (and the pods get "
+                   "no KUBEFLOW_TRAINER_SERVER_* variables).")
+@click.option("--progress-url", default=None, metavar="URL",
+              help="The endpoint's address as pods reach it [default: https://SERVICE.LEASE-NAMESPACE.svc:PORT].")
+@click.option("--progress-service", default="torchjob-operator", show_default=True, metavar="NAME",
+              help="The operator's Service (in --lease-namespace): the name the endpoint's certificate is for.")
+@click.option("--progress-write-interval", default=5.0, show_default=True, metavar="SECONDS",
+              help="Write a job's status.progress at most once this often, however often its pods report.")
 def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, leader_elect: bool,
              lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
-             gang_scheduler_name: str | None, force_delete_after: float) -> None:
+             gang_scheduler_name: str | None, force_delete_after: float, progress_port: int,
+             progress_url: str | None, progress_service: str, progress_write_interval: float) -> None:
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
@@ -433,7 +450,8 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
     configure_logging()
     asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
                              leader_elect, lease_namespace, init_image, wait_for_master, lease_duration,
-                             gang_scheduler_name, force_delete_after))
+                             gang_scheduler_name, force_delete_after, progress_port, progress_url, progress_service,
+                             progress_write_interval))
 
 
 def main() -> None:

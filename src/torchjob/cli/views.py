@@ -6,15 +6,16 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from torchjob.api.errors import UserError
-from torchjob.api.model import JobStatus
+from torchjob.api.model import JobStatus, Progress
 from torchjob.local import runtime
 from torchjob.local.store import JobRecord, Store
 from torchjob.local.supervisor import supervisor_alive
+from torchjob.progress import show
 
 Dump = Callable[[Any, str], None]
 
@@ -58,7 +59,21 @@ def summary(rec: JobRecord) -> dict[str, Any]:
         "restarts": st.restartCount,
         "created": _when(rec.created),
         "reason": st.failure.reason if st.failure else None,
+        "progress": show.percent(st.progress) if st.progress else None,
     }
+
+
+def _progress_lines(p: Progress | None) -> list[str]:
+    """describe's Progress block: percent, step, rate, ETA, the time of the last report, metrics."""
+    if p is None:
+        return []
+    now = datetime.now(UTC)
+    out = [f"Progress:    {show.summary(p.model_copy(update={'metrics': []}), now)}"]
+    if p.reporter:
+        out[-1] += f" (from {p.reporter})"
+    if p.metrics:
+        out.append("Metrics:     " + ", ".join(f"{m.name}={m.value}" for m in p.metrics))
+    return out
 
 
 def list_jobs(store: Store, fmt: str, dump: Dump) -> None:
@@ -73,12 +88,12 @@ def list_jobs(store: Store, fmt: str, dump: Dump) -> None:
         print("no jobs; start one with: torchjob run JOB.yaml")
         return
     table = Table(box=None, pad_edge=False)
-    for col in ("NAME", "STATE", "REPLICAS", "RESTARTS", "AGE", "REASON"):
+    for col in ("NAME", "STATE", "PROGRESS", "REPLICAS", "RESTARTS", "AGE", "REASON"):
         table.add_column(col)
     for r in recs:
         s = summary(r)
-        table.add_row(r.name, s["state"], str(sum(s["replicas"].values())), str(s["restarts"]), _age(r.created),
-                      s["reason"] or "")
+        table.add_row(r.name, s["state"], s["progress"] or "-", str(sum(s["replicas"].values())), str(s["restarts"]),
+                      _age(r.created), s["reason"] or "")
     Console(soft_wrap=True).print(table)
 
 
@@ -107,6 +122,7 @@ def describe(store: Store, name: str, fmt: str, dump: Dump) -> None:
                                              if rec.job.run_policy.backoffLimit is not None else ""),
         f"Supervisor:  {rec.supervisor_pid if supervisor_alive(rec.supervisor_pid) else '-'}",
         f"Directory:   {rec.dir}",
+        *_progress_lines(st.progress),
         "Replicas:",
     ]
     for rtype, spec in rec.job.spec.pytorchReplicaSpecs.items():
@@ -190,15 +206,17 @@ def list_kube(kube: Any, namespace: str | None, fmt: str, dump: Dump) -> None:
         specs = data["spec"]["pytorchReplicaSpecs"]
         rows.append({"name": data["metadata"]["name"], "namespace": data["metadata"].get("namespace"),
                      "state": st.state, "replicas": sum(int(s.get("replicas", 1)) for s in specs.values()),
-                     "restarts": st.restartCount, "reason": st.failure.reason if st.failure else None})
+                     "restarts": st.restartCount, "reason": st.failure.reason if st.failure else None,
+                     "progress": show.percent(st.progress) if st.progress else None})
     if fmt != "text":
         dump(rows, fmt)
         return
     every = namespace == "*"
-    print(f"{'NAMESPACE':<20}" * every + f"{'NAME':<30}{'STATE':<12}{'REPLICAS':<10}{'RESTARTS':<10}REASON")
+    print(f"{'NAMESPACE':<20}" * every + f"{'NAME':<30}{'STATE':<12}{'PROGRESS':<10}{'REPLICAS':<10}{'RESTARTS':<10}"
+          "REASON")
     for r in rows:
-        print(f"{r['namespace']:<20}" * every +
-              f"{r['name']:<30}{r['state']:<12}{r['replicas']:<10}{r['restarts']:<10}{r['reason'] or ''}")
+        print(f"{r['namespace']:<20}" * every + f"{r['name']:<30}{r['state']:<12}{r['progress'] or '-':<10}"
+              f"{r['replicas']:<10}{r['restarts']:<10}{r['reason'] or ''}")
 
 
 def describe_kube(kube: Any, name: str, namespace: str | None, fmt: str, dump: Dump) -> None:
@@ -215,7 +233,7 @@ def describe_kube(kube: Any, name: str, namespace: str | None, fmt: str, dump: D
     out = [f"Name:        {name}", f"Namespace:   {data['metadata'].get('namespace')}",
            f"State:       {st.state}" + (f" ({st.failure.reason}: {st.failure.message})" if st.failure else ""),
            f"Started:     {_when(st.startTime)}", f"Completed:   {_when(st.completionTime)}",
-           f"Restarts:    {st.restartCount}", "Pods:"]
+           f"Restarts:    {st.restartCount}", *_progress_lines(st.progress), "Pods:"]
     for p in pods:
         phase = p.status.phase if p.status else "-"
         attempt = (p.metadata.annotations or {}).get("torchjob.dev/attempt", "0")

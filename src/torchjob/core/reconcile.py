@@ -12,6 +12,9 @@ Decisions, in order:
 3. A user's stop request, or the active deadline: the job fails.
 4. Success: the master succeeded (no master: every worker; elastic: any worker).
 5. Failures, first exit first: restart per the replica's policy and backoffLimit, or fail the job.
+   Then stalls (runPolicy.progressDeadlineSeconds): a replica that reported progress and then went
+   quiet is the event Stalled; a lifecycle policy acts on it, or the job fails with
+   ProgressDeadlineExceeded naming the quiet replicas.
 6. Missing replicas are created (after their restart backoff).
 When the job fails, every replica still running is stopped at once, whatever cleanPodPolicy
 says; cleanPodPolicy decides only what is kept of finished replicas (`All` purges them).
@@ -66,6 +69,7 @@ class Observed:
     message: str | None = None
     finished_at: datetime | None = None
     stopping: bool = False  # a stop was asked for and is in progress
+    last_report: datetime | None = None  # when this attempt last reported progress (None: never)
 
 
 @dataclass(frozen=True)
@@ -406,6 +410,8 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
             break
         _act(plan, job, world, current, now, "RestartPod", obs, f"{obs.replica.name} exited with {_exit_text(obs)}",
              rtype=rtype, backoff=True)
+    if not status.finished:
+        _stalls(plan, job, world, current, now)
     if status.finished:
         why = status.failure.message if status.failure else "the job has finished"
         _stop_active(plan, world, why)
@@ -466,6 +472,63 @@ def _held(plan: Plan, pol: LifecyclePolicy, since: datetime, now: datetime) -> b
         plan.requeue(due)
         return True
     return False
+
+
+def quiet_replicas(job: TorchJob, current: Mapping[str, Observed], now: datetime
+                   ) -> tuple[list[Observed], datetime | None]:
+    """Running replicas whose current attempt reported progress and then nothing for
+    progressDeadlineSeconds, the quietest first; and when the next one would be, if none is yet.
+    A replica that never reported in its current attempt (one that does not report at all, or was
+    just restarted) is not judged."""
+    limit = job.run_policy.progressDeadlineSeconds
+    if limit is None:
+        return [], None
+    quiet: list[Observed] = []
+    due: datetime | None = None
+    for obs in current.values():
+        if obs.phase is not Phase.RUNNING or obs.stopping or obs.last_report is None:
+            continue
+        at = obs.last_report + timedelta(seconds=limit)
+        if now >= at:
+            quiet.append(obs)
+        elif due is None or at < due:
+            due = at
+    quiet.sort(key=lambda o: (o.last_report or now, o.replica))
+    return quiet, due
+
+
+def _stalls(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed], now: datetime) -> None:
+    """The event Stalled: a lifecycle policy on it acts (its restart counts toward backoffLimit);
+    with none the job fails with ProgressDeadlineExceeded, naming the replicas that went quiet."""
+    quiet, due = quiet_replicas(job, current, now)
+    if due is not None:
+        plan.requeue(due)
+    if not quiet:
+        return
+    limit = job.run_policy.progressDeadlineSeconds
+    names = ", ".join(o.replica.name for o in quiet)
+    why = f"{names} sent no progress report for {limit}s (runPolicy.progressDeadlineSeconds)"
+    status = plan.status
+    told = False
+    for obs in quiet:
+        if status.finished:
+            return
+        if current.get(obs.replica.name) is not obs:
+            continue  # restarted by a policy acted on earlier in this loop
+        pol = match_policy(job, obs.replica.rtype, "Stalled", None)
+        assert obs.last_report is not None and limit is not None
+        if pol is not None and _held(plan, pol, obs.last_report + timedelta(seconds=limit), now):
+            continue
+        if not told:
+            plan.event("Warning", "Stalled", why)
+            told = True
+        if pol is None:
+            msg = f"{why}: the job is stalled"
+            status.failure = FailureInfo(reason="ProgressDeadlineExceeded", message=msg, replica=obs.replica.name,
+                                         attempt=obs.attempt)
+            _finish(plan, job, world, now, False, "ProgressDeadlineExceeded", msg)
+            return
+        _act(plan, job, world, current, now, pol.action, obs, f"{obs.replica.name} stalled", rtype=obs.replica.rtype)
 
 
 def _dependencies_ready(job: TorchJob, rtype: str, current: Mapping[str, Observed]) -> bool:

@@ -20,7 +20,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Event, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
 from lightkube.types import PatchType
 
 from torchjob.kube.crd import GROUP, PLURAL, VERSION
@@ -38,6 +38,7 @@ KueueResourceFlavor = create_global_resource("kueue.x-k8s.io", "v1beta1", "Resou
 # By kind, or by apiVersion/kind where two groups share a kind.
 KINDS: dict[str, Any] = {
     "TorchJob": TorchJobRes, "Pod": Pod, "Service": Service, "Event": Event, "Lease": Lease, "Deployment": Deployment,
+    "Secret": Secret, "ConfigMap": ConfigMap,
     "scheduling.volcano.sh/v1beta1/PodGroup": VolcanoPodGroup,
     "scheduling.x-k8s.io/v1alpha1/PodGroup": PluginsPodGroup,
     "kueue.x-k8s.io/v1beta1/Workload": KueueWorkload,
@@ -126,6 +127,18 @@ class Api:
         obj = await self.client.patch(TorchJobRes.Status, name, {"status": status}, namespace=namespace,
                                       patch_type=PatchType.MERGE)
         return to_dict(obj)
+
+    async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None:
+        """Merge-patch an object's `data` (a ConfigMap's)."""
+        await self.client.patch(KINDS[kind], name, {"data": data}, namespace=namespace, patch_type=PatchType.MERGE)
+
+    async def review_token(self, token: str, audience: str) -> dict[str, Any]:
+        """The API server's TokenReview of a bearer token for one audience: its `status`."""
+        from lightkube.models.authentication_v1 import TokenReviewSpec
+        from lightkube.resources.authentication_v1 import TokenReview
+
+        review = await self.client.create(TokenReview(spec=TokenReviewSpec(token=token, audiences=[audience])))
+        return to_dict(review).get("status") or {}
 
     async def patch_spec(self, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch a TorchJob's spec; returns the object as stored."""

@@ -27,6 +27,7 @@ from torchjob.kube import render as kr
 from torchjob.kube.client import Api, status_code
 from torchjob.kube.informer import Informer, Key, WorkQueue, key_of, metadata_only
 from torchjob.kube.observe import observe, parse_time, pod_summary
+from torchjob.kube.progress import ProgressHub
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
@@ -50,6 +51,7 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 
 def status_dict(job: TorchJob, status: JobStatus) -> dict[str, Any]:
     data = status.model_dump(mode="json")
+    del data["progress"]  # the progress writer's (kube/progress.py): a reconcile neither writes nor clears it
     data["state"] = status.state  # for `kubectl get tj`
     if WORKER in job.spec.pytorchReplicaSpecs:
         data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"
@@ -59,8 +61,14 @@ def status_dict(job: TorchJob, status: JobStatus) -> dict[str, Any]:
 class Controller:
     def __init__(self, api: Api, namespace: str | None = None, workers: int = 4, init_image: str = "busybox:1.36",
                  wait_for_master: bool = True, gang_scheduler: str | None = None,
-                 force_delete_after_s: float = FORCE_DELETE_AFTER_S) -> None:
+                 force_delete_after_s: float = FORCE_DELETE_AFTER_S, progress_url: str | None = None) -> None:
         self.api = api
+        # The progress endpoint pods report to (None: no endpoint, no progress env in the pods); its
+        # hub and CA are set by the operator once it serves.
+        self.progress_url = progress_url
+        self.progress: ProgressHub | None = None
+        self.progress_ca: str | None = None
+        self.ca_namespaces: set[str] = set()  # where the CA ConfigMap is known to be current
         self.namespace = namespace
         self.force_delete_after_s = force_delete_after_s
         self.gang_scheduler = gang_scheduler
@@ -198,6 +206,8 @@ class Controller:
             self.gone.pop(key, None)
             self._forget_podgroup(key)
             self.boards.discard(key)
+            if self.progress is not None:
+                self.progress.forget(key)
             return
         try:
             job = job_of(raw)
@@ -215,7 +225,10 @@ class Controller:
                 return
         pods, stale, gone = self._pods(job, key)
         now = datetime.now(UTC)
-        plan = reconcile(job, observe(job, pods, gone=gone), now)
+        world = observe(job, pods, gone=gone)
+        if self.progress is not None:
+            world = self.progress.with_reports(key, world)
+        plan = reconcile(job, world, now)
         self._keep_undecided_evictions(job.model_copy(update={"status": plan.status}), key, gone)
         if plan.status != status:
             await self._write_status(raw, job, plan.status)
@@ -227,6 +240,9 @@ class Controller:
             return
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
+        if self.progress_ca is not None and key[0] not in self.ca_namespaces and any(
+                isinstance(a, Create) for a in plan.actions):
+            await self._publish_ca(key[0])  # before the pods, which project it
         blocked = await self._clear_stale(job, stale)
         try:
             await self._apply(job, plan, blocked, create=gate == "create")
@@ -432,6 +448,18 @@ class Controller:
         self.groups.add(key)
         return True
 
+    async def _publish_ca(self, namespace: str) -> None:
+        """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
+        from torchjob.kube.progress_tls import CA_CONFIGMAP, CA_KEY, ca_configmap
+
+        assert self.progress_ca is not None
+        found = await self.api.find("ConfigMap", CA_CONFIGMAP, namespace)
+        if found is None:
+            await self._create(ca_configmap(namespace, self.progress_ca))
+        elif (found.get("data") or {}).get(CA_KEY) != self.progress_ca:
+            await self.api.patch_data("ConfigMap", CA_CONFIGMAP, namespace, {CA_KEY: self.progress_ca})
+        self.ca_namespaces.add(namespace)
+
     async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, key: Key) -> None:
         created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]
         self.boards.add(key)
@@ -487,7 +515,7 @@ class Controller:
         # waits (both requeued). The others at once: a job's pods are independent requests.
         creates = [a for a in plan.actions if isinstance(a, Create) and create]
         await asyncio.gather(*(self._create(kr.pod(job, a.replica, a.attempt, init_image=self.init_image,
-                                                   wait=self.wait_for_master))
+                                                   wait=self.wait_for_master, progress_url=self.progress_url))
                                for a in creates if kr.pod_name(job, a.replica) not in blocked))
 
     def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:

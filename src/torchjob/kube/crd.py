@@ -134,6 +134,9 @@ def crd() -> dict[str, Any]:
                         {"name": "State", "type": "string", "jsonPath": ".status.state"},
                         {"name": "Workers", "type": "integer", "jsonPath": ".spec.pytorchReplicaSpecs.Worker.replicas"},
                         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restartCount"},
+                        {"name": "Progress", "type": "number", "jsonPath": ".status.progress.percent"},
+                        {"name": "ETA", "type": "integer", "jsonPath": ".status.progress.etaSeconds",
+                         "priority": 1},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                 }

@@ -11,6 +11,8 @@ from torchjob.kube.crd import GROUP, PLURAL, crd
 NAMESPACE = "torchjob-system"
 NAME = "torchjob-operator"
 DEFAULT_IMAGE = f"torchjob/operator:{__version__}"
+PROGRESS_PORT = 8443
+DEFAULT_PROGRESS_URL = f"https://{NAME}.{NAMESPACE}.svc:{PROGRESS_PORT}"  # what pods report progress to
 
 RULES: list[dict[str, Any]] = [
     # patch: a job under a Kueue queue is suspended before any of its pods exists
@@ -26,9 +28,13 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},  # Finished
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["get"]},  # their node labels
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
+    # the progress endpoint: the reporting pods' tokens, checked by the API server; its CA, per namespace
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
 ]
 LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},  # the progress endpoint's TLS
 ]
 
 
@@ -66,7 +72,10 @@ def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: 
                             "image": image,
                             "command": ["torchjob", "operator", "--leader-elect", "--lease-namespace", namespace],
                             **({"args": list(args)} if args else {}),
-                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "ports": [{"name": "http", "containerPort": 8080},
+                                      {"name": "progress", "containerPort": PROGRESS_PORT}],
+                            # the TLS key is loaded from a private temp file: a writable /tmp
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                             "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
                             "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
                             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
@@ -75,10 +84,15 @@ def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: 
                                                 "readOnlyRootFilesystem": True,
                                                 "capabilities": {"drop": ["ALL"]}},
                         }],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}],
                     },
                 },
             },
         },
+        # Pods report progress here; only the leader is ready, so only it gets them.
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME, "namespace": namespace, "labels": labels},
+         "spec": {"selector": labels, "ports": [{"name": "progress", "port": PROGRESS_PORT,
+                                                  "targetPort": "progress"}]}},
     ]
 
 

@@ -14,7 +14,7 @@ from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
 from torchjob.api.errors import UserError
-from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.dialects.convert import explicit
 from torchjob.kube import kueue
 from torchjob.kube.client import KueueWorkload, TorchJobRes, status_code, to_dict
@@ -103,10 +103,12 @@ def waiting(pod: Any) -> str | None:
     return None
 
 
-def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0) -> JobStatus:
-    """Print each new event of the job, and why a pod waits, until it finishes; returns its final
-    status."""
+def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0,
+           on_progress: Callable[[Progress], None] | None = None) -> JobStatus:
+    """Print each new event of the job, and why a pod waits, until it finishes, and tell
+    `on_progress` of each new status.progress; returns its final status."""
     seen: set[object] = set()
+    last_report: object = None
 
     def new_events(data: dict[str, Any]) -> None:
         for ev in events(kube, data):
@@ -124,6 +126,9 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
         data = get(kube, name, namespace)
         new_events(data)
         st = status_of(data)
+        if on_progress is not None and st.progress is not None and st.progress.lastReportTime != last_report:
+            last_report = st.progress.lastReportTime
+            on_progress(st.progress)
         if st.finished:
             time.sleep(min(poll_s, 0.5))  # the operator records the last events just after the status
             new_events(data)

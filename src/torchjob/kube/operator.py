@@ -21,9 +21,12 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from torchjob.kube import metrics
+from torchjob.api.errors import UserError
+from torchjob.kube import metrics, progress_tls
 from torchjob.kube.client import Api, connect, status_code
 from torchjob.kube.controller import Controller
+from torchjob.kube.progress import ProgressHub, register
+from torchjob.progress.server import ProgressServer
 
 log = logging.getLogger("torchjob.kube")
 LEASE_NAME = "torchjob-operator"
@@ -151,8 +154,11 @@ class LeaderElector:
 async def run_operator(kubeconfig: str | None, namespace: str | None, workers: int, port: int,
                        leader_elect: bool, lease_namespace: str, init_image: str, wait_for_master: bool,
                        lease_duration_s: int = 15, gang_scheduler: str | None = None,
-                       force_delete_after_s: float = 60.0) -> None:
-    """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error."""
+                       force_delete_after_s: float = 60.0, progress_port: int = 0, progress_url: str | None = None,
+                       progress_service: str = "torchjob-operator", progress_write_s: float = 5.0) -> None:
+    """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error.
+    With `progress_port`, the leader also serves the progress endpoint (HTTPS) there; pods are told
+    `progress_url` (default: the `progress_service` Service in `lease_namespace`)."""
     health = Health()
     server = serve_http(port, health)
     api = Api(connect(kubeconfig))
@@ -168,6 +174,7 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
         loop.add_signal_handler(sig, on_signal, sig)
     tasks: list[asyncio.Task[Any]] = []
     elector: LeaderElector | None = None
+    endpoint: ProgressServer | None = None
     try:
         stopping = asyncio.create_task(stop.wait())
         tasks.append(stopping)
@@ -182,8 +189,24 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
                 return
             acquire.result()
             tasks.append(asyncio.create_task(elector.keep()))
+        url = progress_url or f"https://{progress_service}.{lease_namespace}.svc:{progress_port}"
         controller = Controller(api, namespace, workers, init_image=init_image, wait_for_master=wait_for_master,
-                                gang_scheduler=gang_scheduler, force_delete_after_s=force_delete_after_s)
+                                gang_scheduler=gang_scheduler, force_delete_after_s=force_delete_after_s,
+                                progress_url=url if progress_port else None)
+        if progress_port:
+            # Served by the leader only: the stall decision reads the reports where it reconciles (and
+            # only the leader is ready, so the Service sends the pods' reports to it).
+            tls = await progress_tls.ensure(api, lease_namespace, progress_service)
+            hub = ProgressHub(api, controller, loop, progress_write_s)
+            controller.progress, controller.progress_ca = hub, tls.ca_pem
+            register(hub)
+            try:
+                endpoint = ProgressServer(("0.0.0.0", progress_port), hub, tls.context()).start()
+            except OSError as e:
+                raise UserError(f"the progress endpoint cannot listen on port {progress_port}: {e.strerror}",
+                                fix="pass another --progress-port, or --progress-port 0 to run without it") from e
+            tasks.append(asyncio.create_task(hub.write_loop()))
+            log.info("progress endpoint on :%d (pods report to %s)", progress_port, url)
         run = asyncio.create_task(controller.run())
         tasks.append(run)
 
@@ -212,6 +235,8 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
     finally:
         for t in tasks:
             t.cancel()
+        if endpoint is not None:
+            endpoint.stop()
         server.shutdown()
         await api.client.close()
 

@@ -31,6 +31,9 @@ ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
 ANNOTATION_WAIT = "torchjob.dev/wait-for-master"  # "false" turns the init container off for a job
 WAIT_CONTAINER = "wait-for-master"
 TERMINATION_LOG = "/dev/termination-log"
+PROGRESS_VOLUME = "torchjob-progress"
+PROGRESS_DIR = "/var/run/secrets/torchjob.dev/progress"
+PROGRESS_TOKEN_S = 3600  # the projected token's lifetime; the kubelet renews it before it ends
 # torchrun names a node in an elastic rendezvous by its address and pid. A pod made again for a
 # lost replica has the same hostname and the same pid (torchrun is PID 1), so the rendezvous took
 # it for the node it replaces and never finished a round (found on the real node: a worker's
@@ -96,8 +99,27 @@ def waits_for_master(job: TorchJob, rid: ReplicaId, meta: dict[str, Any], defaul
     return job.spec.waitForMaster.enabled if job.spec.waitForMaster is not None else default
 
 
+def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
+    """What a pod reports progress with, as Kubeflow Trainer gives it
+    (`plugins/trainjobstatus/trainjobstatus.go` @8c0f505): the variables, a projected volume with a
+    service-account token whose audience names the job and the endpoint's CA, and its mount."""
+    from torchjob.kube.progress_tls import CA_CONFIGMAP, CA_KEY
+    from torchjob.progress.server import audience, status_path
+
+    ns = job.metadata.namespace or "default"
+    env = {"KUBEFLOW_TRAINER_SERVER_URL": base_url.rstrip("/") + status_path(ns, job.name),
+           "KUBEFLOW_TRAINER_SERVER_CA_CERT": f"{PROGRESS_DIR}/{CA_KEY}",
+           "KUBEFLOW_TRAINER_SERVER_TOKEN": f"{PROGRESS_DIR}/token"}
+    volume = {"name": PROGRESS_VOLUME, "projected": {"sources": [
+        {"serviceAccountToken": {"audience": audience(ns, job.name), "expirationSeconds": PROGRESS_TOKEN_S,
+                                 "path": "token"}},
+        {"configMap": {"name": CA_CONFIGMAP, "items": [{"key": CA_KEY, "path": CA_KEY}]}}]}}
+    mount = {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True}
+    return env, volume, mount
+
+
 def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busybox:1.36",
-        wait: bool = True) -> dict[str, Any]:
+        wait: bool = True, progress_url: str | None = None) -> dict[str, Any]:
     rspec = job.spec.pytorchReplicaSpecs[rid.rtype]
     template = rspec.template.model_dump(mode="json", exclude_none=True)
     spec: dict[str, Any] = template["spec"]
@@ -115,6 +137,14 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
     hosts = {r.name: host(job, r) for r in replicas(job)}
     ours = replica_env(job, rid, argv, where, hosts).env
     ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
+    if progress_url:
+        penv, pvolume, pmount = progress_env(job, progress_url)
+        ours.update(penv)
+        spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") != PROGRESS_VOLUME], pvolume]
+        # A projected token needs a named service account (the API server refuses it otherwise); the
+        # ServiceAccount admission plugin would name `default` anyway.
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
+        c["volumeMounts"] = [*[m for m in c.get("volumeMounts", []) if m.get("name") != PROGRESS_VOLUME], pmount]
     if "terminationMessagePath" not in c:
         ours["TORCHELASTIC_ERROR_FILE"] = TERMINATION_LOG  # the traceback shows in the pod's status
     user = {e["name"]: e for e in c.get("env", [])}
@@ -169,10 +199,11 @@ def podgroup(job: TorchJob) -> dict[str, Any] | None:
     return group
 
 
-def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = True) -> list[dict[str, Any]]:
+def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = True,
+              progress_url: str | None = None) -> list[dict[str, Any]]:
     """Everything the operator creates for the job's first attempt, in the order it creates them
     (`torchjob render --kube`)."""
     group = podgroup(job)
     queued = [kueue.workload(job, owner_reference(job), selector(job))] if kueue.queue_name(job) else []
-    pods = [pod(job, rid, 0, init_image=init_image, wait=wait) for rid in replicas(job)]
+    pods = [pod(job, rid, 0, init_image=init_image, wait=wait, progress_url=progress_url) for rid in replicas(job)]
     return [*queued, *([group] if group else []), service(job), *pods, *tensorboard.objects(job, owner_reference(job))]

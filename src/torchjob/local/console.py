@@ -2,6 +2,10 @@
 
 Replica output goes to stdout as `[worker-1] ...` (coloured on a terminal), torchjob's notes to
 stderr, and both to the job's combined log, in the order they arrived.
+
+Once the job reports progress, a terminal (stdout and stderr both one) shows a live bar (rich)
+kept in view below the streamed lines: percent, step, rate, ETA and the latest metrics. Elsewhere
+(a pipe, a file) the progress is a note at most every PROGRESS_NOTE_S.
 """
 
 from __future__ import annotations
@@ -12,6 +16,15 @@ import time
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from rich.console import Console as RichConsole
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.text import Text
+
+from torchjob.api.model import Progress as JobProgress
+from torchjob.progress import show
+
+PROGRESS_NOTE_S = 30.0
 COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92")
 
 
@@ -30,6 +43,43 @@ class Console:
         self._err_colour = colour if colour is not None else bool(err is not None and err.isatty())
         self._log: BinaryIO | None = combined_log.open("ab") if combined_log else None
         self._prefixes: dict[str, bytes] = {}
+        self._live_ok = bool(out is not None and err is not None and out.isatty() and err.isatty())
+        self._live: Live | None = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+        self._noted_at = 0.0
+
+    def progress(self, p: JobProgress, job: str = "") -> None:
+        """The job's latest progress: the live bar on a terminal, else a note now and then."""
+        with self._lock:
+            if self._live_ok and self._err is not None:
+                self._show_bar(p, job)
+                return
+        if time.monotonic() - self._noted_at >= PROGRESS_NOTE_S:
+            self._noted_at = time.monotonic()
+            self.note(f"progress: {show.summary(p)}")
+
+    def _show_bar(self, p: JobProgress, job: str) -> None:
+        fields = " · ".join(x for x in (show.steps(p), show.rate(p)) if x)
+        eta = f"ETA {show.duration(p.etaSeconds)}" if p.etaSeconds is not None else ""
+        if self._bar is None:
+            self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[pct]}"),
+                                 TextColumn("{task.fields[fields]}"), TextColumn("{task.fields[eta]}"),
+                                 TextColumn("{task.fields[metrics]}"), expand=False)
+            self._task = self._bar.add_task(job or "progress", total=100.0, pct="", fields="", eta="", metrics="")
+            self._live = Live(self._bar, console=RichConsole(file=self._err), refresh_per_second=4, transient=False)
+            self._live.start()
+        assert self._task is not None
+        self._bar.update(self._task, completed=p.percent or 0.0, pct=show.percent(p), fields=fields, eta=eta,
+                         metrics=show.metrics(p), total=100.0 if p.percent is not None else None)
+
+    def _write_out(self, data: bytes) -> None:
+        if self._live is not None:  # above the bar
+            self._live.console.print(Text.from_ansi(data.decode("utf-8", "replace").rstrip("\n")), soft_wrap=True,
+                                     highlight=False, markup=False)
+        elif self._out is not None:
+            self._out.write(data)
+            self._out.flush()
 
     def _prefix(self, replica: str) -> bytes:
         p = self._prefixes.get(replica)
@@ -45,9 +95,7 @@ class Console:
         if not data.endswith(b"\n"):
             data += b"\n"
         with self._lock:
-            if self._out is not None:
-                self._out.write(self._prefix(replica) + data)
-                self._out.flush()
+            self._write_out(self._prefix(replica) + data)
             if self._log is not None:
                 self._log.write(f"[{replica}] ".encode() + data)
                 self._log.flush()
@@ -60,15 +108,20 @@ class Console:
                 head = "torchjob"
                 if self._err_colour:
                     head = f"\x1b[{'33' if warning else '2'}mtorchjob\x1b[0m"
-                self._err.write(f"{head}: {message}\n")
-                self._err.flush()
+                if self._live is not None:
+                    self._write_out(f"{head}: {message}\n".encode())
+                else:
+                    self._err.write(f"{head}: {message}\n")
+                    self._err.flush()
             if self._log is not None:
                 self._log.write(f"torchjob {stamp}: {message}\n".encode())
                 self._log.flush()
 
     def block(self, text: str) -> None:
         with self._lock:
-            if self._err is not None:
+            if self._live is not None:
+                self._write_out(text.encode() + b"\n")
+            elif self._err is not None:
                 self._err.write(text + "\n")
                 self._err.flush()
             if self._log is not None:
@@ -77,6 +130,9 @@ class Console:
 
     def close(self) -> None:
         with self._lock:
+            if self._live is not None:
+                self._live.stop()  # the bar's last state stays on the screen
+                self._live = None
             if self._log is not None:
                 self._log.close()
                 self._log = None

@@ -7,6 +7,7 @@ queue. The loop sleeps until an event or the plan's requeue time (deadline, rest
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import signal
@@ -40,17 +41,27 @@ from torchjob.core.topology import Placement, ReplicaId, master_port
 from torchjob.local import tensorboard, volumes, watchdog
 from torchjob.local.console import Console
 from torchjob.local.process import Exited, ReplicaProcess, StartError
+from torchjob.local.progress import LocalEndpoint
 from torchjob.local.render import render, warnings
 from torchjob.local.spec import LaunchSpec, LocalOptions
 from torchjob.local.store import Store
 from torchjob.local.sweep import sweep
 
 LOOPBACK = "127.0.0.1"
+PROGRESS_WRITE_S = 1.0  # the job's progress is written to the store at most this often
 
 
 @dataclass(frozen=True)
 class _Signal:
     signum: int
+
+
+@dataclass(frozen=True)
+class _Reported:
+    """A replica attempt's first progress report: `core` starts judging it (progressDeadlineSeconds)."""
+
+    replica: str
+    attempt: int
 
 
 def free_port() -> int:
@@ -135,6 +146,10 @@ class Supervisor:
         self.specs: dict[str, LaunchSpec] = {}
         self._watchdog: IO[str] | None = None
         self._tensorboard: subprocess.Popen[bytes] | None = None
+        self.endpoint: LocalEndpoint | None = None
+        self._progress_version = 0  # the endpoint's book version last merged into the status
+        self._progress_at = 0.0  # monotonic time of that merge
+        self._progress_wake = False  # a wake-up for new progress is queued
 
     # --- lifecycle ---
 
@@ -145,6 +160,7 @@ class Supervisor:
             specs = render(self.job, placement(self.job, self.opts), self.opts, self.dir)
             self.specs = {s.name: s for s in specs}
             self._start_watchdog()
+            self.endpoint = LocalEndpoint(self.name, self._on_report).start()
             self.created_mount_points = volumes.prepare(
                 self.job, self.dir, self.opts.configmaps, [m for s in specs for m in s.mounts]
             )
@@ -173,6 +189,7 @@ class Supervisor:
 
     def _loop(self) -> JobStatus:
         while True:
+            self._merge_progress()
             for _ in range(20):  # apply until the plan stops changing the world
                 plan = reconcile(self.job, self._observe(), now())
                 self._record(plan)
@@ -184,12 +201,16 @@ class Supervisor:
             if plan.done and not any(p.alive for p in self.procs.values()):
                 if self.deleting:
                     self._wait_all(0)
-                return plan.status
+                self._merge_progress(force=True)
+                return self.job.status or plan.status
             if self.deleting and not any(p.alive for p in self.procs.values()):
                 return plan.status
             timeout = None
             if plan.requeue_at is not None:
                 timeout = max(0.0, (plan.requeue_at - now()).total_seconds())
+            if self._progress_pending():
+                wait = max(0.0, self._progress_at + PROGRESS_WRITE_S - time.monotonic())
+                timeout = wait if timeout is None else min(timeout, wait)
             self._wait_event(timeout)
 
     def _wait_event(self, timeout: float | None) -> None:
@@ -215,6 +236,8 @@ class Supervisor:
                 self.console.note(f"{ev.replica} stopped ({how})")
             elif ev.exit_code == 0:
                 self.console.note(f"{ev.replica} exited with {how}")
+        elif isinstance(ev, _Reported):
+            self._progress_wake = False
         elif isinstance(ev, _Signal):
             if ev.signum == signal.SIGUSR1:
                 self._reload()
@@ -234,6 +257,33 @@ class Supervisor:
             return
         self.job = rec.job.model_copy(update={"status": self.job.status})
 
+    # --- progress ---
+
+    def _on_report(self, replica: str, attempt: int, first: bool) -> None:
+        """From the endpoint's thread: wake the loop for a first report (core starts judging that
+        attempt) and for new progress to show, once per wake-up."""
+        if first or not self._progress_wake:
+            self._progress_wake = True
+            self.events.put(_Reported(replica, attempt))
+
+    def _progress_pending(self) -> bool:
+        return self.endpoint is not None and self.endpoint.reports.version != self._progress_version
+
+    def _merge_progress(self, force: bool = False) -> None:
+        """The latest progress into the job's status, at most once per PROGRESS_WRITE_S (`force`: now,
+        at the end, so that the last report is kept)."""
+        if not self._progress_pending() or (not force and time.monotonic() < self._progress_at + PROGRESS_WRITE_S):
+            return
+        assert self.endpoint is not None
+        self._progress_version = self.endpoint.reports.version
+        self._progress_at = time.monotonic()
+        progress = self.endpoint.reports.progress()
+        status = (self.job.status or JobStatus()).model_copy(update={"progress": progress})
+        self.job = self.job.model_copy(update={"status": status})
+        self.store.set_status(self.name, status)  # for `list` and `describe`, from other processes
+        if progress is not None:
+            self.console.progress(progress, self.name)
+
     # --- observe / apply / record ---
 
     def _observe(self) -> World:
@@ -241,7 +291,8 @@ class Supervisor:
         for name, p in self.procs.items():
             rid = ReplicaId.parse(name)
             if p.alive:
-                seen[name] = Observed(rid, p.attempt, Phase.RUNNING, stopping=p.stopping)
+                last = self.endpoint.reports.last_report(name, p.attempt) if self.endpoint else None
+                seen[name] = Observed(rid, p.attempt, Phase.RUNNING, stopping=p.stopping, last_report=last)
             else:
                 assert p.exit_code is not None and p.ended_at is not None
                 phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
@@ -276,6 +327,8 @@ class Supervisor:
     def _create(self, name: str, attempt: int) -> None:
         spec = self.specs[name]
         adir = self.dir / "replicas" / name / f"attempt-{attempt}"
+        if self.endpoint is not None:
+            spec = dataclasses.replace(spec, env={**spec.env, **self.endpoint.env(name, attempt, adir)})
         p = ReplicaProcess(spec, attempt, adir / "output.log", adir / "error.json")
         try:
             p.start(self.events, self.console.line)
@@ -334,6 +387,8 @@ class Supervisor:
                     p.kill()
 
     def _shutdown(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.stop()
         if self._tensorboard is not None:
             self._tensorboard.terminate()
         for p in self.procs.values():

@@ -1,0 +1,91 @@
+"""What a runtime keeps of one job's progress reports: the latest progress (percent, ETA, rate,
+metrics), when each replica attempt last reported (the fact `core` judges stalls by), and the job's
+rate limit. Thread-safe; times are given by the caller, so it can be tested without a clock."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from datetime import datetime
+
+from torchjob.api.model import Metric, Progress
+from torchjob.progress.protocol import Report
+
+RATE_WINDOW_S = 60.0  # the rate is the steps made over about this long
+REPORTS_PER_S = 20.0  # a job's sustained report rate (a helper sends one per replica per second)
+BURST = 200  # reports a job may send at once beyond that (every rank at start, say)
+
+
+class RateLimit:
+    """A token bucket: `rate` a second, `burst` at once."""
+
+    def __init__(self, rate: float = REPORTS_PER_S, burst: int = BURST) -> None:
+        self.rate, self.burst = rate, float(burst)
+        self.tokens, self.at = float(burst), None  # type: float, float | None
+
+    def take(self, now: float) -> float:
+        """0 when allowed; otherwise the seconds until a report would be."""
+        if self.at is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+class Book:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, int], datetime] = {}  # (replica, attempt) -> last report
+        self._progress = Progress()
+        self._steps: deque[tuple[datetime, int]] = deque()  # (when, step) of the recent reports
+        self._metrics: dict[str, str] = {}
+        self.version = 0  # bumped by every accepted report: writers compare it to what they wrote
+        self.limit = RateLimit()
+
+    def record(self, replica: str, attempt: int, report: Report, at: datetime) -> bool:
+        """Take a report; True when it is that attempt's first (the runtime then looks again at once:
+        `core` starts its clock)."""
+        with self._lock:
+            first = (replica, attempt) not in self._last
+            self._last[(replica, attempt)] = at
+            self.version += 1
+            p = self._progress.model_copy()
+            p.lastReportTime, p.reporter = at, replica
+            if report.percent is not None:
+                p.percent = round(report.percent, 2)
+            if report.total is not None:
+                p.total = report.total
+            if report.step is not None:
+                if p.step is not None and report.step < p.step and replica == self._progress.reporter:
+                    self._steps.clear()  # the step went back: a restart from a checkpoint
+                p.step = report.step
+                self._steps.append((at, report.step))
+                while len(self._steps) > 2 and (at - self._steps[0][0]).total_seconds() > RATE_WINDOW_S:
+                    self._steps.popleft()
+                p.rate = self._rate()
+            self._metrics.update(report.metrics)
+            p.metrics = [Metric(name=k, value=v) for k, v in self._metrics.items()]
+            if report.eta_seconds is not None:
+                p.etaSeconds = report.eta_seconds
+            elif p.rate and p.step is not None and p.total is not None:
+                p.etaSeconds = max(0, round((p.total - p.step) / p.rate))
+            self._progress = p
+            return first
+
+    def _rate(self) -> float | None:
+        if len(self._steps) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
+        dt = (t1 - t0).total_seconds()
+        return round((s1 - s0) / dt, 4) if dt > 0 and s1 >= s0 else None
+
+    def last_report(self, replica: str, attempt: int) -> datetime | None:
+        with self._lock:
+            return self._last.get((replica, attempt))
+
+    def progress(self) -> Progress | None:
+        """The latest progress; None before the first report."""
+        with self._lock:
+            return self._progress.model_copy(deep=True) if self._progress.lastReportTime else None

@@ -1,0 +1,200 @@
+"""The progress endpoint both runtimes serve: replicas POST reports to it.
+
+The standard library's threading HTTP server, not aiohttp: it adds no dependency to the operator
+image, the local supervisor (which has no event loop) and the operator share this one handler, and
+a report is one small request a second per replica at most. What keeps it safe under bad clients:
+a 10 s socket timeout (slow clients), a 64 KiB body limit read from Content-Length before the body,
+the token checked before anything else (a flood without a valid token cannot use up a job's rate
+limit), then a per-job token bucket (429 with Retry-After), then the body.
+
+Paths: torchjob's `/apis/torchjob.dev/v1/namespaces/{ns}/torchjobs/{name}/status` (what
+KUBEFLOW_TRAINER_SERVER_URL names) and Kubeflow Trainer's own
+`/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status`
+(`pkg/statusserver/utils.go` @8c0f505). Answers as Trainer's: 200 with the parsed payload, errors as
+a metav1 Status object (`pkg/statusserver/server.go`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from torchjob.progress.book import Book
+from torchjob.progress.protocol import MAX_BODY_BYTES, BadReport, parse
+
+PATH = re.compile(r"^/apis/(?:torchjob\.dev/v1/namespaces/(?P<ns>[^/]+)/torchjobs"
+                  r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs)/(?P<name>[^/]+)/status/?$")
+READ_TIMEOUT_S = 10.0
+DRAIN_BYTES = 1 << 20  # a body too large but below this is read (and dropped) before the 413
+
+
+def status_path(namespace: str, name: str) -> str:
+    return f"/apis/torchjob.dev/v1/namespaces/{namespace}/torchjobs/{name}/status"
+
+
+def audience(namespace: str, name: str) -> str:
+    """The audience a job's projected service-account token is issued for (Trainer's TokenAudience
+    with torchjob's group: a token for one job is refused by every other)."""
+    return f"torchjob.dev/v1/namespaces/{namespace}/torchjobs/{name}/status"
+
+
+@dataclass(frozen=True)
+class Reporter:
+    """Who sent a report, as its token says."""
+
+    namespace: str
+    job: str
+    replica: str
+    attempt: int
+
+
+class Receiver(Protocol):
+    def authorize(self, namespace: str, job: str, credentials: str) -> Reporter | None:
+        """The reporter a bearer token stands for on this job; None when it does not (403)."""
+
+    def book(self, reporter: Reporter) -> Book | None:
+        """The job's book; None when there is no such job (404)."""
+
+    def received(self, reporter: Reporter, first: bool) -> None:
+        """A report was recorded (`first`: that attempt's first)."""
+
+
+def bearer(header: str | None) -> str:
+    """The credentials of an RFC 7235 `Bearer` header (the scheme in any case), else ''."""
+    parts = (header or "").split()
+    return parts[1] if len(parts) == 2 and parts[0].lower() == "bearer" else ""
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_code: dict[int, int] = {}
+
+    def add(self, code: int) -> None:
+        with self.lock:
+            self.by_code[code] = self.by_code.get(code, 0) + 1
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+class ProgressServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], receiver: Receiver, tls: ssl.SSLContext | None = None) -> None:
+        self.receiver = receiver
+        self.tls = tls
+        self.counters = Counters()
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        if self.tls is not None:  # the handshake happens in the request's own thread, on first read
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        self.counters.add(0)  # a broken connection (a TLS handshake that failed, a reset): nothing to answer
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def start(self) -> ProgressServer:
+        threading.Thread(target=self.serve_forever, name="progress-endpoint", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ProgressServer
+    timeout = READ_TIMEOUT_S
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the headers and the body go in two writes: no 40 ms wait for an ACK
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.server.counters.add(code)
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if code >= 400:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _fail(self, code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> None:
+        self._send(code, _status(code, reason, message), headers)
+
+    def do_GET(self) -> None:
+        self._fail(405, "MethodNotAllowed", "POST a progress report to this path")
+
+    def do_POST(self) -> None:
+        try:
+            self._post()
+        except (ConnectionError, TimeoutError, ssl.SSLError):
+            self.close_connection = True
+
+    def _post(self) -> None:
+        m = PATH.match(self.path.split("?", 1)[0])
+        if m is None:
+            self._fail(404, "NotFound", f"no such path {self.path!r}: POST to the URL in KUBEFLOW_TRAINER_SERVER_URL")
+            return
+        namespace, name = m["ns"] or m["tns"], m["name"]
+        length_text = self.headers.get("Content-Length")
+        if length_text is None or not length_text.isdigit():
+            self._fail(411, "BadRequest", "send the body with a Content-Length header")
+            return
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            if length <= DRAIN_BYTES:  # read and drop it, so the client gets the answer, not a reset
+                self.rfile.read(length)
+            self._fail(413, "RequestEntityTooLarge", f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
+            return
+        body = self.rfile.read(length)
+        receiver = self.server.receiver
+        try:
+            who = receiver.authorize(namespace, name, bearer(self.headers.get("Authorization")))
+        except Exception:  # the token could not be checked (the API server is away): try again later
+            self._fail(503, "ServiceUnavailable", "the token could not be checked now; try again",
+                       {"Retry-After": "5"})
+            return
+        if who is None:
+            self._fail(403, "Forbidden", f"the token is not one of job {namespace}/{name}'s replicas")
+            return
+        book = receiver.book(who)
+        if book is None:
+            self._fail(404, "NotFound", f"no job {namespace}/{name}")
+            return
+        wait = book.limit.take(time.monotonic())
+        if wait > 0:
+            self._fail(429, "TooManyRequests", "too many progress reports for this job; report at most once a "
+                       "second per replica", {"Retry-After": str(max(1, round(wait)))})
+            return
+        try:
+            report = parse(body)
+        except BadReport as e:
+            self._fail(422, "Invalid", str(e))
+            return
+        first = book.record(who.replica, who.attempt, report, datetime.now(UTC))
+        receiver.received(who, first)
+        self._send(200, {k: v for k, v in asdict(report).items() if v not in (None, {})})

@@ -1,0 +1,137 @@
+"""Progress and stalls against a real kube-apiserver: the test plays the kubelet and the pods, which
+report over HTTPS to the operator with pod-bound projected service-account tokens (TokenRequest),
+checked by the operator through TokenReview."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Event, Pod
+
+from tests.jobs import job_data
+from tests.kube.conftest import Operator, finished, job_status, set_pod, wait_job
+from tests.kube.reporting import (
+    SERVICE_ACCOUNT,
+    PodReporter,
+    ca_file,
+    flood,
+    make_service_account,
+    pod_token,
+    post,
+    unbound_token,
+    url,
+)
+from torchjob.kube.client import TorchJobRes
+from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_JOB
+from torchjob.progress.server import audience
+
+pytestmark = pytest.mark.kube
+
+
+def create_job(kube: Client, namespace: str, name: str, run_policy: dict[str, Any] | None = None,
+               policies: list[dict[str, Any]] | None = None) -> None:
+    data = job_data(name, workers=1, command=["python", "train.py"], run_policy=run_policy)
+    data["metadata"]["namespace"] = namespace
+    if policies:
+        data["spec"]["policies"] = policies
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["spec"]["serviceAccountName"] = SERVICE_ACCOUNT
+        rspec["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
+    kube.create(TorchJobRes.from_dict(data))
+
+
+def start_pods(kube: Client, namespace: str, job: str, attempt: int, timeout: float = 30) -> list[Any]:
+    """Wait for the job's pods of `attempt`, and run them (as the kubelet would)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        pods = [p for p in kube.list(Pod, namespace=namespace, labels={LABEL_JOB: job})
+                if not p.metadata.deletionTimestamp and p.metadata.annotations.get(ANNOTATION_ATTEMPT) == str(attempt)]
+        if len(pods) == 2:
+            for p in pods:
+                set_pod(kube, p, "Running")
+            return pods
+        time.sleep(0.1)
+    raise AssertionError(f"no 2 pods of attempt {attempt} of {job}")
+
+
+def events(kube: Client, namespace: str, job: str) -> list[Any]:
+    return [e for e in kube.list(Event, namespace=namespace) if e.involvedObject.name == job]
+
+
+def test_a_hung_job_is_restarted_by_a_stalled_policy(kube: Client, namespace: str, operator: Operator,
+                                                     tmp_path: Path) -> None:
+    make_service_account(kube, namespace)
+    create_job(kube, namespace, "hang", run_policy={"progressDeadlineSeconds": 3, "backoffLimit": 2},
+               policies=[{"event": "Stalled", "action": "RestartJob"}])
+    pods = start_pods(kube, namespace, "hang", 0)
+    endpoint = url(operator.progress_url, namespace, "hang")
+    env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"] == endpoint
+    ca = ca_file(kube, namespace, tmp_path)
+    reporters = [PodReporter(endpoint, pod_token(kube, p, "hang"), ca, tmp_path) for p in pods]
+    status = wait_job(kube, "hang", namespace, lambda s: (s.get("progress") or {}).get("step", 0) >= 3, timeout=30)
+    assert status["progress"]["total"] == 1000 and status["progress"]["reporter"] in ("master-0", "worker-0")
+    assert status["progress"]["metrics"][0]["name"] == "loss" and status.get("restartCount", 0) == 0
+    assert all(r.reporter.sent > 0 and r.reporter.refused == 0 for r in reporters)
+
+    for r in reporters:  # the hang: every rank stops reporting
+        r.quiet()
+    quiet_at = time.monotonic()
+    wait_job(kube, "hang", namespace, lambda s: s.get("restartCount") == 1, timeout=30)
+    assert time.monotonic() - quiet_at >= 2.5  # not before the deadline (3 s after the last report)
+    pods = start_pods(kube, namespace, "hang", 1)
+    reporters = [PodReporter(endpoint, pod_token(kube, p, "hang"), ca, tmp_path) for p in pods]
+    wait_job(kube, "hang", namespace, lambda s: s["conditions"][-1]["type"] == "Running", timeout=30)
+    time.sleep(4)  # past the deadline again: the new attempts keep reporting, so no second stall
+    master = next(p for p in pods if p.metadata.name.endswith("master-0"))
+    set_pod(kube, master, "Succeeded", 0)
+    status = wait_job(kube, "hang", namespace, finished, timeout=30)
+    for r in reporters:
+        r.quiet()
+    conds = {c["type"]: c for c in status["conditions"] if c["status"] == "True"}
+    assert "Succeeded" in conds and status["restartCount"] == 1, status
+    stalls = [e for e in events(kube, namespace, "hang") if e.reason == "Stalled"]
+    assert len(stalls) == 1 and "progressDeadlineSeconds" in stalls[0].message
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    assert f'torchjob_job_progress_percent{{job="hang",namespace="{namespace}"}}' in text
+    assert f'torchjob_job_seconds_since_progress_report{{job="hang",namespace="{namespace}"}}' in text
+
+
+def test_bad_reports_are_refused_without_harm(kube: Client, namespace: str, operator: Operator,
+                                              tmp_path: Path) -> None:
+    make_service_account(kube, namespace)
+    for name in ("victim", "other"):
+        create_job(kube, namespace, name, run_policy={"progressDeadlineSeconds": 60})
+    victim, other = (start_pods(kube, namespace, name, 0) for name in ("victim", "other"))
+    ca = ca_file(kube, namespace, tmp_path)
+    endpoint = url(operator.progress_url, namespace, "victim")
+    token = pod_token(kube, victim[0], "victim")
+    good = json.dumps({"step": 1, "total": 10}).encode()
+
+    assert post(endpoint, good, None, ca)[0] == 403
+    assert post(endpoint, good, "not-a-token", ca)[0] == 403
+    assert post(endpoint, good, pod_token(kube, other[0], "other"), ca)[0] == 403  # another job's audience
+    # the victim's audience, but bound to another job's pod, or to no pod at all
+    assert post(endpoint, good, pod_token(kube, other[0], "other", aud=audience(namespace, "victim")), ca)[0] == 403
+    assert post(endpoint, good, unbound_token(kube, namespace, audience(namespace, "victim")), ca)[0] == 403
+    code, body = post(endpoint, b"{not json", token, ca)
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert post(endpoint, b"x" * (70 * 1024), token, ca)[0] == 413
+    codes = flood(endpoint, json.dumps({"step": 2}).encode(), token, ca, 400)
+    assert 429 in codes and set(codes) <= {200, 429}, set(codes)
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/healthz", timeout=10) as resp:
+        assert resp.status == 200
+    time.sleep(1.0)
+    code, _ = post(endpoint, json.dumps({"step": 5, "total": 10}).encode(), token, ca)
+    assert code == 200
+    status = wait_job(kube, "victim", namespace, lambda s: (s.get("progress") or {}).get("step") == 5, timeout=15)
+    assert status["progress"]["percent"] == 50.0 and status["progress"]["reporter"] == "master-0"
+    assert status["conditions"][-1]["type"] == "Running" and not finished(status)
+    assert "progress" not in job_status(kube, "other", namespace)

@@ -1,0 +1,78 @@
+"""torchjob.report's Reporter against a real endpoint (the local one, in this process)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from torchjob.local.progress import LocalEndpoint
+from torchjob.progress import server
+from torchjob.report import Reporter
+
+
+@pytest.fixture
+def endpoint() -> LocalEndpoint:
+    ep = LocalEndpoint("j", lambda *a: None).start()
+    yield ep  # type: ignore[misc]
+    ep.stop()
+
+
+def reporter(ep: LocalEndpoint, tmp_path: Path, interval: float = 0.05) -> Reporter:
+    env = ep.env("master-0", 0, tmp_path)
+    return Reporter(url=env["KUBEFLOW_TRAINER_SERVER_URL"], token_file=env["KUBEFLOW_TRAINER_SERVER_TOKEN"],
+                    interval=interval)
+
+
+def step_of(ep: LocalEndpoint) -> int | None:
+    p = ep.reports.progress()
+    return p.step if p is not None else None
+
+
+def wait(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_only_new_values_are_sent_so_a_hang_goes_quiet(endpoint: LocalEndpoint, tmp_path: Path) -> None:
+    r = reporter(endpoint, tmp_path)
+    for step in range(1, 101):
+        r.report(step=step, total=100, loss=1 / step)
+    wait(lambda: step_of(endpoint) == 100)
+    time.sleep(5 * r.interval)  # the last send's answer is read (the server records before it answers)
+    sent = r.sent
+    assert 1 <= sent <= 100
+    # the loop stops calling report (it hangs): nothing more goes out, however long
+    version = endpoint.reports.version
+    time.sleep(10 * r.interval)
+    assert r.sent == sent and endpoint.reports.version == version
+    r.report(step=101, total=100)
+    wait(lambda: endpoint.reports.version > version)
+
+
+def test_a_dropped_kept_alive_connection_is_made_again(endpoint: LocalEndpoint, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server._Handler, "timeout", 0.3)  # the server drops idle connections fast
+    r = reporter(endpoint, tmp_path)
+    assert r._send({"step": 1, "metrics": {}}, 5.0) == 0.0
+    time.sleep(0.8)
+    assert r._send({"step": 2, "metrics": {}}, 5.0) == 0.0
+    assert (r.sent, r.refused) == (2, 0)
+
+
+def test_no_endpoint_no_thread_and_a_refusal_is_told_once(endpoint: LocalEndpoint, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    quiet = Reporter(url="")
+    quiet.report(step=1)
+    assert quiet._thread is None
+    forged = tmp_path / "forged"
+    forged.write_text("tj1.master-0.0.deadbeef")
+    r = Reporter(url=reporter(endpoint, tmp_path).url, token_file=str(forged))
+    for _ in range(3):
+        r._send({"step": 1, "metrics": {}}, 5.0)
+    assert (r.sent, r.refused) == (0, 3)
+    assert capsys.readouterr().err.count("torchjob.report: a progress report was not taken (403") == 1
+
