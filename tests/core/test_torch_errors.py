@@ -10,7 +10,8 @@ from torchjob.core import torch_errors
 from torchjob.core.reconcile import Observed, Phase, World, reconcile
 from torchjob.core.topology import ReplicaId
 
-TRACE = "Traceback (most recent call last):\n  File \"x.py\", line 3, in f\nRuntimeError: worker-0 could not load its shard"
+TRACE = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
+         "RuntimeError: worker-0 could not load its shard")
 ERROR_FILE = json.dumps({"message": {"message": "RuntimeError: worker-0 could not load its shard",
                                      "extraInfo": {"py_callstack": TRACE, "timestamp": "1"}}})
 
