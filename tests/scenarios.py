@@ -49,6 +49,15 @@ class Scenario:
     # replica name -> one entry per attempt: seconds after that attempt started when it last reports
     reports: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
+    def check(self, status: Mapping[str, Any]) -> None:
+        """The job's status (as a runtime on Kubernetes writes it) is the end this scenario expects."""
+        conds = {c["type"]: c for c in status["conditions"] if c["status"] == "True"}
+        assert self.expect_state in conds, status
+        assert conds[self.expect_state]["reason"] == self.expect_reason, status
+        assert status.get("restartCount", 0) == self.expect_restarts, status
+        if self.expect_failed_replica is not None:
+            assert status["failure"]["replica"] == self.expect_failed_replica, status
+
     def job(self, command: list[str]) -> TorchJob:
         """A valid TorchJob named after the scenario, `command` for every replica."""
         run_policy: dict[str, int] = {}

@@ -71,12 +71,7 @@ def test_scenario_on_real_pods(sc: Scenario, node: Client, ns: str, tmp_path: Pa
 
     t0 = time.monotonic()
     status = wait_for(f"{sc.name} to end", ended, timeout=120)
-    conds = {c["type"]: c for c in status["conditions"] if c["status"] == "True"}
-    assert sc.expect_state in conds, status
-    assert conds[sc.expect_state]["reason"] == sc.expect_reason, status
-    assert status.get("restartCount", 0) == sc.expect_restarts, status
-    if sc.expect_failed_replica is not None:
-        assert status["failure"]["replica"] == sc.expect_failed_replica, status
+    sc.check(status)
     # The job's end leaves no container of it running on the node.
     wait_for("its containers gone", lambda: not any(
         running_container(p) for p in node.list(Pod, namespace=ns, labels={LABEL_JOB: sc.name})), timeout=60)

@@ -75,9 +75,4 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
 def test_scenario_on_a_real_control_plane(sc: Scenario, kube: Client, namespace: str, operator: Operator,
                                           tmp_path: Path) -> None:
     status = play(kube, namespace, sc, operator, tmp_path)
-    conds = {c["type"]: c for c in status["conditions"] if c["status"] == "True"}
-    assert sc.expect_state in conds, status
-    assert conds[sc.expect_state]["reason"] == sc.expect_reason, status
-    assert status.get("restartCount", 0) == sc.expect_restarts, status
-    if sc.expect_failed_replica is not None:
-        assert status["failure"]["replica"] == sc.expect_failed_replica, status
+    sc.check(status)

@@ -43,6 +43,13 @@ class Notes:
     def error(self, path: list[str | int], message: str, fix: str | None = None) -> None:
         self.errors.append(problem_at(self.doc, path, message, fix))
 
+    def top_level(self) -> None:
+        """What every reader says of a document's top level: unknown keys, and a status given as input."""
+        data = self.doc.data
+        self.unknown(data, {"apiVersion", "kind", "metadata", "spec", "status"}, [])
+        if "status" in data:
+            self.warn(["status"], "a status is output, not input; ignored")
+
     def raise_if_any(self) -> None:
         if self.errors:
             raise InvalidJob(self.errors, self.doc.source)

@@ -29,9 +29,7 @@ SPEC_FIELDS = {"pytorchReplicaSpecs", "runPolicy", "elasticPolicy", "nprocPerNod
 def read(doc: Document) -> Converted:
     notes = Notes(doc)
     data = doc.data
-    notes.unknown(data, {"apiVersion", "kind", "metadata", "spec", "status"}, [])
-    if "status" in data:
-        notes.warn(["status"], "a status is output, not input; ignored")
+    notes.top_level()
     spec = data.get("spec")
     if not isinstance(spec, dict):
         notes.error(["spec"], "a PyTorchJob needs a spec with pytorchReplicaSpecs", "add spec.pytorchReplicaSpecs")

@@ -248,9 +248,7 @@ def _tensorboard(notes: Notes, spec: dict[str, Any], native_spec: dict[str, Any]
 def read(doc: Document) -> Converted:
     notes = Notes(doc)
     data = doc.data
-    notes.unknown(data, {"apiVersion", "kind", "metadata", "spec", "status"}, [])
-    if "status" in data:
-        notes.warn(["status"], "a status is output, not input; ignored")
+    notes.top_level()
     spec = notes.section(data, "spec", [])
     notes.unknown(spec, SPEC_FIELDS, ["spec"])
     tr = notes.section(spec, "torchrunConfig", ["spec"])

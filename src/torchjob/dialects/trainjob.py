@@ -117,9 +117,7 @@ def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[st
 def read(doc: Document) -> Converted:
     notes = Notes(doc)
     data = doc.data
-    notes.unknown(data, {"apiVersion", "kind", "metadata", "spec", "status"}, [])
-    if "status" in data:
-        notes.warn(["status"], "a status is output, not input; ignored")
+    notes.top_level()
     spec = notes.section(data, "spec", [])
     notes.unknown(spec, SPEC_FIELDS, ["spec"])
     init = notes.section(spec, "initializer", ["spec"])

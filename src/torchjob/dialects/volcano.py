@@ -99,9 +99,7 @@ def _wait_for_master(notes: Notes, flags: dict[str, str], path: list[str | int])
 def read(doc: Document) -> Converted:
     notes = Notes(doc)
     data = doc.data
-    notes.unknown(data, {"apiVersion", "kind", "metadata", "spec", "status"}, [])
-    if "status" in data:
-        notes.warn(["status"], "a status is output, not input; ignored")
+    notes.top_level()
     spec = notes.section(data, "spec", [])
     notes.unknown(spec, JOB_FIELDS, ["spec"])
     for key, why in WARN_ONLY_JOB.items():
