@@ -38,6 +38,12 @@ VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1/PodGroup"
 META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
 
 
+def job_gone(e: Exception, key: Key) -> bool:
+    """The API server answered that this very TorchJob does not exist (any more)."""
+    details = e.status.details if isinstance(e, ApiError) and e.status is not None else None
+    return status_code(e) == 404 and details is not None and details.kind == "torchjobs" and details.name == key[1]
+
+
 def job_of(raw: dict[str, Any]) -> TorchJob:
     """The stored object as a TorchJob (server-managed metadata such as managedFields left out)."""
     meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
@@ -166,6 +172,12 @@ class Controller:
         except asyncio.CancelledError:
             raise
         except Exception as e:
+            if job_gone(e, key):
+                # Deleted while this reconcile wrote for it: not an error. Its delete event comes
+                # through the watch; one more look then finds nothing left to do.
+                log.debug("reconcile %s/%s: the job is gone", key[0], key[1])
+                self.queue.add_after(key, 1.0)
+                return
             metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
             metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
             log.warning("reconcile %s/%s failed: %s", key[0], key[1], e)
