@@ -245,8 +245,12 @@ start_proc() { # <name> <cmd...>: detached, own session, logs in $STATE/<name>.l
     printf '%q ' "$@" >"$STATE/$name.cmdline"; echo >>"$STATE/$name.cmdline"
     # 9>&- 8>&-: the daemons must not inherit (and so hold) the state or build lock.
     setsid "$@" </dev/null >"$STATE/$name.log" 2>&1 9>&- 8>&- &
-    echo $! >"$STATE/$name.pid"
-    log "started $name (pid $!, log $STATE/$name.log)"
+    local pid=$!
+    echo "$pid" >"$STATE/$name.pid"
+    # Until it has exec'd, the child is still this script (then setsid): a check of its command
+    # line made too soon, on a busy machine, took a starting component for one that had exited.
+    for _ in $(seq 100); do proc_running "$pid" "$name" && break; sleep 0.05; done
+    log "started $name (pid $pid, log $STATE/$name.log)"
 }
 
 fail_with_log() { # <name> <message>: report, stop what was started, keep the logs
