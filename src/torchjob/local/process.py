@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchjob.core import torch_errors
 from torchjob.core.policy import exit_code_of
 from torchjob.local.spec import LaunchSpec
 from torchjob.local.volumes import preexec
@@ -30,6 +31,20 @@ class Exited:
     stopping: bool  # torchjob had asked it to stop
 
 
+def error_file_summary(path: Path) -> str | None:
+    """The traceback torch's `@record` wrote, if the replica left one."""
+    try:
+        return torch_errors.traceback(path.read_text())
+    except OSError:
+        return None
+
+
+def read_error(path: Path) -> str | None:
+    """The one-line error of the attempt's error file, if any."""
+    trace = error_file_summary(path)
+    return torch_errors.headline(trace) if trace else None
+
+
 class ReplicaProcess:
     def __init__(self, spec: LaunchSpec, attempt: int, log_path: Path, error_file: Path) -> None:
         self.spec = spec
@@ -40,6 +55,7 @@ class ReplicaProcess:
         self.started_at = 0.0
         self.ended_at: float | None = None
         self.exit_code: int | None = None
+        self.error: str | None = None  # torch's error, read once at a failed exit (its error file)
         self.stopping = False
         self._pump: threading.Thread | None = None
         self._kill_timer: threading.Timer | None = None
@@ -89,6 +105,8 @@ class ReplicaProcess:
             rc = self.proc.wait()
             self.ended_at = time.time()
             self.exit_code = exit_code_of(rc)
+            if self.exit_code != 0:
+                self.error = read_error(self.error_file)
             self._killpg(signal.SIGKILL)  # whatever the leader left in its group goes with it
             if self._kill_timer is not None:
                 self._kill_timer.cancel()

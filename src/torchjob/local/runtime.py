@@ -17,9 +17,10 @@ from torchjob.core import policy
 from torchjob.core.reconcile import set_condition
 from torchjob.core.topology import ReplicaId, node_rank
 from torchjob.local.console import Console
+from torchjob.local.process import error_file_summary
 from torchjob.local.spec import LocalOptions
 from torchjob.local.store import JobRecord, Store
-from torchjob.local.supervisor import Supervisor, claim_name, error_file_summary, prepare_job, supervisor_alive
+from torchjob.local.supervisor import Supervisor, claim_name, prepare_job, supervisor_alive
 
 
 def create(store: Store, job: TorchJob, opts: LocalOptions) -> TorchJob:

@@ -23,7 +23,7 @@ from typing import IO
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import FailureInfo, JobStatus, TorchJob
-from torchjob.core import policy, torch_errors
+from torchjob.core import policy
 from torchjob.core.reconcile import (
     Create,
     DeleteJob,
@@ -296,9 +296,7 @@ class Supervisor:
             else:
                 assert p.exit_code is not None and p.ended_at is not None
                 phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
-                trace = error_file_summary(p.error_file) if phase is Phase.FAILED else None
-                seen[name] = Observed(rid, p.attempt, phase, p.exit_code, _reason(p),
-                                      torch_errors.headline(trace) if trace else None,
+                seen[name] = Observed(rid, p.attempt, phase, p.exit_code, _reason(p), p.error,
                                       finished_at=datetime.fromtimestamp(p.ended_at, UTC))
         return World(replicas=seen, stop_requested=self.stop_requested)
 
@@ -423,11 +421,3 @@ def _reason(p: ReplicaProcess) -> str | None:
     if p.exit_code == 0:
         return "Completed"
     return "Stopped" if p.stopping else "Error"
-
-
-def error_file_summary(path: Path) -> str | None:
-    """The traceback torch's `@record` wrote, if the replica left one."""
-    try:
-        return torch_errors.traceback(path.read_text())
-    except OSError:
-        return None
