@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from torchjob.api.errors import InvalidJob, Problem, UserError
-from torchjob.api.load import load_job
 from torchjob.api.model import TorchJob
+from torchjob.dialects.load import load_job
 
 BASE = """\
 apiVersion: torchjob.dev/v1

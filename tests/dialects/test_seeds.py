@@ -7,11 +7,12 @@ import pytest
 from tests.core.invariants import check_all
 from tests.core.sim import simulate
 from tests.dialects.util import SEEDS, read_data
-from torchjob.api.load import load, load_job
 from torchjob.api.model import DEFAULT_PORT, MASTER, WORKER, LifecyclePolicy, TorchJob
 from torchjob.api.validate import training_container
+from torchjob.core.advice import advise
 from torchjob.core.topology import Placement, ReplicaId, master_port, replica_env, replicas
 from torchjob.dialects.convert import convert, explicit
+from torchjob.dialects.load import load, load_job
 
 SEED_FILES = {
     "000-volcano.yaml": "batch.volcano.sh/v1alpha1 Job",
@@ -34,7 +35,7 @@ def test_every_seed_is_here_and_nothing_else() -> None:
 
 @pytest.mark.parametrize(("name", "dialect"), sorted(SEED_FILES.items()))
 def test_every_seed_loads_without_warnings(name: str, dialect: str) -> None:
-    loaded = load(SEEDS / name)
+    loaded = advise(load(SEEDS / name))
     assert loaded.dialect == dialect
     assert loaded.notes == []
     assert loaded.job.apiVersion == "torchjob.dev/v1" and loaded.job.kind == "TorchJob"

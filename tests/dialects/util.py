@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from torchjob.api.errors import InvalidJob, Problem
-from torchjob.api.load import Loaded, load_document
 from torchjob.api.source import parse_documents
+from torchjob.core.advice import advise
+from torchjob.dialects.load import Loaded, load_document
 
 SEEDS = Path(__file__).parent / "seeds"
 SOURCE = "job.yaml"
@@ -25,7 +26,7 @@ def doc(text: str) -> str:
 def read(text: str) -> Loaded:
     """A document in any dialect, as `torchjob` reads a file."""
     (document,) = parse_documents(text, SOURCE)
-    return load_document(document)
+    return advise(load_document(document))
 
 
 def read_data(data: dict[str, Any]) -> Loaded:

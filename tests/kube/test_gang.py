@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from tests.jobs import job_data
-from torchjob.api.load import job_from_data, load_job
+from torchjob.api.load import job_from_data
 from torchjob.core.topology import ReplicaId
+from torchjob.dialects.load import load_job
 from torchjob.kube import gang, tensorboard
 from torchjob.kube import render as kr
 

@@ -16,8 +16,8 @@ from lightkube.types import PatchType
 
 from tests.jobs import job_data
 from tests.kube.conftest import Operator, admit_podgroup, finished, set_pod, wait_job
-from torchjob.api.load import load_job
 from torchjob.dialects.convert import explicit
+from torchjob.dialects.load import load_job
 from torchjob.kube.client import TorchJobRes
 from torchjob.kube.render import LABEL_JOB
 

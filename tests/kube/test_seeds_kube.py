@@ -13,9 +13,9 @@ from lightkube.resources.core_v1 import Service
 
 from tests.kube.conftest import Operator, admit_podgroup
 from tests.kube.test_operator import create, wait_pods
-from torchjob.api.load import load_job
 from torchjob.core.topology import node_rank, replicas
 from torchjob.dialects.convert import explicit
+from torchjob.dialects.load import load_job
 from torchjob.kube import gang
 from torchjob.kube import render as kr
 from torchjob.kube.client import VolcanoPodGroup

@@ -1,17 +1,16 @@
-"""File -> validated `TorchJob`, or one clear message per problem."""
+"""Native data (`torchjob.dev/v1` `TorchJob`) -> validated `TorchJob`, or one clear message per problem.
+
+Reading a file in any dialect is `torchjob.dialects.load`; this is the native model's own step."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from torchjob.api.errors import InvalidJob, Problem, UserError
-from torchjob.api.model import API_VERSION, KIND, TorchJob
-from torchjob.api.source import Document, problem_at, read_documents
+from torchjob.api.errors import InvalidJob, Problem
+from torchjob.api.model import TorchJob
+from torchjob.api.source import Document, problem_at
 from torchjob.api.validate import validate
 
 _FIXES = {
@@ -65,80 +64,3 @@ def job_from_data(data: dict[str, Any], doc: Document | None = None) -> TorchJob
     if problems:
         raise InvalidJob(problems, source)
     return job
-
-
-@dataclass
-class Loaded:
-    job: TorchJob
-    notes: list[str] = field(default_factory=list)  # what a foreign document's reader ignored or decided
-    dialect: str = f"{API_VERSION} {KIND}"
-
-
-def advise(loaded: Loaded, doc: Document) -> Loaded:
-    """Add what torchjob does differently from what the job asks (core.advice), by the document's lines."""
-    from torchjob.core.advice import advisories
-
-    for path, message in advisories(loaded.job):
-        own = doc.translate(list(path))
-        where = ".".join(f"[{p}]" if isinstance(p, int) else p for p in own).replace(".[", "[")
-        line = doc.line_of(own)
-        loaded.notes.append(f"{doc.source}:{line}: {where}: {message}" if line else f"{where}: {message}")
-    return loaded
-
-
-def load_document(doc: Document) -> Loaded:
-    api, kind = doc.data.get("apiVersion"), doc.data.get("kind")
-    if api == API_VERSION and kind == KIND:
-        return advise(Loaded(job_from_data(doc.data, doc)), doc)
-    from torchjob.dialects import SUPPORTED, reader_for  # dialects build on the native model
-
-    reader = reader_for(api, kind)
-    if reader is None:
-        raise InvalidJob(
-            [
-                problem_at(
-                    doc,
-                    ["kind"] if api == API_VERSION else ["apiVersion"],
-                    f"unsupported document apiVersion={api!r} kind={kind!r}",
-                    "torchjob reads " + "; ".join(SUPPORTED),
-                )
-            ],
-            doc.source,
-        )
-    converted = reader(doc)
-    return advise(Loaded(converted.job, converted.notes, f"{api} {kind}"), doc)
-
-
-def job_from_document(doc: Document) -> TorchJob:
-    return load_document(doc).job
-
-
-def load(path: str | Path, runtimes: Sequence[str | Path] = ()) -> Loaded:
-    """The job in a file. Training runtimes (Kubeflow Trainer's, for a TrainJob) may come with it in
-    the same file or in `runtimes` files."""
-    from torchjob.dialects.runtime import is_runtime
-
-    docs = read_documents(path)
-    jobs = [d for d in docs if not is_runtime(d.data)]
-    given = [d for d in docs if is_runtime(d.data)]
-    for file in runtimes:
-        for d in read_documents(file):
-            if not is_runtime(d.data):
-                raise UserError(f"{file}: holds a {d.data.get('kind')!r}, not a training runtime",
-                                fix="pass a ClusterTrainingRuntime or TrainingRuntime with --runtime")
-            given.append(d)
-    if len(jobs) != 1:
-        source = docs[0].source
-        raise UserError(f"{source}: the file holds {len(jobs)} jobs; torchjob runs one job per file"
-                        if jobs else f"{source}: the file holds training runtimes but no job",
-                        fix="split the jobs into separate files" if jobs else "add the TrainJob that uses them")
-    job = jobs[0]
-    job.companions = given
-    loaded = load_document(job)
-    if given and loaded.dialect != "trainer.kubeflow.org/v1alpha1 TrainJob":
-        loaded.notes.append(f"{job.source}: the training runtimes given are used by a TrainJob only; ignored")
-    return loaded
-
-
-def load_job(path: str | Path) -> TorchJob:
-    return load(path).job

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from torchjob.api.duration import parse_duration
 from torchjob.api.errors import Problem
 from torchjob.api.model import (
     DEFAULT_CONTAINER,
@@ -195,8 +196,6 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
 
 
 def _validate_policies(job: TorchJob, add: Callable[[list[str | int], str, str | None], None]) -> None:
-    from torchjob.core.policy import parse_duration
-
     base: list[str | int] = ["spec", "pytorchReplicaSpecs"]
     places: list[tuple[list[str | int], list[LifecyclePolicy]]] = [(["spec", "policies"], job.spec.policies or [])]
     for rtype, rspec in job.spec.pytorchReplicaSpecs.items():

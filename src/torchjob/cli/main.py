@@ -93,9 +93,10 @@ RUNTIME = click.option("--runtime", "runtimes", multiple=True, metavar="FILE",
 
 def _load(path: str, runtimes: tuple[str, ...] = ()) -> Any:
     """Read a job in any dialect; what its reader ignored or decided is shown as warnings."""
-    from torchjob.api.load import load
+    from torchjob.core.advice import advise
+    from torchjob.dialects.load import load
 
-    loaded = load(path, runtimes)
+    loaded = advise(load(path, runtimes))
     for note in loaded.notes:
         click.echo(f"warning: {note}", err=True)
     return loaded.job

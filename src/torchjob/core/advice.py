@@ -23,6 +23,7 @@ from torchjob.core.topology import (
     replicas,
     world_size,
 )
+from torchjob.dialects.load import Loaded
 
 Path = list[str | int]
 OVERRIDDEN = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
@@ -94,3 +95,15 @@ def advisories(job: TorchJob) -> list[tuple[Path, str]]:
 
 def _unexpanded(name: str, why: str) -> str:
     return f"$({name}) stays as written: {why} (the kubelet leaves such a reference as it is)"
+
+
+def advise(loaded: Loaded) -> Loaded:
+    """Add what torchjob does differently from what the job asks to a loaded job's notes, by its
+    document's lines."""
+    doc = loaded.doc
+    for path, message in advisories(loaded.job):
+        own = doc.translate(list(path)) if doc else list(path)
+        where = ".".join(f"[{p}]" if isinstance(p, int) else p for p in own).replace(".[", "[")
+        line = doc.line_of(own) if doc else None
+        loaded.notes.append(f"{doc.source}:{line}: {where}: {message}" if doc and line else f"{where}: {message}")
+    return loaded
