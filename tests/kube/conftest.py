@@ -27,6 +27,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.types import PatchType
+from prometheus_client.parser import text_string_to_metric_families
 
 from torchjob.kube.client import TorchJobRes
 from torchjob.kube.crd import CRD_NAME, crd
@@ -99,6 +100,40 @@ class Operator:
              "--progress-url", self.progress_url, "--progress-write-interval", "1"],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL,
         )
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's Prometheus metrics, by name (labels of interest are the controller's own)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("result", "success") == "success":
+                    out[sample.name] = out.get(sample.name, 0.0) + sample.value
+        return out
+
+    def reconciles(self) -> float:
+        """Reconciles done so far (0 before the operator serves its metrics)."""
+        try:
+            return self.metrics().get("controller_runtime_reconcile_total", 0.0)
+        except OSError:
+            return 0.0
+
+    def wait_idle(self, after: float, timeout: float = 60) -> None:
+        """Until the operator has reconciled since `after` (a `reconciles()` count) and has nothing
+        queued or in flight: what it was going to do about the changes before, it has done. A fact to
+        wait on instead of a sleep that passes whether or not the operator looked."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                m = self.metrics()
+            except OSError:
+                m = {}
+            if (m.get("controller_runtime_reconcile_total", 0.0) > after and m.get("workqueue_depth", 1.0) == 0
+                    and m.get("controller_runtime_active_workers", 1.0) == 0):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the operator did not reconcile and settle within {timeout}s")
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -70,7 +70,9 @@ def test_volcano_podgroup_comes_before_the_pods_and_goes_when_the_job_ends(
     message = waiting[0].message or ""
     assert "queue 'research'" in message and "volcano scheduler running" in message
     looks = apiserver_requests(kubeconfig, "GET", "podgroups")
-    time.sleep(3)  # a poll would have asked again by now; the operator watches instead
+    before = operator.reconciles()
+    kube.patch(TorchJobRes, "vc", {"metadata": {"annotations": {"test.torchjob.dev/poke": "1"}}}, namespace=namespace)
+    operator.wait_idle(before)  # it looked again: from its PodGroup watch, not by asking the API server
     assert pods_of(kube, "vc", namespace) == []
     assert apiserver_requests(kubeconfig, "GET", "podgroups") == looks
     admit_podgroup(kube, "vc", namespace)
@@ -195,13 +197,14 @@ def test_suspending_a_kueue_job_deactivates_its_workload(
     wait_for(lambda: kube.get(KueueWorkload, "torchjob-ks", namespace=namespace))
     admit(kube, "torchjob-ks", namespace, "default-flavor")  # no such ResourceFlavor: no node labels to add
     wait_pods(kube, "ks", namespace, 3)
+    before = operator.reconciles()
     out = subprocess.run([sys.executable, "-m", "torchjob", "suspend", "ks", "--kube", "--kubeconfig", kubeconfig,
                           "-n", namespace], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr
     assert kube.get(KueueWorkload, "torchjob-ks", namespace=namespace)["spec"]["active"] is False
     wait_job(kube, "ks", namespace, lambda s: s.get("state") == "Suspended")
     wait_pods(kube, "ks", namespace, 0)
-    time.sleep(1)  # still admitted in Kueue's status, but deactivated: the operator leaves it suspended
+    operator.wait_idle(before)  # still admitted in Kueue's status, but deactivated: the operator leaves it suspended
     assert kube.get(TorchJobRes, "ks", namespace=namespace).spec["runPolicy"]["suspend"] is True
 
 

@@ -79,7 +79,7 @@ def test_operator_restart_adopts_pods_without_duplicates(kube: Client, namespace
     before = {p.metadata.name: p.metadata.uid for p in wait_pods(kube, "adopt", namespace, 4)}
     operator.stop(kill=True)
     operator.start()
-    time.sleep(3)  # a fresh operator lists, reconciles every job, and must adopt what exists
+    operator.wait_idle(after=0)  # a fresh operator lists, reconciles every job, and must adopt what exists
     after = {p.metadata.name: p.metadata.uid for p in wait_pods(kube, "adopt", namespace, 4)}
     assert after == before
     for p in pods_of(kube, "adopt", namespace):

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from torchjob.kube import metrics
 from torchjob.kube.client import Api, status_code, to_dict
 
 log = logging.getLogger("torchjob.kube")
@@ -109,63 +107,3 @@ class Informer:
                 log.warning("%s list failed: %s; retrying in %.1fs", self.kind, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
-
-
-class WorkQueue:
-    def __init__(self, name: str = "torchjob") -> None:
-        self.name = name
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
-        self._processing: set[Key] = set()
-        self._dirty: set[Key] = set()
-        self._added_at: dict[Key, float] = {}
-        self._timers: dict[Key, asyncio.TimerHandle] = {}
-
-    def add(self, key: Key) -> None:
-        if key in self._processing:
-            self._dirty.add(key)
-            return
-        if key in self._queued:
-            return
-        self._queued.add(key)
-        self._added_at[key] = time.monotonic()
-        self._queue.put_nowait(key)
-        metrics.WORKQUEUE_ADDS.labels(self.name).inc()
-        metrics.WORKQUEUE_DEPTH.labels(self.name).set(len(self._queued))
-
-    def add_after(self, key: Key, delay_s: float) -> None:
-        """Reconcile `key` again after `delay_s` (the earliest of several requests wins)."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + max(0.0, delay_s)
-        old = self._timers.get(key)
-        if old is not None and old.when() <= when:
-            return
-        if old is not None:
-            old.cancel()
-        self._timers[key] = loop.call_at(when, self._fire, key)
-
-    def _fire(self, key: Key) -> None:
-        self._timers.pop(key, None)
-        self.add(key)
-
-    async def get(self) -> Key:
-        key = await self._queue.get()
-        self._queued.discard(key)
-        self._processing.add(key)
-        metrics.WORKQUEUE_DEPTH.labels(self.name).set(len(self._queued))
-        metrics.WORKQUEUE_QUEUE_DURATION.labels(self.name).observe(time.monotonic() - self._added_at.pop(key, 0.0))
-        return key
-
-    def done(self, key: Key) -> None:
-        self._processing.discard(key)
-        if key in self._dirty:
-            self._dirty.discard(key)
-            self.add(key)
-
-    def forget(self, key: Key) -> None:
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-
-    def __len__(self) -> int:
-        return len(self._queued)

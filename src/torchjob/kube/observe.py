@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from torchjob.api.model import TorchJob
 from torchjob.api.validate import training_container
 from torchjob.core import torch_errors
-from torchjob.core.reconcile import Observed, Phase, World, match_policy
+from torchjob.core.reconcile import Observed, Phase, World
 from torchjob.core.topology import ReplicaId
 from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_TYPE
 
@@ -69,36 +69,18 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
                     stopping=meta.get("deletionTimestamp") is not None)
 
 
-def evicted(job: TorchJob, obs: Observed, pod: dict[str, Any], deleted: bool) -> bool:
-    """A pod of the current attempt deleted by someone else (a drain, `kubectl delete pod`) while
-    the job runs: Volcano's PodEvicted. It counts only for a job with a policy on that event;
-    otherwise the pod is simply made again, as Kubeflow does. The operator itself never deletes a
-    current pod of a running job: it moves the attempt on, or ends or suspends the job, first."""
-    status = job.status
-    if status is None or status.finished or status.is_true("Suspended") or not obs.phase.active:
-        return False
-    if not deleted and not pod.get("metadata", {}).get("deletionTimestamp"):
-        return False
-    current = status.replicas.get(obs.replica.name)
-    return (current is not None and current.attempt == obs.attempt
-            and match_policy(job, obs.replica.rtype, "PodEvicted", None) is not None)
-
-
 def observe(job: TorchJob, pods: Iterable[dict[str, Any]], stop_requested: str | None = None,
             gone: Iterable[dict[str, Any]] = ()) -> World:
-    """The world as `core` sees it; `gone` are pods deleted since (their last state), which
-    matter only as evictions."""
+    """The world as `core` sees it. A pod being deleted that torchjob did not stop, or one of `gone`
+    (deleted since; its last state), is `deleted`: core decides whether that is an eviction."""
     seen: dict[str, Observed] = {}
-    for p, deleted in [*((p, False) for p in pods), *((p, True) for p in gone)]:
+    for p, was_deleted in [*((p, False) for p in pods), *((p, True) for p in gone)]:
         obs = observe_pod(job, p)
         if obs is None:
             continue
-        if evicted(job, obs, p, deleted):
-            since = parse_time(p["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
-            obs = replace(obs, phase=Phase.FAILED, exit_code=UNKNOWN_EXIT, reason="Evicted",
-                          message="the pod was deleted while it ran", finished_at=since, stopping=False)
-        elif deleted:
-            continue
+        if was_deleted or obs.stopping:
+            since = parse_time(p["metadata"].get("deletionTimestamp"))
+            obs = replace(obs, deleted=True, stopping=not was_deleted, finished_at=obs.finished_at or since)
         old = seen.get(obs.replica.name)
         if old is None or obs.attempt > old.attempt:
             seen[obs.replica.name] = obs

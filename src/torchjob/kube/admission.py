@@ -1,0 +1,225 @@
+"""The gates a job passes before its pods are made: Kueue's (a Workload admitted from its queue)
+and the gang scheduler's (a Volcano or scheduler-plugins PodGroup, admitted by Volcano).
+
+A gate only observes and asks; what a refusal means for the job (a PodGroup or Kueue kind missing
+on this cluster) is core's decision: the gate hands back a `Refusal` fact."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from torchjob.api.model import JobStatus, TorchJob
+from torchjob.core.reconcile import Refusal
+from torchjob.kube import client, gang, kueue
+from torchjob.kube import render as kr
+from torchjob.kube.client import Api, status_code
+from torchjob.kube.informer import Informer, Key
+from torchjob.kube.observe import pod_summary
+from torchjob.kube.queue import WorkQueue
+
+log = logging.getLogger("torchjob.kube")
+ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks, until PodGroups are watched
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a gate says: go on and make the pods (`create`), hold them back (`wait`, requeued),
+    stop this reconcile (`stop`: the job was just patched; its watch event brings it back), or the
+    job cannot run as written (`refused`)."""
+
+    verdict: str  # create | wait | stop
+    refused: Refusal | None = None
+
+
+CREATE, WAIT, STOP = Gate("create"), Gate("wait"), Gate("stop")
+
+
+class ThirdPartyWatches:
+    """Informers on third-party kinds (Volcano PodGroups, Kueue Workloads), started from the first
+    object of the kind this operator makes or finds: never without their CRD."""
+
+    def __init__(self, api: Api, namespace: str | None, on_change: Callable[[dict[str, Any]], None]) -> None:
+        self.api, self.namespace, self.on_change = api, namespace, on_change
+        self.informers: dict[str, Informer] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def watch(self, kind: str) -> Informer:
+        if kind not in self.informers:
+            # A PodGroup is read for its status only; a Workload's spec holds the templates to restore.
+            trim = None if kind == kueue.WORKLOAD else pod_summary
+            informer = Informer(self.api, kind, self.namespace, self.on_change, labels={kr.LABEL_JOB: None},
+                                transform=trim)
+            self.informers[kind] = informer
+            self.tasks.append(asyncio.get_running_loop().create_task(informer.run()))
+        return self.informers[kind]
+
+    async def look_up(self, kind: str, key: Key) -> tuple[dict[str, Any] | None, bool]:
+        """An object by (namespace, name), from its watch when that has it (True), else asked for
+        (False: one not seen yet, or made by an older operator without our label). The kind is
+        watched from the first time one is found: its CRD exists then."""
+        informer = self.informers.get(kind)
+        if informer is not None and informer.synced.is_set() and key in informer.cache:
+            return informer.cache[key], True
+        found = await self.api.find(kind, key[1], key[0])
+        if found is not None:
+            self.watch(kind)
+        return found, False
+
+    def cancel(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+
+
+class KueueGate:
+    """Kueue admits a job by resuming it. A job under a Kueue queue starts suspended, before any
+    pod; its Workload is made while it waits; its admission resumes it (with the flavors' node
+    labels), a lost admission suspends it again, and its end marks the Workload Finished."""
+
+    def __init__(self, api: Api, jobs: Informer, watches: ThirdPartyWatches) -> None:
+        self.api, self.jobs, self.watches = api, jobs, watches
+
+    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key) -> Gate:
+        if not kueue.queue_name(job):
+            return CREATE
+        status = job.status or JobStatus()
+        if not status.conditions and not job.run_policy.suspend:
+            await self._hold(raw, job)
+            return STOP
+        return await self._sync_workload(raw, job, key, status)
+
+    async def _hold(self, raw: dict[str, Any], job: TorchJob) -> None:
+        meta = raw["metadata"]
+        self.jobs.remember(await self.api.patch_spec(meta["name"], meta.get("namespace", "default"),
+                                                     {"runPolicy": {"suspend": True}}))
+        await self.api.event(raw, "Normal", "Queued", f"suspended until Kueue admits it from queue "
+                                                      f"{kueue.queue_name(job)}")
+
+    async def _sync_workload(self, raw: dict[str, Any], job: TorchJob, key: Key, status: JobStatus) -> Gate:
+        wl_key = (key[0], kueue.workload_name(job.name))
+        wl, _ = await self.watches.look_up(kueue.WORKLOAD, wl_key)
+        if status.finished:
+            if wl is not None and not kueue.finished(wl):
+                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                await self.api.apply_status(kueue.WORKLOAD, kueue.finished_status(wl_key[1], key[0], status, now))
+            return CREATE
+        if wl is None:
+            return await self._create_workload(job)
+        suspended, admitted = bool(job.run_policy.suspend), kueue.admitted(wl)
+        if admitted and suspended:
+            flavors = {}
+            for name in sorted(kueue.flavor_names(wl)):
+                found = await self._flavor(name)
+                if found is not None:
+                    flavors[name] = found
+            self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.admit_patch(job, wl, flavors)))
+            where = f" on {', '.join(sorted(flavors))}" if flavors else ""
+            await self.api.event(raw, "Normal", "Admitted",
+                                 f"admitted by Kueue ClusterQueue {kueue.cluster_queue(wl)}{where}")
+            return STOP
+        if not admitted and not suspended:
+            self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.suspend_patch(job, wl)))
+            await self.api.event(raw, "Normal", "Queued", f"suspended: {kueue.lost_admission(wl)}")
+            return STOP
+        return CREATE
+
+    async def _create_workload(self, job: TorchJob) -> Gate:
+        try:
+            await self.api.create(kueue.workload(job, kr.owner_reference(job), kr.selector(job)))
+        except Exception as e:
+            code = status_code(e)
+            if code == 409:
+                return CREATE  # made in between; its watch event comes
+            if code != 404:
+                raise
+            message = (f"the job names the Kueue queue {kueue.queue_name(job)!r}, but Kueue's Workload CRD "
+                       f"{kueue.WORKLOAD_CRD} is not installed on this cluster: install Kueue, or remove the "
+                       f"label {kueue.QUEUE_LABEL}")
+            return Gate("stop", Refusal("KueueUnavailable", message))
+        self.watches.watch(kueue.WORKLOAD)
+        return CREATE
+
+    async def _flavor(self, name: str) -> dict[str, Any] | None:
+        found = await self.api.find(kueue.RESOURCE_FLAVOR, name, None)
+        if found is None:
+            log.warning("Kueue ResourceFlavor %s not found; admitting without its node labels", name)
+        return found
+
+
+class PodGroupGate:
+    """The PodGroup exists while the job can run (created before its pods) and is deleted when it
+    ends or is suspended, so that the scheduler stops holding room for it. Volcano's admission:
+    pods are created once the PodGroup leaves Pending (a change of a watched PodGroup requeues its
+    job; until PodGroups are watched, the job looks again every ADMISSION_POLL_S)."""
+
+    def __init__(self, api: Api, queue: WorkQueue, watches: ThirdPartyWatches) -> None:
+        self.api, self.queue, self.watches = api, queue, watches
+        self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found
+        self.admitted: set[Key] = set()  # jobs whose PodGroup lets their pods be created
+        self.waiting: set[Key] = set()  # jobs told (by an event) that they wait for admission
+
+    def forget(self, key: Key) -> None:
+        self.groups.discard(key)
+        self.admitted.discard(key)
+        self.waiting.discard(key)
+
+    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key, active: bool, started: bool) -> Gate:
+        """Without the PodGroup CRD a job that has no pod yet is refused; one already running goes on."""
+        group = kr.podgroup(job)
+        if group is None:
+            return CREATE
+        if not active:
+            if key in self.groups:
+                self.forget(key)
+                await self.api.delete(client.kind_of(group), job.name, key[0])
+            return CREATE
+        if key not in self.groups:
+            refused = await self._create(raw, job, key, group, started)
+            if refused is not None:
+                return Gate("stop", refused)
+        return await self._admission(raw, job, key, group)
+
+    async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]) -> Gate:
+        if key in self.admitted or not gang.awaits_admission(job):
+            return CREATE
+        stored, watched = await self.watches.look_up(client.kind_of(group), key)
+        if stored is None:
+            self.groups.discard(key)  # deleted by someone: made again on the next reconcile
+            self.queue.add_after(key, ADMISSION_POLL_S)
+            return WAIT
+        if gang.admitted(stored):
+            self.admitted.add(key)
+            return CREATE
+        if key not in self.waiting:
+            self.waiting.add(key)
+            await self.api.event(raw, "Normal", "PodGroupPending", gang.admission_message(job))
+        if not watched:
+            self.queue.add_after(key, ADMISSION_POLL_S)  # until the watch can tell
+        return WAIT
+
+    async def _create(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
+                      started: bool) -> Refusal | None:
+        try:
+            await self.api.create(group)
+        except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
+            code = status_code(e)
+            if code == 409:  # made before (by this operator before a restart): adopted
+                self.groups.add(key)
+                return None
+            if code != 404:
+                raise
+            kind = gang.podgroup_kind(job)
+            assert kind is not None
+            message = (f"the job asks for the {gang.scheduler_name(job)!r} scheduler, whose PodGroup CRD {kind.crd} "
+                       f"is not installed on this cluster: install {kind.flavor}, or remove schedulerName from "
+                       f"runPolicy.schedulingPolicy and the pod templates")
+            if not started:
+                return Refusal("PodGroupUnavailable", message)
+            await self.api.event(raw, "Warning", "PodGroupUnavailable", message)
+            self.admitted.add(key)  # its pods run without one; nothing to wait for
+        self.groups.add(key)
+        return None

@@ -1,0 +1,290 @@
+"""One reconcile of one TorchJob: observe its pods, pass the admission gates, ask `core.reconcile`
+and apply the plan.
+
+Never a duplicate pod: pod names are deterministic (`{job}-{type}-{i}`), so a create that races
+a stale cache gets 409 and changes nothing; after a restart the operator adopts what exists. The
+decision is written to the job's status *before* it is acted on, so a crash between the two
+repeats the action instead of losing or double-counting it (Kubeflow's #3419 marked the job
+Failed only after deleting its pods). What this module learns and cannot act on (a spec the API
+server refuses, a PodGroup or Kueue kind missing) is a fact for core, which decides the ending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lightkube.core.exceptions import ApiError
+from pydantic import ValidationError
+
+from torchjob.api.model import WORKER, JobStatus, TorchJob
+from torchjob.core.reconcile import Create, DeleteJob, Event, Forget, Plan, Purge, Refusal, Stop, World, reconcile
+from torchjob.core.reconcile import refuse as refuse_unreadable
+from torchjob.kube import gang, tensorboard
+from torchjob.kube import render as kr
+from torchjob.kube.admission import KueueGate, PodGroupGate
+from torchjob.kube.client import Api, status_code
+from torchjob.kube.informer import Informer, Key
+from torchjob.kube.observe import observe, observe_pod, parse_time
+from torchjob.kube.progress import ProgressHub
+from torchjob.kube.queue import WorkQueue
+
+log = logging.getLogger("torchjob.kube")
+FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
+META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
+
+
+def job_of(raw: dict[str, Any]) -> TorchJob:
+    """The stored object as a TorchJob (server-managed metadata such as managedFields left out)."""
+    meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
+    return TorchJob.model_validate({"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta,
+                                    "spec": raw.get("spec")})
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+
+
+def status_dict(job: TorchJob | None, status: JobStatus, generation: int | None) -> dict[str, Any]:
+    """The status as stored: the state for `kubectl get tj`, and the generation it was decided on
+    (a client that changed the spec knows the operator has acted once observedGeneration reaches
+    the generation its change made)."""
+    data = status.model_dump(mode="json")
+    del data["progress"]  # the progress writer's (kube/progress.py): a reconcile neither writes nor clears it
+    data["state"] = status.state
+    if generation is not None:
+        data["observedGeneration"] = generation
+    if job is not None and WORKER in job.spec.pytorchReplicaSpecs:
+        data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"
+    return data
+
+
+@dataclass
+class PodIndex:
+    """The pods of each job, from the pod informer, and those deleted since (their last state),
+    kept until core has decided on them."""
+
+    live: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    gone: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def split(self, job: TorchJob, key: Key) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                        list[dict[str, Any]]]:
+        """The job's pods; pods of an earlier job of the same name; the job's pods deleted since."""
+        pods: list[dict[str, Any]] = []
+        stale: list[dict[str, Any]] = []
+        here = self.live.get(key, {})
+        for p in here.values():
+            (pods if controller_uid(p) == job.metadata.uid else stale).append(p)
+        gone = [p for name, p in self.gone.pop(key, {}).items()
+                if name not in here and controller_uid(p) == job.metadata.uid]
+        return pods, stale, gone
+
+    def keep_undecided(self, decided: TorchJob, key: Key, gone: list[dict[str, Any]]) -> None:
+        """A deleted pod whose attempt the decision did not move on (a policy's timeout holds it
+        back) is shown to core again on the next reconcile; one that was decided on is dropped."""
+        status = decided.status
+        if status is None or status.finished:
+            return
+        kept = {}
+        for p in gone:
+            obs = observe_pod(decided, p)
+            current = status.replicas.get(obs.replica.name) if obs is not None else None
+            if obs is not None and current is not None and current.attempt == obs.attempt and not current.finished:
+                kept[p["metadata"]["name"]] = p
+        if kept:
+            self.gone[key] = kept
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    init_image: str = "busybox:1.36"
+    wait_for_master: bool = True
+    progress_url: str | None = None  # the progress endpoint pods report to (None: no progress env)
+
+
+class Reconciler:
+    def __init__(self, api: Api, jobs: Informer, pods: Informer, services: Informer, index: PodIndex,
+                 queue: WorkQueue, kueue_gate: KueueGate, podgroup_gate: PodGroupGate, options: PodOptions,
+                 spawn: Callable[[Coroutine[Any, Any, None]], Any], gang_scheduler: str | None = None,
+                 force_delete_after_s: float = FORCE_DELETE_AFTER_S) -> None:
+        self.api, self.jobs, self.pods, self.services, self.index = api, jobs, pods, services, index
+        self.queue, self.kueue_gate, self.podgroup_gate = queue, kueue_gate, podgroup_gate
+        self.options, self.spawn = options, spawn
+        self.gang_scheduler, self.force_delete_after_s = gang_scheduler, force_delete_after_s
+        self.progress: ProgressHub | None = None  # set by the operator once its endpoint serves
+        self.progress_ca: str | None = None
+        self.ca_namespaces: set[str] = set()  # where the CA ConfigMap is known to be current
+        self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
+
+    def forget(self, key: Key) -> None:
+        self.queue.forget(key)  # its pods stay indexed until they go: a new job of that name must see them
+        self.index.gone.pop(key, None)
+        self.podgroup_gate.forget(key)
+        self.boards.discard(key)
+        if self.progress is not None:
+            self.progress.forget(key)
+
+    async def reconcile(self, key: Key) -> None:
+        raw = self.jobs.cache.get(key)
+        if raw is None or raw["metadata"].get("deletionTimestamp"):
+            self.forget(key)
+            return
+        status = JobStatus.model_validate(raw.get("status") or {})
+        try:
+            job = job_of(raw)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            await self._write(raw, None, status, refuse_unreadable(status, Refusal("InvalidSpec", problems),
+                                                                   datetime.now(UTC)))
+            return
+        job = gang.with_default_scheduler(job, self.gang_scheduler).model_copy(update={"status": status})
+        gate = await self.kueue_gate.check(raw, job, key)
+        pods, stale, gone = self.index.split(job, key)
+        now = datetime.now(UTC)
+        world = observe(job, pods, gone=gone)
+        if gate.refused is not None:
+            world = replace(world, refused=gate.refused)
+        elif gate.verdict == "stop":
+            return
+        if self.progress is not None:
+            world = self.progress.with_reports(key, world)
+        plan = reconcile(job, world, now)
+        active = not plan.status.finished and not plan.status.is_true("Suspended")
+        podgroup = await self.podgroup_gate.check(raw, job, key, active, started=bool(pods))
+        if podgroup.refused is not None and world.refused is None:
+            world = replace(world, refused=podgroup.refused)
+            plan = reconcile(job, world, now)
+        self.index.keep_undecided(job.model_copy(update={"status": plan.status}), key, gone)
+        await self._write(raw, job, status, plan)
+        if plan.status.finished and world.refused is not None:
+            await self._apply(job, plan, set(), create=False)
+            return
+        await self._act(raw, job, key, plan, world, stale, create=podgroup.verdict == "create")
+        self._force_delete_stuck(job, pods, now)
+
+    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, plan: Plan, world: World,
+                   stale: list[dict[str, Any]], create: bool) -> None:
+        now = datetime.now(UTC)
+        if not plan.status.finished and (key[0], job.name) not in self.services.cache:
+            await self._create(kr.service(job))  # before the pods: their names resolve as they start
+        if self.progress_ca is not None and key[0] not in self.ca_namespaces and any(
+                isinstance(a, Create) for a in plan.actions):
+            await self._publish_ca(key[0])  # before the pods, which project it
+        blocked = await self._clear_stale(job, stale)
+        try:
+            await self._apply(job, plan, blocked, create=create)
+        except ApiError as e:
+            if status_code(e) != 422:
+                raise
+            # The API server refuses the pod we rendered from the user's template: a mistake of
+            # theirs, so the job fails with the server's words instead of retrying forever.
+            refused = Refusal("InvalidSpec", f"a pod of this job is invalid: {e}")
+            decided = reconcile(job.model_copy(update={"status": plan.status}), replace(world, refused=refused), now)
+            await self._write(self.jobs.cache.get(key, raw), job, plan.status, decided)
+            await self._apply(job, decided, set(), create=False)
+            return
+        if job.spec.tensorboard is not None and not plan.status.finished and key not in self.boards:
+            await self._create_tensorboard(raw, job, key)
+        if plan.requeue_at is not None:
+            self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
+
+    async def _write(self, raw: dict[str, Any], job: TorchJob | None, status: JobStatus, plan: Plan) -> None:
+        """The decision, before it is acted on: the status (when it or the generation it was decided on
+        changed), then the events, in order, best effort and not in the way of the pods."""
+        generation = raw["metadata"].get("generation")
+        if plan.status != status or (raw.get("status") or {}).get("observedGeneration") != generation:
+            meta = raw["metadata"]
+            stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"),
+                                                 status_dict(job, plan.status, generation))
+            # Our own write is newer than what the informer has seen (it skips older events): the
+            # next reconcile starts from it and does not act twice.
+            self.jobs.remember(stored)
+        if plan.events:
+            self.spawn(self._record(raw, plan.events, datetime.now(UTC)))
+
+    async def _record(self, raw: dict[str, Any], events: list[Event], at: datetime) -> None:
+        for i, ev in enumerate(events):  # stamped when decided, in the plan's order
+            await self.api.event(raw, ev.type, ev.reason, ev.message, at + timedelta(microseconds=i))
+
+    async def _clear_stale(self, job: TorchJob, stale: list[dict[str, Any]]) -> set[str]:
+        """Pods named like this job's but owned by an earlier job of the same name (deleted, its pods
+        not yet collected) are not ours to observe; they are deleted, as the garbage collector would,
+        and their names are not created again until they are gone. Returns those names."""
+        names = set()
+        for p in stale:
+            meta = p["metadata"]
+            names.add(meta["name"])
+            if not meta.get("deletionTimestamp"):
+                log.info("deleting %s/%s, left by an earlier job %s", meta.get("namespace"), meta["name"], job.name)
+                await self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0)
+        if names:
+            self.queue.add_after((job.metadata.namespace or "default", job.name), 1.0)
+        return names
+
+    async def _publish_ca(self, namespace: str) -> None:
+        """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
+        from torchjob.kube.progress_tls import CA_CONFIGMAP, CA_KEY, ca_configmap
+
+        assert self.progress_ca is not None
+        found = await self.api.find("ConfigMap", CA_CONFIGMAP, namespace)
+        if found is None:
+            await self._create(ca_configmap(namespace, self.progress_ca))
+        elif (found.get("data") or {}).get(CA_KEY) != self.progress_ca:
+            await self.api.patch_data("ConfigMap", CA_CONFIGMAP, namespace, {CA_KEY: self.progress_ca})
+        self.ca_namespaces.add(namespace)
+
+    async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, key: Key) -> None:
+        created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]
+        self.boards.add(key)
+        if any(created):
+            await self.api.event(raw, "Normal", "TensorBoardCreated", f"TensorBoard at {tensorboard.address(job)}")
+
+    async def _create(self, obj: dict[str, Any]) -> bool:
+        """Create; False when it already exists (adopted, after a restart or a stale cache)."""
+        try:
+            created = await self.api.create(obj)
+        except Exception as e:
+            if status_code(e) == 409:
+                return False
+            raise
+        if obj["kind"] == "Pod":
+            self.pods.on_change(self.pods.remember(created))
+        elif obj["kind"] == "Service" and kr.LABEL_JOB in created["metadata"].get("labels", {}):
+            self.services.remember(created)  # not created twice before its watch event
+        return True
+
+    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], create: bool = True) -> None:
+        ns = job.metadata.namespace or "default"
+        for a in plan.actions:
+            if isinstance(a, Stop | Forget | Purge):
+                grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
+                await self.api.delete("Pod", kr.pod_name(job, a.replica), ns,
+                                      grace_s=grace if isinstance(a, Stop) else 0)
+            elif isinstance(a, DeleteJob):
+                await self.api.delete("TorchJob", job.name, ns)
+        # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
+        # waits (both requeued). The others at once: a job's pods are independent requests.
+        creates = [a for a in plan.actions if isinstance(a, Create) and create]
+        o = self.options
+        await asyncio.gather(*(self._create(kr.pod(job, a.replica, a.attempt, init_image=o.init_image,
+                                                   wait=o.wait_for_master, progress_url=o.progress_url))
+                               for a in creates if kr.pod_name(job, a.replica) not in blocked))
+
+    def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
+        for p in pods:
+            deleting = p["metadata"].get("deletionTimestamp")
+            since = parse_time(deleting)
+            if since is None:
+                continue
+            # The server sets deletionTimestamp to the request's time plus the grace period: past it,
+            # a kubelet would have killed the pod; one that is still there sits on a node that is gone.
+            due = since + timedelta(seconds=self.force_delete_after_s)
+            if now >= due:
+                log.warning("force-deleting %s, stuck terminating since %s", p["metadata"]["name"], deleting)
+                self.spawn(self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))
+            else:
+                self.queue.add_after((job.metadata.namespace or "default", job.name), (due - now).total_seconds())
