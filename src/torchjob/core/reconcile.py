@@ -8,14 +8,17 @@ running. An observed attempt older than that is stale (its restart is already de
 Decisions, in order:
 1. A finished job: stop what still runs (after a success, once the others had SUCCESS_SETTLE_S
    to end on their own), purge per cleanPodPolicy, delete after the TTL.
-2. A suspended job: stop and forget every replica; resume restarts the clock.
-3. A user's stop request, or the active deadline: the job fails.
-4. Success: the master succeeded (no master: every worker; elastic: any worker).
-5. Failures, first exit first: restart per the replica's policy and backoffLimit, or fail the job.
+2. What the runtime learned (`World.runner_lost`, `World.refused`): the job fails with it.
+3. A suspended job: stop and forget every replica; resume restarts the clock.
+4. A user's stop request, or the active deadline: the job fails.
+5. Success: the master succeeded (no master: every worker; elastic: any worker).
+6. Failures, first exit first: restart per the replica's policy and backoffLimit, or fail the job.
    Then stalls (runPolicy.progressDeadlineSeconds): a replica that reported progress and then went
    quiet is the event Stalled; a lifecycle policy acts on it, or the job fails with
    ProgressDeadlineExceeded naming the quiet replicas.
-6. Missing replicas are created (after their restart backoff).
+7. Missing replicas are created (after their restart backoff).
+Before all of it, each replica deleted by someone else is decided on (`as_core_sees`): an eviction
+or simply missing.
 When the job fails, every replica still running is stopped at once, whatever cleanPodPolicy
 says; cleanPodPolicy decides only what is kept of finished replicas (`All` purges them).
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -70,12 +73,33 @@ class Observed:
     finished_at: datetime | None = None
     stopping: bool = False  # a stop was asked for and is in progress
     last_report: datetime | None = None  # when this attempt last reported progress (None: never)
+    # Deleted, by someone other than torchjob as far as the runtime knows (a drain, `kubectl delete
+    # pod`): `stopping` while it is still going away, not once it is gone (its last state is kept
+    # until core has decided on it). Core decides what it means (`evicted`): with a lifecycle policy
+    # on PodEvicted, while the job runs and the attempt is current, a failure with reason Evicted
+    # (finished at `finished_at`, the deletion's time); otherwise the replica is simply missing and
+    # is made again (Kubeflow's behaviour), once it is gone.
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The runtime cannot run this job as written: a fact it learned. Core fails the job with it."""
+
+    reason: str  # InvalidSpec | PodGroupUnavailable | KueueUnavailable | LocalSetupFailed
+    message: str
 
 
 @dataclass(frozen=True)
 class World:
     replicas: Mapping[str, Observed] = field(default_factory=dict)  # by replica name
     stop_requested: str | None = None  # why the user stopped the job (e.g. "SIGINT")
+    # The job fails with this reason and message (Failed condition, status.failure, a Warning event,
+    # every running replica stopped), once; a finished job ignores it.
+    refused: Refusal | None = None
+    # Local: the supervisor died; the message says how that was found. The job fails with reason
+    # SupervisorLost and every open attempt is ended (Abandon: nothing is left to stop them).
+    runner_lost: str | None = None
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -113,11 +137,20 @@ class Purge:
 
 
 @dataclass(frozen=True)
+class Abandon:
+    """An attempt whose runner is gone (nothing is left to stop it): record it as ended, with `reason`."""
+
+    replica: ReplicaId
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     reason: str
 
 
-Action = Create | Stop | Forget | Purge | DeleteJob
+Action = Create | Stop | Forget | Purge | Abandon | DeleteJob
 
 
 @dataclass(frozen=True)
@@ -235,6 +268,7 @@ def _stop_active(plan: Plan, world: World, reason: str) -> None:
 
 
 def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
+    world = as_core_sees(job, world, now)
     plan = _decide(job, world, now)
     was_finished = job.status is not None and job.status.finished
     if plan.status.finished and not was_finished:
@@ -285,7 +319,13 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         _count(job, world, status)
         return plan
 
-    # 2. Suspended (a stop request still ends a suspended job).
+    # 2. What the runtime learned: its runner is gone, or it cannot run the job as written.
+    if world.runner_lost is not None or world.refused is not None:
+        _fail_by_fact(plan, job, world, now)
+        _count(job, world, status)
+        return plan
+
+    # 3. Suspended (a stop request still ends a suspended job).
     if rp.suspend and not world.stop_requested:
         if set_condition(status, "Suspended", True, "Suspended", f"TorchJob {job.name} is suspended.", now):
             plan.event("Normal", "Suspended", "job suspended: every replica is stopped")
@@ -325,7 +365,7 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         else:
             current[rid.name] = seen
 
-    # 3. Stopped by the user, or past the deadline.
+    # 4. Stopped by the user, or past the deadline.
     deadline = policy.deadline_at(status.startTime, rp.activeDeadlineSeconds)
     if world.stop_requested:
         status.failure = FailureInfo(reason="Terminated", message=f"stopped by {world.stop_requested}",
@@ -342,7 +382,7 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
     if deadline is not None:
         plan.requeue(deadline)
 
-    # 4. Lifecycle policies on completed replica types (e.g. TaskCompleted -> CompleteJob), then
+    # 5. Lifecycle policies on completed replica types (e.g. TaskCompleted -> CompleteJob), then
     # the success rules.
     for rtype in job.spec.pytorchReplicaSpecs:
         done_ = [current.get(r.name) for r in expected if r.rtype == rtype]
@@ -366,7 +406,7 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         _count(job, world, status)
         return plan
 
-    # 5. Exits, the earliest first: a lifecycle policy that matches, else restartPolicy.
+    # 6. Exits, the earliest first: a lifecycle policy that matches, else restartPolicy.
     ended = [o for o in current.values() if o.phase is Phase.FAILED or o.phase is Phase.SUCCEEDED]
     ended.sort(key=lambda o: (o.finished_at or now, o.replica))
     for obs in ended:
@@ -418,14 +458,15 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         _count(job, world, status)
         return plan
 
-    # 6. Start what is missing.
+    # 7. Start what is missing.
     waiting = False
     for rid in expected:
         if rid.name in current:
             continue
         st = status.replicas[rid.name]
-        if rid.name in world.replicas and world.replicas[rid.name].attempt < st.attempt:
-            waiting = True  # the stale attempt must go first (same pod name on a cluster)
+        stale = world.replicas.get(rid.name)
+        if stale is not None and stale.attempt < st.attempt and not (stale.deleted and not stale.stopping):
+            waiting = True  # the stale attempt must go first (same pod name on a cluster), unless gone
             continue
         if st.notBefore is not None and now < st.notBefore:
             plan.requeue(st.notBefore)
@@ -445,6 +486,63 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         plan.event("Normal", "Running", "every replica is running")
     _count(job, world, status)
     return plan
+
+
+# --- facts the runtime learned --------------------------------------------------------------
+
+
+def evicted(job: TorchJob, obs: Observed) -> bool:
+    """A replica deleted by someone else (`Observed.deleted`) is Volcano's PodEvicted when the job
+    runs (not finished, not suspended), the attempt is current and still ran, and a lifecycle
+    policy acts on that event. Torchjob itself never deletes a current replica of a running job:
+    it moves the attempt on, or ends or suspends the job, first."""
+    status = job.status
+    if not obs.deleted or status is None or status.finished or status.is_true("Suspended"):
+        return False
+    if not obs.phase.active:
+        return False
+    current = status.replicas.get(obs.replica.name)
+    return (current is not None and current.attempt == obs.attempt
+            and match_policy(job, obs.replica.rtype, "PodEvicted", None) is not None)
+
+
+def as_core_sees(job: TorchJob, world: World, now: datetime) -> World:
+    """The world with each deleted replica decided on: an eviction is a failure with reason Evicted;
+    any other deleted replica is still there while it goes away, and once it is gone, missing (made
+    again) while the job runs, ended when the job has finished (as the eviction that ended it was)."""
+    if not any(o.deleted for o in world.replicas.values()):
+        return world
+    finished = job.status is not None and job.status.finished
+    seen: dict[str, Observed] = {}
+    for name, obs in world.replicas.items():
+        if evicted(job, obs):
+            seen[name] = replace(obs, phase=Phase.FAILED, reason="Evicted",
+                                 message=obs.message or "the replica was deleted while it ran",
+                                 finished_at=obs.finished_at or now)
+        elif not obs.deleted or (obs.stopping and obs.phase.active):
+            seen[name] = obs
+        elif finished:
+            seen[name] = replace(obs, phase=Phase.FAILED) if obs.phase.active else obs
+    return replace(world, replicas=seen)
+
+
+def _fail_by_fact(plan: Plan, job: TorchJob, world: World, now: datetime) -> None:
+    """The runner is lost (every open attempt is abandoned), or the job is refused (every running
+    replica is stopped): the job fails with that reason."""
+    status = plan.status
+    if world.runner_lost is not None:
+        reason, message = "SupervisorLost", world.runner_lost
+    else:
+        assert world.refused is not None
+        reason, message = world.refused.reason, world.refused.message
+    status.failure = FailureInfo(reason=reason, message=message)
+    _finish(plan, job, world, now, False, reason, message)
+    if world.runner_lost is not None:
+        for obs in world.replicas.values():
+            if obs.phase.active:
+                plan.actions.append(Abandon(obs.replica, obs.attempt, reason))
+    else:
+        _stop_active(plan, world, message)
 
 
 # --- lifecycle policies and actions ----------------------------------------------------------
