@@ -9,7 +9,7 @@ from typing import Any
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
-from torchjob.core.reconcile import Create, Phase, Stop, reconcile
+from torchjob.core.reconcile import Create, Phase, Stop, as_core_sees, reconcile
 from torchjob.core.topology import ReplicaId, replicas
 from torchjob.kube import render as kr
 from torchjob.kube.observe import observe
@@ -42,7 +42,8 @@ def test_a_deleted_pod_is_an_eviction_for_a_job_with_a_pod_evicted_policy() -> N
     job, pods = running_job([{"event": "PodEvicted", "action": "RestartJob"}])
     gone = pods.pop(1)  # worker-0 deleted (a drain); the informer kept its last state
     world = observe(job, pods, gone=[gone])
-    obs = world.replicas["worker-0"]
+    assert world.replicas["worker-0"].deleted  # observed as deleted; what that means is core's to say
+    obs = as_core_sees(job, world, NOW).replicas["worker-0"]
     assert (obs.phase, obs.reason) == (Phase.FAILED, "Evicted")
     plan = reconcile(job, world, NOW)
     assert {r.attempt for r in plan.status.replicas.values()} == {1}  # RestartJob: every replica anew
@@ -60,7 +61,7 @@ def test_without_such_a_policy_a_deleted_pod_is_made_again_uncounted() -> None:
     job, pods = running_job(None)
     gone = pods.pop(1)
     world = observe(job, pods, gone=[gone])
-    assert "worker-0" not in world.replicas
+    assert "worker-0" not in as_core_sees(job, world, NOW).replicas
     plan = reconcile(job, world, NOW)
     assert [(a.replica, a.attempt) for a in plan.actions if isinstance(a, Create)] == [(ReplicaId("Worker", 0), 0)]
     assert plan.status.restartCount == 0 and not plan.status.finished
@@ -72,5 +73,5 @@ def test_pods_the_operator_stops_itself_are_not_evictions() -> None:
         "runPolicy": job.run_policy.model_copy(update={"suspend": True})})})
     plan = reconcile(suspended, observe(suspended, pods), NOW)  # the suspension is written first
     after = suspended.model_copy(update={"status": plan.status})
-    world = observe(after, [deleting(p) for p in pods])
+    world = as_core_sees(after, observe(after, [deleting(p) for p in pods]), NOW)
     assert all(o.phase is Phase.RUNNING and o.stopping for o in world.replicas.values())

@@ -715,3 +715,15 @@ def _success_rules(plan: Plan, job: TorchJob, world: World, current: dict[str, O
         _finish(plan, job, world, now, True, "Succeeded", "every worker succeeded")
     elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
         _finish(plan, job, world, now, True, "Succeeded", "a worker of the elastic job succeeded")
+
+
+def refuse(status: JobStatus, refusal: Refusal, now: datetime) -> Plan:
+    """A job the runtime cannot even read as a TorchJob (its stored spec fails the model) fails with
+    the refusal, as `World.refused` fails one it can read; nothing of it runs, so nothing is stopped."""
+    plan = Plan(status=status.model_copy(deep=True))
+    if not plan.status.finished:
+        plan.status.failure = FailureInfo(reason=refusal.reason, message=refusal.message)
+        if set_condition(plan.status, "Failed", True, refusal.reason, refusal.message, now):
+            plan.status.completionTime = now
+            plan.event("Warning", refusal.reason, refusal.message)
+    return plan

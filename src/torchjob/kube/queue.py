@@ -81,7 +81,7 @@ class WorkQueue:
         does not hammer the API server. Returns the delay."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
-        delay = min(self.base_delay_s * 2**n, self.max_delay_s)
+        delay = min(self.base_delay_s * 2.0**n, self.max_delay_s)
         self.add_after(key, delay)
         return delay
 

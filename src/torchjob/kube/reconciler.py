@@ -93,7 +93,7 @@ class PodIndex:
         for p in gone:
             obs = observe_pod(decided, p)
             current = status.replicas.get(obs.replica.name) if obs is not None else None
-            if obs is not None and current is not None and current.attempt == obs.attempt and not current.finished:
+            if obs is not None and current is not None and current.attempt == obs.attempt:
                 kept[p["metadata"]["name"]] = p
         if kept:
             self.gone[key] = kept
