@@ -14,6 +14,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Service
+from lightkube.types import PatchType
 
 from tests.jobs import job_data
 from tests.kube.conftest import (
@@ -71,7 +72,8 @@ def test_volcano_podgroup_comes_before_the_pods_and_goes_when_the_job_ends(
     assert "queue 'research'" in message and "volcano scheduler running" in message
     looks = apiserver_requests(kubeconfig, "GET", "podgroups")
     before = operator.reconciles()
-    kube.patch(TorchJobRes, "vc", {"metadata": {"annotations": {"test.torchjob.dev/poke": "1"}}}, namespace=namespace)
+    kube.patch(TorchJobRes, "vc", {"metadata": {"annotations": {"test.torchjob.dev/poke": "1"}}}, namespace=namespace,
+               patch_type=PatchType.MERGE)
     operator.wait_idle(before)  # it looked again: from its PodGroup watch, not by asking the API server
     assert pods_of(kube, "vc", namespace) == []
     assert apiserver_requests(kubeconfig, "GET", "podgroups") == looks

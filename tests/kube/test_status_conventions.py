@@ -13,6 +13,7 @@ from lightkube import Client
 from lightkube.models.core_v1 import ResourceQuotaSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, ResourceQuota
+from lightkube.types import PatchType
 
 from tests.jobs import job_data
 from tests.kube.conftest import Operator, wait_job
@@ -36,7 +37,8 @@ def test_observed_generation_tells_a_client_the_operator_acted_on_its_change(
     wait_pods(kube, "gen", namespace, 2)
     first = generation(kube, "gen", namespace)
     wait_job(kube, "gen", namespace, lambda s: s.get("observedGeneration") == first)
-    kube.patch(TorchJobRes, "gen", {"spec": {"runPolicy": {"suspend": True}}}, namespace=namespace)
+    kube.patch(TorchJobRes, "gen", {"spec": {"runPolicy": {"suspend": True}}}, namespace=namespace,
+               patch_type=PatchType.MERGE)
     later = generation(kube, "gen", namespace)
     assert later > first
     status = wait_job(kube, "gen", namespace, lambda s: s.get("observedGeneration") == later)
@@ -64,6 +66,10 @@ def test_a_reconcile_that_keeps_failing_backs_off_and_says_why(
     # mistake and does not go away by itself. The operator retries, ever less often, and says so.
     kube.create(ResourceQuota(metadata=ObjectMeta(name="no-pods", namespace=namespace),
                               spec=ResourceQuotaSpec(hard={"pods": "0"})))
+    # The test plays kube-controller-manager's quota controller: admission enforces only a quota
+    # whose status has been counted.
+    kube.patch(ResourceQuota.Status, "no-pods", {"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}},
+               namespace=namespace, patch_type=PatchType.MERGE)
     create(kube, job_data("quota", workers=1), namespace)
     end = time.monotonic() + 60
     while time.monotonic() < end and len(events(kube, "quota", namespace, "ReconcileError")) < 4:

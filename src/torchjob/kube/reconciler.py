@@ -95,8 +95,8 @@ class PodIndex:
             current = status.replicas.get(obs.replica.name) if obs is not None else None
             if obs is not None and current is not None and current.attempt == obs.attempt:
                 kept[p["metadata"]["name"]] = p
-        if kept:
-            self.gone[key] = kept
+        if kept:  # beside any deleted since this reconcile began (it awaited in between)
+            self.gone.setdefault(key, {}).update(kept)
 
 
 @dataclass(frozen=True)
