@@ -235,3 +235,36 @@ def test_manager_and_queue_cannot_change_but_suspend_can(pytorchjobs: Client, na
     with pytest.raises(ApiError) as err:
         patch({"runPolicy": {"schedulingPolicy": {"queue": "b"}}})
     assert "spec.runPolicy.schedulingPolicy.queue is immutable" in str(err.value.status.message)
+
+
+def test_the_installed_role_lets_the_operator_serve_pytorchjobs_and_no_more(
+        pytorchjobs: Client, kubeconfig: str, namespace: str) -> None:
+    """`install --kubeflow-api`'s RBAC, applied to the real API server and asked by
+    SubjectAccessReview, for the operator's ServiceAccount (bound here in a namespace of its own)."""
+    from lightkube.models.authorization_v1 import ResourceAttributes, SubjectAccessReviewSpec
+    from lightkube.resources.authorization_v1 import SubjectAccessReview
+    from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
+
+    from torchjob.kube.install import KUBEFLOW_NAME, kubeflow_api_objects
+
+    objs = kubeflow_api_objects(namespace)
+    apply(objs, kubeconfig)
+    user = f"system:serviceaccount:{namespace}:torchjob-operator"
+
+    def allowed(verb: str, resource: str, subresource: str | None = None) -> bool:
+        attrs = ResourceAttributes(group="kubeflow.org", resource=resource, subresource=subresource, verb=verb,
+                                   namespace="anywhere")
+        review = pytorchjobs.create(SubjectAccessReview(spec=SubjectAccessReviewSpec(user=user,
+                                                                                     resourceAttributes=attrs)))
+        return bool(review.status.allowed)
+
+    try:
+        for verb in ("get", "list", "watch", "patch", "delete"):
+            assert allowed(verb, "pytorchjobs"), verb
+        assert allowed("patch", "pytorchjobs", "status") and allowed("update", "pytorchjobs", "status")
+        assert allowed("update", "pytorchjobs", "finalizers")
+        assert not allowed("create", "pytorchjobs")  # users create jobs; the operator never does
+        assert not allowed("get", "tfjobs")
+    finally:
+        pytorchjobs.delete(ClusterRoleBinding, KUBEFLOW_NAME)
+        pytorchjobs.delete(ClusterRole, KUBEFLOW_NAME)
