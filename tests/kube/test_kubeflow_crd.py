@@ -268,3 +268,27 @@ def test_the_installed_role_lets_the_operator_serve_pytorchjobs_and_no_more(
     finally:
         pytorchjobs.delete(ClusterRoleBinding, KUBEFLOW_NAME)
         pytorchjobs.delete(ClusterRole, KUBEFLOW_NAME)
+
+
+def test_the_projected_status_is_stored_whole_and_listed_by_its_state(
+        pytorchjobs: Client, kubeconfig: str, namespace: str) -> None:
+    """kubeflow_status's output, merge-patched into the status subresource step by step as the
+    operator would: the schema keeps all of it (torchjob reads its own status back unchanged) and
+    `kubectl get`'s State follows the job."""
+    from tests.core.sim import simulate
+    from tests.jobs import make_job
+    from torchjob.kube.kubeflow_status import kubeflow_status, torchjob_status
+
+    create(pytorchjobs, seed("demo"), namespace)
+    job = make_job("demo", workers=2, restart_policy="OnFailure")
+    result = simulate(job, {"master-0": [(10, 0)], "worker-0": [(9, 0)], "worker-1": [(3, 1), (5, 0)]})
+    seen: list[str | None] = []
+    for step in result.steps:
+        body = {"status": kubeflow_status(job, step.plan.status)}
+        stored = pytorchjobs.patch(PyTorchJobRes.Status, "demo", body, namespace=namespace,
+                                   patch_type=PatchType.MERGE).to_dict()["status"]
+        assert torchjob_status(stored) == step.plan.status.model_copy(update={"progress": None})
+        state = table(kubeconfig, namespace)["rows"][0]["cells"][1]
+        if not seen or seen[-1] != state:
+            seen.append(state)
+    assert seen == ["Created", "Running", "Restarting", "Running", "Succeeded"]
