@@ -139,6 +139,9 @@ def _run_policy() -> dict[str, Any]:
     quantity = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
     return {
         "type": "object",
+        # stored even when left out (and with it suspend: false): the Kubeflow SDK's model of a
+        # PyTorchJob requires runPolicy, and its get_job fails on a job stored without one
+        "default": {},
         "properties": {
             "cleanPodPolicy": {"type": "string", "enum": CLEAN_POD_POLICIES},
             "ttlSecondsAfterFinished": _INT32,
