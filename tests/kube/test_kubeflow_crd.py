@@ -292,3 +292,40 @@ def test_the_projected_status_is_stored_whole_and_listed_by_its_state(
         if not seen or seen[-1] != state:
             seen.append(state)
     assert seen == ["Created", "Running", "Restarting", "Running", "Succeeded"]
+
+
+def _fields(schema: dict[str, Any], path: str = "") -> dict[str, str]:
+    """Every field path of a schema down to the pod template (not into it): its type."""
+    out: dict[str, str] = {}
+    for name, sub in (schema.get("properties") or {}).items():
+        here = f"{path}.{name}"
+        out[here] = sub.get("type", "int-or-string" if sub.get("x-kubernetes-int-or-string") else "?")
+        if name not in ("template", "metrics", "metadata", "labelSelector"):
+            out.update(_fields(sub, here))
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        out.update(_fields(extra, f"{path}.*"))
+    return out
+
+
+def test_the_crd_matches_kubeflows_own_file_where_it_is_built() -> None:
+    """Against Kubeflow's CRD itself (hack/kubeflow/build.sh copies it from the v1.8.1 module):
+    the same names, columns and subresources, and every field of its spec and status known here
+    with the same type (so what it accepts, this accepts)."""
+    import os
+
+    cache = Path(os.environ.get("TORCHJOB_CACHE", Path.home() / ".cache" / "torchjob"))
+    path = cache / "kubeflow" / "v1.8.1" / "kubeflow.org_pytorchjobs.yaml"
+    if not path.exists():
+        pytest.skip(f"{path} is not there: bash hack/kubeflow/build.sh")
+    theirs = yaml.safe_load(path.read_text())
+    ours = kubeflow_crd.crd()
+    assert ours["spec"]["names"] == theirs["spec"]["names"]
+    assert (ours["spec"]["group"], ours["spec"]["scope"]) == (theirs["spec"]["group"], theirs["spec"]["scope"])
+    (mine,), (kubeflows,) = ours["spec"]["versions"], theirs["spec"]["versions"]
+    assert mine["subresources"] == kubeflows["subresources"]
+    assert mine["additionalPrinterColumns"] == kubeflows["additionalPrinterColumns"]
+    their_fields = _fields(kubeflows["schema"]["openAPIV3Schema"])
+    our_fields = _fields(mine["schema"]["openAPIV3Schema"])
+    missing = {f: t for f, t in their_fields.items() if our_fields.get(f) != t}
+    assert not missing, f"fields of Kubeflow's CRD not known here (or of another type): {missing}"
