@@ -1,15 +1,19 @@
 """What `torchjob install` applies: the CRD (generated from the model), least-privilege RBAC,
-and the operator Deployment. The Helm chart in charts/torchjob renders the same objects."""
+and the operator Deployment; with `kubeflow_api`, also Kubeflow's `pytorchjobs.kubeflow.org` CRD
+(kube/kubeflow_crd.py) and a ClusterRole of its own for it. The Helm chart in charts/torchjob
+renders the same objects (the Kubeflow ones under the value `kubeflowApi.enabled`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from torchjob import __version__
+from torchjob.kube import kubeflow_crd
 from torchjob.kube.crd import GROUP, PLURAL, crd
 
 NAMESPACE = "torchjob-system"
 NAME = "torchjob-operator"
+KUBEFLOW_NAME = f"{NAME}-kubeflow"  # the ClusterRole (and its binding) for Kubeflow's PyTorchJob API
 DEFAULT_IMAGE = f"torchjob/operator:{__version__}"
 PROGRESS_PORT = 8443
 DEFAULT_PROGRESS_URL = f"https://{NAME}.{NAMESPACE}.svc:{PROGRESS_PORT}"  # what pods report progress to
@@ -36,14 +40,48 @@ LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},  # the progress endpoint's TLS
 ]
+# Serving Kubeflow's PyTorchJobs: the same verbs as on TorchJobs, and the owner's finalizers, which
+# pods and Services made with blockOwnerDeletion need where OwnerReferencesPermissionEnforcement is on.
+KUBEFLOW_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [kubeflow_crd.GROUP], "resources": [kubeflow_crd.PLURAL],
+     "verbs": ["get", "list", "watch", "patch", "delete"]},
+    {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/status"],
+     "verbs": ["get", "patch", "update"]},
+    {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/finalizers"], "verbs": ["update"]},
+]
+
+
+def kubeflow_api_objects(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """What serving Kubeflow's PyTorchJob API adds: its CRD, a ClusterRole for it, and the binding
+    of that role to the operator's ServiceAccount."""
+    return [
+        kubeflow_crd.crd(),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": KUBEFLOW_NAME},
+         "rules": KUBEFLOW_RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": KUBEFLOW_NAME},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": KUBEFLOW_NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]},
+    ]
 
 
 def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: int = 1,
-              args: list[str] | None = None) -> list[dict[str, Any]]:
-    """`args`: more `torchjob operator` flags (e.g. --gang-scheduler-name volcano), after the command."""
+              args: list[str] | None = None, kubeflow_api: bool = False,
+              crd_only: bool = False) -> list[dict[str, Any]]:
+    """`args`: more `torchjob operator` flags (e.g. --gang-scheduler-name volcano), after the command.
+    `kubeflow_api`: also Kubeflow's PyTorchJob CRD and its RBAC. `crd_only`: the CRDs alone
+    (TorchJob's, and Kubeflow's with `kubeflow_api`). The CRDs come first, TorchJob's at [0]."""
+    kubeflow = kubeflow_api_objects(namespace) if kubeflow_api else []
+    crds = [crd(), *(o for o in kubeflow if o["kind"] == "CustomResourceDefinition")]
+    if crd_only:
+        return crds
+    return [*crds, *_operator(image, namespace, replicas, args),
+            *(o for o in kubeflow if o["kind"] != "CustomResourceDefinition")]
+
+
+def _operator(image: str, namespace: str, replicas: int, args: list[str] | None) -> list[dict[str, Any]]:
     labels = {"app.kubernetes.io/name": NAME}
     return [
-        crd(),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, "namespace": namespace}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": NAME},
