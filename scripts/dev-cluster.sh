@@ -21,6 +21,7 @@
 #   scripts/dev-cluster.sh image SPEC.json
 #                                  build local images (hack/realnode/images.py) and load them
 #                                  into the real node's containerd (nothing can be pulled)
+#   scripts/dev-cluster.sh bin     print the dir of the built binaries (kubectl among them)
 #   scripts/dev-cluster.sh crds    print the paths of third-party CRDs the operator works with
 #                                  (Volcano and scheduler-plugins PodGroups, Kueue's Workloads
 #                                  and ResourceFlavors), taken from their
@@ -131,9 +132,9 @@ cmd_build() {
         || kpkgs+=(k8s.io/kubernetes/cmd/kube-controller-manager)
     assets_have || stamp_ok kube-apiserver "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kube-apiserver)
     stamp_ok kube-scheduler "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kube-scheduler)
+    stamp_ok kubectl "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kubectl) # the tests drive it as users do
     if real_node; then
         stamp_ok kubelet "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kubelet)
-        stamp_ok kubectl "$kstamp" || kpkgs+=(k8s.io/kubernetes/cmd/kubectl)
     fi
     if ((${#kpkgs[@]})); then
         minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -656,5 +657,6 @@ case "${1:-}" in
     restart-apiserver) with_lock cmd_restart_apiserver ;;
     crds) cmd_crds ;;
     image) cmd_image "${2:-}" ;;
+    bin) echo "$BIN" ;;
     *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds|image" ;;
 esac

@@ -388,19 +388,20 @@ def resume(name: str, kube: bool, kubeconfig: str | None, kube_context: str | No
 @click.option("--dry-run", is_flag=True, help="Print the manifests instead of applying them.")
 @click.option("--image", default=None, help="The operator image (default torchjob/operator:VERSION).")
 @click.option("--namespace", default="torchjob-system", show_default=True, help="Where the operator runs.")
-@click.option("--crd-only", is_flag=True, help="Only the CustomResourceDefinition.")
+@click.option("--crd-only", is_flag=True, help="Only the CustomResourceDefinition (with --kubeflow-api: both).")
+@click.option("--kubeflow-api", is_flag=True,
+              help="Also Kubeflow's pytorchjobs.kubeflow.org CRD and its RBAC: the operator serves PyTorchJobs too.")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
 @click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
               help="One more `torchjob operator` flag for the Deployment (repeat it), e.g. "
                    "--operator-arg=--gang-scheduler-name=volcano.")
-def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeconfig: str | None,
-            operator_args: tuple[str, ...]) -> None:
+def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
+            kubeconfig: str | None, operator_args: tuple[str, ...]) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster."""
     from torchjob.kube.install import DEFAULT_IMAGE, apply, manifests
 
-    objs = manifests(image or DEFAULT_IMAGE, namespace, args=list(operator_args))
-    if crd_only:
-        objs = objs[:1]
+    objs = manifests(image or DEFAULT_IMAGE, namespace, args=list(operator_args), kubeflow_api=kubeflow_api,
+                     crd_only=crd_only)
     if dry_run:
         import yaml
 
@@ -439,10 +440,14 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
               help="The operator's Service (in --lease-namespace): the name the endpoint's certificate is for.")
 @click.option("--progress-write-interval", default=5.0, show_default=True, metavar="SECONDS",
               help="Write a job's status.progress at most once this often, however often its pods report.")
+@click.option("--kubeflow-api", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="Serve Kubeflow's kubeflow.org/v1 PyTorchJobs too. auto: when the cluster has their CRD as "
+                   "`torchjob install --kubeflow-api` installs it and Kubeflow's training-operator holds no Lease.")
 def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, leader_elect: bool,
              lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
              gang_scheduler_name: str | None, force_delete_after: float, progress_port: int,
-             progress_url: str | None, progress_service: str, progress_write_interval: float) -> None:
+             progress_url: str | None, progress_service: str, progress_write_interval: float,
+             kubeflow_api: str) -> None:
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
@@ -452,7 +457,7 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
     asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
                              leader_elect, lease_namespace, init_image, wait_for_master, lease_duration,
                              gang_scheduler_name, force_delete_after, progress_port, progress_url, progress_service,
-                             progress_write_interval))
+                             progress_write_interval, kubeflow_api))
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
@@ -33,6 +34,7 @@ INSTANCE = socket.gethostname()[:128]  # the operator's pod: which replica recor
 VolcanoPodGroup = create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
 PluginsPodGroup = create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
 KueueWorkload = create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
+PyTorchJobRes = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
 KueueResourceFlavor = create_global_resource("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors")
 
 # By kind, or by apiVersion/kind where two groups share a kind.
@@ -43,6 +45,8 @@ KINDS: dict[str, Any] = {
     "scheduling.x-k8s.io/v1alpha1/PodGroup": PluginsPodGroup,
     "kueue.x-k8s.io/v1beta1/Workload": KueueWorkload,
     "kueue.x-k8s.io/v1beta1/ResourceFlavor": KueueResourceFlavor,
+    "kubeflow.org/v1/PyTorchJob": PyTorchJobRes,
+    "CustomResourceDefinition": CustomResourceDefinition,
 }
 
 
@@ -122,9 +126,10 @@ class Api:
             if status_code(e) != 404:
                 raise
 
-    async def patch_status(self, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
+    async def patch_status(self, name: str, namespace: str, status: dict[str, Any],
+                           kind: str = "TorchJob") -> dict[str, Any]:
         """Merge-patch the status subresource; returns the object as stored (new resourceVersion)."""
-        obj = await self.client.patch(TorchJobRes.Status, name, {"status": status}, namespace=namespace,
+        obj = await self.client.patch(KINDS[kind].Status, name, {"status": status}, namespace=namespace,
                                       patch_type=PatchType.MERGE)
         return to_dict(obj)
 
@@ -140,9 +145,10 @@ class Api:
         review = await self.client.create(TokenReview(spec=TokenReviewSpec(token=token, audiences=[audience])))
         return to_dict(review).get("status") or {}
 
-    async def patch_spec(self, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
-        """Merge-patch a TorchJob's spec; returns the object as stored."""
-        obj = await self.client.patch(TorchJobRes, name, {"spec": spec}, namespace=namespace,
+    async def patch_spec(self, name: str, namespace: str, spec: dict[str, Any],
+                         kind: str = "TorchJob") -> dict[str, Any]:
+        """Merge-patch a job's spec; returns the object as stored."""
+        obj = await self.client.patch(KINDS[kind], name, {"spec": spec}, namespace=namespace,
                                       patch_type=PatchType.MERGE)
         return to_dict(obj)
 
@@ -155,7 +161,8 @@ class Api:
         at = at or datetime.now(UTC)
         ev = Event(
             metadata=ObjectMeta(generateName=f"{meta['name']}.", namespace=ns),
-            involvedObject=ObjectReference(apiVersion=job.get("apiVersion"), kind="TorchJob", name=meta["name"],
+            involvedObject=ObjectReference(apiVersion=job.get("apiVersion"), kind=job.get("kind") or "TorchJob",
+                                           name=meta["name"],
                                            namespace=ns, uid=meta.get("uid")),
             reason=reason, message=message[:1024], type=type_, source=EventSource(component=FIELD_MANAGER),
             count=1, eventTime=at, firstTimestamp=at, lastTimestamp=at, action=reason,

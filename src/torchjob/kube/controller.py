@@ -21,14 +21,15 @@ from torchjob.kube.observe import pod_summary
 from torchjob.kube.progress import ProgressHub
 from torchjob.kube.queue import WorkQueue
 from torchjob.kube.reconciler import FORCE_DELETE_AFTER_S, PodIndex, PodOptions, Reconciler
+from torchjob.kube.served import TORCHJOB, ServedKind
 
 log = logging.getLogger("torchjob.kube")
 
 
-def job_gone(e: Exception, key: Key) -> bool:
-    """The API server answered that this very TorchJob does not exist (any more)."""
+def job_gone(e: Exception, key: Key, plural: str = TORCHJOB.plural) -> bool:
+    """The API server answered that this very job does not exist (any more)."""
     details = e.status.details if isinstance(e, ApiError) and e.status is not None else None
-    return status_code(e) == 404 and details is not None and details.kind == "torchjobs" and details.name == key[1]
+    return status_code(e) == 404 and details is not None and details.kind == plural and details.name == key[1]
 
 
 def owner_key(obj: dict[str, Any]) -> Key | None:
@@ -40,22 +41,25 @@ def owner_key(obj: dict[str, Any]) -> Key | None:
 class Controller:
     def __init__(self, api: Api, namespace: str | None = None, workers: int = 4, init_image: str = "busybox:1.36",
                  wait_for_master: bool = True, gang_scheduler: str | None = None,
-                 force_delete_after_s: float = FORCE_DELETE_AFTER_S, progress_url: str | None = None) -> None:
+                 force_delete_after_s: float = FORCE_DELETE_AFTER_S, progress_url: str | None = None,
+                 kind: ServedKind = TORCHJOB) -> None:
         self.api = api
+        self.kind = kind
         self.namespace = namespace
         self.workers = workers
-        self.queue = WorkQueue()
-        owned = {kr.LABEL_JOB: None}  # has the label (lightkube: None means "exists")
-        self.jobs = Informer(api, "TorchJob", namespace, self._on_job)
-        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=owned, transform=pod_summary)
-        self.services = Informer(api, "Service", namespace, self._on_owned, labels=owned, transform=metadata_only)
+        self.queue = WorkQueue(kind.plural.removesuffix("s"))  # "torchjob", "pytorchjob": the metrics label
+        self.jobs = Informer(api, kind.kind, namespace, self._on_job)
+        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=kind.pod_labels, transform=pod_summary)
+        self.services = Informer(api, "Service", namespace, self._on_owned, labels=kind.pod_labels,
+                                 transform=metadata_only)
         self.index = PodIndex()
         self.watches = ThirdPartyWatches(api, namespace, self._on_owned)
         self.reconciler = Reconciler(
             api, self.jobs, self.pods, self.services, self.index, self.queue, KueueGate(api, self.jobs, self.watches),
             PodGroupGate(api, self.queue, self.watches),
-            PodOptions(init_image=init_image, wait_for_master=wait_for_master, progress_url=progress_url),
-            self._spawn, gang_scheduler=gang_scheduler, force_delete_after_s=force_delete_after_s)
+            PodOptions(init_image=init_image, wait_for_master=wait_for_master,
+                       progress_url=progress_url if kind.progress else None),
+            self._spawn, gang_scheduler=gang_scheduler, force_delete_after_s=force_delete_after_s, kind=kind)
         self.reconciles: dict[Key, int] = {}  # reconciles done per job (tests wait on it, not on time)
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()
@@ -146,7 +150,7 @@ class Controller:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            if job_gone(e, key):
+            if job_gone(e, key, self.kind.plural):
                 # Deleted while this reconcile wrote for it: not an error. Its delete event comes
                 # through the watch; one more look then finds nothing left to do.
                 log.debug("reconcile %s/%s: the job is gone", key[0], key[1])

@@ -48,6 +48,9 @@ KUBEFLOW_RULES: list[dict[str, Any]] = [
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/status"],
      "verbs": ["get", "patch", "update"]},
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/finalizers"], "verbs": ["update"]},
+    # --kubeflow-api=auto reads who installed the CRD (kube/kubeflow_api.py)
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+     "resourceNames": [kubeflow_crd.CRD_NAME], "verbs": ["get"]},
 ]
 
 

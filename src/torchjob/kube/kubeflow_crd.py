@@ -172,6 +172,7 @@ def _status() -> dict[str, Any]:
         "conditions": {"type": "array", "items": condition},
         "replicaStatuses": {"type": "object", "additionalProperties": replica_status},
         "startTime": _TIME, "completionTime": _TIME, "lastReconcileTime": _TIME,
+        "observedGeneration": {"type": "integer", "format": "int64"},  # the generation torchjob last acted on
         EXTRAS: _FREE,  # torchjob's own status (root cause, exit codes, restarts, progress)
     }}
 

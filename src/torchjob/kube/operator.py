@@ -25,7 +25,9 @@ from torchjob.api.errors import UserError
 from torchjob.kube import metrics, progress_tls
 from torchjob.kube.client import Api, connect, status_code
 from torchjob.kube.controller import Controller
+from torchjob.kube.kubeflow_api import should_serve
 from torchjob.kube.progress import ProgressHub, register
+from torchjob.kube.served import PYTORCHJOB
 from torchjob.progress.server import ProgressServer
 
 log = logging.getLogger("torchjob.kube")
@@ -155,7 +157,8 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
                        leader_elect: bool, lease_namespace: str, init_image: str, wait_for_master: bool,
                        lease_duration_s: int = 15, gang_scheduler: str | None = None,
                        force_delete_after_s: float = 60.0, progress_port: int = 0, progress_url: str | None = None,
-                       progress_service: str = "torchjob-operator", progress_write_s: float = 5.0) -> None:
+                       progress_service: str = "torchjob-operator", progress_write_s: float = 5.0,
+                       kubeflow_api: str = "auto") -> None:
     """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error.
     With `progress_port`, the leader also serves the progress endpoint (HTTPS) there; pods are told
     `progress_url` (default: the `progress_service` Service in `lease_namespace`)."""
@@ -193,6 +196,13 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
         controller = Controller(api, namespace, workers, init_image=init_image, wait_for_master=wait_for_master,
                                 gang_scheduler=gang_scheduler, force_delete_after_s=force_delete_after_s,
                                 progress_url=url if progress_port else None)
+        controllers = [controller]
+        serve_kubeflow, why = await should_serve(api, kubeflow_api, datetime.now(UTC))
+        log.info("Kubeflow's PyTorchJob API: %s (%s)", "served" if serve_kubeflow else "not served", why)
+        if serve_kubeflow:  # the same controller code and core, for the second kind
+            controllers.append(Controller(api, namespace, workers, init_image=init_image,
+                                          wait_for_master=wait_for_master, gang_scheduler=gang_scheduler,
+                                          force_delete_after_s=force_delete_after_s, kind=PYTORCHJOB))
         if progress_port:
             # Served by the leader only: the stall decision reads the reports where it reconciles (and
             # only the leader is ready, so the Service sends the pods' reports to it).
@@ -207,11 +217,11 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
                                 fix="pass another --progress-port, or --progress-port 0 to run without it") from e
             tasks.append(asyncio.create_task(hub.write_loop()))
             log.info("progress endpoint on :%d (pods report to %s)", progress_port, url)
-        run = asyncio.create_task(controller.run())
-        tasks.append(run)
+        tasks += [asyncio.create_task(c.run()) for c in controllers]
 
         async def mark_ready() -> None:
-            await controller.ready.wait()
+            for c in controllers:
+                await c.ready.wait()
             health.ready = True
 
         ready = asyncio.create_task(mark_ready())
@@ -228,7 +238,8 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
             t.cancel()
         ready.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        cut = await controller.drain(min(DRAIN_S, lease_duration_s / 3) if leader_elect else DRAIN_S)
+        budget = min(DRAIN_S, lease_duration_s / 3) if leader_elect else DRAIN_S
+        cut = sum(await asyncio.gather(*(c.drain(budget) for c in controllers)))
         if elector is not None:
             await elector.release()
         log.info("stopped (%s)%s", ", ".join(signals), f"; {cut} writes cut short" if cut else "")

@@ -19,48 +19,26 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lightkube.core.exceptions import ApiError
-from pydantic import ValidationError
 
-from torchjob.api.model import WORKER, JobStatus, TorchJob
+from torchjob.api.model import JobStatus, TorchJob
 from torchjob.core.reconcile import Create, DeleteJob, Event, Forget, Plan, Purge, Refusal, Stop, World, reconcile
 from torchjob.core.reconcile import refuse as refuse_unreadable
 from torchjob.kube import gang, tensorboard
 from torchjob.kube import render as kr
-from torchjob.kube.admission import KueueGate, PodGroupGate
+from torchjob.kube.admission import CREATE, KueueGate, PodGroupGate
 from torchjob.kube.client import Api, status_code
 from torchjob.kube.informer import Informer, Key
 from torchjob.kube.observe import observe, observe_pod, parse_time
 from torchjob.kube.progress import ProgressHub
 from torchjob.kube.queue import WorkQueue
+from torchjob.kube.served import TORCHJOB, ServedKind, Unreadable
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
-META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
-
-
-def job_of(raw: dict[str, Any]) -> TorchJob:
-    """The stored object as a TorchJob (server-managed metadata such as managedFields left out)."""
-    meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
-    return TorchJob.model_validate({"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta,
-                                    "spec": raw.get("spec")})
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
     return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
-
-
-def status_dict(job: TorchJob | None, status: JobStatus, generation: int | None) -> dict[str, Any]:
-    """The status as stored: the state for `kubectl get tj`, and the generation it was decided on
-    (a client that changed the spec knows the operator has acted once observedGeneration reaches
-    the generation its change made)."""
-    data = status.model_dump(mode="json")
-    del data["progress"]  # the progress writer's (kube/progress.py): a reconcile neither writes nor clears it
-    data["state"] = status.state
-    if generation is not None:
-        data["observedGeneration"] = generation
-    if job is not None and WORKER in job.spec.pytorchReplicaSpecs:
-        data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"
-    return data
 
 
 @dataclass
@@ -110,8 +88,9 @@ class Reconciler:
     def __init__(self, api: Api, jobs: Informer, pods: Informer, services: Informer, index: PodIndex,
                  queue: WorkQueue, kueue_gate: KueueGate, podgroup_gate: PodGroupGate, options: PodOptions,
                  spawn: Callable[[Coroutine[Any, Any, None]], Any], gang_scheduler: str | None = None,
-                 force_delete_after_s: float = FORCE_DELETE_AFTER_S) -> None:
+                 force_delete_after_s: float = FORCE_DELETE_AFTER_S, kind: ServedKind = TORCHJOB) -> None:
         self.api, self.jobs, self.pods, self.services, self.index = api, jobs, pods, services, index
+        self.kind = kind
         self.queue, self.kueue_gate, self.podgroup_gate = queue, kueue_gate, podgroup_gate
         self.options, self.spawn = options, spawn
         self.gang_scheduler, self.force_delete_after_s = gang_scheduler, force_delete_after_s
@@ -133,16 +112,17 @@ class Reconciler:
         if raw is None or raw["metadata"].get("deletionTimestamp"):
             self.forget(key)
             return
-        status = JobStatus.model_validate(raw.get("status") or {})
+        if not self.kind.serves(raw):  # another manager's (Kueue's MultiKueue): nothing made, nothing written
+            return
+        status = self.kind.status_of(raw)
         try:
-            job = job_of(raw)
-        except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-            await self._write(raw, None, status, refuse_unreadable(status, Refusal("InvalidSpec", problems),
+            job = self.kind.read(raw)
+        except Unreadable as e:
+            await self._write(raw, None, status, refuse_unreadable(status, Refusal("InvalidSpec", str(e)),
                                                                    datetime.now(UTC)))
             return
         job = gang.with_default_scheduler(job, self.gang_scheduler).model_copy(update={"status": status})
-        gate = await self.kueue_gate.check(raw, job, key)
+        gate = await self.kueue_gate.check(raw, job, key) if self.kind.own_kueue else CREATE
         pods, stale, gone = self.index.split(job, key)
         now = datetime.now(UTC)
         world = observe(job, pods, gone=gone)
@@ -198,8 +178,12 @@ class Reconciler:
         generation = raw["metadata"].get("generation")
         if plan.status != status or (raw.get("status") or {}).get("observedGeneration") != generation:
             meta = raw["metadata"]
-            stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"),
-                                                 status_dict(job, plan.status, generation))
+            # The generation it was decided on: a client that changed the spec knows the operator
+            # has acted once observedGeneration reaches the generation its change made.
+            stored_status = {**self.kind.status_patch(job, plan.status, datetime.now(UTC)),
+                             "observedGeneration": generation}
+            stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"), stored_status,
+                                                 kind=self.kind.kind)
             # Our own write is newer than what the informer has seen (it skips older events): the
             # next reconcile starts from it and does not act twice.
             self.jobs.remember(stored)
@@ -265,7 +249,7 @@ class Reconciler:
                 await self.api.delete("Pod", kr.pod_name(job, a.replica), ns,
                                       grace_s=grace if isinstance(a, Stop) else 0)
             elif isinstance(a, DeleteJob):
-                await self.api.delete("TorchJob", job.name, ns)
+                await self.api.delete(self.kind.kind, job.name, ns)
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
         creates = [a for a in plan.actions if isinstance(a, Create) and create]

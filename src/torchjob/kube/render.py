@@ -27,6 +27,8 @@ from torchjob.kube import gang, kueue, tensorboard
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
 LABEL_INDEX = "torchjob.dev/replica-index"
+# On a job read from a foreign kind the operator serves (never stored): that kind's apiVersion/kind.
+ANNOTATION_SERVED_AS = "torchjob.dev/served-as"
 ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
 ANNOTATION_WAIT = "torchjob.dev/wait-for-master"  # "false" turns the init container off for a job
 WAIT_CONTAINER = "wait-for-master"
@@ -65,9 +67,32 @@ def placement(job: TorchJob) -> Placement:
     return Placement(host(job, first), port, rdzv_host, rdzv_port)
 
 
+def served_as(job: TorchJob) -> tuple[str, str]:
+    """The apiVersion and kind of the stored object this job was read from: its own, or the foreign
+    kind the operator serves it as (a Kubeflow PyTorchJob), which then owns its pods."""
+    served = (job.metadata.annotations or {}).get(ANNOTATION_SERVED_AS)
+    if served:
+        api_version, _, kind = served.rpartition("/")
+        return api_version, kind
+    return API_VERSION, KIND
+
+
 def owner_reference(job: TorchJob) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": KIND, "name": job.name, "uid": job.metadata.uid or "",
+    api_version, kind = served_as(job)
+    return {"apiVersion": api_version, "kind": kind, "name": job.name, "uid": job.metadata.uid or "",
             "controller": True, "blockOwnerDeletion": True}
+
+
+def _kubeflow_labels(job: TorchJob, rid: ReplicaId | None) -> dict[str, str]:
+    """Kubeflow's labels on the pods and Service of a job served as a PyTorchJob (its tools select
+    pods by them); none on a TorchJob's."""
+    if served_as(job)[1] != "PyTorchJob":
+        return {}
+    from torchjob.kube import kubeflow_status as kf
+
+    if rid is None:
+        return kf.service_labels(job.name)
+    return kf.pod_labels(job.name, rid.rtype, rid.index, MASTER in job.spec.pytorchReplicaSpecs)
 
 
 def selector(job: TorchJob) -> dict[str, str]:
@@ -164,8 +189,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
         spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
     if skip_init:
         spec.pop("initContainers", None)
-    labels = {**meta.get("labels", {}), LABEL_JOB: job.name, LABEL_TYPE: rid.rtype.lower(),
-              LABEL_INDEX: str(rid.index)}
+    labels = {**meta.get("labels", {}), **_kubeflow_labels(job, rid), LABEL_JOB: job.name,
+              LABEL_TYPE: rid.rtype.lower(), LABEL_INDEX: str(rid.index)}
     annotations = {**meta.get("annotations", {}), ANNOTATION_ATTEMPT: str(attempt)}
     gang.decorate_pod(job, rid.rtype, spec, labels, annotations)
     return {
@@ -184,7 +209,8 @@ def service(job: TorchJob) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": job.name, "namespace": job.metadata.namespace or "default",
-                     "labels": selector(job), "ownerReferences": [owner_reference(job)]},
+                     "labels": {**_kubeflow_labels(job, None), **selector(job)},
+                     "ownerReferences": [owner_reference(job)]},
         "spec": {"clusterIP": "None", "selector": selector(job), "publishNotReadyAddresses": True,
                  "ports": [{"name": PORT_NAME, "port": master_port(job), "targetPort": master_port(job)}]},
     }

@@ -1,0 +1,118 @@
+"""The kinds the operator serves with one controller and one core: torchjob's own `TorchJob`, and
+Kubeflow's `kubeflow.org/v1` `PyTorchJob` (read by the Kubeflow dialect, its status written in
+Kubeflow's shape with torchjob's under `status.torchjob`). Everything that differs between the two
+is here; the controller, the reconciler and core are the same code for both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lightkube import operators
+
+from torchjob.api.errors import InvalidJob
+from torchjob.api.model import WORKER, JobStatus, TorchJob
+from torchjob.api.source import Document
+from torchjob.dialects import kubeflow as kubeflow_dialect
+from torchjob.kube import kubeflow_status as kf
+from torchjob.kube import render as kr
+from torchjob.kube.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
+from torchjob.kube.kubeflow_crd import KIND as KUBEFLOW_KIND
+from torchjob.kube.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
+
+META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
+
+
+class Unreadable(Exception):
+    """A stored object that is not a job torchjob can run; the message says why (core refuses it)."""
+
+
+def _stored(raw: dict[str, Any]) -> dict[str, Any]:
+    """The stored object's own fields: server-managed metadata (managedFields, timestamps) left out."""
+    meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
+    return {"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta, "spec": raw.get("spec")}
+
+
+def read_torchjob(raw: dict[str, Any]) -> TorchJob:
+    from pydantic import ValidationError
+
+    try:
+        return TorchJob.model_validate(_stored(raw))
+    except ValidationError as e:
+        raise Unreadable("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from e
+
+
+def read_pytorchjob(raw: dict[str, Any]) -> TorchJob:
+    """A PyTorchJob as the Kubeflow dialect reads it (the same reader as `torchjob run` of the file),
+    marked as served for that kind: its pods are owned by it and carry Kubeflow's labels."""
+    meta = raw["metadata"]
+    doc = Document(_stored(raw), f"{KUBEFLOW_KIND} {meta.get('namespace', 'default')}/{meta['name']}")
+    try:
+        job = kubeflow_dialect.read(doc).job
+    except InvalidJob as e:
+        raise Unreadable(str(e)) from e
+    served_as = f"{KUBEFLOW_API_VERSION}/{KUBEFLOW_KIND}"
+    annotations = {**(job.metadata.annotations or {}), kr.ANNOTATION_SERVED_AS: served_as}
+    return job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": annotations})})
+
+
+def torchjob_status_patch(job: TorchJob | None, status: JobStatus, now: datetime) -> dict[str, Any]:
+    data = status.model_dump(mode="json")
+    del data["progress"]  # the progress writer's (kube/progress.py): a reconcile neither writes nor clears it
+    data["state"] = status.state  # for `kubectl get tj`
+    if job is not None and WORKER in job.spec.pytorchReplicaSpecs:
+        data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"
+    return data
+
+
+def pytorchjob_status_patch(job: TorchJob | None, status: JobStatus, now: datetime) -> dict[str, Any]:
+    if job is None:  # unreadable: Kubeflow's conditions need the job's replica types; torchjob's status says why
+        return {EXTRAS_KEY: {**status.model_dump(mode="json", exclude={"progress"}), "state": status.state},
+                "conditions": [{"type": c.type, "status": c.status, "reason": f"{KUBEFLOW_KIND}{c.reason}",
+                                "message": c.message, "lastUpdateTime": _iso(c.lastUpdateTime),
+                                "lastTransitionTime": _iso(c.lastTransitionTime)} for c in status.conditions]}
+    return kf.kubeflow_status(job, status, now)
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t else None
+
+
+EXTRAS_KEY = "torchjob"
+
+
+@dataclass(frozen=True)
+class ServedKind:
+    kind: str  # as kube.client.KINDS names it
+    plural: str  # as the API server's errors name it
+    pod_labels: dict[str, Any]  # selects this kind's pods and Services (lightkube's label selector)
+    read: Callable[[dict[str, Any]], TorchJob]  # raises Unreadable
+    status_of: Callable[[dict[str, Any]], JobStatus]  # torchjob's status, from the stored object
+    status_patch: Callable[[TorchJob | None, JobStatus, datetime], dict[str, Any]]  # -> the stored status
+    serves: Callable[[dict[str, Any]], bool]  # whether this operator acts on the object at all
+    own_kueue: bool  # torchjob makes and follows its Kueue Workload (Kueue's own integration does for PyTorchJob)
+    progress: bool  # pods report progress, and the stall deadline applies
+
+
+TORCHJOB = ServedKind(
+    kind="TorchJob", plural="torchjobs",
+    # Not a pod of a PyTorchJob torchjob serves (those carry Kubeflow's operator label too).
+    pod_labels={kr.LABEL_JOB: operators.exists(), kf.LABEL_OPERATOR: operators.not_exists()},
+    read=read_torchjob,
+    status_of=lambda raw: JobStatus.model_validate(raw.get("status") or {}),
+    status_patch=torchjob_status_patch,
+    serves=lambda raw: True,
+    own_kueue=True, progress=True,
+)
+
+PYTORCHJOB = ServedKind(
+    kind=f"{KUBEFLOW_API_VERSION}/{KUBEFLOW_KIND}", plural=KUBEFLOW_PLURAL,
+    pod_labels={kr.LABEL_JOB: operators.exists(), kf.LABEL_OPERATOR: kf.OPERATOR_NAME},
+    read=read_pytorchjob,
+    status_of=lambda raw: kf.torchjob_status(raw.get("status")),
+    status_patch=pytorchjob_status_patch,
+    serves=lambda raw: kf.served_here(raw.get("spec") or {}),
+    own_kueue=False, progress=False,
+)
