@@ -54,7 +54,7 @@ def summary(rec: JobRecord) -> dict[str, Any]:
     st = rec.status
     return {
         "name": rec.name,
-        "state": st.state,
+        "state": st.state.value,
         "replicas": {t: rec.job.replica_count(t) for t in rec.job.spec.pytorchReplicaSpecs},
         "restarts": st.restartCount,
         "created": _when(rec.created),
@@ -205,7 +205,7 @@ def list_kube(kube: Any, namespace: str | None, fmt: str, dump: Dump) -> None:
         st = jobs.status_of(data)
         specs = data["spec"]["pytorchReplicaSpecs"]
         rows.append({"name": data["metadata"]["name"], "namespace": data["metadata"].get("namespace"),
-                     "state": st.state, "replicas": sum(int(s.get("replicas", 1)) for s in specs.values()),
+                     "state": st.state.value, "replicas": sum(int(s.get("replicas", 1)) for s in specs.values()),
                      "restarts": st.restartCount, "reason": st.failure.reason if st.failure else None,
                      "progress": show.percent(st.progress) if st.progress else None})
     if fmt != "text":

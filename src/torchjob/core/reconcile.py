@@ -43,6 +43,7 @@ from torchjob.api.model import (
     ReplicaStatus,
     TorchJob,
 )
+from torchjob.api.status import ConditionType, EventType, Reason
 from torchjob.core import policy
 from torchjob.core.topology import ReplicaId, has_master, replicas
 
@@ -172,19 +173,19 @@ class Plan:
         if self.requeue_at is None or at < self.requeue_at:
             self.requeue_at = at
 
-    def event(self, type_: str, reason: str, message: str) -> None:
-        self.events.append(Event(type_, reason, message))
+    def event(self, type_: EventType | str, reason: Reason | str, message: str) -> None:
+        self.events.append(Event(str(type_), str(reason), message))
 
 
 # --- conditions ------------------------------------------------------------------------
 
 
 def set_condition(
-    status: JobStatus, ctype: str, value: bool, reason: str, message: str, now: datetime
+    status: JobStatus, ctype: ConditionType | str, value: bool, reason: Reason | str, message: str, now: datetime
 ) -> bool:
     """Set a condition; returns whether anything changed. Failed is terminal; Running and
     Restarting exclude each other; a finished job is not Running."""
-    if status.is_true("Failed"):
+    if status.is_true(ConditionType.FAILED):
         return False
     state: Literal["True", "False"] = "True" if value else "False"
     current = status.condition(ctype)
@@ -195,9 +196,9 @@ def set_condition(
         status.conditions = [c for c in status.conditions if c.type != other]
     if value and ctype in ("Succeeded", "Failed"):
         status.conditions = [c for c in status.conditions if c.type != "Restarting"]
-        running = status.condition("Running")
+        running = status.condition(ConditionType.RUNNING)
         if running is not None and running.status == "True":
-            running.status, running.reason, running.lastTransitionTime = "False", ctype, now
+            running.status, running.reason, running.lastTransitionTime = "False", str(ctype), now
             running.lastUpdateTime = now
     if current is None:
         status.conditions.append(
@@ -207,7 +208,7 @@ def set_condition(
     else:
         if current.status != state:
             current.lastTransitionTime = now
-        current.status, current.reason, current.message, current.lastUpdateTime = state, reason, message, now
+        current.status, current.reason, current.message, current.lastUpdateTime = state, str(reason), message, now
     return True
 
 
@@ -290,15 +291,15 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         status.replicas.setdefault(rid.name, ReplicaAttemptState())
     rp = job.run_policy
 
-    if status.condition("Created") is None:
-        set_condition(status, "Created", True, "Created", f"TorchJob {job.name} is created.", now)
-        plan.event("Normal", "Created", f"job {job.name} created with {len(expected)} replicas")
+    if status.condition(ConditionType.CREATED) is None:
+        set_condition(status, ConditionType.CREATED, True, Reason.CREATED, f"TorchJob {job.name} is created.", now)
+        plan.event(EventType.NORMAL, Reason.CREATED, f"job {job.name} created with {len(expected)} replicas")
 
     # 1. Finished. After a success the other replicas get a moment to end on their own (DDP
     # workers are usually tearing down their process group); after a failure they are stopped now.
     if status.finished:
         settle_until = (status.completionTime or now) + timedelta(seconds=SUCCESS_SETTLE_S)
-        succeeded = status.condition("Succeeded")
+        succeeded = status.condition(ConditionType.SUCCEEDED)
         settles = succeeded is not None and succeeded.status == "True" and succeeded.reason == "Succeeded"
         if settles and now < settle_until:
             if any(o.phase.active for o in world.replicas.values()):
@@ -327,10 +328,11 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
 
     # 3. Suspended (a stop request still ends a suspended job).
     if rp.suspend and not world.stop_requested:
-        if set_condition(status, "Suspended", True, "Suspended", f"TorchJob {job.name} is suspended.", now):
-            plan.event("Normal", "Suspended", "job suspended: every replica is stopped")
-            if status.is_true("Running"):
-                set_condition(status, "Running", False, "Suspended", "the job is suspended", now)
+        if set_condition(status, ConditionType.SUSPENDED, True, Reason.SUSPENDED,
+                         f"TorchJob {job.name} is suspended.", now):
+            plan.event(EventType.NORMAL, Reason.SUSPENDED, "job suspended: every replica is stopped")
+            if status.is_true(ConditionType.RUNNING):
+                set_condition(status, ConditionType.RUNNING, False, Reason.SUSPENDED, "the job is suspended", now)
             status.conditions = [c for c in status.conditions if c.type != "Restarting"]
         for held in world.replicas.values():
             if held.phase.active:
@@ -344,9 +346,9 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
         status.startTime = None
         _count(job, world, status)
         return plan
-    if status.is_true("Suspended"):
-        set_condition(status, "Suspended", False, "Resumed", f"TorchJob {job.name} is resumed.", now)
-        plan.event("Normal", "Resumed", "job resumed: replicas start again")
+    if status.is_true(ConditionType.SUSPENDED):
+        set_condition(status, ConditionType.SUSPENDED, False, Reason.RESUMED, f"TorchJob {job.name} is resumed.", now)
+        plan.event(EventType.NORMAL, Reason.RESUMED, "job resumed: replicas start again")
 
     if status.startTime is None:
         status.startTime = now
@@ -368,13 +370,13 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
     # 4. Stopped by the user, or past the deadline.
     deadline = policy.deadline_at(status.startTime, rp.activeDeadlineSeconds)
     if world.stop_requested:
-        status.failure = FailureInfo(reason="Terminated", message=f"stopped by {world.stop_requested}",
+        status.failure = FailureInfo(reason=Reason.TERMINATED, message=f"stopped by {world.stop_requested}",
                                      signal=world.stop_requested)
-        _finish(plan, job, world, now, False, "Terminated", f"job stopped by {world.stop_requested}")
+        _finish(plan, job, world, now, False, Reason.TERMINATED, f"job stopped by {world.stop_requested}")
     elif deadline is not None and now >= deadline:
         msg = f"job ran longer than activeDeadlineSeconds ({rp.activeDeadlineSeconds}s)"
-        status.failure = FailureInfo(reason="DeadlineExceeded", message=msg)
-        _finish(plan, job, world, now, False, "DeadlineExceeded", msg)
+        status.failure = FailureInfo(reason=Reason.DEADLINE_EXCEEDED, message=msg)
+        _finish(plan, job, world, now, False, Reason.DEADLINE_EXCEEDED, msg)
     if status.finished:
         _stop_active(plan, world, status.failure.message if status.failure else "the job has finished")
         _count(job, world, status)
@@ -425,8 +427,8 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
                 if pol is None:
                     msg = (f"{obs.replica.name} failed with {_exit_text(obs)} and the {rtype.lower()} replicas "
                            f"have used all {cap} restarts of their maxRestarts")
-                    status.failure = _failure_of(obs, "TaskFailed", msg)
-                    _finish(plan, job, world, now, False, "TaskFailed", msg)
+                    status.failure = _failure_of(obs, Reason.TASK_FAILED, msg)
+                    _finish(plan, job, world, now, False, Reason.TASK_FAILED, msg)
                     break
             if pol is not None:
                 if _held(plan, pol, obs.finished_at or now, now):
@@ -482,8 +484,9 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
     all_up = not waiting and all(
         rid.name in current and current[rid.name].phase in (Phase.RUNNING, Phase.SUCCEEDED) for rid in expected
     ) and any(o.phase is Phase.RUNNING for o in current.values())
-    if all_up and set_condition(status, "Running", True, "Running", f"TorchJob {job.name} is running.", now):
-        plan.event("Normal", "Running", "every replica is running")
+    if all_up and set_condition(status, ConditionType.RUNNING, True, Reason.RUNNING,
+                                f"TorchJob {job.name} is running.", now):
+        plan.event(EventType.NORMAL, Reason.RUNNING, "every replica is running")
     _count(job, world, status)
     return plan
 
@@ -497,7 +500,7 @@ def evicted(job: TorchJob, obs: Observed) -> bool:
     policy acts on that event. Torchjob itself never deletes a current replica of a running job:
     it moves the attempt on, or ends or suspends the job, first."""
     status = job.status
-    if not obs.deleted or status is None or status.finished or status.is_true("Suspended"):
+    if not obs.deleted or status is None or status.finished or status.is_true(ConditionType.SUSPENDED):
         return False
     if not obs.phase.active:
         return False
@@ -618,13 +621,13 @@ def _stalls(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed
         if pol is not None and _held(plan, pol, obs.last_report + timedelta(seconds=limit), now):
             continue
         if not told:
-            plan.event("Warning", "Stalled", why)
+            plan.event(EventType.WARNING, Reason.STALLED, why)
             told = True
         if pol is None:
             msg = f"{why}: the job is stalled"
-            status.failure = FailureInfo(reason="ProgressDeadlineExceeded", message=msg, replica=obs.replica.name,
-                                         attempt=obs.attempt)
-            _finish(plan, job, world, now, False, "ProgressDeadlineExceeded", msg)
+            status.failure = FailureInfo(reason=Reason.PROGRESS_DEADLINE_EXCEEDED, message=msg,
+                                         replica=obs.replica.name, attempt=obs.attempt)
+            _finish(plan, job, world, now, False, Reason.PROGRESS_DEADLINE_EXCEEDED, msg)
             return
         _act(plan, job, world, current, now, pol.action, obs, f"{obs.replica.name} stalled", rtype=obs.replica.rtype)
 
@@ -653,7 +656,7 @@ def _act(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed], 
     """Carry out a lifecycle action (restartPolicy restarts are RestartPod with backoff)."""
     status = plan.status
     if action == "CompleteJob":
-        _finish(plan, job, world, now, True, "Completed", f"{why}: CompleteJob")
+        _finish(plan, job, world, now, True, Reason.COMPLETED, f"{why}: CompleteJob")
         return
     if action in ("AbortJob", "TerminateJob"):
         reason = "Aborted" if action == "AbortJob" else "Terminated"
@@ -664,9 +667,9 @@ def _act(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed], 
     limit = job.run_policy.backoffLimit
     if policy.backoff_exhausted(limit, status.restartCount):
         msg = f"{why} and the job has used all {limit} restarts of backoffLimit"
-        status.failure = _failure_of(obs, "BackoffLimitExceeded", msg) if obs else FailureInfo(
+        status.failure = _failure_of(obs, Reason.BACKOFF_LIMIT_EXCEEDED, msg) if obs else FailureInfo(
             reason="BackoffLimitExceeded", message=msg)
-        _finish(plan, job, world, now, False, "BackoffLimitExceeded", msg)
+        _finish(plan, job, world, now, False, Reason.BACKOFF_LIMIT_EXCEEDED, msg)
         return
     if action == "RestartPod":
         assert obs is not None
@@ -694,9 +697,9 @@ def _act(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed], 
     what = "restarting it" if action == "RestartPod" else (
         f"restarting the {rtype.lower()} replicas" if action == "RestartTask" else "restarting every replica")
     by = "" if backoff else f" ({action})"
-    plan.event("Warning", "Restarting",
+    plan.event(EventType.WARNING, Reason.RESTARTING,
                f"{why}; {what}{by} (restart {status.restartCount}{of}" + (f", in {delay:g}s)" if delay else ")"))
-    set_condition(status, "Restarting", True, "Restarting", f"{why}; {what}", now)
+    set_condition(status, ConditionType.RESTARTING, True, Reason.RESTARTING, f"{why}; {what}", now)
 
 
 def _success_rules(plan: Plan, job: TorchJob, world: World, current: dict[str, Observed],
@@ -705,13 +708,13 @@ def _success_rules(plan: Plan, job: TorchJob, world: World, current: dict[str, O
     workers = [current.get(r.name) for r in expected if r.rtype == WORKER]
     if job.spec.minSuccess is not None:  # it replaces the default rules (as in Volcano)
         if len(done) >= job.spec.minSuccess:
-            _finish(plan, job, world, now, True, "MinSuccess", f"{len(done)} replicas succeeded (minSuccess "
+            _finish(plan, job, world, now, True, Reason.MIN_SUCCESS, f"{len(done)} replicas succeeded (minSuccess "
                     f"{job.spec.minSuccess})")
     elif has_master(job):
         master = current.get(ReplicaId(MASTER, 0).name)
         if master is not None and master.phase is Phase.SUCCEEDED:
-            _finish(plan, job, world, now, True, "Succeeded", "the master replica succeeded")
+            _finish(plan, job, world, now, True, Reason.SUCCEEDED, "the master replica succeeded")
     elif workers and all(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
-        _finish(plan, job, world, now, True, "Succeeded", "every worker succeeded")
+        _finish(plan, job, world, now, True, Reason.SUCCEEDED, "every worker succeeded")
     elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
-        _finish(plan, job, world, now, True, "Succeeded", "a worker of the elastic job succeeded")
+        _finish(plan, job, world, now, True, Reason.SUCCEEDED, "a worker of the elastic job succeeded")
