@@ -12,6 +12,7 @@ from typing import Any
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress
+from torchjob.api.pod import training_container
 from torchjob.local import runtime
 from torchjob.local.store import JobRecord, Store
 from torchjob.local.supervisor import supervisor_alive
@@ -127,10 +128,7 @@ def describe(store: Store, name: str, fmt: str, dump: Dump) -> None:
     ]
     for rtype, spec in rec.job.spec.pytorchReplicaSpecs.items():
         pod = spec.template.spec
-        c = pod.containers[0]
-        for cc in pod.containers:
-            if cc.name == "pytorch":
-                c = cc
+        c = pod.containers[training_container(pod.containers)]
         argv = shlex.join([*(c.command or []), *(c.args or [])])
         rs = st.replicaStatuses.get(rtype)
         counts = f"  active {rs.active}, succeeded {rs.succeeded}, failed {rs.failed}" if rs else ""
