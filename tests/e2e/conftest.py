@@ -23,6 +23,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 
 from tests.e2e.images import STANDINS
 from tests.kube.conftest import ENABLED, REPO, Operator, wait_established
+from torchjob.kube import kubeflow_crd
 from torchjob.kube.client import TorchJobRes
 from torchjob.kube.crd import CRD_NAME, crd
 from torchjob.kube.install import apply
@@ -58,8 +59,9 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
     started = "already up" not in up.stderr  # one kept up between runs (development) stays up
     try:
-        apply([crd()], path)
-        wait_established(Client(config=KubeConfig.from_file(path)), CRD_NAME)
+        apply([crd(), kubeflow_crd.crd()], path)  # the Kubeflow API's before the operator starts
+        for name in (CRD_NAME, kubeflow_crd.CRD_NAME):
+            wait_established(Client(config=KubeConfig.from_file(path)), name)
         spec = tmp_path_factory.mktemp("images") / "standins.json"
         spec.write_text(json.dumps(STANDINS))
         built = devcluster("image", str(spec), timeout=600)
@@ -80,7 +82,7 @@ def node(node_kubeconfig: str) -> Client:
 @pytest.fixture(scope="package")
 def node_operator(node_kubeconfig: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE))
+    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE, "--kubeflow-api", "on"))
     op.start()
     yield op
     op.stop()

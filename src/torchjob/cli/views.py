@@ -12,6 +12,7 @@ from typing import Any
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress
+from torchjob.api.pod import training_container
 from torchjob.local import runtime
 from torchjob.local.store import JobRecord, Store
 from torchjob.local.supervisor import supervisor_alive
@@ -54,7 +55,7 @@ def summary(rec: JobRecord) -> dict[str, Any]:
     st = rec.status
     return {
         "name": rec.name,
-        "state": st.state,
+        "state": st.state.value,
         "replicas": {t: rec.job.replica_count(t) for t in rec.job.spec.pytorchReplicaSpecs},
         "restarts": st.restartCount,
         "created": _when(rec.created),
@@ -127,10 +128,7 @@ def describe(store: Store, name: str, fmt: str, dump: Dump) -> None:
     ]
     for rtype, spec in rec.job.spec.pytorchReplicaSpecs.items():
         pod = spec.template.spec
-        c = pod.containers[0]
-        for cc in pod.containers:
-            if cc.name == "pytorch":
-                c = cc
+        c = pod.containers[training_container(pod.containers)]
         argv = shlex.join([*(c.command or []), *(c.args or [])])
         rs = st.replicaStatuses.get(rtype)
         counts = f"  active {rs.active}, succeeded {rs.succeeded}, failed {rs.failed}" if rs else ""
@@ -205,7 +203,7 @@ def list_kube(kube: Any, namespace: str | None, fmt: str, dump: Dump) -> None:
         st = jobs.status_of(data)
         specs = data["spec"]["pytorchReplicaSpecs"]
         rows.append({"name": data["metadata"]["name"], "namespace": data["metadata"].get("namespace"),
-                     "state": st.state, "replicas": sum(int(s.get("replicas", 1)) for s in specs.values()),
+                     "state": st.state.value, "replicas": sum(int(s.get("replicas", 1)) for s in specs.values()),
                      "restarts": st.restartCount, "reason": st.failure.reason if st.failure else None,
                      "progress": show.percent(st.progress) if st.progress else None})
     if fmt != "text":
