@@ -8,13 +8,12 @@ import pytest
 
 from tests.jobs import make_job
 from torchjob.api.model import DEFAULT_PORT, ContainerPort
+from torchjob.api.spec_facts import is_torchrun, master_port
 from torchjob.core.topology import (
     Placement,
     ReplicaId,
     elastic_bounds,
     has_master,
-    is_torchrun,
-    master_port,
     merge_env,
     node_rank,
     nproc_per_node,

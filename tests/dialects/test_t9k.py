@@ -7,15 +7,8 @@ import pytest
 from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, problems, read
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import MASTER, WORKER, Container, TorchJob
-from torchjob.core.topology import (
-    Placement,
-    ReplicaId,
-    elastic_bounds,
-    is_torchrun,
-    nproc_per_node,
-    replica_env,
-    replicas,
-)
+from torchjob.api.spec_facts import is_torchrun
+from torchjob.core.topology import Placement, ReplicaId, elastic_bounds, nproc_per_node, replica_env, replicas
 
 WHERE = Placement(master_addr="10.0.0.1", master_port=29500, rdzv_addr="10.0.0.2", rdzv_port=29400)
 

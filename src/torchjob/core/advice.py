@@ -10,19 +10,10 @@
 from __future__ import annotations
 
 from torchjob.api.model import MASTER, TorchJob
+from torchjob.api.spec_facts import is_torchrun, master_port
 from torchjob.api.validate import training_container
 from torchjob.core.expand import references
-from torchjob.core.topology import (
-    Placement,
-    ReplicaId,
-    elastic_bounds,
-    is_torchrun,
-    master_port,
-    node_rank,
-    replica_env,
-    replicas,
-    world_size,
-)
+from torchjob.core.topology import Placement, ReplicaId, elastic_bounds, node_rank, replica_env, replicas, world_size
 from torchjob.dialects.load import Loaded
 
 Path = list[str | int]

@@ -11,12 +11,11 @@ RANK/WORLD_SIZE itself, so torchjob does not set them.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torchjob.api.model import DEFAULT_PORT, MASTER, PORT_NAME, REPLICA_TYPES, WORKER, Container, TorchJob
-from torchjob.api.validate import training_container
+from torchjob.api.model import MASTER, REPLICA_TYPES, WORKER, TorchJob
+from torchjob.api.spec_facts import SHELLS, is_torchrun, volcano_task
 
 
 @dataclass(frozen=True, order=True)
@@ -53,20 +52,6 @@ def node_rank(job: TorchJob, rid: ReplicaId) -> int:
     return rid.index + (1 if has_master(job) else 0)
 
 
-def container_port(c: Container) -> int | None:
-    for p in c.ports or []:
-        if p.name == PORT_NAME:
-            return p.containerPort
-    return None
-
-
-def master_port(job: TorchJob) -> int:
-    """The port from the document (`pytorchjob-port` on the master's container, 23456 unset)."""
-    rtype = MASTER if has_master(job) else WORKER
-    pod = job.spec.pytorchReplicaSpecs[rtype].template.spec
-    return container_port(pod.containers[training_container(pod.containers)]) or DEFAULT_PORT
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where the rendezvous lives; chosen by the runtime (loopback + free ports, or DNS)."""
@@ -75,32 +60,6 @@ class Placement:
     master_port: int
     rdzv_addr: str
     rdzv_port: int
-
-
-LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
-SHELLS = ("sh", "bash", "dash", "zsh", "ash")
-# A launcher started from a shell script: `torchrun ...` (or `.../bin/torchrun`) or `python -m
-# torch.distributed.run|launch`.
-_SCRIPT_LAUNCHER = re.compile(r"(^|[\s;&|(`'\"])(\S*/bin/)?torchrun([\s;&|)`'\"]|$)"
-                              r"|-m\s+torch\.distributed\.(run|launch)\b")
-
-
-def is_torchrun(argv: list[str]) -> bool:
-    """Whether the command starts a torch launcher (torchrun mode): `torchrun`, `python -m
-    torch.distributed.run` or `.launch` (the launcher torchrun replaced, which reads the same
-    `PET_*` variables), or a `sh -c`/`bash -c` script that runs one of them."""
-    if not argv:
-        return False
-    head = os.path.basename(argv[0])
-    if head == "torchrun":
-        return True
-    if head.startswith("python"):
-        return len(argv) > 2 and argv[1] == "-m" and argv[2] in LAUNCHER_MODULES
-    if head in SHELLS:
-        flags = [a for a in argv[1:] if a.startswith("-")]
-        script = next((a for a in argv[1:] if not a.startswith("-")), "")
-        return any("c" in f for f in flags) and bool(_SCRIPT_LAUNCHER.search(script))
-    return False
 
 
 def is_shell(argv: list[str]) -> bool:
@@ -142,11 +101,6 @@ def world_size(job: TorchJob, nproc: int) -> int:
 class ReplicaEnv:
     env: dict[str, str]
     torchrun: bool
-
-
-def volcano_task(job: TorchJob, rtype: str) -> str:
-    names = job.spec.volcano.taskNames if job.spec.volcano and job.spec.volcano.taskNames else {}
-    return names.get(rtype, rtype.lower())
 
 
 def volcano_env(job: TorchJob, rid: ReplicaId, hosts: Mapping[str, str]) -> dict[str, str]:

@@ -172,7 +172,7 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     was lost. Pod fields a runtime patch may carry (volumes, nodeSelector, ...) go in `runtimePatches`."""
     from torchjob.api.model import TorchJob
     from torchjob.api.pod import training_container
-    from torchjob.core.topology import is_torchrun, master_port
+    from torchjob.api.spec_facts import is_torchrun, master_port
 
     lost: list[str] = []
     job = TorchJob.model_validate(job_data)

@@ -244,7 +244,7 @@ def read(doc: Document) -> Converted:
 def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Native job data (explicit) -> a Volcano Job with the pytorch plugin, and what was lost."""
     from torchjob.api.model import TorchJob
-    from torchjob.core.topology import master_port, volcano_task
+    from torchjob.api.spec_facts import master_port, volcano_task
 
     lost: list[str] = []
     job = TorchJob.model_validate(job_data)

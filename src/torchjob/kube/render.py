@@ -11,17 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
+from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import training_container
-from torchjob.core.topology import (
-    Placement,
-    ReplicaId,
-    debug_command,
-    has_master,
-    master_port,
-    merge_env,
-    replica_env,
-    replicas,
-)
+from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
 from torchjob.kube import gang, kueue, tensorboard
 
 LABEL_JOB = "torchjob.dev/job-name"

@@ -23,6 +23,7 @@ from typing import IO
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import FailureInfo, JobStatus, TorchJob
+from torchjob.api.spec_facts import master_port
 from torchjob.core import policy
 from torchjob.core.reconcile import (
     Create,
@@ -37,7 +38,7 @@ from torchjob.core.reconcile import (
     reconcile,
     set_condition,
 )
-from torchjob.core.topology import Placement, ReplicaId, master_port
+from torchjob.core.topology import Placement, ReplicaId
 from torchjob.local import tensorboard, volumes, watchdog
 from torchjob.local.console import Console
 from torchjob.local.process import Exited, ReplicaProcess, StartError

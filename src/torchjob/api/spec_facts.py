@@ -1,0 +1,56 @@
+"""What a job's spec says, read one way for every layer (dialects' writers, core, the runtimes):
+the master's port, whether a command starts torchrun, a replica type's Volcano task name."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from torchjob.api.model import DEFAULT_PORT, MASTER, PORT_NAME, WORKER, Container, TorchJob
+from torchjob.api.pod import training_container
+
+
+def container_port(c: Container) -> int | None:
+    for p in c.ports or []:
+        if p.name == PORT_NAME:
+            return p.containerPort
+    return None
+
+
+def master_port(job: TorchJob) -> int:
+    """The port from the document (`pytorchjob-port` on the master's container, 23456 unset)."""
+    rtype = MASTER if MASTER in job.spec.pytorchReplicaSpecs else WORKER
+    pod = job.spec.pytorchReplicaSpecs[rtype].template.spec
+    return container_port(pod.containers[training_container(pod.containers)]) or DEFAULT_PORT
+
+
+
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+SHELLS = ("sh", "bash", "dash", "zsh", "ash")
+# A launcher started from a shell script: `torchrun ...` (or `.../bin/torchrun`) or `python -m
+# torch.distributed.run|launch`.
+_SCRIPT_LAUNCHER = re.compile(r"(^|[\s;&|(`'\"])(\S*/bin/)?torchrun([\s;&|)`'\"]|$)"
+                              r"|-m\s+torch\.distributed\.(run|launch)\b")
+
+
+def is_torchrun(argv: list[str]) -> bool:
+    """Whether the command starts a torch launcher (torchrun mode): `torchrun`, `python -m
+    torch.distributed.run` or `.launch` (the launcher torchrun replaced, which reads the same
+    `PET_*` variables), or a `sh -c`/`bash -c` script that runs one of them."""
+    if not argv:
+        return False
+    head = os.path.basename(argv[0])
+    if head == "torchrun":
+        return True
+    if head.startswith("python"):
+        return len(argv) > 2 and argv[1] == "-m" and argv[2] in LAUNCHER_MODULES
+    if head in SHELLS:
+        flags = [a for a in argv[1:] if a.startswith("-")]
+        script = next((a for a in argv[1:] if not a.startswith("-")), "")
+        return any("c" in f for f in flags) and bool(_SCRIPT_LAUNCHER.search(script))
+    return False
+
+
+def volcano_task(job: TorchJob, rtype: str) -> str:
+    names = job.spec.volcano.taskNames if job.spec.volcano and job.spec.volcano.taskNames else {}
+    return names.get(rtype, rtype.lower())

@@ -1,0 +1,46 @@
+"""The layers import only downward: api <- dialects <- core <- (progress) <- runtimes (local, kube)
+<- cli. Lazy imports inside functions count too: a cycle hidden in a function is still a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "torchjob"
+# What each layer may import, besides itself (top-level modules such as report.py import nothing).
+ALLOWED = {
+    "api": set(),
+    "dialects": {"api"},
+    "core": {"api", "dialects"},
+    "progress": {"api"},
+    "local": {"api", "dialects", "core", "progress"},
+    "kube": {"api", "dialects", "core", "progress", "__init__"},
+    "cli": {"api", "dialects", "core", "progress", "local", "kube", "__init__"},
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    """The torchjob layers a module imports (`__init__` for the package itself: its version)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                 [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "torchjob":
+                found.add(parts[1] if len(parts) > 1 else "__init__")
+    return found
+
+
+def test_every_layer_imports_only_the_layers_below_it() -> None:
+    upward = []
+    for layer, allowed in ALLOWED.items():
+        for path in sorted((SRC / layer).rglob("*.py")):
+            for target in imports_of(path) - allowed - {layer}:
+                upward.append(f"{path.relative_to(SRC)} imports torchjob.{target}")
+    assert upward == []
+
+
+def test_every_layer_is_known() -> None:
+    assert {p.name for p in SRC.iterdir() if p.is_dir() and not p.name.startswith("__")} == set(ALLOWED)
+
