@@ -32,7 +32,7 @@ from torchjob.core.topology import (
     replica_env,
     replicas,
 )
-from torchjob.local.spec import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
+from torchjob.local.launch import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
 from torchjob.local.volumes import mounts_for
 
 GPU_RESOURCE = "nvidia.com/gpu"

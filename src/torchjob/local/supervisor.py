@@ -40,10 +40,10 @@ from torchjob.core.reconcile import (
 from torchjob.core.topology import Placement, ReplicaId, master_port
 from torchjob.local import tensorboard, volumes, watchdog
 from torchjob.local.console import Console
+from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.process import Exited, ReplicaProcess, StartError
 from torchjob.local.progress import LocalEndpoint
 from torchjob.local.render import render, warnings
-from torchjob.local.spec import LaunchSpec, LocalOptions
 from torchjob.local.store import Store
 from torchjob.local.sweep import sweep
 
@@ -71,7 +71,10 @@ def free_port() -> int:
 
 
 def placement(job: TorchJob, opts: LocalOptions) -> Placement:
-    """Loopback and a free port per job, so two local jobs never collide; or the document's."""
+    """Loopback and a free port per job, so two local jobs never collide; or the document's; or
+    the ports of the plan that `render` showed (`opts.ports`)."""
+    if opts.ports is not None:
+        return Placement(LOOPBACK, opts.ports[0], LOOPBACK, opts.ports[1])
     if opts.document_ports:
         port = master_port(job)
         ep = job.spec.elasticPolicy
