@@ -132,6 +132,19 @@ def no_such_job(name: str, known: list[str], where: str = "") -> UserError:
     return UserError(f"no job named {name!r}" + where, fix=hint)
 
 
+def name_taken(name: str, status: JobStatus, flags: str = "", where: str = "") -> UserError:
+    """A job of that name is there and not finished: a new one does not replace it."""
+    return UserError(f"a job named {name!r}{where} exists and is {status.state.lower()}",
+                     fix=f"wait for it, delete it with `torchjob delete{flags} {name}`, or change metadata.name")
+
+
+def no_output(name: str, replica: str | None, known: list[str]) -> UserError:
+    if replica is None:
+        return UserError(f"job {name!r} has no output yet", fix="try again in a moment, or use -f")
+    return UserError(f"job {name!r} has no replica {replica!r} with output",
+                     fix=f"use one of {sorted(known)}" if known else "it has not started any replica yet")
+
+
 def refuse_suspend(name: str, job: TorchJob, status: JobStatus) -> None:
     """A finished job cannot be suspended (nothing runs); a suspended one may be asked again."""
     if status.finished:

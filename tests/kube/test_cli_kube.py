@@ -212,11 +212,31 @@ def test_both_runtimes_give_the_same_answer_to_the_same_request(kubeconfig: str,
     path.write_text(json.dumps(job_data("live", workers=0, command=("python", "-c", "import time; time.sleep(60)"))))
     assert local(home, "submit", "--grace-period", "2", str(path)).returncode == 0
     try:
+        end = time.monotonic() + 30
+        while not any(c["type"] == "Running" and c["status"] == "True" for c in json.loads(
+                local(home, "describe", "live", "-o", "json").stdout or "{}").get("status", {}).get("conditions", [])):
+            assert time.monotonic() < end, local(home, "describe", "live").stdout
+            time.sleep(0.2)
         on_cluster = torchjob(kubeconfig, "resume", "live", "-n", namespace)
         here = local(home, "resume", "live")
         assert on_cluster.returncode == here.returncode == 2, (on_cluster.stderr, here.stderr)
         assert on_cluster.stderr == here.stderr == "error: job 'live' is not suspended\n" \
                                                    "    fix: suspend it first: torchjob suspend live\n"
+        # A second job of a running one's name, and a replica it does not have.
+        job_file = tmp_path / "live.yaml"
+        on_cluster = subprocess.run([sys.executable, "-m", "torchjob", "submit", str(job_file), "--kube",
+                                     "--kubeconfig", kubeconfig, "-n", namespace], capture_output=True, text=True,
+                                    timeout=60, stdin=subprocess.DEVNULL)
+        here = local(home, "submit", str(job_file))
+        assert on_cluster.returncode == here.returncode == 2, (on_cluster.stderr, here.stderr)
+        assert unplaced(on_cluster.stderr, namespace) == here.stderr == (
+            "error: a job named 'live' exists and is running\n"
+            "    fix: wait for it, delete it with `torchjob delete live`, or change metadata.name\n")
+        on_cluster = torchjob(kubeconfig, "logs", "live", "--replica", "worker-7", "-n", namespace)
+        here = local(home, "logs", "live", "--replica", "worker-7")
+        assert on_cluster.returncode == here.returncode == 2, (on_cluster.stderr, here.stderr)
+        assert on_cluster.stderr == here.stderr == "error: job 'live' has no replica 'worker-7' with output\n" \
+                                                   "    fix: use one of ['master-0']\n"
     finally:
         local(home, "delete", "live")
 
@@ -227,3 +247,8 @@ def test_both_runtimes_give_the_same_answer_to_the_same_request(kubeconfig: str,
         assert on_cluster.returncode == here.returncode == 2, (verb, on_cluster.stderr, here.stderr)
         assert on_cluster.stderr.startswith(f"error: no job named 'nope' in {namespace}\n"), on_cluster.stderr
         assert here.stderr.startswith("error: no job named 'nope'\n"), here.stderr
+
+
+def unplaced(message: str, namespace: str) -> str:
+    """A message of the cluster's runtime without where it looked (` in NAMESPACE`, ` --kube`)."""
+    return message.replace(f" in {namespace}", "").replace(" --kube", "")

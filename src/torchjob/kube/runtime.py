@@ -21,7 +21,17 @@ from torchjob.dialects.convert import explicit
 from torchjob.kube import kueue
 from torchjob.kube.client import KueueWorkload, TorchJobRes, status_code, to_dict
 from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE, manifests
-from torchjob.runtime import AttemptView, EventView, JobView, Say, no_such_job, refuse_resume, refuse_suspend
+from torchjob.runtime import (
+    AttemptView,
+    EventView,
+    JobView,
+    Say,
+    name_taken,
+    no_output,
+    no_such_job,
+    refuse_resume,
+    refuse_suspend,
+)
 
 
 def client(kubeconfig: str | None, context: str | None) -> Client:
@@ -69,7 +79,11 @@ def submit(kube: Client, job: TorchJob, namespace: str | None) -> str:
         kube.create(TorchJobRes.from_dict(data))
     except ApiError as e:
         if status_code(e) == 409:
-            raise UserError(f"a TorchJob named {job.name!r} exists in {ns}", fix=f"torchjob delete --kube {job.name}")
+            there = status_of(get(kube, job.name, ns))
+            if not there.finished:
+                raise name_taken(job.name, there, " --kube", f" in {ns}")
+            raise UserError(f"a job named {job.name!r} in {ns} has already {there.state.lower()}",
+                            fix=f"delete it first (torchjob delete --kube {job.name}), or change metadata.name")
         raise UserError(f"the API server refused the job: {e}")
     return ns
 
@@ -186,11 +200,15 @@ def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
 def logs(kube: Client, name: str, namespace: str | None, replica: str | None, follow_: bool, say: Say,
          attempt: int | None = None) -> None:
     data = get(kube, name, namespace)
-    targets = pods(kube, data)
+    every = pods(kube, data)
+    if not every:
+        raise no_output(name, None, [])
+    targets = every
     if replica:
-        targets = [p for p in targets if f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}" == replica]
+        targets = [p for p in every if f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}" == replica]
         if not targets:
-            raise UserError(f"job {name!r} has no pod for {replica!r}")
+            raise no_output(name, replica, [f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}"
+                                            for p in every])
         if attempt is not None:
             targets = [p for p in targets if (p.metadata.annotations or {}).get(ANNOTATION_ATTEMPT) == str(attempt)]
             if not targets:  # a pod is made again for each attempt: only the current one is left

@@ -28,7 +28,7 @@ from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.render import warnings
 from torchjob.local.store import JobRecord, Store
 from torchjob.local.supervisor import Supervisor, claim_name, placement, prepare_job, supervisor_alive
-from torchjob.runtime import JobView, Say, no_such_job, refuse_resume, refuse_suspend
+from torchjob.runtime import JobView, Say, name_taken, no_output, no_such_job, refuse_resume, refuse_suspend
 
 
 @dataclass
@@ -96,6 +96,9 @@ class LocalRuntime:
     def _create(self, plan: LocalPlan) -> TorchJob:
         """Record the plan's job (nothing runs yet); a finished job of that name gives way."""
         read.settle(self.store)
+        old = self.store.get(plan.job.name)
+        if old is not None and not old.status.finished and supervisor_alive(old.supervisor_pid):
+            raise name_taken(old.name, old.status)
         claim_name(self.store, plan.job.name)
         self.store.create_job(plan.job, plan.opts.to_json())
         return plan.job
@@ -153,7 +156,7 @@ class LocalRuntime:
         rec, _ = self._find(name)
         path = self._attempt_log(rec, replica, attempt) if replica else rec.dir / "job.log"
         if not path.exists():
-            raise UserError(f"job {name!r} has no output yet", fix="try again in a moment, or use -f")
+            raise no_output(name, None, [])
         out = sys.stdout.buffer
         with path.open("rb") as f:
             while True:
@@ -174,9 +177,7 @@ class LocalRuntime:
     def _attempt_log(self, rec: JobRecord, replica: str, attempt: int | None) -> Path:
         mine = [a for a in self.store.attempts(rec.name) if a.replica == replica]
         if not mine:
-            names = sorted({a.replica for a in self.store.attempts(rec.name)})
-            raise UserError(f"job {rec.name!r} has no replica {replica!r} with output",
-                            fix=f"use one of {names}" if names else "it has not started any replica yet")
+            raise no_output(rec.name, replica, list({a.replica for a in self.store.attempts(rec.name)}))
         if attempt is not None:
             mine = [a for a in mine if a.attempt == attempt]
             if not mine:
