@@ -11,6 +11,11 @@ Progress (`reports`): an attempt with an entry reports progress from its start u
 seconds after it, then goes quiet (still running, as a rank stuck in a collective does); an
 attempt without one never reports. With `progress_deadline` (runPolicy.progressDeadlineSeconds),
 a quiet replica is the event Stalled.
+
+Facts a runtime learns (`deleted`, `refused`, `runner_lost`) are in the world core reads, and core
+decides what they end in. A driver that cannot produce a row's fact yet leaves the row out, and
+the row says why (`unplayable`: driver -> why), as the real-node driver does for rows timed finer
+than its pod starts.
 """
 
 from __future__ import annotations
@@ -48,6 +53,16 @@ class Scenario:
     progress_deadline: int | None = None  # runPolicy.progressDeadlineSeconds
     # replica name -> one entry per attempt: seconds after that attempt started when it last reports
     reports: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    # replica name -> seconds after its first attempt started when someone else deletes it (a drain)
+    deleted: Mapping[str, float] = field(default_factory=dict)
+    refused: tuple[float, str, str] | None = None  # (seconds after the start, reason, message)
+    runner_lost: tuple[float, str] | None = None  # (seconds after the start, how it was found)
+    # driver ("local": real processes, "kube": a real API server, "real": real pods) -> why it
+    # cannot produce this row's fact yet
+    unplayable: Mapping[str, str] = field(default_factory=dict)
+
+    def plays_on(self, driver: str) -> bool:
+        return driver not in self.unplayable
 
     def check(self, status: Mapping[str, Any]) -> None:
         """The job's status (as a runtime on Kubernetes writes it) is the end this scenario expects."""
@@ -409,6 +424,67 @@ SCENARIOS += [
         workers=1,
         progress_deadline=1,
         exits={"master-0": ((3.0, 0),), "worker-0": ((2.5, 0),)},
+    ),
+]
+
+# --- facts a runtime learns (issue 10): a replica deleted by someone else, a refusal, a lost runner ---
+NOT_DELETED = {"local": "a local replica is a process: it exits, nobody deletes it",
+               "real": "the real-node driver does not delete pods yet (tests/kube does)"}
+NO_SUPERVISOR = "a cluster has no supervisor per job: an operator that dies is restarted and carries on"
+SCENARIOS += [
+    Scenario(
+        # a drain deletes worker-0 while it runs: with a policy on PodEvicted it is a failure that the
+        # policy acts on (every replica anew), and the new attempts succeed
+        name="evicted-restartjob",
+        workers=1,
+        backoff_limit=2,
+        policies=({"event": "PodEvicted", "action": "RestartJob"},),
+        deleted={"worker-0": 1.0},
+        exits={"master-0": ((30.0, 0), (1.5, 0)), "worker-0": ((30.0, 0), (0.5, 0))},
+        expect_restarts=1,
+        unplayable=NOT_DELETED,
+    ),
+    Scenario(
+        name="evicted-abortjob",
+        workers=2,
+        replica_policies={"Worker": ({"event": "PodEvicted", "action": "AbortJob"},)},
+        deleted={"worker-1": 1.0},
+        expect_state="Failed",
+        expect_reason="Aborted",
+        expect_failed_replica="worker-1",
+        unplayable=NOT_DELETED,
+    ),
+    Scenario(
+        # no policy on PodEvicted: the deleted replica is simply made again, as Kubeflow does (uncounted)
+        name="deleted-made-again",
+        workers=1,
+        deleted={"worker-0": 0.5},
+        exits={"master-0": ((2.0, 0),)},
+        unplayable=NOT_DELETED,
+    ),
+    Scenario(
+        # the runtime learns, once the job runs, that it cannot run it (here: the PodGroup kind is gone)
+        name="refused-while-running",
+        workers=1,
+        refused=(1.0, "PodGroupUnavailable", "the PodGroup kind (scheduling.volcano.sh/v1beta1) is not served"),
+        expect_state="Failed",
+        expect_reason="PodGroupUnavailable",
+        unplayable={
+            "local": "PodGroupUnavailable is a cluster's refusal (the local one, LocalSetupFailed, comes before "
+                     "any replica starts)",
+            "kube": "the operator serves PodGroups only with --gang-scheduler volcano; this cluster's Volcano "
+                    "kinds cannot be taken away under a running job here",
+            "real": "as on tests/kube",
+        },
+    ),
+    Scenario(
+        # the local supervisor is killed (SIGKILL) while the job runs: the job fails, its attempts end
+        name="runner-lost",
+        workers=1,
+        runner_lost=(1.0, "the supervisor is gone; its watchdog stopped every replica"),
+        expect_state="Failed",
+        expect_reason="SupervisorLost",
+        unplayable={"kube": NO_SUPERVISOR, "real": NO_SUPERVISOR},
     ),
 ]
 

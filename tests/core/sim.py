@@ -5,6 +5,9 @@ running attempt at `now` with exit code 143 (SIGTERM), Forget and Purge drop a f
 the new status is fed back into the job. Between reconciles the clock jumps to the next exit of a
 running attempt or to `plan.requeue_at`, whichever comes first. An attempt that reports progress
 (`reports`: until that many seconds after its start) is observed with the time of its last report.
+Facts a runtime learns: a replica deleted by someone else (`deletions`: seconds after its first
+attempt started) is observed gone, `deleted`, until it is made again or forgotten; a refusal and a
+lost runner are in the world from their time on. Abandon ends an attempt where it is.
 
 For tests that write each observed world themselves: `up`, `pending` and `ended` build what a
 runtime observes of one attempt, `world` gathers them, and a `Driver` reconciles one world at a time.
@@ -21,6 +24,7 @@ from typing import Any
 from tests.core.invariants import check_all
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.core.reconcile import (
+    Abandon,
     Action,
     Create,
     DeleteJob,
@@ -29,6 +33,7 @@ from torchjob.core.reconcile import (
     Phase,
     Plan,
     Purge,
+    Refusal,
     Stop,
     World,
     reconcile,
@@ -65,6 +70,17 @@ def final_reason(status: JobStatus) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What the runtime learns at a time (seconds): a refusal, a lost runner."""
+
+    refused: tuple[float, Refusal] | None = None
+    runner_lost: tuple[float, str] | None = None
+
+    def times(self) -> list[float]:
+        return [f[0] for f in (self.refused, self.runner_lost) if f is not None]
+
+
 class SimError(AssertionError):
     """The runtime contract was broken, or the job never finished."""
 
@@ -98,6 +114,8 @@ class SimResult:
 class _Runtime:
     exits: Exits
     reports: Reports = field(default_factory=dict)
+    deletions: Mapping[str, float] = field(default_factory=dict)
+    deleting: dict[str, float] = field(default_factory=dict)  # name -> when its first attempt is deleted
     observed: dict[str, Observed] = field(default_factory=dict)
     reporting: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (start, quiet after)
     pending: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (exit time, code)
@@ -112,9 +130,9 @@ class _Runtime:
             name = a.replica.name
             obs = self.observed.get(name)
             if isinstance(a, Create):
-                if obs is not None and obs.attempt == a.attempt:
+                if obs is not None and obs.attempt == a.attempt and not obs.deleted:
                     continue  # already there: creating is level-triggered
-                if obs is not None:
+                if obs is not None and not obs.deleted:
                     raise SimError(f"Create {name} attempt {a.attempt} while attempt {obs.attempt} is observed")
                 self.observed[name] = Observed(a.replica, a.attempt, Phase.RUNNING)
                 self.created.append((now, name, a.attempt))
@@ -122,13 +140,16 @@ class _Runtime:
                 quiet = self.reports.get(name, ())
                 if a.attempt < len(quiet):
                     self.reporting[name] = (now, quiet[a.attempt])
+                if a.attempt == 0 and name in self.deletions and not any(
+                        n == name for _, n, _ in self.created[:-1]):
+                    self.deleting[name] = now + self.deletions[name]
                 plan = self.exits.get(name, ())
                 if a.attempt < len(plan):
                     after, code = plan[a.attempt]
                     self.pending[name] = (now + after, code)
                 changed = True
             elif isinstance(a, Stop):
-                if obs is None or obs.attempt != a.attempt or not obs.phase.active:
+                if obs is None or obs.attempt != a.attempt or not obs.phase.active or obs.deleted:
                     continue
                 self.observed[name] = dataclasses.replace(
                     obs, phase=Phase.FAILED, exit_code=SIGTERM_EXIT, reason="Error", finished_at=at(now)
@@ -136,25 +157,48 @@ class _Runtime:
                 self.pending.pop(name, None)
                 self.stopped.append((now, name, a.attempt, a.reason))
                 changed = True
+            elif isinstance(a, Abandon):
+                if obs is None or obs.attempt != a.attempt or not obs.phase.active:
+                    continue
+                self.observed[name] = dataclasses.replace(
+                    obs, phase=Phase.FAILED, reason=a.reason, finished_at=at(now), stopping=False)
+                self.pending.pop(name, None)
+                self.reporting.pop(name, None)
+                changed = True
             elif isinstance(a, Forget | Purge):
                 if obs is None or obs.attempt != a.attempt:
                     continue
-                if obs.phase.active:
+                if obs.phase.active and not obs.deleted:
                     raise SimError(f"{type(a).__name__} of {name} attempt {a.attempt}, which still runs")
                 del self.observed[name]
                 changed = True
         return changed
 
-    def world(self, now: float, stop: str | None) -> World:
-        """What a runtime observes at `now`: each running attempt that reports, with its last report."""
+    def world(self, now: float, stop: str | None, facts: Facts) -> World:
+        """What a runtime observes at `now`: each running attempt that reports, with its last report;
+        the facts whose time has come."""
         seen = dict(self.observed)
         for name, (start, quiet) in self.reporting.items():
             obs = seen.get(name)
             if obs is not None and obs.phase is Phase.RUNNING:
                 seen[name] = dataclasses.replace(obs, last_report=at(start + min(now - start, quiet)))
-        return World(replicas=seen, stop_requested=stop)
+        refused = facts.refused[1] if facts.refused is not None and facts.refused[0] <= now else None
+        lost = facts.runner_lost[1] if facts.runner_lost is not None and facts.runner_lost[0] <= now else None
+        return World(replicas=seen, stop_requested=stop, refused=refused, runner_lost=lost)
+
+    def next_times(self) -> list[float]:
+        return [t for t, _ in self.pending.values()] + list(self.deleting.values())
 
     def advance(self, now: float) -> None:
+        for name, t in list(self.deleting.items()):
+            if t <= now:
+                del self.deleting[name]
+                obs = self.observed.get(name)
+                if obs is not None and obs.attempt == 0 and obs.phase.active:
+                    # gone: its last state is what the runtime keeps of it
+                    self.observed[name] = dataclasses.replace(obs, deleted=True, stopping=False, finished_at=at(t))
+                    self.pending.pop(name, None)
+                    self.reporting.pop(name, None)
         for name, (t, code) in list(self.pending.items()):
             if t <= now:
                 obs = self.observed[name]
@@ -176,12 +220,14 @@ def simulate(
     stop_when_idle: str | None = None,
     run_policy_changes: Sequence[tuple[float, Mapping[str, Any]]] = (),
     reports: Reports | None = None,
+    deletions: Mapping[str, float] | None = None,
+    facts: Facts = Facts(),
     max_steps: int = 2000,
 ) -> SimResult:
     """Run `job` until `plan.done` (or DeleteJob). With `stop_when_idle`, a job that waits on
     replicas that never exit is stopped by the user (World.stop_requested) instead of raising.
     `run_policy_changes` are user edits of spec.runPolicy (e.g. suspend) at the given times."""
-    rt = _Runtime(exits, reports or {})
+    rt = _Runtime(exits, reports or {}, deletions or {})
     changes = sorted(run_policy_changes, key=lambda c: c[0])
     now = 0.0
     stop: str | None = None
@@ -190,7 +236,7 @@ def simulate(
         while changes and changes[0][0] <= now:
             rp = job.run_policy.model_copy(update=dict(changes.pop(0)[1]))
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"runPolicy": rp})})
-        w = rt.world(now, stop)
+        w = rt.world(now, stop, facts)
         plan = reconcile(job, w, at(now))
         if check is not None:
             check(job, w, at(now), plan)
@@ -202,7 +248,7 @@ def simulate(
             return SimResult(job, steps, rt.created, rt.stopped, now)
         if rt.apply(plan.actions, now):
             continue
-        candidates = [t for t, _ in rt.pending.values()]
+        candidates = rt.next_times() + [t for t in facts.times() if t > now]
         if changes:
             candidates.append(changes[0][0])
         if plan.requeue_at is not None:

@@ -5,17 +5,19 @@ from __future__ import annotations
 import pytest
 
 from tests.core.invariants import check_all
-from tests.core.sim import SimResult, at, simulate
+from tests.core.sim import Facts, SimResult, at, simulate
 from tests.scenarios import BY_NAME, SCENARIOS, Scenario
 from torchjob.api.validate import DNS1035, validate
-from torchjob.core.reconcile import SUCCESS_SETTLE_S
+from torchjob.core.reconcile import SUCCESS_SETTLE_S, Abandon, Refusal
 from torchjob.core.topology import replicas
 
 COMMAND = ["python", "-c", "pass"]
 
 
 def run(s: Scenario) -> SimResult:
-    return simulate(s.job(COMMAND), s.exits, check=check_all, reports=s.reports)
+    facts = Facts(refused=(s.refused[0], Refusal(s.refused[1], s.refused[2])) if s.refused else None,
+                  runner_lost=s.runner_lost)
+    return simulate(s.job(COMMAND), s.exits, check=check_all, reports=s.reports, deletions=s.deleted, facts=facts)
 
 
 # --- the table itself ----------------------------------------------------------------------
@@ -48,6 +50,9 @@ def test_scenario_is_well_formed(s: Scenario) -> None:
         for after, code in attempts:
             assert after > 0 and (after * 2).is_integer(), "times must be multiples of 0.5 s"
             assert 0 <= code <= 255
+    assert {rid.name for rid in replicas(job)} >= set(s.deleted), "a deletion of a replica the job lacks"
+    assert all(t > 0 and (t * 2).is_integer() for t in s.deleted.values()), "times must be multiples of 0.5 s"
+    assert set(s.unplayable) <= {"local", "kube", "real"}
     assert s.expect_state in ("Succeeded", "Failed")
     assert (s.expect_state == "Failed") or s.expect_failed_replica is None
 
@@ -67,7 +72,10 @@ def test_scenario(s: Scenario) -> None:
         assert status.failure is not None
         assert status.failure.reason == s.expect_reason
         assert status.failure.replica == s.expect_failed_replica
-        if s.expect_failed_replica is not None and status.failure.exitCode is None:
+        if s.expect_failed_replica in s.deleted:
+            # an eviction: the replica did not exit, it was deleted
+            assert status.failure.attempt == 0 and status.failure.exitCode is None
+        elif s.expect_failed_replica is not None and status.failure.exitCode is None:
             # a stall: the replica did not exit, it went quiet
             assert status.failure.attempt is not None
             assert len(s.reports[s.expect_failed_replica]) > status.failure.attempt
@@ -80,7 +88,7 @@ def test_scenario(s: Scenario) -> None:
         assert status.failure is None
     # done with nothing left running, and the simulated times stay on the 0.5 s grid
     assert result.steps[-1].plan.done
-    assert not any(o.phase.active for o in result.steps[-1].world.replicas.values())
+    assert not any(o.phase.active and not o.deleted for o in result.steps[-1].world.replicas.values())
     for t, _, _ in result.created:
         assert (t * 2).is_integer()
     assert (result.end * 2).is_integer()
@@ -156,3 +164,40 @@ def test_restarting_then_running_conditions() -> None:
     # Created -> Running -> Restarting -> Running -> Succeeded, in that order, each once
     collapsed = [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
     assert collapsed == ["Created", "Running", "Restarting", "Running", "Succeeded"]
+
+
+# --- facts a runtime learns ------------------------------------------------------------------
+
+
+def test_an_eviction_with_a_policy_restarts_every_replica() -> None:
+    result = run(BY_NAME["evicted-restartjob"])
+    assert sorted((t, n, a) for t, n, a in result.created if a == 1) == [(1.0, "master-0", 1), (1.0, "worker-0", 1)]
+    assert [(t, n) for t, n, _, _ in result.stopped] == [(1.0, "master-0")]  # worker-0 is already gone
+    events = [e for step in result.steps for e in step.plan.events if e.reason == "Restarting"]
+    assert len(events) == 1 and "Evicted" in events[0].message
+
+
+def test_a_deleted_replica_without_a_policy_is_made_again_uncounted() -> None:
+    result = run(BY_NAME["deleted-made-again"])
+    assert [(t, a) for t, n, a in result.created if n == "worker-0"] == [(0.0, 0), (0.5, 0)]
+    assert result.status.restartCount == 0 and result.status.replicas["worker-0"].restarts == 0
+
+
+def test_a_refusal_fails_the_job_once_and_stops_what_runs() -> None:
+    result = run(BY_NAME["refused-while-running"])
+    assert result.status.completionTime == at(1.0)
+    assert sorted((t, n) for t, n, _, _ in result.stopped) == [(1.0, "master-0"), (1.0, "worker-0")]
+    warnings = [e for step in result.steps for e in step.plan.events if e.type == "Warning"]
+    assert [(e.reason, e.message) for e in warnings] == [("PodGroupUnavailable", BY_NAME["refused-while-running"]
+                                                          .refused[2])]  # type: ignore[index]
+    assert result.status.failure is not None and result.status.failure.replica is None
+
+
+def test_a_lost_runner_ends_every_open_attempt_and_stops_nothing() -> None:
+    result = run(BY_NAME["runner-lost"])
+    assert result.stopped == []
+    abandoned = [a for step in result.steps for a in step.plan.actions if isinstance(a, Abandon)]
+    assert sorted((a.replica.name, a.attempt, a.reason) for a in abandoned) == [
+        ("master-0", 0, "SupervisorLost"), ("worker-0", 0, "SupervisorLost")]
+    assert result.status.failure is not None
+    assert result.status.failure.message == "the supervisor is gone; its watchdog stopped every replica"

@@ -56,7 +56,8 @@ def job_document(sc: Scenario, state: Path, namespace: str) -> dict[str, Any]:
 REPORTING = {s.name for s in SCENARIOS if s.reports}
 
 
-@pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name not in TOO_FINE and s.name not in REPORTING],
+@pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name not in TOO_FINE and s.name not in REPORTING
+                                and s.plays_on("real")],
                          ids=lambda s: s.name)
 def test_scenario_on_real_pods(sc: Scenario, node: Client, ns: str, tmp_path: Path) -> None:
     state = tmp_path / "state"

@@ -1,6 +1,7 @@
 """The shared scenario table against a real kube-apiserver: the operator decides, the test plays
 the kubelet (it runs each pod and ends it with the scenario's exit code at the scenario's time) and
-the pods' progress reports (over HTTPS, with pod-bound tokens, until the scenario's quiet time)."""
+the pods' progress reports (over HTTPS, with pod-bound tokens, until the scenario's quiet time), and
+someone else's deletions (a pod deleted through the API, as a drain does)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
     kube.create(TorchJobRes.from_dict(data))
     started: dict[tuple[str, int], float] = {}
     reporting: dict[tuple[str, int], PodReporter] = {}  # the attempts that report, until their quiet time
+    deleted: set[str] = set()  # replicas whose first attempt was deleted
     end = time.monotonic() + timeout
     try:
         while time.monotonic() < end:
@@ -59,6 +61,11 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
                             url(operator.progress_url, namespace, job.name), pod_token(kube, pod, job.name),
                             ca_file(kube, namespace, tmp_path), tmp_path)
                 elif phase == "Running":
+                    since = time.monotonic() - started.setdefault((name, attempt), time.monotonic())
+                    if name in sc.deleted and name not in deleted and attempt == 0 and since >= sc.deleted[name]:
+                        kube.delete(Pod, meta.name, namespace=namespace)
+                        deleted.add(name)
+                        continue
                     plan = sc.exits.get(name, ())
                     if attempt < len(plan):
                         delay, code = plan[attempt]
@@ -71,7 +78,10 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
     raise AssertionError(f"{sc.name}: no end in {timeout}s: {job_status(kube, job.name, namespace)}")
 
 
-@pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
+PLAYED = [s for s in SCENARIOS if s.plays_on("kube")]
+
+
+@pytest.mark.parametrize("sc", PLAYED, ids=[s.name for s in PLAYED])
 def test_scenario_on_a_real_control_plane(sc: Scenario, kube: Client, namespace: str, operator: Operator,
                                           tmp_path: Path) -> None:
     status = play(kube, namespace, sc, operator, tmp_path)

@@ -1,17 +1,64 @@
-"""The native job model: `torchjob.dev/v1` `TorchJob`, spec and status.
+"""The native job model: `torchjob.dev/v1` `TorchJob` and its spec.
 
 Field names follow Kubeflow's PyTorchJob v1 (and the Kubernetes pod template) so that its users
 feel at home. Unknown fields are errors (`extra="forbid"`): a typo never silently changes a job.
-Pod and container fields that only mean something on a cluster are accepted and typed loosely;
-the local runtime names them in a warning (see `CLUSTER_ONLY_*`).
+The pod template is in `api/pod.py`, the status in `api/status.py`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from torchjob.api.pod import (
+    CLUSTER_ONLY_CONTAINER_FIELDS,
+    CLUSTER_ONLY_POD_FIELDS,
+    LOCAL_VOLUME_SOURCES,
+    VOLUME_SOURCES,
+    ConfigMapVolume,
+    Container,
+    ContainerPort,
+    EmptyDirVolume,
+    EnvVar,
+    EnvVarSource,
+    HostPathVolume,
+    KeySelector,
+    KeyToPath,
+    ObjectFieldSelector,
+    PodSpec,
+    PodTemplateSpec,
+    ResourceRequirements,
+    TemplateMeta,
+    Volume,
+    VolumeMount,
+)
+from torchjob.api.status import (
+    Condition,
+    ConditionType,
+    FailureInfo,
+    JobStatus,
+    Metric,
+    Progress,
+    ReplicaAttemptState,
+    ReplicaStatus,
+)
+from torchjob.api.strict import Strict
+
+__all__ = [
+    "API_VERSION", "CLUSTER_ONLY_CONTAINER_FIELDS", "CLUSTER_ONLY_POD_FIELDS", "DEFAULT_CONTAINER", "DEFAULT_PORT",
+    "KIND", "LOCAL_VOLUME_SOURCES", "MASTER", "POLICY_ACTIONS", "POLICY_EVENTS", "PORT_NAME", "REPLICA_TYPES",
+    "T9K_PVC", "VOLUME_SOURCES", "WORKER", "CleanPodPolicy", "Condition", "ConditionType", "ConfigMapVolume",
+    "Container", "ContainerPort", "DebugMode", "DebugReplica", "DependsOn", "ElasticPolicy", "EmptyDirVolume",
+    "EnvVar", "EnvVarSource", "FailureInfo", "HostPathVolume", "JobStatus", "KeySelector", "KeyToPath",
+    "LifecycleAction", "LifecycleEvent", "LifecyclePolicy", "Metric", "ObjectFieldSelector", "ObjectMeta",
+    "PodSpec", "PodTemplateSpec", "PolicyAction", "PolicyEvent", "Progress", "RdzvConf", "ReplicaAttemptState",
+    "ReplicaSpec", "ReplicaStatus", "ResourceRequirements", "RestartPolicy", "RunMode", "RunPolicy",
+    "SchedulingPolicy", "Strict", "TemplateMeta", "TensorBoardSpec", "TorchJob", "TorchJobSpec", "VolcanoEnv",
+    "Volume", "VolumeMount", "WaitForMaster",
+]
 
 API_VERSION: Final = "torchjob.dev/v1"
 KIND: Final = "TorchJob"
@@ -28,275 +75,38 @@ RestartPolicy = Literal["Never", "OnFailure", "Always", "ExitCode"]
 CleanPodPolicy = Literal["None", "Running", "All", "Unfinished"]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-# --- the pod template subset -------------------------------------------------------------
-
-
-class ObjectFieldSelector(Strict):
-    fieldPath: str
-    apiVersion: str | None = None
-
-
-class KeySelector(Strict):
-    name: str | None = None
-    key: str
-    optional: bool | None = None
-
-
-class EnvVarSource(Strict):
-    fieldRef: ObjectFieldSelector | None = None
-    configMapKeyRef: KeySelector | None = None
-    secretKeyRef: KeySelector | None = None
-    resourceFieldRef: dict[str, Any] | None = None
-
-
-class EnvVar(Strict):
-    name: str
-    value: str | None = None
-    valueFrom: EnvVarSource | None = None
-
-    @field_validator("value", mode="before")
-    @classmethod
-    def _stringify(cls, v: Any) -> Any:
-        # YAML `value: 1` is a common slip; Kubernetes rejects it, we accept it as "1".
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, int | float):
-            return str(v)
-        return v
-
-
-class ContainerPort(Strict):
-    name: str | None = None
-    containerPort: int
-    protocol: str | None = None
-    hostPort: int | None = None
-    hostIP: str | None = None
-
-
-class ResourceRequirements(Strict):
-    limits: dict[str, str | int | float] | None = None
-    requests: dict[str, str | int | float] | None = None
-    claims: list[dict[str, Any]] | None = None
-
-
-class VolumeMount(Strict):
-    name: str
-    mountPath: str
-    readOnly: bool | None = None
-    subPath: str | None = None
-    mountPropagation: str | None = None
-    subPathExpr: str | None = None
-
-
-# Container fields that only mean something on a cluster: accepted, warned about locally.
-CLUSTER_ONLY_CONTAINER_FIELDS = (
-    "imagePullPolicy",
-    "livenessProbe",
-    "readinessProbe",
-    "startupProbe",
-    "securityContext",
-    "lifecycle",
-    "stdin",
-    "stdinOnce",
-    "tty",
-    "terminationMessagePath",
-    "terminationMessagePolicy",
-    "envFrom",
-    "resizePolicy",
-    "restartPolicy",
-    "volumeDevices",
-)
-
-
-class Container(Strict):
-    name: str
-    image: str | None = None
-    command: list[str] | None = None
-    args: list[str] | None = None
-    env: list[EnvVar] | None = None
-    workingDir: str | None = None
-    ports: list[ContainerPort] | None = None
-    resources: ResourceRequirements | None = None
-    volumeMounts: list[VolumeMount] | None = None
-    imagePullPolicy: str | None = None
-    livenessProbe: dict[str, Any] | None = None
-    readinessProbe: dict[str, Any] | None = None
-    startupProbe: dict[str, Any] | None = None
-    securityContext: dict[str, Any] | None = None
-    lifecycle: dict[str, Any] | None = None
-    stdin: bool | None = None
-    stdinOnce: bool | None = None
-    tty: bool | None = None
-    terminationMessagePath: str | None = None
-    terminationMessagePolicy: str | None = None
-    envFrom: list[dict[str, Any]] | None = None
-    resizePolicy: list[dict[str, Any]] | None = None
-    restartPolicy: str | None = None
-    volumeDevices: list[dict[str, Any]] | None = None
-
-    @field_validator("command", "args", mode="before")
-    @classmethod
-    def _argv_strings(cls, v: Any) -> Any:
-        if isinstance(v, list):
-            return [str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x for x in v]
-        return v
-
-
-class HostPathVolume(Strict):
-    path: str
-    type: str | None = None
-
-
-class KeyToPath(Strict):
-    key: str
-    path: str
-    mode: int | None = None
-
-
-class ConfigMapVolume(Strict):
-    name: str
-    items: list[KeyToPath] | None = None
-    defaultMode: int | None = None
-    optional: bool | None = None
-
-
-class EmptyDirVolume(Strict):
-    medium: str | None = None
-    sizeLimit: str | int | None = None
-
-
-class Volume(Strict):
-    name: str
-    emptyDir: EmptyDirVolume | None = None
-    hostPath: HostPathVolume | None = None
-    configMap: ConfigMapVolume | None = None
-    # Cluster volumes: accepted; a local run refuses them with a message that names them.
-    persistentVolumeClaim: dict[str, Any] | None = None
-    secret: dict[str, Any] | None = None
-    nfs: dict[str, Any] | None = None
-    csi: dict[str, Any] | None = None
-    projected: dict[str, Any] | None = None
-    downwardAPI: dict[str, Any] | None = None
-    ephemeral: dict[str, Any] | None = None
-
-    def source_kind(self) -> str | None:
-        kinds = [k for k in VOLUME_SOURCES if getattr(self, k) is not None]
-        return kinds[0] if len(kinds) == 1 else None
-
-
-VOLUME_SOURCES = (
-    "emptyDir",
-    "hostPath",
-    "configMap",
-    "persistentVolumeClaim",
-    "secret",
-    "nfs",
-    "csi",
-    "projected",
-    "downwardAPI",
-    "ephemeral",
-)
-LOCAL_VOLUME_SOURCES = ("emptyDir", "hostPath", "configMap")
-
-CLUSTER_ONLY_POD_FIELDS = (
-    "nodeSelector",
-    "nodeName",
-    "tolerations",
-    "affinity",
-    "serviceAccountName",
-    "serviceAccount",
-    "automountServiceAccountToken",
-    "imagePullSecrets",
-    "securityContext",
-    "priorityClassName",
-    "priority",
-    "schedulerName",
-    "hostNetwork",
-    "hostIPC",
-    "hostPID",
-    "dnsPolicy",
-    "dnsConfig",
-    "hostAliases",
-    "hostname",
-    "subdomain",
-    "runtimeClassName",
-    "shareProcessNamespace",
-    "topologySpreadConstraints",
-    "enableServiceLinks",
-    "activeDeadlineSeconds",
-    "preemptionPolicy",
-    "overhead",
-    "readinessGates",
-    "setHostnameAsFQDN",
-    "os",
-    "ephemeralContainers",
-)
-
-
-class PodSpec(Strict):
-    containers: list[Container]
-    initContainers: list[Container] | None = None
-    volumes: list[Volume] | None = None
-    restartPolicy: str | None = None
-    terminationGracePeriodSeconds: int | None = Field(default=None, ge=0)
-    nodeSelector: dict[str, str] | None = None
-    nodeName: str | None = None
-    tolerations: list[dict[str, Any]] | None = None
-    affinity: dict[str, Any] | None = None
-    serviceAccountName: str | None = None
-    serviceAccount: str | None = None
-    automountServiceAccountToken: bool | None = None
-    imagePullSecrets: list[dict[str, Any]] | None = None
-    securityContext: dict[str, Any] | None = None
-    priorityClassName: str | None = None
-    priority: int | None = None
-    schedulerName: str | None = None
-    hostNetwork: bool | None = None
-    hostIPC: bool | None = None
-    hostPID: bool | None = None
-    dnsPolicy: str | None = None
-    dnsConfig: dict[str, Any] | None = None
-    hostAliases: list[dict[str, Any]] | None = None
-    hostname: str | None = None
-    subdomain: str | None = None
-    runtimeClassName: str | None = None
-    shareProcessNamespace: bool | None = None
-    topologySpreadConstraints: list[dict[str, Any]] | None = None
-    enableServiceLinks: bool | None = None
-    activeDeadlineSeconds: int | None = None
-    preemptionPolicy: str | None = None
-    overhead: dict[str, Any] | None = None
-    readinessGates: list[dict[str, Any]] | None = None
-    setHostnameAsFQDN: bool | None = None
-    os: dict[str, Any] | None = None
-    ephemeralContainers: list[dict[str, Any]] | None = None
-
-
-class TemplateMeta(Strict):
-    name: str | None = None
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-
-
-class PodTemplateSpec(Strict):
-    metadata: TemplateMeta | None = None
-    spec: PodSpec
-
-
-# --- the job spec ----------------------------------------------------------------------
-
 # Lifecycle policies (from Volcano): on an event or an exit code, take an action. They apply
 # before restartPolicy: a failure a policy matches is handled by the policy alone.
 # Stalled: a replica stopped reporting progress for runPolicy.progressDeadlineSeconds.
 PolicyEvent = Literal["PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Stalled", "Unknown", "*"]
 PolicyAction = Literal["RestartJob", "RestartTask", "RestartPod", "AbortJob", "TerminateJob", "CompleteJob"]
-POLICY_EVENTS: tuple[str, ...] = ("PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "Stalled", "Unknown",
-                                  "*")
-POLICY_ACTIONS: tuple[str, ...] = ("RestartJob", "RestartTask", "RestartPod", "AbortJob", "TerminateJob", "CompleteJob")
+
+
+class LifecycleEvent(StrEnum):
+    """What a lifecycle policy acts on (the values of `PolicyEvent`, named for code)."""
+
+    POD_FAILED = "PodFailed"
+    POD_EVICTED = "PodEvicted"
+    TASK_COMPLETED = "TaskCompleted"
+    TASK_FAILED = "TaskFailed"
+    STALLED = "Stalled"
+    UNKNOWN = "Unknown"
+    ANY = "*"
+
+
+class LifecycleAction(StrEnum):
+    """What a lifecycle policy does (the values of `PolicyAction`, named for code)."""
+
+    RESTART_JOB = "RestartJob"
+    RESTART_TASK = "RestartTask"
+    RESTART_POD = "RestartPod"
+    ABORT_JOB = "AbortJob"
+    TERMINATE_JOB = "TerminateJob"
+    COMPLETE_JOB = "CompleteJob"
+
+
+POLICY_EVENTS: tuple[str, ...] = tuple(e.value for e in LifecycleEvent)
+POLICY_ACTIONS: tuple[str, ...] = tuple(a.value for a in LifecycleAction)
 
 
 class LifecyclePolicy(Strict):
@@ -458,100 +268,6 @@ class ObjectMeta(Strict):
     creationTimestamp: str | datetime | None = None
     resourceVersion: str | None = None
     generation: int | None = None
-
-
-# --- status -----------------------------------------------------------------------------
-
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-
-
-class Condition(BaseModel):
-    type: ConditionType
-    status: Literal["True", "False"] = "True"
-    reason: str = ""
-    message: str = ""
-    lastTransitionTime: datetime | None = None
-    lastUpdateTime: datetime | None = None
-
-
-class ReplicaStatus(BaseModel):
-    active: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    restarts: int = 0
-
-
-class FailureInfo(BaseModel):
-    """Why the job failed: the root cause, the way torchrun's summary names it."""
-
-    reason: str
-    message: str
-    replica: str | None = None
-    attempt: int | None = None
-    exitCode: int | None = None
-    signal: str | None = None
-
-
-class ReplicaAttemptState(BaseModel):
-    """What the controller has decided for one replica: its current attempt, restart backoff."""
-
-    attempt: int = 0
-    restarts: int = 0
-    notBefore: datetime | None = None
-
-
-class Metric(BaseModel):
-    """A named value a replica reported (Kubeflow Trainer's `trainerStatus.metrics[]` entry)."""
-
-    name: str
-    value: str
-
-
-class Progress(BaseModel):
-    """How far the job is, from the replicas' latest progress report. Written by the runtime (the
-    local supervisor, the operator) as reports arrive, never by `core`."""
-
-    percent: float | None = None  # 0-100
-    etaSeconds: int | None = None  # estimated time left
-    step: int | None = None
-    total: int | None = None
-    rate: float | None = None  # steps per second, over the recent reports
-    metrics: list[Metric] = Field(default_factory=list)
-    lastReportTime: datetime | None = None
-    reporter: str | None = None  # the replica that sent the latest report
-
-
-class JobStatus(BaseModel):
-    conditions: list[Condition] = Field(default_factory=list)
-    replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
-    replicas: dict[str, ReplicaAttemptState] = Field(default_factory=dict)
-    restartCount: int = 0
-    startTime: datetime | None = None
-    completionTime: datetime | None = None
-    failure: FailureInfo | None = None
-    progress: Progress | None = None
-
-    def condition(self, ctype: str) -> Condition | None:
-        for c in self.conditions:
-            if c.type == ctype:
-                return c
-        return None
-
-    def is_true(self, ctype: str) -> bool:
-        c = self.condition(ctype)
-        return c is not None and c.status == "True"
-
-    @property
-    def finished(self) -> bool:
-        return self.is_true("Succeeded") or self.is_true("Failed")
-
-    @property
-    def state(self) -> str:
-        """One word for tables: the last condition that is true, in lifecycle order."""
-        for ctype in ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created"):
-            if self.is_true(ctype):
-                return ctype
-        return "Pending"
 
 
 class TorchJob(Strict):

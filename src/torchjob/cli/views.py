@@ -48,7 +48,7 @@ def summary(v: JobView) -> dict[str, Any]:
     if v.namespace is not None:
         row["namespace"] = v.namespace
     row.update({
-        "state": st.state,
+        "state": st.state.value,
         "replicas": sum(v.replicas.values()),
         "replicasByType": v.replicas,
         "restarts": st.restartCount,

@@ -1,0 +1,65 @@
+"""Facts a runtime learned, decided on here: a replica deleted by someone else (an eviction, or
+simply missing), a refusal to run the job as written, a lost runner."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from torchjob.api.model import LifecycleEvent, TorchJob
+from torchjob.api.status import ConditionType, ExitReason, Reason
+from torchjob.core.conditions import fail
+from torchjob.core.lifecycle import match_policy
+from torchjob.core.plan import Abandon, Round
+from torchjob.core.world import Observed, Phase, World
+
+
+def evicted(job: TorchJob, obs: Observed) -> bool:
+    """A replica deleted by someone else (`Observed.deleted`) is Volcano's PodEvicted when the job
+    runs (not finished, not suspended), the attempt is current and still ran, and a lifecycle
+    policy acts on that event. Torchjob itself never deletes a current replica of a running job:
+    it moves the attempt on, or ends or suspends the job, first."""
+    status = job.status
+    if not obs.deleted or status is None or status.finished or status.is_true(ConditionType.SUSPENDED):
+        return False
+    if not obs.phase.active:
+        return False
+    current = status.replicas.get(obs.replica.name)
+    return (current is not None and current.attempt == obs.attempt
+            and match_policy(job, obs.replica.rtype, LifecycleEvent.POD_EVICTED, None) is not None)
+
+
+def as_core_sees(job: TorchJob, world: World, now: datetime) -> World:
+    """The world with each deleted replica decided on: an eviction is a failure with reason Evicted;
+    any other deleted replica is still there while it goes away, and once it is gone, missing (made
+    again) while the job runs, ended when the job has finished (as the eviction that ended it was)."""
+    if not any(o.deleted for o in world.replicas.values()):
+        return world
+    finished = job.status is not None and job.status.finished
+    seen: dict[str, Observed] = {}
+    for name, obs in world.replicas.items():
+        if evicted(job, obs):
+            seen[name] = replace(obs, phase=Phase.FAILED, reason=ExitReason.EVICTED,
+                                 message=obs.message or "the replica was deleted while it ran",
+                                 finished_at=obs.finished_at or now)
+        elif not obs.deleted or (obs.stopping and obs.phase.active):
+            seen[name] = obs
+        elif finished:
+            seen[name] = replace(obs, phase=Phase.FAILED) if obs.phase.active else obs
+    return replace(world, replicas=seen)
+
+
+def fail_by_fact(r: Round) -> bool:
+    """The runner is lost (every open attempt is abandoned), or the job is refused (every running
+    replica is stopped): the job fails with that reason. Returns whether it did."""
+    if r.world.runner_lost is not None:
+        fail(r.plan, r.now, Reason.SUPERVISOR_LOST, r.world.runner_lost)
+        for obs in r.world.replicas.values():
+            if obs.phase.active:
+                r.plan.actions.append(Abandon(obs.replica, obs.attempt, Reason.SUPERVISOR_LOST))
+        return True
+    if r.world.refused is not None:
+        fail(r.plan, r.now, r.world.refused.reason, r.world.refused.message)
+        r.plan.stop_active(r.world, r.world.refused.message)
+        return True
+    return False

@@ -1,0 +1,64 @@
+"""What a runtime observes and tells core: the current attempt of each replica, and the facts it
+learned (a user's stop, a refusal, a lost runner, a replica deleted by someone else)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from torchjob.core.topology import ReplicaId
+
+
+class Phase(str, enum.Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def active(self) -> bool:
+        return self in (Phase.PENDING, Phase.RUNNING)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The current attempt of one replica, as the runtime sees it."""
+
+    replica: ReplicaId
+    attempt: int
+    phase: Phase
+    exit_code: int | None = None
+    reason: str | None = None  # an ExitReason, e.g. "Error", "Evicted", "OOMKilled"
+    message: str | None = None
+    finished_at: datetime | None = None
+    stopping: bool = False  # a stop was asked for and is in progress
+    last_report: datetime | None = None  # when this attempt last reported progress (None: never)
+    # Deleted, by someone other than torchjob as far as the runtime knows (a drain, `kubectl delete
+    # pod`): `stopping` while it is still going away, not once it is gone (its last state is kept
+    # until core has decided on it). Core decides what it means (`core.facts.evicted`): with a
+    # lifecycle policy on PodEvicted, while the job runs and the attempt is current, a failure with
+    # reason Evicted (finished at `finished_at`, the deletion's time); otherwise the replica is
+    # simply missing and is made again (Kubeflow's behaviour), once it is gone.
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The runtime cannot run this job as written: a fact it learned. Core fails the job with it."""
+
+    reason: str  # a Reason: InvalidSpec | PodGroupUnavailable | KueueUnavailable | LocalSetupFailed
+    message: str
+
+
+@dataclass(frozen=True)
+class World:
+    replicas: Mapping[str, Observed] = field(default_factory=dict)  # by replica name
+    stop_requested: str | None = None  # why the user stopped the job (e.g. "SIGINT")
+    # The job fails with this reason and message (Failed condition, status.failure, a Warning event,
+    # every running replica stopped), once; a finished job ignores it.
+    refused: Refusal | None = None
+    # Local: the supervisor died; the message says how that was found. The job fails with reason
+    # SupervisorLost and every open attempt is ended (Abandon: nothing is left to stop them).
+    runner_lost: str | None = None
