@@ -9,28 +9,29 @@ writing command (`settle`) records it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from torchjob.api.model import FailureInfo, JobStatus, TorchJob
-from torchjob.core.reconcile import DeleteJob, World, reconcile, set_condition
+from torchjob.api.model import JobStatus, TorchJob
+from torchjob.core.reconcile import Abandon, DeleteJob, Event, Observed, Phase, World, reconcile
 from torchjob.core.topology import ReplicaId, node_rank
 from torchjob.local.process import error_file_summary
 from torchjob.local.store import JobRecord, Store
 from torchjob.local.supervisor import supervisor_alive
 from torchjob.runtime import AttemptView, EventView, JobView
 
-LOST = "SupervisorLost"
-
 
 @dataclass
 class Verdict:
-    """Core's reading of a stored job: its status now, and whether it is to be removed."""
+    """Core's reading of a stored job: its status now, and what a writer is to record of it."""
 
     status: JobStatus
     lost: str | None = None  # the supervisor is gone: how that was found
     expired: bool = False  # finished, and its ttlSecondsAfterFinished has passed
+    events: list[Event] = field(default_factory=list)  # what core says happened (the job failed)
+    abandoned: list[Abandon] = field(default_factory=list)  # attempts whose runner is gone
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def lost_message(rec: JobRecord) -> str | None:
@@ -44,41 +45,40 @@ def _with_status(job: TorchJob, status: JobStatus) -> TorchJob:
     return job.model_copy(update={"status": status})
 
 
-def _lost(job: TorchJob, status: JobStatus, msg: str, now: datetime) -> JobStatus:
-    """Core's ending for a job whose supervisor was lost."""
-    if "runner_lost" in World.__dataclass_fields__:  # core reads the fact (issue 10, branch core-facts)
-        world = World(runner_lost=msg)  # type: ignore[call-arg]
-        return reconcile(_with_status(job, status), world, now).status
-    # Until then, the ending core will decide: Failed, SupervisorLost.
-    status = status.model_copy(deep=True)
-    set_condition(status, "Failed", True, LOST, msg, now)
-    status.completionTime = now
-    status.failure = FailureInfo(reason=LOST, message=msg)
-    return status
+def _open_attempts(store: Store, name: str) -> dict[str, Observed]:
+    """The attempts the store has as running: the world as the lost supervisor left it."""
+    return {a.replica: Observed(ReplicaId.parse(a.replica), a.attempt, Phase.RUNNING)
+            for a in store.attempts(name) if a.current and a.ended is None}
 
 
-def verdict(rec: JobRecord, now: datetime | None = None) -> Verdict:
+def verdict(store: Store, rec: JobRecord, now: datetime | None = None) -> Verdict:
     now = now or datetime.now(UTC)
     msg = lost_message(rec)
-    status = _lost(rec.job, rec.status, msg, now) if msg else rec.status
+    if msg is not None:  # core decides what a lost runner means (issue 10: a fact in the world)
+        world = World(_open_attempts(store, rec.name), runner_lost=msg)
+        plan = reconcile(_with_status(rec.job, rec.status), world, now)
+        return Verdict(plan.status, msg, events=plan.events,
+                       abandoned=[a for a in plan.actions if isinstance(a, Abandon)], at=now)
     expired = False
-    if status.finished and msg is None and not supervisor_alive(rec.supervisor_pid):
-        plan = reconcile(_with_status(rec.job, status), World(), now)
+    if rec.status.finished and not supervisor_alive(rec.supervisor_pid):
+        plan = reconcile(_with_status(rec.job, rec.status), World(), now)
         expired = any(isinstance(a, DeleteJob) for a in plan.actions)
-    return Verdict(status, msg, expired)
+    return Verdict(rec.status, expired=expired, at=now)
 
 
 def settle(store: Store, now: datetime | None = None) -> None:
     """A writing command records core's verdict on every stored job: a lost supervisor's job is
-    failed (its open attempts ended, a Warning event), a job past its TTL is removed."""
+    failed (its open attempts ended, core's events), a job past its TTL is removed."""
     for rec in store.all_jobs():
-        v = verdict(rec, now)
+        v = verdict(store, rec, now)
         if v.expired:
             store.delete_job(rec.name)
         elif v.lost is not None:
             store.set_status(rec.name, v.status)
-            store.end_open_attempts(rec.name, LOST)
-            store.add_event(rec.name, "Warning", LOST, v.lost)
+            for a in v.abandoned:
+                store.abandon_attempt(rec.name, a.replica.name, a.attempt, a.reason, v.at.timestamp())
+            for ev in v.events:
+                store.add_event(rec.name, ev.type, ev.reason, ev.message, v.at.timestamp())
             store.set_supervisor(rec.name, None)
 
 
@@ -86,7 +86,7 @@ def visible(store: Store) -> list[tuple[JobRecord, Verdict]]:
     """The stored jobs a reader shows (one past its TTL is gone), with core's verdict on each."""
     out = []
     for rec in store.all_jobs():
-        v = verdict(rec)
+        v = verdict(store, rec)
         if not v.expired:
             out.append((rec, v))
     return out
@@ -96,7 +96,7 @@ def find(store: Store, name: str) -> tuple[JobRecord, Verdict] | None:
     rec = store.get(name)
     if rec is None:
         return None
-    v = verdict(rec)
+    v = verdict(store, rec)
     return None if v.expired else (rec, v)
 
 
@@ -104,13 +104,13 @@ def view(store: Store, rec: JobRecord, v: Verdict, *, details: bool = True) -> J
     attempts: list[AttemptView] = []
     events: list[EventView] = []
     if details:
+        abandoned = {(a.replica.name, a.attempt): a.reason for a in v.abandoned}
         for a in store.attempts(rec.name):
-            reason = a.reason or (LOST if v.lost and a.ended is None else None)
-            attempts.append(AttemptView(a.replica, a.attempt, a.started, a.ended, a.exit_code, reason, pid=a.pid,
-                                        log=a.log))
+            gone = abandoned.get((a.replica, a.attempt))  # shown as settle will record it
+            attempts.append(AttemptView(a.replica, a.attempt, a.started, v.at.timestamp() if gone else a.ended,
+                                        a.exit_code, gone or a.reason, pid=a.pid, log=a.log))
         events = [EventView(e.type, e.reason, e.message, e.time) for e in store.events(rec.name)]
-        if v.lost:  # what settle will record
-            events.append(EventView("Warning", LOST, v.lost))
+        events += [EventView(e.type, e.reason, e.message, v.at.timestamp()) for e in v.events]
     out = JobView(
         name=rec.name, job=rec.job, status=v.status, created=rec.created, uid=rec.uid, attempts=attempts,
         events=events, supervisor=rec.supervisor_pid if supervisor_alive(rec.supervisor_pid) else None,
