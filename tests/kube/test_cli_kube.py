@@ -252,3 +252,29 @@ def test_both_runtimes_give_the_same_answer_to_the_same_request(kubeconfig: str,
 def unplaced(message: str, namespace: str) -> str:
     """A message of the cluster's runtime without where it looked (` in NAMESPACE`, ` --kube`)."""
     return message.replace(f" in {namespace}", "").replace(" --kube", "")
+
+
+def test_render_kube_shows_the_pods_the_operator_makes(kubeconfig: str, kube: Client, namespace: str,
+                                                       operator: Operator, tmp_path: Path) -> None:
+    data = job_data("same", workers=2)
+    data["metadata"]["namespace"] = namespace
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
+    path = tmp_path / "same.yaml"
+    path.write_text(json.dumps(data))
+    rendered = subprocess.run([sys.executable, "-m", "torchjob", "render", "--kube", "-o", "json", str(path)],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+    shown = {o["metadata"]["name"]: o for o in json.loads(rendered) if o["kind"] == "Pod"}
+    assert torchjob(kubeconfig, "submit", str(path), "-n", namespace).returncode == 0
+    made = {p.metadata.name: p.to_dict() for p in wait_pods(kube, "same", namespace, 3)}
+    assert set(made) == set(shown) == {"same-master-0", "same-worker-0", "same-worker-1"}
+    differ = {"TORCHJOB_JOB_UID", "KUBEFLOW_TRAINER_SERVER_URL"}  # the uid is the server's; the URL the operator's
+    for name, pod in shown.items():
+        want, got = pod["spec"]["containers"][0], made[name]["spec"]["containers"][0]
+        assert (want["command"], want.get("args")) == (got["command"], got.get("args"))
+        assert [e for e in want["env"] if e["name"] not in differ] == [e for e in got["env"]
+                                                                         if e["name"] not in differ], name
+        assert pod["metadata"]["labels"] == made[name]["metadata"]["labels"]
+        assert pod["spec"]["hostname"] == made[name]["spec"]["hostname"]
+        assert [c["name"] for c in pod["spec"].get("initContainers", [])] == [
+            c["name"] for c in made[name]["spec"].get("initContainers", [])]

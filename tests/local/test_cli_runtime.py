@@ -19,6 +19,7 @@ from torchjob.api.errors import UserError
 from torchjob.local.launch import LocalOptions
 from torchjob.local.runtime import LocalRuntime
 from torchjob.local.store import Store
+from torchjob.local.supervisor import supervisor_alive
 
 PRINT_PORT = ["python", "-c", "import os; print('port', os.environ['MASTER_PORT'], os.environ['PET_MASTER_PORT'] "
               "if 'PET_MASTER_PORT' in os.environ else '')"]
@@ -75,7 +76,9 @@ def test_describe_of_a_job_whose_supervisor_died_writes_nothing(torchjob: Torchj
     while job_processes(uid) and time.monotonic() < end:
         time.sleep(0.1)
     assert job_processes(uid) == []
-    time.sleep(0.2)  # the daemon's parent reaps it
+    while supervisor_alive(pid) and time.monotonic() < end:  # until whoever reaps the daemon has
+        time.sleep(0.1)
+    assert not supervisor_alive(pid)
     before = snapshot(torchjob.home)
 
     seen = torchjob.describe("lost")
