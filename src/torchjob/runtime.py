@@ -80,6 +80,11 @@ class DryRun(Protocol):
         """What only a run would refuse (a dry run notes it and goes on)."""
         ...
 
+    @property
+    def hint(self) -> str | None:
+        """A line `render` adds on stderr about the plan (e.g. that its ports are this plan's)."""
+        ...
+
     def data(self) -> Any:
         """The plan for `-o json|yaml`."""
         ...

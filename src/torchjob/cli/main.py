@@ -186,9 +186,8 @@ def render(job_file: str, output: str, runtimes: tuple[str, ...], **where: Any) 
     if output == "text":
         for w in plan.notes:
             click.echo(f"warning: {w}", err=True)
-        if not where["kube"] and not where["document_ports"]:
-            click.echo("note: ports are picked per plan: a later run picks its own; pass --document-ports to use "
-                       "the document's", err=True)
+        if plan.hint:
+            click.echo(plan.hint, err=True)
 
 
 @cli.command()

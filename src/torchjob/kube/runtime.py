@@ -284,6 +284,7 @@ class KubePlan:
 
         self.job = job
         self.notes: list[str] = []
+        self.hint: str | None = None
         self.objects = manifests(job, progress_url=DEFAULT_PROGRESS_URL)
 
     def data(self) -> Any:

@@ -42,6 +42,12 @@ class LocalPlan:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def hint(self) -> str | None:
+        if self.opts.document_ports:
+            return None
+        return "note: ports are picked per plan: a later run picks its own; pass --document-ports to use the document's"
+
+    @property
     def ports(self) -> tuple[int, int]:
         assert self.opts.ports is not None
         return self.opts.ports
