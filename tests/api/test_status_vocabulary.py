@@ -36,3 +36,4 @@ def test_a_typed_status_writes_the_same_strings() -> None:
     assert all(type(c.reason) is str for c in status.conditions)
     again = JobStatus.model_validate(json.loads(json.dumps(data)))
     assert again == status
+

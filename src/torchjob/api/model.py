@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from torchjob.api.pod import (
     CLUSTER_ONLY_CONTAINER_FIELDS,
     CLUSTER_ONLY_POD_FIELDS,
+    DEFAULT_CONTAINER,
     LOCAL_VOLUME_SOURCES,
     VOLUME_SOURCES,
     ConfigMapVolume,
@@ -69,7 +70,6 @@ REPLICA_TYPES = (MASTER, WORKER)
 
 DEFAULT_PORT = 23456
 PORT_NAME = "pytorchjob-port"
-DEFAULT_CONTAINER = "pytorch"
 
 RestartPolicy = Literal["Never", "OnFailure", "Always", "ExitCode"]
 CleanPodPolicy = Literal["None", "Running", "All", "Unfinished"]

@@ -4,11 +4,33 @@ runtime names them in a warning (see `CLUSTER_ONLY_*`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from torchjob.api.strict import Strict
+
+DEFAULT_CONTAINER = "pytorch"  # the name of the container that trains (Kubeflow's rule)
+
+
+def training_index(names: Iterable[object], wanted: str = DEFAULT_CONTAINER) -> int:
+    """Which container trains, given the containers' names in order: the one named `wanted`
+    (`pytorch`; T9k's documents say `python`), else the first. The one home of that rule."""
+    for i, name in enumerate(names):
+        if name == wanted:
+            return i
+    return 0
+
+
+def training_container(containers: Sequence[Container]) -> int:
+    """The index of the container torchjob configures: the one named `pytorch`, else the first."""
+    return training_index(c.name for c in containers)
+
+
+def training_container_of_data(containers: Sequence[Any], wanted: str = DEFAULT_CONTAINER) -> int:
+    """The same rule for containers as a document's data (dicts, before they are typed)."""
+    return training_index((c.get("name") if isinstance(c, dict) else None for c in containers), wanted)
 
 
 class ObjectFieldSelector(Strict):

@@ -7,15 +7,14 @@ from collections.abc import Callable
 
 from torchjob.api.errors import Problem
 from torchjob.api.model import (
-    DEFAULT_CONTAINER,
     MASTER,
     PORT_NAME,
     REPLICA_TYPES,
     WORKER,
-    Container,
     LifecyclePolicy,
     TorchJob,
 )
+from torchjob.api.pod import training_container as training_container  # its home is api/pod.py
 from torchjob.api.source import Document, problem_at
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -45,14 +44,6 @@ VOLCANO_ENV = ("VC_TASK_INDEX", "VK_TASK_INDEX")
 RESERVED_PREFIX = "TORCHJOB_"
 
 NPROC_WORDS = ("auto", "cpu", "gpu")
-
-
-def training_container(containers: list[Container]) -> int:
-    """The container torchjob configures: the one named `pytorch`, else the first."""
-    for i, c in enumerate(containers):
-        if c.name == DEFAULT_CONTAINER:
-            return i
-    return 0
 
 
 def max_name_length(job: TorchJob) -> int:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchjob.api.model import JobStatus, Progress
+from torchjob.api.pod import training_container
 from torchjob.progress import show
 from torchjob.runtime import DryRun, JobView
 
@@ -118,7 +119,7 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
     out += [*_progress_lines(st.progress), "Replicas:"]
     for rtype, spec in job.spec.pytorchReplicaSpecs.items():
         pod = spec.template.spec
-        c = next((cc for cc in pod.containers if cc.name == "pytorch"), pod.containers[0])
+        c = pod.containers[training_container(pod.containers)]
         argv = shlex.join([*(c.command or []), *(c.args or [])])
         rs = st.replicaStatuses.get(rtype)
         counts = f"  active {rs.active}, succeeded {rs.succeeded}, failed {rs.failed}" if rs else ""

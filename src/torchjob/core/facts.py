@@ -30,9 +30,9 @@ def evicted(job: TorchJob, obs: Observed) -> bool:
 
 
 def as_core_sees(job: TorchJob, world: World, now: datetime) -> World:
-    """The world with each deleted replica decided on: an eviction is a failure with reason Evicted;
-    any other deleted replica is still there while it goes away, and once it is gone, missing (made
-    again) while the job runs, ended when the job has finished (as the eviction that ended it was)."""
+    """The world with each deleted replica decided on: an eviction is a failure with reason Evicted.
+    In a finished job a deleted replica has ended (as the eviction that ended it had). Otherwise it
+    is still there while it goes away (its name is taken), and missing once it is gone: made again."""
     if not any(o.deleted for o in world.replicas.values()):
         return world
     finished = job.status is not None and job.status.finished
@@ -42,10 +42,12 @@ def as_core_sees(job: TorchJob, world: World, now: datetime) -> World:
             seen[name] = replace(obs, phase=Phase.FAILED, reason=ExitReason.EVICTED,
                                  message=obs.message or "the replica was deleted while it ran",
                                  finished_at=obs.finished_at or now)
-        elif not obs.deleted or (obs.stopping and obs.phase.active):
+        elif not obs.deleted:
             seen[name] = obs
         elif finished:
             seen[name] = replace(obs, phase=Phase.FAILED) if obs.phase.active else obs
+        elif obs.stopping and obs.phase.active:
+            seen[name] = obs
     return replace(world, replicas=seen)
 
 

@@ -25,6 +25,7 @@ from torchjob.api.load import job_from_data
 from torchjob.api.model import API_VERSION as NATIVE_API
 from torchjob.api.model import KIND as NATIVE_KIND
 from torchjob.api.model import MASTER, T9K_PVC, WORKER
+from torchjob.api.pod import training_container_of_data
 from torchjob.api.source import Document
 from torchjob.dialects import Converted, Notes
 
@@ -35,13 +36,6 @@ TORCHRUN_FIELDS = {"enabled", "enable", "minNodes", "maxRestarts", "procPerNode"
 REPLICA_FIELDS = {"type", "replicas", "restartPolicy", "template", "scalingWeight"}
 TRAINING_CONTAINER = "python"  # T9k's rule for which container torchrun replaces
 Path = list[str | int]
-
-
-def _training_container(containers: list[Any]) -> int:
-    for i, c in enumerate(containers):
-        if isinstance(c, dict) and c.get("name") == TRAINING_CONTAINER:
-            return i
-    return 0
 
 
 def _enabled(notes: Notes, data: dict[str, Any], path: Path) -> bool:
@@ -124,7 +118,7 @@ def _replica(doc: Document, notes: Notes, i: int, rs: dict[str, Any], count: int
     native: tuple[str | int, ...] = ("spec", "pytorchReplicaSpecs", rtype)
     doc.aliases.append((native, ("spec", "replicaSpecs", i)))
     if isinstance(containers, list) and containers:
-        ci = _training_container(containers)
+        ci = training_container_of_data(containers, TRAINING_CONTAINER)
         if ci:  # torchjob's training container is the first one not named otherwise
             containers.insert(0, containers.pop(ci))
             order = [ci, *[k for k in range(len(containers)) if k != ci]]

@@ -171,7 +171,7 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Native job data (explicit, see `convert.explicit`) -> a TrainJob on torch-distributed, and what
     was lost. Pod fields a runtime patch may carry (volumes, nodeSelector, ...) go in `runtimePatches`."""
     from torchjob.api.model import TorchJob
-    from torchjob.api.validate import training_container
+    from torchjob.api.pod import training_container
     from torchjob.core.topology import is_torchrun, master_port
 
     lost: list[str] = []

@@ -16,8 +16,8 @@ from torchjob.api.load import job_from_data
 from torchjob.api.model import API_VERSION as NATIVE_API
 from torchjob.api.model import DEFAULT_PORT, MASTER, PORT_NAME, WORKER
 from torchjob.api.model import KIND as NATIVE_KIND
+from torchjob.api.pod import training_container, training_container_of_data
 from torchjob.api.source import Document
-from torchjob.api.validate import training_container
 from torchjob.dialects import Converted, Notes
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -200,7 +200,7 @@ def read(doc: Document) -> Converted:
                               if isinstance(names, list) else names}
         containers = pod.get("containers") if isinstance(pod, dict) else None
         if rtype == MASTER and int(port_text) != DEFAULT_PORT and isinstance(containers, list) and containers:
-            c = containers[training_container_raw(containers)]
+            c = containers[training_container_of_data(containers)]
             ports = c.setdefault("ports", []) if isinstance(c, dict) else None
             if isinstance(ports, list) and not any(isinstance(p, dict) and p.get("name") == PORT_NAME
                                                    for p in ports):
@@ -239,13 +239,6 @@ def read(doc: Document) -> Converted:
     native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),
               "spec": native_spec}
     return Converted(job_from_data(native, doc), notes.warnings)
-
-
-def training_container_raw(containers: list[dict[str, Any]]) -> int:
-    for i, c in enumerate(containers):
-        if isinstance(c, dict) and c.get("name") == "pytorch":
-            return i
-    return 0
 
 
 def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
