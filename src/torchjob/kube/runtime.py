@@ -17,6 +17,7 @@ from lightkube.types import PatchType
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
+from torchjob.api.pod import training_index
 from torchjob.dialects.convert import explicit
 from torchjob.kube import kueue
 from torchjob.kube.client import KueueWorkload, TorchJobRes, status_code, to_dict
@@ -232,10 +233,12 @@ def _seconds(t: Any) -> float | None:
 def attempt_of(pod: Any) -> AttemptView:
     """A pod as one replica attempt: its phase, times, and the training container's exit code."""
     labels, status = pod.metadata.labels, pod.status
+    containers = pod.spec.containers if pod.spec else []
+    trains = containers[training_index(c.name for c in containers)].name if containers else None
     ended = exit_code = None
     for cs in (status.containerStatuses or []) if status else []:
         term = cs.state.terminated if cs.state else None
-        if term is not None and (cs.name == "pytorch" or exit_code is None):
+        if term is not None and cs.name == trains:
             ended, exit_code = _seconds(term.finishedAt), term.exitCode
     return AttemptView(
         replica=f"{labels[LABEL_TYPE]}-{labels[LABEL_INDEX]}",
