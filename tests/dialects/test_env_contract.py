@@ -13,8 +13,8 @@ from tests.dialects.util import doc, line_of, problem_at, problems, read
 from torchjob.api.model import TorchJob
 from torchjob.core.topology import Placement, ReplicaId, replicas
 from torchjob.kube import render as kr
+from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.render import render
-from torchjob.local.spec import LaunchSpec, LocalOptions
 
 WHERE = Placement("127.0.0.1", 40001, "127.0.0.1", 40002)
 

@@ -4,6 +4,7 @@ the work through leader election."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -62,7 +63,7 @@ def test_submit_list_describe_suspend_resume_delete(kubeconfig: str, kube: Clien
     with pytest.raises(ApiError):
         kube.get(TorchJobRes, "ddp-example", namespace=namespace)
     missing = torchjob(kubeconfig, "describe", "ddp-example", "-n", namespace)
-    assert missing.returncode != 0 and "no TorchJob named 'ddp-example'" in missing.stderr
+    assert missing.returncode != 0 and "no job named 'ddp-example'" in missing.stderr
 
 
 def test_only_the_leader_acts_and_another_takes_over_when_it_dies(kubeconfig: str, kube: Client, namespace: str,
@@ -178,3 +179,102 @@ def test_run_follows_the_job_on_the_cluster_to_its_end(kubeconfig: str, kube: Cl
         assert lines[-2] == "torchjob: master-0 failed with exit code 3 (restartPolicy Never)"
         assert lines[-1].startswith("torchjob: job rk failed in ")
         assert "`torchjob describe --kube rk`" in err
+
+
+def local(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "torchjob", *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "TORCHJOB_HOME": str(home)}, cwd=REPO)
+
+
+def test_both_runtimes_give_the_same_answer_to_the_same_request(kubeconfig: str, kube: Client, namespace: str,
+                                                               operator: Operator, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    # A job that has ended: on the cluster (its master's pod succeeded) and on this machine.
+    create(kube, job_data("done", workers=0), namespace)
+    set_pod(kube, wait_pods(kube, "done", namespace, 1)[0], "Succeeded", 0)
+    wait_job(kube, "done", namespace, lambda s: s.get("state") == "Succeeded")
+    path = tmp_path / "done.yaml"
+    path.write_text(json.dumps(job_data("done", workers=0, command=("python", "-c", "pass"))))
+    assert local(home, "run", str(path)).returncode == 0
+    for verb in ("suspend", "resume"):
+        on_cluster = torchjob(kubeconfig, verb, "done", "-n", namespace)
+        here = local(home, verb, "done")
+        assert on_cluster.returncode == here.returncode == 2, (on_cluster.stderr, here.stderr)
+        assert on_cluster.stderr == here.stderr == "error: job 'done' has already succeeded\n" \
+                                                   "    fix: run it again instead\n"
+    assert kube.get(TorchJobRes, "done", namespace=namespace).spec.get("runPolicy", {}).get("suspend") is not True
+
+    # A job that runs: resume is refused (it is not suspended), on both.
+    create(kube, job_data("live", workers=0), namespace)
+    set_pod(kube, wait_pods(kube, "live", namespace, 1)[0], "Running")
+    wait_job(kube, "live", namespace, lambda s: s.get("state") == "Running")
+    path = tmp_path / "live.yaml"
+    path.write_text(json.dumps(job_data("live", workers=0, command=("python", "-c", "import time; time.sleep(60)"))))
+    assert local(home, "submit", "--grace-period", "2", str(path)).returncode == 0
+    try:
+        end = time.monotonic() + 30
+        while not any(c["type"] == "Running" and c["status"] == "True" for c in json.loads(
+                local(home, "describe", "live", "-o", "json").stdout or "{}").get("status", {}).get("conditions", [])):
+            assert time.monotonic() < end, local(home, "describe", "live").stdout
+            time.sleep(0.2)
+        on_cluster = torchjob(kubeconfig, "resume", "live", "-n", namespace)
+        here = local(home, "resume", "live")
+        assert on_cluster.returncode == here.returncode == 2, (on_cluster.stderr, here.stderr)
+        assert on_cluster.stderr == here.stderr == "error: job 'live' is not suspended\n" \
+                                                   "    fix: suspend it first: torchjob suspend live\n"
+        # A second job of a running one's name, and a replica it does not have.
+        job_file = tmp_path / "live.yaml"
+        on_cluster = subprocess.run([sys.executable, "-m", "torchjob", "submit", str(job_file), "--kube",
+                                     "--kubeconfig", kubeconfig, "-n", namespace], capture_output=True, text=True,
+                                    timeout=60, stdin=subprocess.DEVNULL)
+        here = local(home, "submit", str(job_file))
+        assert on_cluster.returncode == here.returncode == 2, (on_cluster.stderr, here.stderr)
+        assert unplaced(on_cluster.stderr, namespace) == here.stderr == (
+            "error: a job named 'live' exists and is running\n"
+            "    fix: wait for it, delete it with `torchjob delete live`, or change metadata.name\n")
+        on_cluster = torchjob(kubeconfig, "logs", "live", "--replica", "worker-7", "-n", namespace)
+        here = local(home, "logs", "live", "--replica", "worker-7")
+        assert on_cluster.returncode == here.returncode == 2, (on_cluster.stderr, here.stderr)
+        assert on_cluster.stderr == here.stderr == "error: job 'live' has no replica 'worker-7' with output\n" \
+                                                   "    fix: use one of ['master-0']\n"
+    finally:
+        local(home, "delete", "live")
+
+    # A job that does not exist: the same words (the cluster's says where it looked).
+    for verb in ("describe", "logs", "delete", "suspend", "resume"):
+        on_cluster = torchjob(kubeconfig, verb, "nope", "-n", namespace)
+        here = local(home, verb, "nope")
+        assert on_cluster.returncode == here.returncode == 2, (verb, on_cluster.stderr, here.stderr)
+        assert on_cluster.stderr.startswith(f"error: no job named 'nope' in {namespace}\n"), on_cluster.stderr
+        assert here.stderr.startswith("error: no job named 'nope'\n"), here.stderr
+
+
+def unplaced(message: str, namespace: str) -> str:
+    """A message of the cluster's runtime without where it looked (` in NAMESPACE`, ` --kube`)."""
+    return message.replace(f" in {namespace}", "").replace(" --kube", "")
+
+
+def test_render_kube_shows_the_pods_the_operator_makes(kubeconfig: str, kube: Client, namespace: str,
+                                                       operator: Operator, tmp_path: Path) -> None:
+    data = job_data("same", workers=2)
+    data["metadata"]["namespace"] = namespace
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
+    path = tmp_path / "same.yaml"
+    path.write_text(json.dumps(data))
+    rendered = subprocess.run([sys.executable, "-m", "torchjob", "render", "--kube", "-o", "json", str(path)],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+    shown = {o["metadata"]["name"]: o for o in json.loads(rendered) if o["kind"] == "Pod"}
+    assert torchjob(kubeconfig, "submit", str(path), "-n", namespace).returncode == 0
+    made = {p.metadata.name: p.to_dict() for p in wait_pods(kube, "same", namespace, 3)}
+    assert set(made) == set(shown) == {"same-master-0", "same-worker-0", "same-worker-1"}
+    differ = {"TORCHJOB_JOB_UID", "KUBEFLOW_TRAINER_SERVER_URL"}  # the uid is the server's; the URL the operator's
+    for name, pod in shown.items():
+        want, got = pod["spec"]["containers"][0], made[name]["spec"]["containers"][0]
+        assert (want["command"], want.get("args")) == (got["command"], got.get("args"))
+        assert [e for e in want["env"] if e["name"] not in differ] == [e for e in got["env"]
+                                                                         if e["name"] not in differ], name
+        assert pod["metadata"]["labels"] == made[name]["metadata"]["labels"]
+        assert pod["spec"]["hostname"] == made[name]["spec"]["hostname"]
+        assert [c["name"] for c in pod["spec"].get("initContainers", [])] == [
+            c["name"] for c in made[name]["spec"].get("initContainers", [])]

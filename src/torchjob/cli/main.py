@@ -1,4 +1,5 @@
-"""The `torchjob` command: a thin layer over the local runtime.
+"""The `torchjob` command: a thin layer over the runtime interface (`torchjob.runtime`): it picks
+the local runtime or, with --kube, the cluster's, once, and calls it once per verb.
 
 Exit codes: 0 success; 1 the job failed; 2 a mistake in the input (nothing was started);
 130/143 the job was stopped by SIGINT/SIGTERM.
@@ -19,6 +20,7 @@ from torchjob.api.errors import UserError
 
 if TYPE_CHECKING:
     from torchjob.api.model import JobStatus
+    from torchjob.runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,12 +61,6 @@ def kube_options(f: F) -> F:
     return f
 
 
-def _kube(kubeconfig: str | None, context: str | None) -> Any:
-    from torchjob.kube import jobs
-
-    return jobs.client(kubeconfig.split(":")[0] if kubeconfig else None, context)
-
-
 def _pairs(flag: str, items: tuple[str, ...], example: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
@@ -75,15 +71,23 @@ def _pairs(flag: str, items: tuple[str, ...], example: str) -> dict[str, str]:
     return out
 
 
-def _opts(configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool, no_resolve_python: bool,
-          grace_period: float | None) -> Any:
-    from torchjob.local.spec import LocalOptions
+def _runtime(kube: bool = False, kubeconfig: str | None = None, kube_context: str | None = None,
+             namespace: str | None = None, configmaps: tuple[str, ...] = (), pvcs: tuple[str, ...] = (),
+             document_ports: bool = False, no_resolve_python: bool = False, grace_period: float | None = None,
+             **_: Any) -> Runtime:
+    """The runtime a command acts on, picked once: the cluster's with --kube, else this machine's."""
+    if kube:
+        from torchjob.kube.runtime import KubeRuntime
 
-    return LocalOptions(
+        return KubeRuntime(kubeconfig.split(":")[0] if kubeconfig else None, kube_context, namespace)
+    from torchjob.local.launch import LocalOptions
+    from torchjob.local.runtime import LocalRuntime
+
+    return LocalRuntime(LocalOptions(
         configmaps=_pairs("--configmap", configmaps, "scripts=./train.py"),
         pvcs=_pairs("--pvc", pvcs, "data=/mnt/data"),
         document_ports=document_ports, resolve_python=not no_resolve_python, grace_period_s=grace_period,
-    )
+    ))
 
 
 RUNTIME = click.option("--runtime", "runtimes", multiple=True, metavar="FILE",
@@ -102,15 +106,6 @@ def _load(path: str, runtimes: tuple[str, ...] = ()) -> Any:
     return loaded.job
 
 
-def _store() -> Any:
-    from torchjob.local import runtime
-    from torchjob.local.store import Store
-
-    store = Store()
-    runtime.collect_expired(store)
-    return store
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="torchjob")
 def cli() -> None:
@@ -123,37 +118,13 @@ def cli() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
 @kube_options
 @RUNTIME
-def run(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
-        no_resolve_python: bool, grace_period: float | None, quiet: bool, kube: bool, kubeconfig: str | None,
-        kube_context: str | None, namespace: str | None, runtimes: tuple[str, ...]) -> None:
+def run(job_file: str, quiet: bool, runtimes: tuple[str, ...], **where: Any) -> None:
     """Run a job in the foreground until it ends; exit 0 when it succeeded."""
-    from torchjob.local import runtime
-
-    job = _load(job_file, runtimes)
-    if kube:
-        from torchjob.kube import jobs
-
-        client = _kube(kubeconfig, kube_context)
-        ns = jobs.submit(client, job, namespace)
-        click.echo(f"torchjob: job {job.name} created in {ns}", err=True)
-        # The job's events, its failure's among them, as they come; its progress as a live bar.
-        from torchjob.local.console import Console
-
-        console = Console(None)
-        try:
-            st = jobs.follow(client, job.name, ns, console.note, on_progress=lambda p: console.progress(p, job.name))
-        finally:
-            console.close()
-        _outcome(job.name, st, " --kube")
-        return
-    store = _store()
-    opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
-    rec = runtime.run(store, job, opts, quiet=quiet)
-    if not rec.status.is_true("Succeeded"):
-        cause = runtime.root_cause(store, rec)
-        if cause:
-            click.echo(cause, err=True)
-    _outcome(rec.name, rec.status, "")
+    rt = _runtime(**where)
+    job = rt.run(rt.dryrun(_load(job_file, runtimes)), quiet)
+    if not job.status.is_true("Succeeded") and job.root_cause:
+        click.echo(job.root_cause, err=True)
+    _outcome(job.name, job.status, rt.flags)
 
 
 def _outcome(name: str, st: JobStatus, flags: str) -> None:
@@ -176,21 +147,10 @@ def _outcome(name: str, st: JobStatus, flags: str) -> None:
 @local_options
 @kube_options
 @RUNTIME
-def submit(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
-           no_resolve_python: bool, grace_period: float | None, kube: bool, kubeconfig: str | None,
-           kube_context: str | None, namespace: str | None, runtimes: tuple[str, ...]) -> None:
+def submit(job_file: str, runtimes: tuple[str, ...], **where: Any) -> None:
     """Start a job detached; follow it with `torchjob logs NAME -f`."""
-    from torchjob.local import runtime
-
-    job = _load(job_file, runtimes)
-    if kube:
-        from torchjob.kube import jobs
-
-        ns = jobs.submit(_kube(kubeconfig, kube_context), job, namespace)
-        click.echo(f"job {job.name} submitted to {ns}; follow it with: torchjob describe --kube {job.name}")
-        return
-    job = runtime.submit(_store(), job, _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period))
-    click.echo(f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f")
+    rt = _runtime(**where)
+    click.echo(rt.schedule(rt.dryrun(_load(job_file, runtimes))))
 
 
 @cli.command()
@@ -218,55 +178,17 @@ def validate(job_file: str, output: str, runtimes: tuple[str, ...]) -> None:
 @click.option("--kube", is_flag=True, help="Print the Kubernetes objects the operator would create (PodGroup, "
                                            "Pods, Service, TensorBoard) instead; contacts no cluster.")
 @RUNTIME
-def render(job_file: str, configmaps: tuple[str, ...], pvcs: tuple[str, ...], document_ports: bool,
-           no_resolve_python: bool, grace_period: float | None, output: str, kube: bool,
-           runtimes: tuple[str, ...]) -> None:
+def render(job_file: str, output: str, runtimes: tuple[str, ...], **where: Any) -> None:
     """Dry run: every replica's resolved command, env, working directory and mounts."""
-    from torchjob.local.render import warnings
-    from torchjob.local.store import Store
-    from torchjob.local.supervisor import prepare_job
+    from torchjob.cli import views
 
-    job = _load(job_file, runtimes)
-    if kube:
-        from torchjob.kube.install import DEFAULT_PROGRESS_URL
-        from torchjob.kube.render import manifests
-
-        objs = manifests(job, progress_url=DEFAULT_PROGRESS_URL)
-        if output == "json":
-            _dump(objs, output)
-        else:
-            import yaml
-
-            click.echo(yaml.safe_dump_all(objs, sort_keys=False).rstrip())
-        return
-    opts = _opts(configmaps, pvcs, document_ports, no_resolve_python, grace_period)
-    notes = warnings(job)  # a dry run notes what only a run would refuse, and goes on
-    _, specs = prepare_job(job, opts, Store(), notes)
-    data: list[dict[str, Any]] = [
-        {"replica": s.name, "command": s.argv, "workingDir": s.cwd, "env": dict(sorted(s.env.items())),
-         "mounts": [m.__dict__ for m in s.mounts], "gpus": s.gpus, "torchrun": s.torchrun,
-         "gracePeriodSeconds": s.grace_period_s}
-        for s in specs
-    ]
-    if output != "text":
-        _dump({"name": job.name, "replicas": data, "warnings": notes}, output)
-        return
-    import shlex
-
-    for d in data:
-        click.echo(f"{d['replica']}:" + ("  (torchrun)" if d["torchrun"] else ""))
-        click.echo(f"  command: {shlex.join(d['command'])}")
-        click.echo(f"  workingDir: {d['workingDir']}")
-        click.echo("  env:")
-        for k, v in d["env"].items():
-            click.echo(f"    {k}={v}")
-        for m in d["mounts"]:
-            click.echo(f"  mount: {m['source']} -> {m['target']}" + (" (read-only)" if m["read_only"] else ""))
-        if d["gpus"] is not None:
-            click.echo(f"  gpus: {','.join(d['gpus']) or '(none)'}")
-    for w in notes:
-        click.echo(f"warning: {w}", err=True)
-    click.echo("note: ports are picked per run; pass --document-ports to use the document's", err=True)
+    plan = _runtime(**where).dryrun(_load(job_file, runtimes), lenient=True)
+    views.plan(plan, output, _dump)
+    if output == "text":
+        for w in plan.notes:
+            click.echo(f"warning: {w}", err=True)
+        if plan.hint:
+            click.echo(plan.hint, err=True)
 
 
 @cli.command()
@@ -291,31 +213,25 @@ def convert(job_file: str, target: str, output: str, runtimes: tuple[str, ...]) 
 @OUTPUT
 @kube_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="With --kube: the jobs of every namespace.")
-def list_jobs(output: str, kube: bool, kubeconfig: str | None, kube_context: str | None,
-              namespace: str | None, all_namespaces: bool) -> None:
+def list_jobs(output: str, all_namespaces: bool, **where: Any) -> None:
     """The jobs in the store, newest last (with --kube: the cluster's, in one namespace or all)."""
     from torchjob.cli import views
 
-    if kube:
-        views.list_kube(_kube(kubeconfig, kube_context), "*" if all_namespaces else namespace, output, _dump)
-        return
-    store = _store()
-    views.list_jobs(store, output, _dump)
+    every = all_namespaces and where["kube"]
+    if every:
+        where["namespace"] = "*"
+    views.list_jobs(_runtime(**where).list(), output, _dump, every)
 
 
 @cli.command()
 @click.argument("name")
 @OUTPUT
 @kube_options
-def describe(name: str, output: str, kube: bool, kubeconfig: str | None, kube_context: str | None,
-             namespace: str | None) -> None:
+def describe(name: str, output: str, **where: Any) -> None:
     """A job's spec summary, replica attempts with exit codes, conditions and events."""
     from torchjob.cli import views
 
-    if kube:
-        views.describe_kube(_kube(kubeconfig, kube_context), name, namespace, output, _dump)
-        return
-    views.describe(_store(), name, output, _dump)
+    views.describe(_runtime(**where).describe(name), output, _dump)
 
 
 @cli.command()
@@ -324,64 +240,37 @@ def describe(name: str, output: str, kube: bool, kubeconfig: str | None, kube_co
 @click.option("--replica", default=None, metavar="REPLICA", help="Only this replica, e.g. worker-1.")
 @click.option("--attempt", type=int, default=None, help="That attempt of --replica (default: the latest).")
 @kube_options
-def logs(name: str, follow: bool, replica: str | None, attempt: int | None, kube: bool, kubeconfig: str | None,
-         kube_context: str | None, namespace: str | None) -> None:
+def logs(name: str, follow: bool, replica: str | None, attempt: int | None, **where: Any) -> None:
     """A job's output (all replicas, prefixed), or one replica's."""
-    from torchjob.cli import views
-
-    if kube:
-        from torchjob.kube import jobs
-
-        jobs.logs(_kube(kubeconfig, kube_context), name, namespace, replica, follow, click.echo)
-        return
-    views.logs(_store(), name, replica, attempt, follow)
+    _runtime(**where).logs(name, replica, attempt, follow, click.echo)
 
 
 @cli.command()
 @click.argument("name")
 @kube_options
-def delete(name: str, kube: bool, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
+def delete(name: str, **where: Any) -> None:
     """Stop a job if it runs, then remove its record and logs."""
-    from torchjob.local import runtime
-
-    if kube:
-        from torchjob.kube import jobs
-
-        jobs.delete(_kube(kubeconfig, kube_context), name, namespace)
-        click.echo(f"job {name} deleted")
-        return
-    runtime.delete(_store(), name)
+    _runtime(**where).delete(name)
     click.echo(f"job {name} deleted")
 
 
-def _set_suspend(name: str, value: bool, kube: bool, kubeconfig: str | None, kube_context: str | None,
-                 namespace: str | None) -> None:
-    if kube:
-        from torchjob.kube import jobs
-
-        jobs.set_suspend(_kube(kubeconfig, kube_context), name, namespace, value)
-    else:
-        from torchjob.local import runtime
-
-        runtime.set_suspend(_store(), name, value)
-    click.echo(f"job {name} {'suspending' if value else 'resuming'}")
-
-
 @cli.command()
 @click.argument("name")
 @kube_options
-def suspend(name: str, kube: bool, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
+def suspend(name: str, **where: Any) -> None:
     """Stop every replica of a running job; `resume` starts them again."""
-    _set_suspend(name, True, kube, kubeconfig, kube_context, namespace)
+    _runtime(**where).suspend(name)
+    click.echo(f"job {name} suspending")
 
 
 @cli.command()
 @click.argument("name")
 @kube_options
-def resume(name: str, kube: bool, kubeconfig: str | None, kube_context: str | None, namespace: str | None) -> None:
+def resume(name: str, **where: Any) -> None:
     """Start a suspended job's replicas again (its deadline clock restarts). A job under a Kueue
     queue is given back to Kueue instead (its Workload activated): it starts when Kueue admits it."""
-    _set_suspend(name, False, kube, kubeconfig, kube_context, namespace)
+    _runtime(**where).resume(name)
+    click.echo(f"job {name} resuming")
 
 
 @cli.command()
@@ -479,7 +368,7 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(0)
     except Exception as e:  # a cluster that cannot be reached or refuses is the user's to fix, not a traceback
-        from torchjob.kube.jobs import explain
+        from torchjob.kube.runtime import explain
 
         user = explain(e)
         if user is None:

@@ -1,27 +1,25 @@
-"""What `list`, `describe` and `logs` show, from the store."""
+"""How `list`, `describe` and `render` print what a runtime gives: one printer for both runtimes'
+`JobView`s and dry-run plans."""
 
 from __future__ import annotations
 
 import shlex
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress
 from torchjob.api.pod import training_container
-from torchjob.local import runtime
-from torchjob.local.store import JobRecord, Store
-from torchjob.local.supervisor import supervisor_alive
 from torchjob.progress import show
+from torchjob.runtime import DryRun, JobView
 
 Dump = Callable[[Any, str], None]
 
 
-def _age(created: float) -> str:
+def _age(created: float | None) -> str:
+    if created is None:
+        return "-"
     s = int(time.time() - created)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if s >= size:
@@ -37,12 +35,6 @@ def _when(t: float | datetime | None) -> str:
     return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _counts(rec: JobRecord) -> str:
-    return "/".join(
-        f"{rtype.lower()} {rs.active}a {rs.succeeded}s {rs.failed}f" for rtype, rs in rec.status.replicaStatuses.items()
-    )
-
-
 def _conditions(st: JobStatus) -> list[str]:
     out = ["Conditions:"]
     for cond in st.conditions:
@@ -51,17 +43,21 @@ def _conditions(st: JobStatus) -> list[str]:
     return out
 
 
-def summary(rec: JobRecord) -> dict[str, Any]:
-    st = rec.status
-    return {
-        "name": rec.name,
+def summary(v: JobView) -> dict[str, Any]:
+    st = v.status
+    row: dict[str, Any] = {"name": v.name}
+    if v.namespace is not None:
+        row["namespace"] = v.namespace
+    row.update({
         "state": st.state.value,
-        "replicas": {t: rec.job.replica_count(t) for t in rec.job.spec.pytorchReplicaSpecs},
+        "replicas": sum(v.replicas.values()),
+        "replicasByType": v.replicas,
         "restarts": st.restartCount,
-        "created": _when(rec.created),
+        "created": _when(v.created),
         "reason": st.failure.reason if st.failure else None,
         "progress": show.percent(st.progress) if st.progress else None,
-    }
+    })
+    return row
 
 
 def _progress_lines(p: Progress | None) -> list[str]:
@@ -77,168 +73,91 @@ def _progress_lines(p: Progress | None) -> list[str]:
     return out
 
 
-def list_jobs(store: Store, fmt: str, dump: Dump) -> None:
-    recs = [runtime.get(store, r.name) for r in store.all_jobs()]
+def list_jobs(views: list[JobView], fmt: str, dump: Dump, every_namespace: bool = False) -> None:
     if fmt != "text":
-        dump([summary(r) for r in recs], fmt)
+        dump([summary(v) for v in views], fmt)
         return
     from rich.console import Console
     from rich.table import Table
 
-    if not recs:
+    if not views and not every_namespace:
         print("no jobs; start one with: torchjob run JOB.yaml")
         return
     table = Table(box=None, pad_edge=False)
-    for col in ("NAME", "STATE", "PROGRESS", "REPLICAS", "RESTARTS", "AGE", "REASON"):
+    columns = ("NAME", "STATE", "PROGRESS", "REPLICAS", "RESTARTS", "AGE", "REASON")
+    for col in ("NAMESPACE", *columns) if every_namespace else columns:
         table.add_column(col)
-    for r in recs:
-        s = summary(r)
-        table.add_row(r.name, s["state"], s["progress"] or "-", str(sum(s["replicas"].values())), str(s["restarts"]),
-                      _age(r.created), s["reason"] or "")
+    for v in views:
+        s = summary(v)
+        row = [v.name, s["state"], s["progress"] or "-", str(s["replicas"]), str(s["restarts"]),
+               _age(v.created), s["reason"] or ""]
+        table.add_row(*([v.namespace or "-", *row] if every_namespace else row))
     Console(soft_wrap=True).print(table)
 
 
-def describe(store: Store, name: str, fmt: str, dump: Dump) -> None:
-    rec = runtime.get(store, name)
-    attempts = store.attempts(name)
-    events = store.events(name)
+def describe(v: JobView, fmt: str, dump: Dump) -> None:
     if fmt != "text":
-        dump({
-            "job": rec.job.model_dump(mode="json", exclude_none=True),
-            "status": rec.status.model_dump(mode="json", exclude_none=True),
-            "attempts": [a.__dict__ for a in attempts],
-            "events": [e.__dict__ for e in events],
-            "directory": str(rec.dir),
-        }, fmt)
+        dump(v.raw if v.raw is not None else summary(v), fmt)
         return
-    st = rec.status
-    out: list[str] = [
-        f"Name:        {rec.name}",
-        f"UID:         {rec.uid}",
+    st, job = v.status, v.job
+    rp = job.run_policy
+    out: list[str] = [f"Name:        {v.name}"]
+    if v.namespace is not None:
+        out.append(f"Namespace:   {v.namespace}")
+    if v.uid:
+        out.append(f"UID:         {v.uid}")
+    out += [
         f"State:       {st.state}" + (f" ({st.failure.reason})" if st.failure else ""),
-        f"Created:     {_when(rec.created)}",
+        f"Created:     {_when(v.created)}",
         f"Started:     {_when(st.startTime)}",
         f"Completed:   {_when(st.completionTime)}",
-        f"Restarts:    {st.restartCount}" + (f" (backoffLimit {rec.job.run_policy.backoffLimit})"
-                                             if rec.job.run_policy.backoffLimit is not None else ""),
-        f"Supervisor:  {rec.supervisor_pid if supervisor_alive(rec.supervisor_pid) else '-'}",
-        f"Directory:   {rec.dir}",
-        *_progress_lines(st.progress),
-        "Replicas:",
+        f"Restarts:    {st.restartCount}"
+        + (f" (backoffLimit {rp.backoffLimit})" if rp.backoffLimit is not None else ""),
     ]
-    for rtype, spec in rec.job.spec.pytorchReplicaSpecs.items():
+    if v.directory is not None:  # a local job
+        out += [f"Supervisor:  {v.supervisor or '-'}", f"Directory:   {v.directory}"]
+    out += [*_progress_lines(st.progress), "Replicas:"]
+    for rtype, spec in job.spec.pytorchReplicaSpecs.items():
         pod = spec.template.spec
         c = pod.containers[training_container(pod.containers)]
         argv = shlex.join([*(c.command or []), *(c.args or [])])
         rs = st.replicaStatuses.get(rtype)
         counts = f"  active {rs.active}, succeeded {rs.succeeded}, failed {rs.failed}" if rs else ""
-        out.append(f"  {rtype}: {rec.job.replica_count(rtype)} x `{argv}`, restartPolicy "
-                   f"{rec.job.restart_policy(rtype)}{counts}")
-    rp = rec.job.run_policy
-    policies = {k: v for k, v in rp.model_dump(exclude_none=True).items()}
+        out.append(f"  {rtype}: {job.replica_count(rtype)} x `{argv}`, restartPolicy "
+                   f"{job.restart_policy(rtype)}{counts}")
+    policies = rp.model_dump(exclude_none=True)
     if policies:
         out.append(f"Run policy:  {policies}")
+    pods = any(a.pod for a in v.attempts)
     out.append("Attempts:")
-    out.append(f"  {'REPLICA':<12}{'ATTEMPT':<9}{'PID':<9}{'STARTED':<21}{'ENDED':<21}{'EXIT':<6}REASON")
-    for a in attempts:
+    out.append(f"  {'REPLICA':<12}{'ATTEMPT':<9}{'POD' if pods else 'PID':<{26 if pods else 9}}{'STARTED':<21}"
+               f"{'ENDED':<21}{'EXIT':<6}REASON")
+    for a in v.attempts:
         exit_ = "-" if a.exit_code is None else str(a.exit_code)
-        out.append(f"  {a.replica:<12}{a.attempt:<9}{a.pid or '-'!s:<9}{_when(a.started):<21}{_when(a.ended):<21}"
-                   f"{exit_:<6}{a.reason or ('Running' if a.ended is None else '')}")
+        who = (a.pod or "-") if pods else (a.pid or "-")
+        reason = a.reason or ("Running" if a.ended is None else "")
+        out.append(f"  {a.replica:<12}{a.attempt:<9}{who!s:<{26 if pods else 9}}{_when(a.started):<21}"
+                   f"{_when(a.ended):<21}{exit_:<6}{reason}" + (f"  ({a.waiting})" if a.waiting else ""))
     out += _conditions(st)
     out.append("Events:")
-    for e in events:
+    for e in v.events:
         out.append(f"  {_when(e.time)}  {e.type:<8}{e.reason:<22}{e.message}")
     print("\n".join(out))
-    cause = runtime.root_cause(store, rec)
-    if cause:
-        print(cause)
+    if v.root_cause:
+        print(v.root_cause)
 
 
-def _attempt_log(store: Store, rec: JobRecord, replica: str, attempt: int | None) -> Path:
-    mine = [a for a in store.attempts(rec.name) if a.replica == replica]
-    if not mine:
-        names = sorted({a.replica for a in store.attempts(rec.name)})
-        raise UserError(f"job {rec.name!r} has no replica {replica!r} with output",
-                        fix=f"use one of {names}" if names else "it has not started any replica yet")
-    if attempt is not None:
-        mine = [a for a in mine if a.attempt == attempt]
-        if not mine:
-            raise UserError(f"{replica} has no attempt {attempt}")
-    chosen = max(mine, key=lambda a: a.attempt)
-    if not chosen.log or not Path(chosen.log).exists():
-        raise UserError(f"the output of {replica} attempt {chosen.attempt} was removed (cleanPodPolicy: All)")
-    return Path(chosen.log)
+def plan(p: DryRun, fmt: str, dump: Dump) -> None:
+    """`render`: the plan as data (json), the same data as YAML, or as text."""
+    if fmt == "json":
+        dump(p.data(), fmt)
+    elif fmt == "yaml":
+        data = p.data()
+        if isinstance(data, list):  # Kubernetes objects: one YAML document each
+            import yaml
 
-
-def logs(store: Store, name: str, replica: str | None, attempt: int | None, follow: bool) -> None:
-    rec = runtime.get(store, name)
-    path = _attempt_log(store, rec, replica, attempt) if replica else rec.dir / "job.log"
-    if not path.exists():
-        raise UserError(f"job {name!r} has no output yet", fix="try again in a moment, or use -f")
-    out = sys.stdout.buffer
-    with path.open("rb") as f:
-        while True:
-            chunk = f.read(65536)
-            if chunk:
-                out.write(chunk)
-                out.flush()
-                continue
-            if not follow:
-                return
-            fresh = store.get(name)
-            if fresh is None or not supervisor_alive(fresh.supervisor_pid):
-                rest = f.read()
-                out.write(rest)
-                out.flush()
-                return
-            time.sleep(0.1)
-
-
-
-def list_kube(kube: Any, namespace: str | None, fmt: str, dump: Dump) -> None:
-    from torchjob.kube import jobs
-
-    rows = []
-    for data in jobs.list_jobs(kube, namespace):
-        st = jobs.status_of(data)
-        specs = data["spec"]["pytorchReplicaSpecs"]
-        rows.append({"name": data["metadata"]["name"], "namespace": data["metadata"].get("namespace"),
-                     "state": st.state.value, "replicas": sum(int(s.get("replicas", 1)) for s in specs.values()),
-                     "restarts": st.restartCount, "reason": st.failure.reason if st.failure else None,
-                     "progress": show.percent(st.progress) if st.progress else None})
-    if fmt != "text":
-        dump(rows, fmt)
-        return
-    every = namespace == "*"
-    print(f"{'NAMESPACE':<20}" * every + f"{'NAME':<30}{'STATE':<12}{'PROGRESS':<10}{'REPLICAS':<10}{'RESTARTS':<10}"
-          "REASON")
-    for r in rows:
-        print(f"{r['namespace']:<20}" * every + f"{r['name']:<30}{r['state']:<12}{r['progress'] or '-':<10}"
-              f"{r['replicas']:<10}{r['restarts']:<10}{r['reason'] or ''}")
-
-
-def describe_kube(kube: Any, name: str, namespace: str | None, fmt: str, dump: Dump) -> None:
-    from torchjob.kube import jobs
-
-    data = jobs.get(kube, name, namespace)
-    pods = jobs.pods(kube, data)
-    evs = jobs.events(kube, data)
-    if fmt != "text":
-        dump({"job": data, "pods": [p.to_dict() for p in pods],
-              "events": [{"type": e.type, "reason": e.reason, "message": e.message} for e in evs]}, fmt)
-        return
-    st = jobs.status_of(data)
-    out = [f"Name:        {name}", f"Namespace:   {data['metadata'].get('namespace')}",
-           f"State:       {st.state}" + (f" ({st.failure.reason}: {st.failure.message})" if st.failure else ""),
-           f"Started:     {_when(st.startTime)}", f"Completed:   {_when(st.completionTime)}",
-           f"Restarts:    {st.restartCount}", *_progress_lines(st.progress), "Pods:"]
-    for p in pods:
-        phase = p.status.phase if p.status else "-"
-        attempt = (p.metadata.annotations or {}).get("torchjob.dev/attempt", "0")
-        why = jobs.waiting(p)
-        out.append(f"  {p.metadata.name:<40}{phase or '-':<12}attempt {attempt}" + (f"  ({why})" if why else ""))
-    out += _conditions(st)
-    out.append("Events:")
-    for e in evs:
-        out.append(f"  {e.type or '':<8}{e.reason or '':<22}{e.message}")
-    print("\n".join(out))
+            print(yaml.safe_dump_all(data, sort_keys=False).rstrip())
+        else:
+            dump(data, fmt)
+    else:
+        print(p.text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from torchjob.local.console import Console
+from torchjob.console import Console
 from torchjob.local.store import Store
 from torchjob.local.supervisor import Supervisor
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torchjob.core import torch_errors
 from torchjob.core.policy import exit_code_of
-from torchjob.local.spec import LaunchSpec
+from torchjob.local.launch import LaunchSpec
 from torchjob.local.volumes import preexec
 
 LineSink = Callable[[str, bytes], None]  # (replica name, one line of output)

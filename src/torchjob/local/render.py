@@ -24,7 +24,7 @@ from torchjob.api.spec_facts import is_torchrun
 from torchjob.api.validate import training_container
 from torchjob.core.expand import expand_argv, expand_env
 from torchjob.core.topology import Placement, ReplicaId, debug_command, is_shell, merge_env, replica_env, replicas
-from torchjob.local.spec import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
+from torchjob.local.launch import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
 from torchjob.local.volumes import mounts_for
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -1,177 +1,233 @@
-"""The local runtime's verbs, for the CLI: run, submit, suspend/resume, delete, and the
-after-the-fact views (root cause, TTL clean-up)."""
+"""The local runtime behind the runtime interface (`torchjob.runtime.Runtime`): a job's replicas
+are processes run by a supervisor on this machine, recorded in the store.
+
+`dryrun` renders the processes (argv, env, working directory, mounts, GPUs) with the ports it
+picked; `schedule`/`run` start exactly that plan: the ports travel with it to the supervisor.
+Readers (`describe`, `list`, `logs`) write nothing; a writing verb first records core's verdict on
+the stored jobs (`read.settle`: a lost supervisor, a TTL passed).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from torchjob.api.errors import UserError
-from torchjob.api.model import FailureInfo, TorchJob
-from torchjob.core import policy
-from torchjob.core.reconcile import set_condition
-from torchjob.core.topology import ReplicaId, node_rank
-from torchjob.local.console import Console
-from torchjob.local.process import error_file_summary
-from torchjob.local.spec import LocalOptions
+from torchjob.api.model import TorchJob
+from torchjob.console import Console
+from torchjob.local import read
+from torchjob.local.launch import LaunchSpec, LocalOptions
+from torchjob.local.prepare import claim_name, placement, prepare_job, supervisor_alive
+from torchjob.local.render import warnings
 from torchjob.local.store import JobRecord, Store
-from torchjob.local.supervisor import Supervisor, claim_name, prepare_job, supervisor_alive
+from torchjob.local.supervisor import Supervisor
+from torchjob.runtime import JobView, Say, name_taken, no_output, no_such_job, refuse_resume, refuse_suspend
 
 
-def create(store: Store, job: TorchJob, opts: LocalOptions) -> TorchJob:
-    """Validate what a local start needs, then record the job (nothing runs yet)."""
-    job, _ = prepare_job(job, opts, store)
-    claim_name(store, job.name)
-    store.create_job(job, opts.to_json())
-    return job
+@dataclass
+class LocalPlan:
+    """Exactly what a local run starts: the job (its uid set), every replica's process, the options
+    (with the ports picked for this plan)."""
+
+    job: TorchJob
+    opts: LocalOptions
+    specs: list[LaunchSpec]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def hint(self) -> str | None:
+        if self.opts.document_ports:
+            return None
+        return "note: ports are picked per plan: a later run picks its own; pass --document-ports to use the document's"
+
+    @property
+    def ports(self) -> tuple[int, int]:
+        assert self.opts.ports is not None
+        return self.opts.ports
+
+    def data(self) -> Any:
+        replicas = [
+            {"replica": s.name, "command": s.argv, "workingDir": s.cwd, "env": dict(sorted(s.env.items())),
+             "mounts": [m.__dict__ for m in s.mounts], "gpus": s.gpus, "torchrun": s.torchrun,
+             "gracePeriodSeconds": s.grace_period_s}
+            for s in self.specs
+        ]
+        return {"name": self.job.name, "replicas": replicas, "warnings": self.notes}
+
+    def text(self) -> str:
+        out: list[str] = []
+        for s in self.specs:
+            out.append(f"{s.name}:" + ("  (torchrun)" if s.torchrun else ""))
+            out.append(f"  command: {shlex.join(s.argv)}")
+            out.append(f"  workingDir: {s.cwd}")
+            out.append("  env:")
+            out += [f"    {k}={v}" for k, v in sorted(s.env.items())]
+            out += [f"  mount: {m.source} -> {m.target}" + (" (read-only)" if m.read_only else "") for m in s.mounts]
+            if s.gpus is not None:
+                out.append(f"  gpus: {','.join(s.gpus) or '(none)'}")
+        return "\n".join(out)
 
 
-def run(store: Store, job: TorchJob, opts: LocalOptions, *, quiet: bool = False) -> JobRecord:
-    """Run in the foreground, streaming output; returns the final record."""
-    job = create(store, job, opts)
-    rec = get(store, job.name)
-    console = Console(rec.dir / "job.log", out=None if quiet else sys.stdout, err=sys.stderr)
-    try:
-        status = Supervisor(store, job.name, console).run()
-    finally:
-        console.close()
-    final = store.get(job.name)
-    if final is None:  # removed at the end (ttlSecondsAfterFinished: 0)
-        rec.status = status
+class LocalRuntime:
+    flags = ""
+
+    def __init__(self, opts: LocalOptions | None = None, store: Store | None = None) -> None:
+        self.opts = opts or LocalOptions()
+        self._store = store
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store()
+        return self._store
+
+    # --- plan and schedule ---
+
+    def dryrun(self, job: TorchJob, lenient: bool = False) -> LocalPlan:
+        """The plan, with its ports picked now. `lenient` (`render`, which goes on whatever happens):
+        what only a run would refuse is noted in the plan's notes; otherwise it is refused here."""
+        notes = warnings(job) if lenient else None
+        where = placement(job, self.opts)
+        opts = dataclasses.replace(self.opts, ports=(where.master_port, where.rdzv_port))
+        job, specs = prepare_job(job, opts, self.store, notes)
+        return LocalPlan(job, opts, specs, notes if notes is not None else [])
+
+    def _create(self, plan: LocalPlan) -> TorchJob:
+        """Record the plan's job (nothing runs yet); a finished job of that name gives way."""
+        read.settle(self.store)
+        old = self.store.get(plan.job.name)
+        if old is not None and not old.status.finished and supervisor_alive(old.supervisor_pid):
+            raise name_taken(old.name, old.status)
+        claim_name(self.store, plan.job.name)
+        self.store.create_job(plan.job, plan.opts.to_json())
+        return plan.job
+
+    def schedule(self, plan: LocalPlan) -> str:
+        """Start the job's supervisor detached; it outlives this shell."""
+        job = self._create(plan)
+        rec = self._record(job.name)
+        log = (rec.dir / "supervisor.log").open("ab")
+        env = {**os.environ, "TORCHJOB_HOME": str(self.store.root)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "torchjob.local.daemon", job.name],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env, cwd=plan.opts.cwd,
+        )
+        self.store.set_supervisor(job.name, proc.pid)
+        return f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f"
+
+    def run(self, plan: LocalPlan, quiet: bool = False) -> JobView:
+        """Run in the foreground, streaming output; returns the final view."""
+        job = self._create(plan)
+        rec = self._record(job.name)
+        console = Console(rec.dir / "job.log", out=None if quiet else sys.stdout, err=sys.stderr)
+        try:
+            status = Supervisor(self.store, job.name, console).run()
+        finally:
+            console.close()
+        final = self.store.get(job.name)
+        if final is None:  # removed at the end (ttlSecondsAfterFinished: 0)
+            rec.status = status
+            return read.view(self.store, rec, read.Verdict(status))
+        return read.view(self.store, final, read.Verdict(final.status))
+
+    # --- readers: they write nothing ---
+
+    def _record(self, name: str) -> JobRecord:
+        rec = self.store.get(name)
+        if rec is None:
+            raise no_such_job(name, [r.name for r, _ in read.visible(self.store)])
         return rec
-    return final
+
+    def _find(self, name: str) -> tuple[JobRecord, read.Verdict]:
+        found = read.find(self.store, name)
+        if found is None:
+            raise no_such_job(name, [r.name for r, _ in read.visible(self.store)])
+        return found
+
+    def describe(self, name: str) -> JobView:
+        rec, v = self._find(name)
+        return read.view(self.store, rec, v)
+
+    def list(self) -> list[JobView]:
+        return [read.view(self.store, rec, v, details=False) for rec, v in read.visible(self.store)]
+
+    def logs(self, name: str, replica: str | None, attempt: int | None, follow: bool, say: Say) -> None:
+        rec, _ = self._find(name)
+        path = self._attempt_log(rec, replica, attempt) if replica else rec.dir / "job.log"
+        if not path.exists():
+            raise no_output(name, None, [])
+        out = sys.stdout.buffer
+        with path.open("rb") as f:
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    out.write(chunk)
+                    out.flush()
+                    continue
+                if not follow:
+                    return
+                fresh = self.store.get(name)
+                if fresh is None or not supervisor_alive(fresh.supervisor_pid):
+                    out.write(f.read())
+                    out.flush()
+                    return
+                time.sleep(0.1)
+
+    def _attempt_log(self, rec: JobRecord, replica: str, attempt: int | None) -> Path:
+        mine = [a for a in self.store.attempts(rec.name) if a.replica == replica]
+        if not mine:
+            raise no_output(rec.name, replica, list({a.replica for a in self.store.attempts(rec.name)}))
+        if attempt is not None:
+            mine = [a for a in mine if a.attempt == attempt]
+            if not mine:
+                raise UserError(f"{replica} has no attempt {attempt}")
+        chosen = max(mine, key=lambda a: a.attempt)
+        if not chosen.log or not Path(chosen.log).exists():
+            raise UserError(f"the output of {replica} attempt {chosen.attempt} was removed (cleanPodPolicy: All)")
+        return Path(chosen.log)
+
+    # --- writers ---
+
+    def suspend(self, name: str) -> None:
+        self._set_suspend(name, True)
+
+    def resume(self, name: str) -> None:
+        self._set_suspend(name, False)
+
+    def _set_suspend(self, name: str, value: bool) -> None:
+        read.settle(self.store)
+        rec, v = self._find(name)
+        (refuse_suspend if value else refuse_resume)(name, rec.job, v.status)
+        if not supervisor_alive(rec.supervisor_pid):
+            raise UserError(f"job {name!r} has no running supervisor", fix="delete it and run it again")
+        rp = rec.job.run_policy.model_copy(update={"suspend": value})
+        self.store.set_job(rec.job.model_copy(update={"spec": rec.job.spec.model_copy(update={"runPolicy": rp})}))
+        _signal_supervisor(rec)
+
+    def delete(self, name: str, wait_s: float = 60.0) -> None:
+        read.settle(self.store)
+        rec, _ = self._find(name)
+        if supervisor_alive(rec.supervisor_pid):
+            self.store.mark_deleting(name)
+            _signal_supervisor(rec)
+            end = time.monotonic() + wait_s
+            while self.store.get(name) is not None and time.monotonic() < end:
+                time.sleep(0.05)
+            if self.store.get(name) is not None:
+                raise UserError(f"job {name!r} is still stopping after {wait_s:g}s", fix="try again")
+            return
+        self.store.delete_job(name)
 
 
-def submit(store: Store, job: TorchJob, opts: LocalOptions) -> TorchJob:
-    """Start the job's supervisor detached; it outlives this shell."""
-    job = create(store, job, opts)
-    rec = store.get(job.name)
-    assert rec is not None
-    log = (rec.dir / "supervisor.log").open("ab")
-    env = {**os.environ, "TORCHJOB_HOME": str(store.root)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torchjob.local.daemon", job.name],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env, cwd=opts.cwd,
-    )
-    store.set_supervisor(job.name, proc.pid)
-    return job
-
-
-def get(store: Store, name: str) -> JobRecord:
-    rec = store.get(name)
-    if rec is None:
-        known = [r.name for r in store.all_jobs()]
-        hint = f"known jobs: {', '.join(known)}" if known else "there are no jobs; start one with torchjob run"
-        raise UserError(f"no job named {name!r}", fix=hint)
-    return _settle(store, rec)
-
-
-def _settle(store: Store, rec: JobRecord) -> JobRecord:
-    """A job whose supervisor is gone (killed, or the machine rebooted) is failed: say so."""
-    if rec.status.finished or rec.supervisor_pid is None or supervisor_alive(rec.supervisor_pid):
-        return rec
-    at = datetime.now(UTC)
-    msg = f"the supervisor (pid {rec.supervisor_pid}) is gone; its watchdog stopped every replica"
-    status = rec.status.model_copy(deep=True)
-    set_condition(status, "Failed", True, "SupervisorLost", msg, at)
-    status.completionTime = at
-    status.failure = FailureInfo(reason="SupervisorLost", message=msg)
-    store.set_status(rec.name, status)
-    store.end_open_attempts(rec.name, "SupervisorLost")
-    store.add_event(rec.name, "Warning", "SupervisorLost", msg)
-    store.set_supervisor(rec.name, None)
-    return store.get(rec.name) or rec
-
-
-def signal_supervisor(rec: JobRecord) -> None:
+def _signal_supervisor(rec: JobRecord) -> None:
     if rec.supervisor_pid and supervisor_alive(rec.supervisor_pid):
         os.kill(rec.supervisor_pid, signal.SIGUSR1)
 
-
-def set_suspend(store: Store, name: str, suspend: bool) -> JobRecord:
-    rec = get(store, name)
-    if rec.status.finished:
-        raise UserError(f"job {name!r} has already {rec.status.state.lower()}", fix="run it again instead")
-    if not supervisor_alive(rec.supervisor_pid):
-        raise UserError(f"job {name!r} has no running supervisor", fix="delete it and run it again")
-    rp = rec.job.run_policy.model_copy(update={"suspend": suspend})
-    job = rec.job.model_copy(update={"spec": rec.job.spec.model_copy(update={"runPolicy": rp})})
-    store.set_job(job)
-    signal_supervisor(rec)
-    return rec
-
-
-def delete(store: Store, name: str, wait_s: float = 60.0) -> None:
-    rec = get(store, name)
-    if supervisor_alive(rec.supervisor_pid):
-        store.mark_deleting(name)
-        signal_supervisor(rec)
-        end = time.monotonic() + wait_s
-        while store.get(name) is not None and time.monotonic() < end:
-            time.sleep(0.05)
-        if store.get(name) is not None:
-            raise UserError(f"job {name!r} is still stopping after {wait_s:g}s", fix="try again")
-        return
-    store.delete_job(name)
-
-
-def collect_expired(store: Store) -> list[str]:
-    """Delete finished jobs whose ttlSecondsAfterFinished has passed."""
-    gone = []
-    at = datetime.now(UTC)
-    for rec in store.all_jobs():
-        expires = policy.ttl_expires_at(rec.status.completionTime, rec.job.run_policy.ttlSecondsAfterFinished)
-        if expires is not None and at >= expires and not supervisor_alive(rec.supervisor_pid):
-            store.delete_job(rec.name)
-            gone.append(rec.name)
-    return gone
-
-
-def tail(path: Path, lines: int) -> list[str]:
-    try:
-        data = path.read_bytes()[-64 * 1024:]
-    except OSError:
-        return []
-    return data.decode("utf-8", "replace").splitlines()[-lines:]
-
-
-def root_cause(store: Store, rec: JobRecord, log_lines: int = 15) -> str | None:
-    """torchrun-style summary of why a failed job failed: the first failing replica, its exit
-    code or signal, and its traceback (torch's error file) or the end of its output."""
-    st = rec.status
-    if not st.is_true("Failed") or st.failure is None:
-        return None
-    f = st.failure
-    bar = "=" * 72
-    out = [bar, f"{rec.name} FAILED: {f.reason}", "-" * 72, f.message]
-    if f.replica is not None:
-        attempt = next(
-            (a for a in store.attempts(rec.name) if a.replica == f.replica and a.attempt == f.attempt), None
-        )
-        rid = ReplicaId.parse(f.replica)
-        out += ["", "Root cause (the failure that ended the job):",
-                f"  replica   : {f.replica} (attempt {f.attempt}, node rank {node_rank(rec.job, rid)})"]
-        if f.exitCode is not None:
-            out.append(f"  exit code : {f.exitCode}" + (f" ({f.signal})" if f.signal else ""))
-        if attempt is not None:
-            if attempt.pid:
-                out.append(f"  pid       : {attempt.pid}")
-            if attempt.ended:
-                out.append(f"  time      : {datetime.fromtimestamp(attempt.ended).isoformat(sep=' ')}")
-            if attempt.log:
-                log = Path(attempt.log)
-                out.append(f"  log       : {log}")
-                trace = error_file_summary(log.parent / "error.json")
-                if trace:
-                    out += ["  traceback (from torch's error file):", *("    " + t for t in trace.splitlines())]
-                else:
-                    last = tail(log, log_lines)
-                    if last:
-                        out += [f"  last {len(last)} lines of its output:", *("    " + t for t in last)]
-    out.append(bar)
-    return "\n".join(out)

@@ -199,9 +199,11 @@ class Store:
             (time.time(), exit_code, reason, job, replica, attempt),
         )
 
-    def end_open_attempts(self, job: str, reason: str) -> None:
+    def abandon_attempt(self, job: str, replica: str, attempt: int, reason: str, at: float) -> None:
+        """An attempt whose runner is gone: it ended (when that was found), with no exit code."""
         self._db.execute(
-            "UPDATE attempts SET ended=?, reason=? WHERE job=? AND ended IS NULL", (time.time(), reason, job)
+            "UPDATE attempts SET ended=?, reason=? WHERE job=? AND replica=? AND attempt=? AND ended IS NULL",
+            (at, reason, job, replica, attempt),
         )
 
     def retire_attempt(self, job: str, replica: str, attempt: int) -> None:

@@ -11,19 +11,17 @@ import dataclasses
 import os
 import queue
 import signal
-import socket
 import subprocess
 import time
-import uuid
-from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
 from torchjob.api.errors import UserError
-from torchjob.api.model import FailureInfo, JobStatus, TorchJob
-from torchjob.api.spec_facts import master_port
+from torchjob.api.model import JobStatus
+from torchjob.api.status import Reason
+from torchjob.console import Console
 from torchjob.core import policy
 from torchjob.core.reconcile import (
     Create,
@@ -33,22 +31,21 @@ from torchjob.core.reconcile import (
     Phase,
     Plan,
     Purge,
+    Refusal,
     Stop,
     World,
     reconcile,
-    set_condition,
 )
-from torchjob.core.topology import Placement, ReplicaId
+from torchjob.core.topology import ReplicaId
 from torchjob.local import tensorboard, volumes, watchdog
-from torchjob.local.console import Console
+from torchjob.local.launch import LaunchSpec, LocalOptions
+from torchjob.local.prepare import free_port, now, placement
 from torchjob.local.process import Exited, ReplicaProcess, StartError
 from torchjob.local.progress import LocalEndpoint
 from torchjob.local.render import render, warnings
-from torchjob.local.spec import LaunchSpec, LocalOptions
 from torchjob.local.store import Store
 from torchjob.local.sweep import sweep
 
-LOOPBACK = "127.0.0.1"
 PROGRESS_WRITE_S = 1.0  # the job's progress is written to the store at most this often
 
 
@@ -63,68 +60,6 @@ class _Reported:
 
     replica: str
     attempt: int
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-def placement(job: TorchJob, opts: LocalOptions) -> Placement:
-    """Loopback and a free port per job, so two local jobs never collide; or the document's."""
-    if opts.document_ports:
-        port = master_port(job)
-        ep = job.spec.elasticPolicy
-        rdzv = (ep.rdzvPort if ep and ep.rdzvPort else port)
-        return Placement(LOOPBACK, port, LOOPBACK, rdzv)
-    return Placement(LOOPBACK, free_port(), LOOPBACK, free_port())
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def prepare_job(job: TorchJob, opts: LocalOptions, store: Store,
-                notes: list[str] | None = None) -> tuple[TorchJob, list[LaunchSpec]]:
-    """Check everything a local start needs (GPUs, volumes, configMaps) before anything starts.
-    With `notes` (a dry run) what only a run would refuse is noted there instead."""
-    if not job.metadata.uid:
-        job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
-    specs = render(job, placement(job, opts), opts, store.job_dir(job.name), notes=notes)
-    if job.spec.tensorboard is not None:
-        try:
-            tensorboard.log_dirs(job.spec.tensorboard, opts)
-        except UserError as e:
-            if notes is None:
-                raise
-            notes.append(e.render().replace("\n    fix:", "; fix:"))
-    return job, specs
-
-
-def claim_name(store: Store, name: str) -> None:
-    """A finished job's record gives way to a new run of the same name; a live one does not."""
-    old = store.get(name)
-    if old is None:
-        return
-    if not old.status.finished and supervisor_alive(old.supervisor_pid):
-        raise UserError(
-            f"a job named {name!r} is {old.status.state.lower()} (supervisor pid {old.supervisor_pid})",
-            fix=f"wait for it, delete it with `torchjob delete {name}`, or change metadata.name",
-        )
-    store.delete_job(name)
-
-
-def supervisor_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Supervisor:
@@ -180,13 +115,9 @@ class Supervisor:
             self._shutdown()
 
     def _fail_setup(self, e: UserError) -> None:
-        status = (self.job.status or JobStatus()).model_copy(deep=True)
-        set_condition(status, "Failed", True, "LocalSetupFailed", e.message, now())
-        status.completionTime = now()
-        status.failure = FailureInfo(reason="LocalSetupFailed", message=e.message)
-        self.job = self.job.model_copy(update={"status": status})
-        self.store.set_status(self.name, status)
-        self.store.add_event(self.name, "Warning", "LocalSetupFailed", e.message)
+        """Before any replica started: a fact for core, which fails the job (the CLI shows the error)."""
+        self._record(reconcile(self.job, World(refused=Refusal(Reason.LOCAL_SETUP_FAILED, e.message)), now()),
+                     echo=False)
 
     def _loop(self) -> JobStatus:
         while True:
@@ -345,14 +276,14 @@ class Supervisor:
         self.store.start_attempt(self.name, name, attempt, p.pid, str(p.log_path))
         self.console.note(f"{name} started (pid {p.pid}" + (f", attempt {attempt})" if attempt else ")"))
 
-    def _record(self, plan: Plan) -> None:
+    def _record(self, plan: Plan, echo: bool = True) -> None:
         before = self.job.status or JobStatus()
         self.job = self.job.model_copy(update={"status": plan.status})
         if plan.status != before:
             self.store.set_status(self.name, plan.status)
         for ev in plan.events:
             self.store.add_event(self.name, ev.type, ev.reason, ev.message)
-            if ev.reason not in ("Created",):
+            if echo and ev.reason not in ("Created",):
                 self.console.note(ev.message, warning=ev.type == "Warning")
 
     # --- signals, watchdog, teardown ---

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TensorBoardSpec
-from torchjob.local.spec import LocalOptions
+from torchjob.local.launch import LocalOptions
 
 
 def log_dirs(spec: TensorBoardSpec, opts: LocalOptions) -> list[str]:

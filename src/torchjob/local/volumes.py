@@ -17,7 +17,7 @@ from pathlib import Path
 from torchjob.api.errors import UserError
 from torchjob.api.model import Container, PodSpec, TorchJob
 from torchjob.core.topology import ReplicaId
-from torchjob.local.spec import LocalOptions, Mount
+from torchjob.local.launch import LocalOptions, Mount
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000

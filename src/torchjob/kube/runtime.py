@@ -1,5 +1,7 @@
-"""The CLI's verbs against a cluster (`--kube`): submit, run (submit and follow), list, describe,
-logs, delete. Same words and output shape as the local runtime."""
+"""The Kubernetes runtime behind the runtime interface (`torchjob.runtime.Runtime`), as the CLI
+drives it with `--kube`: the operator runs the job; this side submits it, reads it (its object,
+pods and events) and asks for suspend, resume and delete. Same words and output as the local
+runtime: both fill one `JobView` and refuse with one message."""
 
 from __future__ import annotations
 
@@ -15,12 +17,22 @@ from lightkube.types import PatchType
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
+from torchjob.api.pod import training_index
 from torchjob.dialects.convert import explicit
 from torchjob.kube import kueue
 from torchjob.kube.client import KueueWorkload, TorchJobRes, status_code, to_dict
-from torchjob.kube.render import LABEL_INDEX, LABEL_JOB, LABEL_TYPE
-
-Say = Callable[[str], None]
+from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE, manifests
+from torchjob.runtime import (
+    AttemptView,
+    EventView,
+    JobView,
+    Say,
+    name_taken,
+    no_output,
+    no_such_job,
+    refuse_resume,
+    refuse_suspend,
+)
 
 
 def client(kubeconfig: str | None, context: str | None) -> Client:
@@ -68,17 +80,22 @@ def submit(kube: Client, job: TorchJob, namespace: str | None) -> str:
         kube.create(TorchJobRes.from_dict(data))
     except ApiError as e:
         if status_code(e) == 409:
-            raise UserError(f"a TorchJob named {job.name!r} exists in {ns}", fix=f"torchjob delete --kube {job.name}")
+            there = status_of(get(kube, job.name, ns))
+            if not there.finished:
+                raise name_taken(job.name, there, " --kube", f" in {ns}")
+            raise UserError(f"a job named {job.name!r} in {ns} has already {there.state.lower()}",
+                            fix=f"delete it first (torchjob delete --kube {job.name}), or change metadata.name")
         raise UserError(f"the API server refused the job: {e}")
     return ns
 
 
 def get(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
+    ns = _ns(kube, namespace)
     try:
-        obj = kube.get(TorchJobRes, name, namespace=_ns(kube, namespace))
+        obj = kube.get(TorchJobRes, name, namespace=ns)
     except ApiError as e:
         if status_code(e) == 404:
-            raise UserError(f"no TorchJob named {name!r} in {_ns(kube, namespace)}")
+            raise no_such_job(name, [o["metadata"]["name"] for o in list_jobs(kube, ns)], f" in {ns}")
         raise
     return to_dict(obj)
 
@@ -156,7 +173,6 @@ def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
 
 
 def delete(kube: Client, name: str, namespace: str | None) -> None:
-    get(kube, name, namespace)
     kube.delete(TorchJobRes, name, namespace=_ns(kube, namespace))
 
 
@@ -164,6 +180,7 @@ def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> 
     """Suspend or resume. Under a Kueue queue, Kueue decides when a job runs, so its Workload is
     deactivated (Kueue frees the quota) or activated again (Kueue admits it when there is room)."""
     data = get(kube, name, namespace)
+    (refuse_suspend if value else refuse_resume)(name, _job_of(data), status_of(data))
     ns = _ns(kube, namespace)
     if (data["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL):
         try:
@@ -177,17 +194,166 @@ def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> 
 
 
 def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
+    """In one namespace, or every one (`*`)."""
     return [to_dict(o) for o in kube.list(TorchJobRes, namespace=_ns(kube, namespace))]
 
 
-def logs(kube: Client, name: str, namespace: str | None, replica: str | None, follow_: bool, say: Say) -> None:
+def logs(kube: Client, name: str, namespace: str | None, replica: str | None, follow_: bool, say: Say,
+         attempt: int | None = None) -> None:
     data = get(kube, name, namespace)
-    targets = pods(kube, data)
+    every = pods(kube, data)
+    if not every:
+        raise no_output(name, None, [])
+    targets = every
     if replica:
-        targets = [p for p in targets if f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}" == replica]
+        targets = [p for p in every if f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}" == replica]
         if not targets:
-            raise UserError(f"job {name!r} has no pod for {replica!r}")
+            raise no_output(name, replica, [f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}"
+                                            for p in every])
+        if attempt is not None:
+            targets = [p for p in targets if (p.metadata.annotations or {}).get(ANNOTATION_ATTEMPT) == str(attempt)]
+            if not targets:  # a pod is made again for each attempt: only the current one is left
+                raise UserError(f"{replica} has no attempt {attempt}")
     for p in targets:
         prefix = f"[{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}] "
         for line in kube.log(p.metadata.name, namespace=p.metadata.namespace, follow=follow_ and len(targets) == 1):
             say(prefix + line.rstrip("\n"))
+
+
+def _job_of(data: dict[str, Any]) -> TorchJob:
+    from torchjob.kube.served import TORCHJOB
+
+    return TORCHJOB.read(data)
+
+
+def _seconds(t: Any) -> float | None:
+    return t.timestamp() if t is not None else None
+
+
+def attempt_of(pod: Any) -> AttemptView:
+    """A pod as one replica attempt: its phase, times, and the training container's exit code."""
+    labels, status = pod.metadata.labels, pod.status
+    containers = pod.spec.containers if pod.spec else []
+    trains = containers[training_index(c.name for c in containers)].name if containers else None
+    ended = exit_code = None
+    for cs in (status.containerStatuses or []) if status else []:
+        term = cs.state.terminated if cs.state else None
+        if term is not None and cs.name == trains:
+            ended, exit_code = _seconds(term.finishedAt), term.exitCode
+    return AttemptView(
+        replica=f"{labels[LABEL_TYPE]}-{labels[LABEL_INDEX]}",
+        attempt=int((pod.metadata.annotations or {}).get(ANNOTATION_ATTEMPT, "0")),
+        started=_seconds(status.startTime) if status else None, ended=ended, exit_code=exit_code,
+        reason=(status.phase if status else None) or "Pending", pod=pod.metadata.name, waiting=waiting(pod),
+    )
+
+
+def view_of(data: dict[str, Any], kube: Client | None = None) -> JobView:
+    """What list (without `kube`) and describe (with it: pods and events) show of a TorchJob."""
+    meta = data["metadata"]
+    created = meta.get("creationTimestamp")
+    out = JobView(name=meta["name"], job=_job_of(data), status=status_of(data), namespace=meta.get("namespace"),
+                  uid=meta.get("uid"), created=_parse_time(created))
+    if kube is not None:
+        found = pods(kube, data)
+        evs = events(kube, data)
+        out.attempts = [attempt_of(p) for p in found]
+        out.events = [EventView(e.type or "", e.reason or "", e.message or "",
+                                _seconds(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
+                      for e in evs]
+        f = out.status.failure
+        out.root_cause = f"{f.reason}: {f.message}" if f else None
+        out.raw = {"job": data, "pods": [p.to_dict() for p in found],
+                   "events": [{"type": e.type, "reason": e.reason, "message": e.message} for e in evs]}
+    return out
+
+
+def _parse_time(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        from datetime import datetime
+
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return float(value.timestamp())
+
+
+class KubePlan:
+    """Exactly what the operator creates for the job's first attempt (`render --kube`), from the
+    functions the operator makes them with (`kube.render`)."""
+
+    def __init__(self, job: TorchJob) -> None:
+        from torchjob.kube.install import DEFAULT_PROGRESS_URL
+
+        self.job = job
+        self.notes: list[str] = []
+        self.hint: str | None = None
+        self.objects = manifests(job, progress_url=DEFAULT_PROGRESS_URL)
+
+    def data(self) -> Any:
+        return self.objects
+
+    def text(self) -> str:
+        import yaml
+
+        return yaml.safe_dump_all(self.objects, sort_keys=False).rstrip()
+
+
+class KubeRuntime:
+    """The runtime interface against a cluster; contacts it only when a verb needs it."""
+
+    flags = " --kube"
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, namespace: str | None = None,
+                 ) -> None:
+        self.kubeconfig, self.context, self.namespace = kubeconfig, context, namespace
+        self._client: Client | None = None
+
+    @property
+    def kube(self) -> Client:
+        if self._client is None:
+            self._client = client(self.kubeconfig, self.context)
+        return self._client
+
+    def dryrun(self, job: TorchJob, lenient: bool = False) -> KubePlan:
+        return KubePlan(job)
+
+    def schedule(self, plan: KubePlan) -> str:
+        ns = submit(self.kube, plan.job, self.namespace)
+        return f"job {plan.job.name} submitted to {ns}; follow it with: torchjob describe --kube {plan.job.name}"
+
+    def run(self, plan: KubePlan, quiet: bool = False) -> JobView:
+        """Submit, then show the job's events (its failure's among them) as they come and its
+        progress as a live bar, until it ends."""
+        import sys
+
+        from torchjob.console import Console
+
+        name = plan.job.name
+        ns = submit(self.kube, plan.job, self.namespace)
+        print(f"torchjob: job {name} created in {ns}", file=sys.stderr, flush=True)
+        console = Console(None)
+        try:
+            follow(self.kube, name, ns, console.note, on_progress=lambda p: console.progress(p, name))
+        finally:
+            console.close()
+        return view_of(get(self.kube, name, ns))
+
+    def describe(self, name: str) -> JobView:
+        return view_of(get(self.kube, name, self.namespace), self.kube)
+
+    def list(self) -> list[JobView]:
+        return [view_of(data) for data in list_jobs(self.kube, self.namespace)]
+
+    def logs(self, name: str, replica: str | None, attempt: int | None, follow: bool, say: Say) -> None:
+        logs(self.kube, name, self.namespace, replica, follow, say, attempt)
+
+    def suspend(self, name: str) -> None:
+        set_suspend(self.kube, name, self.namespace, True)
+
+    def resume(self, name: str) -> None:
+        set_suspend(self.kube, name, self.namespace, False)
+
+    def delete(self, name: str) -> None:
+        get(self.kube, name, self.namespace)
+        delete(self.kube, name, self.namespace)

@@ -1,4 +1,5 @@
-"""What a local replica is started with, and how a local job runs on this machine."""
+"""What a local replica is launched with (`LaunchSpec`), and how a local job runs on this machine
+(`LocalOptions`, stored with the job)."""
 
 from __future__ import annotations
 
@@ -43,10 +44,14 @@ class LocalOptions:
     resolve_python: bool = True
     document_ports: bool = False  # use the document's ports instead of free ones
     grace_period_s: float | None = None  # overrides terminationGracePeriodSeconds
+    # The master and rendezvous ports of the plan `render` showed: the run uses these (None: pick).
+    ports: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
 
     @staticmethod
     def from_json(data: dict[str, object]) -> LocalOptions:
-        return LocalOptions(**data)  # type: ignore[arg-type]
+        ports = data.get("ports")
+        fields = {**data, "ports": tuple(ports) if isinstance(ports, list | tuple) else None}
+        return LocalOptions(**fields)  # type: ignore[arg-type]

@@ -1,0 +1,164 @@
+"""The runtime interface: what the `torchjob` command asks of a runtime, the same for both.
+
+TorchX's split is the model: `dryrun(job)` gives a plan of exactly what will run (locally the
+processes with their argv, env and ports; on Kubernetes the objects), `schedule(plan)` starts that
+plan, and the verbs on a job by name (`describe`, `list`, `logs`, `suspend`, `resume`, `delete`)
+work the same way on both. The local runtime (`torchjob.local.runtime.LocalRuntime`) and the
+Kubernetes one (`torchjob.kube.runtime.KubeRuntime`) implement it; the CLI picks one, once.
+
+A reader (`describe`, `list`, `logs`) never writes: it shows what core decides from the facts.
+Both runtimes fill one typed view of a job (`JobView`) that one printer shows, and refuse what
+cannot be done with one message (`refuse_suspend`, `refuse_resume`, `no_such_job`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from torchjob.api.errors import UserError
+from torchjob.api.model import JobStatus, TorchJob
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One attempt of one replica: a local process, or a pod."""
+
+    replica: str  # worker-1
+    attempt: int
+    started: float | None = None  # seconds since the epoch
+    ended: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None  # Completed, Error, SupervisorLost, a pod's phase
+    pid: int | None = None  # local
+    pod: str | None = None  # Kubernetes
+    waiting: str | None = None  # why a pod that should run does not (Unschedulable: ...)
+    log: str | None = None  # local: the attempt's output file
+
+
+@dataclass(frozen=True)
+class EventView:
+    type: str
+    reason: str
+    message: str
+    time: float | None = None
+
+
+@dataclass
+class JobView:
+    """What `list` and `describe` show of a job, whichever runtime runs it."""
+
+    name: str
+    job: TorchJob
+    status: JobStatus
+    created: float | None = None
+    namespace: str | None = None  # Kubernetes
+    uid: str | None = None
+    attempts: list[AttemptView] = field(default_factory=list)
+    events: list[EventView] = field(default_factory=list)
+    supervisor: int | None = None  # local: the live supervisor's pid
+    directory: str | None = None  # local: logs and volumes
+    root_cause: str | None = None  # torchrun-style summary of a failure
+    raw: dict[str, Any] | None = None  # `describe -o json`: the runtime's own record (store row, object)
+
+    @property
+    def replicas(self) -> dict[str, int]:
+        return {t: self.job.replica_count(t) for t in self.job.spec.pytorchReplicaSpecs}
+
+
+class DryRun(Protocol):
+    """A plan of exactly what `schedule` starts."""
+
+    @property
+    def job(self) -> TorchJob: ...
+
+    @property
+    def notes(self) -> list[str]:
+        """What only a run would refuse (a dry run notes it and goes on)."""
+        ...
+
+    @property
+    def hint(self) -> str | None:
+        """A line `render` adds on stderr about the plan (e.g. that its ports are this plan's)."""
+        ...
+
+    def data(self) -> Any:
+        """The plan for `-o json|yaml`."""
+        ...
+
+    def text(self) -> str:
+        """The plan as `render` prints it."""
+        ...
+
+
+class Runtime(Protocol):
+    """What the CLI asks of a runtime; each verb is one call."""
+
+    def dryrun(self, job: TorchJob, lenient: bool = False) -> DryRun:
+        """The plan of what `schedule` would start. `lenient` (`render`): what only a run refuses
+        is a note in the plan instead of an error."""
+        ...
+
+    def schedule(self, plan: Any) -> str:
+        """Start the plan detached; returns the line that tells the user how to follow it."""
+        ...
+
+    def run(self, plan: Any, quiet: bool) -> JobView:
+        """Start the plan and follow it to its end in the foreground; returns its last view."""
+        ...
+
+    def describe(self, name: str) -> JobView: ...
+
+    def list(self) -> list[JobView]: ...
+
+    def logs(self, name: str, replica: str | None, attempt: int | None, follow: bool, say: Say) -> None: ...
+
+    def suspend(self, name: str) -> None: ...
+
+    def resume(self, name: str) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+    @property
+    def flags(self) -> str:
+        """The flags that name this runtime on the command line (`` --kube``), for hints."""
+        ...
+
+
+# --- one answer to one request, whichever runtime ---------------------------------------
+
+
+def no_such_job(name: str, known: list[str], where: str = "") -> UserError:
+    hint = f"known jobs{where}: {', '.join(known)}" if known else \
+        f"there are no jobs{where}; start one with torchjob run"
+    return UserError(f"no job named {name!r}" + where, fix=hint)
+
+
+def name_taken(name: str, status: JobStatus, flags: str = "", where: str = "") -> UserError:
+    """A job of that name is there and not finished: a new one does not replace it."""
+    return UserError(f"a job named {name!r}{where} exists and is {status.state.lower()}",
+                     fix=f"wait for it, delete it with `torchjob delete{flags} {name}`, or change metadata.name")
+
+
+def no_output(name: str, replica: str | None, known: list[str]) -> UserError:
+    if replica is None:
+        return UserError(f"job {name!r} has no output yet", fix="try again in a moment, or use -f")
+    return UserError(f"job {name!r} has no replica {replica!r} with output",
+                     fix=f"use one of {sorted(known)}" if known else "it has not started any replica yet")
+
+
+def refuse_suspend(name: str, job: TorchJob, status: JobStatus) -> None:
+    """A finished job cannot be suspended (nothing runs); a suspended one may be asked again."""
+    if status.finished:
+        raise UserError(f"job {name!r} has already {status.state.lower()}", fix="run it again instead")
+
+
+def refuse_resume(name: str, job: TorchJob, status: JobStatus) -> None:
+    """Only a suspended job (by `suspend`, or held for a Kueue queue) can be resumed."""
+    if status.finished:
+        raise UserError(f"job {name!r} has already {status.state.lower()}", fix="run it again instead")
+    if not job.run_policy.suspend:
+        raise UserError(f"job {name!r} is not suspended", fix=f"suspend it first: torchjob suspend {name}")
