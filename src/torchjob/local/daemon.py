@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from torchjob.api.status import ConditionType
 from torchjob.console import Console
 from torchjob.local.store import Store
 from torchjob.local.supervisor import Supervisor
@@ -19,7 +20,7 @@ def main(argv: list[str]) -> int:
     console = Console(rec.dir / "job.log", out=None, err=None)
     status = Supervisor(store, name, console).run()
     console.close()
-    return 0 if status.is_true("Succeeded") else 1
+    return 0 if status.is_true(ConditionType.SUCCEEDED) else 1
 
 
 if __name__ == "__main__":

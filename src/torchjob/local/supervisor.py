@@ -20,7 +20,7 @@ from typing import IO
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus
-from torchjob.api.status import Reason
+from torchjob.api.status import EventType, ExitReason, Reason
 from torchjob.console import Console
 from torchjob.core import policy
 from torchjob.core.reconcile import (
@@ -160,7 +160,8 @@ class Supervisor:
     def _handle(self, ev: object) -> None:
         if isinstance(ev, Exited):
             # Recorded from the event itself: the attempt may already have been replaced.
-            reason = "Completed" if ev.exit_code == 0 else ("Stopped" if ev.stopping else "Error")
+            reason = ExitReason.COMPLETED if ev.exit_code == 0 else (
+                ExitReason.STOPPED if ev.stopping else ExitReason.ERROR)
             self.store.end_attempt(self.name, ev.replica, ev.attempt, ev.exit_code, reason)
             # A failure is told by the decision it leads to (restart, or the job fails).
             how = policy.describe_exit(ev.exit_code)
@@ -268,7 +269,7 @@ class Supervisor:
             p.exit_code, p.ended_at = 127, time.time()
             self.procs[name] = p
             self.store.start_attempt(self.name, name, attempt, 0, str(p.log_path))
-            self.store.end_attempt(self.name, name, attempt, 127, "StartError")
+            self.store.end_attempt(self.name, name, attempt, 127, ExitReason.START_ERROR)
             return
         self.procs[name] = p
         self.history.append(p)
@@ -283,8 +284,8 @@ class Supervisor:
             self.store.set_status(self.name, plan.status)
         for ev in plan.events:
             self.store.add_event(self.name, ev.type, ev.reason, ev.message)
-            if echo and ev.reason not in ("Created",):
-                self.console.note(ev.message, warning=ev.type == "Warning")
+            if echo and ev.reason != Reason.CREATED:
+                self.console.note(ev.message, warning=ev.type == EventType.WARNING)
 
     # --- signals, watchdog, teardown ---
 
@@ -351,5 +352,5 @@ def _reason(p: ReplicaProcess) -> str | None:
     if p.exit_code is None:
         return None
     if p.exit_code == 0:
-        return "Completed"
-    return "Stopped" if p.stopping else "Error"
+        return ExitReason.COMPLETED
+    return ExitReason.STOPPED if p.stopping else ExitReason.ERROR
