@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds Kueue's manager from the Go module proxy, for the test that runs a real Kueue against
-# the operator (tests/kube/test_kueue_real.py), and copies all its CRDs next to the binary:
+# the operator (tests/kube/test_kueue_real.py, test_kueue_pytorchjob.py), and copies all its CRDs
+# and its webhook configurations (config/components/webhook/manifests.yaml) next to the binary:
 #
 #   $TORCHJOB_CACHE/kueue/<version>/bin/kueue
 #   $TORCHJOB_CACHE/kueue/<version>/crds/*.yaml
+#   $TORCHJOB_CACHE/kueue/<version>/webhooks.yaml
 #
 # TORCHJOB_CACHE defaults to ~/.cache/torchjob; KUEUE_VERSION to v0.13.2. The proxy does not list
 # sigs.k8s.io/kueue's versions, so `go install module@version` cannot check for deprecation and
@@ -20,7 +22,7 @@ BIN="$DIR/bin/kueue"
 log() { printf '[kueue] %s\n' "$*" >&2; }
 
 command -v go >/dev/null || { log "ERROR: go not found in PATH"; exit 1; }
-if [[ -x "$BIN" && -d "$DIR/crds" ]]; then
+if [[ -x "$BIN" && -d "$DIR/crds" && -f "$DIR/webhooks.yaml" ]]; then
     log "already built: $BIN"
     echo "$BIN"
     exit 0
@@ -30,14 +32,18 @@ work="$DIR/wrapper"
 mkdir -p "$DIR/bin" "$work"
 printf 'module kueuebuild\n\ngo 1.24\n' >"$work/go.mod"
 printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/kueue"\n' "$MODULE" >"$work/tools.go"
-log "building $MODULE/cmd/kueue@$VERSION"
-(cd "$work" && GOFLAGS=-mod=mod go get "$MODULE@$VERSION" \
-    && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" "$MODULE/cmd/kueue") >&2
+(cd "$work" && GOFLAGS=-mod=mod go get "$MODULE@$VERSION") >&2
+if [[ ! -x "$BIN" ]]; then
+    log "building $MODULE/cmd/kueue@$VERSION"
+    (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" "$MODULE/cmd/kueue") >&2
+    mv "$BIN.tmp" "$BIN"
+fi
 src=$(cd "$work" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$MODULE")
 [[ -d "$src/config/components/crd/bases" ]] || { log "ERROR: no CRDs in $src"; exit 1; }
 rm -rf "$DIR/crds"; mkdir -p "$DIR/crds"
 cp "$src"/config/components/crd/bases/*.yaml "$DIR/crds/"
 chmod 644 "$DIR"/crds/*.yaml
-mv "$BIN.tmp" "$BIN"
+cp "$src/config/components/webhook/manifests.yaml" "$DIR/webhooks.yaml"
+chmod 644 "$DIR/webhooks.yaml"
 log "built in $((SECONDS - t0))s: $BIN"
 echo "$BIN"

@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,22 @@ def serving_cert(kubeconfig: str, into: Path) -> None:
     shutil.copy(pki / "apiserver.key", into / "tls.key")
 
 
-@pytest.fixture(scope="module")
-def kueue_manager(kubeconfig: str, kube: Client, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def kueue_manager_config(work: Path, health: int, frameworks: list[str],
+                         external: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "namespace": "kueue-system",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
+        "webhook": {"host": "127.0.0.1", "port": free_port(), "certDir": str(work / "certs")},
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": frameworks, "externalFrameworks": external},
+    }
+
+
+@contextmanager
+def running_kueue(kubeconfig: str, kube: Client, work: Path, config: dict[str, Any]) -> Iterator[Path]:
+    """Kueue's manager as a process with this Configuration (its CRDs applied first), ready: the
+    directory of its build (crds/, webhooks.yaml)."""
     binary = build_kueue()
     for path in sorted((binary.parent.parent / "crds").glob("*.yaml")):
         for obj in codecs.load_all_yaml(path.read_text()):
@@ -63,18 +78,10 @@ def kueue_manager(kubeconfig: str, kube: Client, tmp_path_factory: pytest.TempPa
     except ApiError as e:
         if e.status.code != 409:
             raise
-    work = tmp_path_factory.mktemp("kueue")
     serving_cert(kubeconfig, METRICS_CERTS)
     serving_cert(kubeconfig, work / "certs")
-    health = free_port()
-    (work / "config.yaml").write_text(json.dumps({
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "namespace": "kueue-system",
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
-        "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
-        "webhook": {"host": "127.0.0.1", "port": free_port(), "certDir": str(work / "certs")},
-        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
-        "integrations": {"frameworks": ["batch/job"], "externalFrameworks": ["TorchJob.v1.torchjob.dev"]},
-    }))
+    health = int(config["health"]["healthProbeBindAddress"].rsplit(":", 1)[1])
+    (work / "config.yaml").write_text(json.dumps(config))
     log = (work / "kueue.log").open("wb")
     # VisibilityOnDemand serves an aggregated API that needs in-cluster delegated authentication.
     proc = subprocess.Popen([str(binary), "--config", str(work / "config.yaml"),
@@ -93,11 +100,19 @@ def kueue_manager(kubeconfig: str, kube: Client, tmp_path_factory: pytest.TempPa
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.5)
-        yield
+        yield binary.parent.parent
     finally:
         proc.terminate()
         proc.wait(30)
         print((work / "kueue.log").read_text()[-3000:])
+
+
+@pytest.fixture(scope="module")
+def kueue_manager(kubeconfig: str, kube: Client, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    work = tmp_path_factory.mktemp("kueue")
+    config = kueue_manager_config(work, free_port(), ["batch/job"], ["TorchJob.v1.torchjob.dev"])
+    with running_kueue(kubeconfig, kube, work, config):
+        yield
 
 
 def queued(name: str, queue: str) -> dict[str, Any]:
