@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from torchjob.api.strict import Strict
 
@@ -278,6 +279,9 @@ class TemplateMeta(Strict):
     name: str | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+    # What a Go client writes for a template's zero time (Kueue does, resuming a PyTorchJob; so does
+    # `kubectl get -o yaml` of one): accepted as null only, and never written back.
+    creationTimestamp: SkipJsonSchema[None] = Field(default=None, exclude=True)
 
 
 class PodTemplateSpec(Strict):

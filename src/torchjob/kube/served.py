@@ -33,25 +33,7 @@ def _stored(raw: dict[str, Any]) -> dict[str, Any]:
     """The stored object's own fields: server-managed metadata (managedFields, timestamps) left out."""
     meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
     return {"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta,
-            "spec": _without_go_zero_values(raw.get("spec"))}
-
-
-def _without_go_zero_values(spec: Any) -> Any:
-    """The spec less `creationTimestamp: null` in its replicas' pod templates: what a Go client that
-    updates the job through its typed struct writes (metav1.ObjectMeta serializes its zero time as
-    null). Kueue's PyTorchJob integration does so when it suspends and resumes the job (and puts its
-    flavor in the templates); the templates' metadata has no such field to read, so it is not a
-    mistake of the job's author."""
-    if not isinstance(spec, dict) or not isinstance(spec.get("pytorchReplicaSpecs"), dict):
-        return spec
-    replicas = {}
-    for rtype, rspec in spec["pytorchReplicaSpecs"].items():
-        meta = ((rspec or {}).get("template") or {}).get("metadata") if isinstance(rspec, dict) else None
-        if isinstance(meta, dict) and "creationTimestamp" in meta and meta["creationTimestamp"] is None:
-            meta = {k: v for k, v in meta.items() if k != "creationTimestamp"}
-            rspec = {**rspec, "template": {**rspec["template"], "metadata": meta}}
-        replicas[rtype] = rspec
-    return {**spec, "pytorchReplicaSpecs": replicas}
+            "spec": raw.get("spec")}
 
 
 def read_torchjob(raw: dict[str, Any]) -> TorchJob:
