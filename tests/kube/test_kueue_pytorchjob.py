@@ -23,10 +23,10 @@ from lightkube.types import PatchType
 
 from tests.kube.conftest import Operator, free_port, set_pod
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
-from tests.kube.test_kueue_real import ClusterQueue, LocalQueue, kueue_manager_config, running_kueue
+from tests.kube.test_kueue_real import kueue_manager_config, quota, running_kueue
 from tests.kube.test_operator import pods_of, wait_pods
 from torchjob.kube import kueue
-from torchjob.kube.client import KueueResourceFlavor, KueueWorkload
+from torchjob.kube.client import KueueWorkload
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]  # the first may build Kueue (~5 min)
 FRAMEWORK = "kubeflow.org/pytorchjob"  # Kueue's name for its PyTorchJob integration (pytorchjob_controller.go)
@@ -139,17 +139,7 @@ def wait(what: str, pred: Any, timeout: float = 60) -> None:
 
 def test_kueues_pytorchjob_integration_queues_admits_and_frees_quota_for_jobs_torchjob_runs(
         kube: Client, namespace: str, kueue_for_pytorchjobs: None, kubeflow_operator: Operator) -> None:
-    flavor, cq = f"{namespace}-flavor", f"{namespace}-cq"
-    kube.create(KueueResourceFlavor.from_dict({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-                                               "metadata": {"name": flavor},
-                                               "spec": {"nodeLabels": {"example.com/pool": flavor}}}))
-    kube.create(ClusterQueue.from_dict({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cq},
-        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-            {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": 3}]}]}]}}))  # one 3-pod job at a time
-    kube.create(LocalQueue.from_dict({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                                      "metadata": {"name": "team-a", "namespace": namespace},
-                                      "spec": {"clusterQueue": cq}}))
+    flavor = quota(kube, namespace, 3)  # one 3-pod job at a time
     for name in ("pa", "pb"):
         created = kube.create(PyTorchJobRes.from_dict(copy.deepcopy(queued(name, "team-a", namespace))))
         # Kueue's webhook suspended it on creation: torchjob makes no pod for it until Kueue says so
@@ -196,17 +186,7 @@ def test_a_job_kueue_evicts_is_suspended_by_it_and_its_quota_goes_once_torchjob_
     """Kueue takes a running job's admission back (its Workload deactivated, as `kubectl` or a
     preemption would): it suspends the job and restores its templates, torchjob deletes the pods
     and counts none active, and only then does Kueue release the quota, to the waiting job."""
-    flavor, cq = f"{namespace}-flavor", f"{namespace}-cq"
-    kube.create(KueueResourceFlavor.from_dict({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-                                               "metadata": {"name": flavor},
-                                               "spec": {"nodeLabels": {"example.com/pool": flavor}}}))
-    kube.create(ClusterQueue.from_dict({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cq},
-        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-            {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": 3}]}]}]}}))
-    kube.create(LocalQueue.from_dict({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                                      "metadata": {"name": "team-b", "namespace": namespace},
-                                      "spec": {"clusterQueue": cq}}))
+    quota(kube, namespace, 3, "team-b")  # one 3-pod job at a time
     kube.create(PyTorchJobRes.from_dict(queued("ea", "team-b", namespace)))
     wait("the first job resumed", lambda: not suspended(kube, "ea", namespace))
     pods = wait_pods(kube, "ea", namespace, 3)

@@ -138,8 +138,9 @@ def conditions(kube: Client, workload: str, namespace: str) -> dict[str, dict[st
     return {c["type"]: c for c in status.get("conditions", [])}
 
 
-def test_a_real_kueue_admits_jobs_as_its_quota_allows_and_a_finished_job_frees_it(
-        kube: Client, namespace: str, operator: Operator, kueue_manager: None) -> None:
+def quota(kube: Client, namespace: str, cpus: int, queue: str = "team-a") -> str:
+    """A ResourceFlavor with a node label, a ClusterQueue of `cpus` CPUs on it and a LocalQueue
+    `queue` in the namespace: the flavor's name (its node label's value)."""
     flavor, cq = f"{namespace}-flavor", f"{namespace}-cq"
     kube.create(KueueResourceFlavor.from_dict({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
                                                "metadata": {"name": flavor},
@@ -147,10 +148,16 @@ def test_a_real_kueue_admits_jobs_as_its_quota_allows_and_a_finished_job_frees_i
     kube.create(ClusterQueue.from_dict({
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cq},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-            {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": 2}]}]}]}}))  # one 2-pod job at a time
+            {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpus}]}]}]}}))
     kube.create(LocalQueue.from_dict({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-                                      "metadata": {"name": "team-a", "namespace": namespace},
+                                      "metadata": {"name": queue, "namespace": namespace},
                                       "spec": {"clusterQueue": cq}}))
+    return flavor
+
+
+def test_a_real_kueue_admits_jobs_as_its_quota_allows_and_a_finished_job_frees_it(
+        kube: Client, namespace: str, operator: Operator, kueue_manager: None) -> None:
+    flavor = quota(kube, namespace, 2)  # one 2-pod job at a time
     create(kube, queued("qa", "team-a"), namespace)
     create(kube, queued("qb", "team-a"), namespace)
 
