@@ -143,10 +143,10 @@ class Reconciler:
         if plan.status.finished and world.refused is not None:
             await self._apply(job, plan, set(), create=False)
             return
-        await self._act(raw, job, key, plan, world, stale, create=podgroup.verdict == "create")
+        await self._carry_out(raw, job, key, plan, world, stale, create=podgroup.verdict == "create")
         self._force_delete_stuck(job, pods, now)
 
-    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, plan: Plan, world: World,
+    async def _carry_out(self, raw: dict[str, Any], job: TorchJob, key: Key, plan: Plan, world: World,
                    stale: list[dict[str, Any]], create: bool) -> None:
         now = datetime.now(UTC)
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
