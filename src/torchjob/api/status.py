@@ -79,6 +79,7 @@ class Reason(StrEnum):
     ADMITTED = "Admitted"
     POD_GROUP_PENDING = "PodGroupPending"
     TENSORBOARD_CREATED = "TensorBoardCreated"
+    RECONCILE_ERROR = "ReconcileError"  # a reconcile failed; retried with a backoff
 
 
 class ExitReason(StrEnum):

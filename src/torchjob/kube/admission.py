@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.status import EventType, Reason
 from torchjob.core.reconcile import Refusal
 from torchjob.kube import client, gang, kueue
 from torchjob.kube import render as kr
@@ -96,7 +97,7 @@ class KueueGate:
         meta = raw["metadata"]
         self.jobs.remember(await self.api.patch_spec(meta["name"], meta.get("namespace", "default"),
                                                      {"runPolicy": {"suspend": True}}))
-        await self.api.event(raw, "Normal", "Queued", f"suspended until Kueue admits it from queue "
+        await self.api.event(raw, EventType.NORMAL, Reason.QUEUED, f"suspended until Kueue admits it from queue "
                                                       f"{kueue.queue_name(job)}")
 
     async def _sync_workload(self, raw: dict[str, Any], job: TorchJob, key: Key, status: JobStatus) -> Gate:
@@ -118,12 +119,12 @@ class KueueGate:
                     flavors[name] = found
             self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.admit_patch(job, wl, flavors)))
             where = f" on {', '.join(sorted(flavors))}" if flavors else ""
-            await self.api.event(raw, "Normal", "Admitted",
+            await self.api.event(raw, EventType.NORMAL, Reason.ADMITTED,
                                  f"admitted by Kueue ClusterQueue {kueue.cluster_queue(wl)}{where}")
             return STOP
         if not admitted and not suspended:
             self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.suspend_patch(job, wl)))
-            await self.api.event(raw, "Normal", "Queued", f"suspended: {kueue.lost_admission(wl)}")
+            await self.api.event(raw, EventType.NORMAL, Reason.QUEUED, f"suspended: {kueue.lost_admission(wl)}")
             return STOP
         return CREATE
 
@@ -139,7 +140,7 @@ class KueueGate:
             message = (f"the job names the Kueue queue {kueue.queue_name(job)!r}, but Kueue's Workload CRD "
                        f"{kueue.WORKLOAD_CRD} is not installed on this cluster: install Kueue, or remove the "
                        f"label {kueue.QUEUE_LABEL}")
-            return Gate("stop", Refusal("KueueUnavailable", message))
+            return Gate("stop", Refusal(Reason.KUEUE_UNAVAILABLE, message))
         self.watches.watch(kueue.WORKLOAD)
         return CREATE
 
@@ -196,7 +197,7 @@ class PodGroupGate:
             return CREATE
         if key not in self.waiting:
             self.waiting.add(key)
-            await self.api.event(raw, "Normal", "PodGroupPending", gang.admission_message(job))
+            await self.api.event(raw, EventType.NORMAL, Reason.POD_GROUP_PENDING, gang.admission_message(job))
         if not watched:
             self.queue.add_after(key, ADMISSION_POLL_S)  # until the watch can tell
         return WAIT
@@ -218,8 +219,8 @@ class PodGroupGate:
                        f"is not installed on this cluster: install {kind.flavor}, or remove schedulerName from "
                        f"runPolicy.schedulingPolicy and the pod templates")
             if not started:
-                return Refusal("PodGroupUnavailable", message)
-            await self.api.event(raw, "Warning", "PodGroupUnavailable", message)
+                return Refusal(Reason.POD_GROUP_UNAVAILABLE, message)
+            await self.api.event(raw, EventType.WARNING, Reason.POD_GROUP_UNAVAILABLE, message)
             self.admitted.add(key)  # its pods run without one; nothing to wait for
         self.groups.add(key)
         return None

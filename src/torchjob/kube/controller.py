@@ -12,6 +12,7 @@ from typing import Any
 
 from lightkube.core.exceptions import ApiError
 
+from torchjob.api.status import EventType, Reason
 from torchjob.kube import metrics
 from torchjob.kube import render as kr
 from torchjob.kube.admission import KueueGate, PodGroupGate, ThirdPartyWatches
@@ -164,7 +165,7 @@ class Controller:
                         delay, e)
             raw = self.jobs.cache.get(key)
             if raw is not None:  # said where `kubectl describe` shows it; best effort (the API may be down)
-                self._spawn(self.api.event(raw, "Warning", "ReconcileError",
+                self._spawn(self.api.event(raw, EventType.WARNING, Reason.RECONCILE_ERROR,
                                            f"reconcile failed ({failures} in a row; next try in {delay:.1f}s): {e}"))
         finally:
             self.reconciles[key] = self.reconciles.get(key, 0) + 1

@@ -21,6 +21,7 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.status import EventType, Reason
 from torchjob.core.reconcile import Create, DeleteJob, Event, Forget, Plan, Purge, Refusal, Stop, World, reconcile
 from torchjob.core.reconcile import refuse as refuse_unreadable
 from torchjob.kube import gang, tensorboard
@@ -118,7 +119,7 @@ class Reconciler:
         try:
             job = self.kind.read(raw)
         except Unreadable as e:
-            await self._write(raw, None, status, refuse_unreadable(status, Refusal("InvalidSpec", str(e)),
+            await self._write(raw, None, status, refuse_unreadable(status, Refusal(Reason.INVALID_SPEC, str(e)),
                                                                    datetime.now(UTC)))
             return
         job = gang.with_default_scheduler(job, self.gang_scheduler).model_copy(update={"status": status})
@@ -147,7 +148,7 @@ class Reconciler:
         self._force_delete_stuck(job, pods, now)
 
     async def _carry_out(self, raw: dict[str, Any], job: TorchJob, key: Key, plan: Plan, world: World,
-                   stale: list[dict[str, Any]], create: bool) -> None:
+                         stale: list[dict[str, Any]], create: bool) -> None:
         now = datetime.now(UTC)
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
@@ -162,7 +163,7 @@ class Reconciler:
                 raise
             # The API server refuses the pod we rendered from the user's template: a mistake of
             # theirs, so the job fails with the server's words instead of retrying forever.
-            refused = Refusal("InvalidSpec", f"a pod of this job is invalid: {e}")
+            refused = Refusal(Reason.INVALID_SPEC, f"a pod of this job is invalid: {e}")
             decided = reconcile(job.model_copy(update={"status": plan.status}), replace(world, refused=refused), now)
             await self._write(self.jobs.cache.get(key, raw), job, plan.status, decided)
             await self._apply(job, decided, set(), create=False)
@@ -225,7 +226,8 @@ class Reconciler:
         created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]
         self.boards.add(key)
         if any(created):
-            await self.api.event(raw, "Normal", "TensorBoardCreated", f"TensorBoard at {tensorboard.address(job)}")
+            await self.api.event(raw, EventType.NORMAL, Reason.TENSORBOARD_CREATED,
+                                 f"TensorBoard at {tensorboard.address(job)}")
 
     async def _create(self, obj: dict[str, Any]) -> bool:
         """Create; False when it already exists (adopted, after a restart or a stale cache)."""
