@@ -21,6 +21,7 @@ from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube.client import TorchJobRes
 from torchjob.kube.operator import LEASE_NAME
+from torchjob.kube.runtime import logs as kube_logs
 
 pytestmark = pytest.mark.kube
 EXAMPLE = REPO / "examples" / "ddp" / "job.yaml"
@@ -138,6 +139,30 @@ def test_logs_come_through_the_api_server_from_the_node(kubeconfig: str, kube: C
                                        "[worker-0] second line"]
     missing = torchjob(kubeconfig, "logs", "lg", "--replica", "worker-7", "-n", namespace)
     assert missing.returncode != 0 and "worker-7" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_pod_deleted_while_logs_reads_them_is_said_and_the_others_shown(
+        kube: Client, namespace: str, operator: Operator) -> None:
+    # A job that ends stops its other pods (CompleteJob, cleanPodPolicy): one may go between the
+    # listing of the job's pods and the read of its logs. The API server answers 404 for real here.
+    data = job_data("gonelog", workers=1)
+    for spec in data["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["tolerations"] = [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
+                                                    "effect": "NoSchedule"}]
+    create(kube, data, namespace)
+    wait_job(kube, "gonelog", namespace, lambda s: s.get("state") == "Running")
+
+    class DeletesMasterFirst(Client):  # the timing of the race, made certain: the delete comes just before
+        def log(self, name: str, **kw: object) -> object:  # type: ignore[override]
+            if name == "gonelog-master-0":
+                kube.delete(Pod, name, namespace=namespace, grace_period=0)
+            return super().log(name, **kw)  # type: ignore[arg-type]
+
+    said: list[str] = []
+    client = DeletesMasterFirst(config=kube.config, field_manager="torchjob-tests")
+    kube_logs(client, "gonelog", namespace, None, False, said.append)
+    assert said == ["[master-0] (no logs: the pod was deleted while they were read)",
+                    "[worker-0] fake container output from KWOK (scripts/dev-cluster.sh)", "[worker-0] second line"]
 
 
 def run_in_background(kubeconfig: str, path: Path, namespace: str) -> subprocess.Popen[str]:

@@ -216,8 +216,16 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None, fo
                 raise UserError(f"{replica} has no attempt {attempt}")
     for p in targets:
         prefix = f"[{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}] "
-        for line in kube.log(p.metadata.name, namespace=p.metadata.namespace, follow=follow_ and len(targets) == 1):
-            say(prefix + line.rstrip("\n"))
+        try:
+            for line in kube.log(p.metadata.name, namespace=p.metadata.namespace,
+                                 follow=follow_ and len(targets) == 1):
+                say(prefix + line.rstrip("\n"))
+        except ApiError as e:
+            if status_code(e) != 404:
+                raise
+            # Deleted between the listing and the read (the job ended and stopped it): its logs
+            # went with it; the others are still worth showing.
+            say(f"{prefix}(no logs: the pod was deleted while they were read)")
 
 
 def _job_of(data: dict[str, Any]) -> TorchJob:
