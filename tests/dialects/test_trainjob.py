@@ -228,6 +228,16 @@ def test_reserved_env_names_the_trainer_field() -> None:
     assert {(p.path, p.line) for p in found} == {("spec.trainer.env[0].name", line_of(text, "PET_NNODES"))}
 
 
+@pytest.mark.parametrize("name", ["[NCCL_DEBUG]", "{a: 1}"])
+def test_an_env_name_that_is_not_a_string_is_a_problem_not_a_crash(name: str, tmp_path: Path) -> None:
+    text = edit(TRAINJOB, "      - name: NCCL_DEBUG\n", f"      - name: {name}\n")
+    assert [p.path for p in problems(text)] == ["spec.trainer.env[0].name"]
+    bad_runtime = edit(RUNTIME, "{name: HF_HOME, value: /shared/hf}", f"{{name: {name}, value: /shared/hf}}")
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + bad_runtime)
+    with pytest.raises(InvalidJob):
+        load(tmp_path / "job.yaml")
+
+
 def test_suspend_managed_by_and_a_volcano_queue() -> None:
     text = edit(TRAINJOB, "  activeDeadlineSeconds: 3600\n",
                 "  activeDeadlineSeconds: 3600\n  suspend: true\n  managedBy: kueue.x-k8s.io/multikueue\n")

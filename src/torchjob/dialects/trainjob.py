@@ -90,6 +90,11 @@ def _runtime(doc: Document, notes: Notes, spec: dict[str, Any]) -> runtime.Runti
     return rt
 
 
+def _env_key(entry: dict[str, Any], fallback: str) -> str:
+    name = entry.get("name")
+    return name if isinstance(name, str) else fallback
+
+
 def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
     """The runtime's node container with the trainer's fields on it (env upserted by name)."""
     path: Path = ["spec", "trainer"]
@@ -100,9 +105,10 @@ def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[st
     for key in ("command", "args"):
         if key in trainer:
             c[key] = notes.strings(trainer, key, path)
-    env = {e.get("name"): e for e in c.get("env") or [] if isinstance(e, dict)}
+    # Keyed by name; an entry whose name is not a string keeps a key of its own, for the model to refuse.
+    env = {_env_key(e, f"<runtime env {i}>"): e for i, e in enumerate(c.get("env") or []) if isinstance(e, dict)}
     for i, e in notes.items(trainer, "env", path):
-        env[e.get("name", f"<env {i}>")] = e
+        env[_env_key(e, f"<env {i}>")] = e
     if env:
         c["env"] = list(env.values())
     resources = notes.typed(trainer, "resourcesPerNode", path, dict, "a mapping (requests, limits)")
