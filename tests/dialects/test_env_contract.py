@@ -73,6 +73,8 @@ def values(env: list[dict[str, Any]]) -> dict[str, str]:
 LAUNCHERS = [
     ["python", "-m", "torch.distributed.launch", "--use_env", "train.py"],
     ["python3", "-m", "torch.distributed.run", "train.py"],
+    ["python", "-u", "-m", "torch.distributed.launch", "train.py"],  # interpreter options before -m
+    ["/opt/conda/bin/python", "-W", "ignore", "-um", "torch.distributed.run", "train.py"],
     ["sh", "-c", "pip install -q -r requirements.txt && torchrun train.py"],
     ["bash", "-c", "cd /workspace; python -m torch.distributed.launch train.py"],
 ]
@@ -93,6 +95,12 @@ def test_launchers_get_the_pet_values_kubeflow_gives(command: list[str], tmp_pat
         assert {k: kube[k] for k in expected} == {**expected, "PET_MASTER_ADDR": "kfl-master-0.kfl",
                                                    "PET_MASTER_PORT": "23456"}
         assert "WORLD_SIZE" not in s.env and "LOCAL_RANK" not in s.env  # the launcher sets them per process
+
+
+@pytest.mark.parametrize("command", [["python", "-u", "train.py"], ["python", "-c", "import torch.distributed.run"],
+                                     ["python", "train.py", "-m", "torch.distributed.run"]])
+def test_python_running_a_script_or_code_is_plain_mode(command: list[str], tmp_path: Path) -> None:
+    assert not local(read(kubeflow(command)).job, tmp_path)["worker-0"].torchrun
 
 
 def test_a_script_that_runs_python_is_plain_mode(tmp_path: Path) -> None:

@@ -33,6 +33,26 @@ _SCRIPT_LAUNCHER = re.compile(r"(^|[\s;&|(`'\"])(\S*/bin/)?torchrun([\s;&|)`'\"]
                               r"|-m\s+torch\.distributed\.(run|launch)\b")
 
 
+def _python_module(args: list[str]) -> str | None:
+    """The module `python [options] -m MODULE` runs, read as Python reads its options: `-u -m x`,
+    `-um x`, `-mx`, `-W ignore -m x` (-W and -X take a value); None for a script or `-c`."""
+    i = 0
+    while i < len(args) and args[i].startswith("-") and not args[i].startswith("--") and args[i] != "-":
+        flags, i = args[i][1:], i + 1
+        for k, flag in enumerate(flags):
+            if flag in "mcWX":
+                inline = flags[k + 1:]
+                value = inline or (args[i] if i < len(args) else "")
+                if flag == "m":
+                    return value
+                if flag == "c":
+                    return None
+                if not inline:
+                    i += 1
+                break
+    return None
+
+
 def is_torchrun(argv: list[str]) -> bool:
     """Whether the command starts a torch launcher (torchrun mode): `torchrun`, `python -m
     torch.distributed.run` or `.launch` (the launcher torchrun replaced, which reads the same
@@ -43,7 +63,7 @@ def is_torchrun(argv: list[str]) -> bool:
     if head == "torchrun":
         return True
     if head.startswith("python"):
-        return len(argv) > 2 and argv[1] == "-m" and argv[2] in LAUNCHER_MODULES
+        return _python_module(argv[1:]) in LAUNCHER_MODULES
     if head in SHELLS:
         flags = [a for a in argv[1:] if a.startswith("-")]
         script = next((a for a in argv[1:] if not a.startswith("-")), "")
