@@ -100,6 +100,11 @@ def t9k(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         spec["torchrunConfig"] = {draw(st.sampled_from(["enabled", "enable"])): True, "maxRestarts": 3,
                                   "procPerNode": draw(st.sampled_from(["1", "2", "gpu"])), "rdzvBackend": "c10d"}
+    if draw(st.booleans()):
+        spec["runMode"] = {"debug": {draw(st.sampled_from(["enabled", "enable"])): True,
+                                     "replicaSpecs": [{"type": types[0], "command": ["sleep", "inf"]}]}}
+    if draw(st.booleans()):
+        spec["tensorboardSpec"] = {"logDir": {"pvc": [{"name": "logs", "subPath": ["runs/a"]}]}}
     return {"apiVersion": "batch.tensorstack.dev/v1beta1", "kind": "PyTorchTrainingJob", "metadata": {"name": name},
             "spec": spec}
 
@@ -109,6 +114,8 @@ def trainjob(draw: st.DrawFn) -> dict[str, Any]:
     trainer: dict[str, Any] = {"numNodes": draw(st.integers(1, 4)), "command": draw(COMMANDS)}
     if draw(st.booleans()):
         trainer["numProcPerNode"] = draw(st.integers(1, 4))
+    if draw(st.booleans()):
+        trainer["env"] = [{"name": "LR", "value": "0.1"}, {"name": "OUT", "value": "/out/$(LR)"}]
     if draw(st.booleans()):
         trainer["resourcesPerNode"] = {"limits": draw(st.sampled_from([{"cpu": "2"}, {"nvidia.com/gpu": 1}]))}
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": draw(NAMES)},
