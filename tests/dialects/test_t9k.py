@@ -501,6 +501,18 @@ def test_a_mode_without_enabled_is_off_with_a_warning() -> None:
                for n in loaded.notes)
 
 
+@pytest.mark.parametrize("key", ["enabled", "enable"])
+def test_an_empty_enabled_is_off_with_a_warning(key: str) -> None:
+    text = edit(REFERENCE, "    enabled: true\n    maxRestarts: 2", f"    {key}:\n    maxRestarts: 2")
+    loaded = read(text)
+    assert containers(loaded.job, MASTER)[0].command == ["python"]
+    assert f"job.yaml:{line_of(text, key + ':')}: spec.torchrunConfig.{key}: has no value, so it is off (write " \
+        "enabled: true to turn it on)" in loaded.notes
+    debug = edit(REFERENCE, "      enabled: true\n      replicaSpecs:\n        - type: node",
+                 "      enabled:\n      replicaSpecs:\n        - type: node")
+    assert any("spec.runMode.debug.enabled: has no value, so it is off" in n for n in read(debug).notes)
+
+
 def test_pause_is_a_suspend_and_resume_specs_are_refused() -> None:
     text = edit(PLAIN, "spec:\n  replicaSpecs:", "spec:\n  runMode:\n    pause:\n      enabled: true\n  replicaSpecs:")
     job = read(text).job

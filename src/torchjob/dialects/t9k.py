@@ -40,11 +40,14 @@ Path = list[str | int]
 
 def _enabled(notes: Notes, data: dict[str, Any], path: Path) -> bool:
     """`enabled` as the reference writes it, or `enable` as the seed does; never silently off."""
-    values = {k: notes.boolean(data, k, path) for k in ("enabled", "enable") if k in data}
+    values = {k: notes.boolean(data, k, path) for k in ("enabled", "enable") if data.get(k) is not None}
     if len(set(values.values())) > 1:
         notes.error(path, "enabled and enable disagree", "keep one: enabled (the API reference's spelling)")
     on = any(values.values())
-    if not values and set(data) - {"enabled", "enable"}:
+    empty = [k for k in ("enabled", "enable") if k in data and data[k] is None]
+    if not values and empty:  # `enabled:` with no value is YAML's null: off, as Kubernetes reads it
+        notes.warn([*path, empty[0]], "has no value, so it is off (write enabled: true to turn it on)")
+    elif not values and set(data) - {"enabled", "enable"}:
         notes.warn(path, "has no enabled: true, so it is off and its other fields are unused")
     return on
 
