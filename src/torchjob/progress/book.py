@@ -58,8 +58,10 @@ class Book:
             if report.total is not None:
                 p.total = report.total
             if report.step is not None:
-                if p.step is not None and report.step < p.step and replica == self._progress.reporter:
-                    self._steps.clear()  # the step went back: a restart from a checkpoint
+                if p.step is not None and report.step < p.step and (first or replica == self._progress.reporter):
+                    # the step went back, from the same reporter or in a new attempt (whichever replica
+                    # reports first after a restart): a restart from a checkpoint, the rate starts again
+                    self._steps.clear()
                 p.step = report.step
                 self._steps.append((at, report.step))
                 while len(self._steps) > 2 and (at - self._steps[0][0]).total_seconds() > RATE_WINDOW_S:
@@ -71,6 +73,8 @@ class Book:
                 p.etaSeconds = report.eta_seconds
             elif p.rate and p.step is not None and p.total is not None:
                 p.etaSeconds = max(0, round((p.total - p.step) / p.rate))
+            elif report.step is not None:
+                p.etaSeconds = None  # no rate yet (after a restart, say): no ETA rather than the old run's
             self._progress = p
             return first
 
