@@ -76,3 +76,31 @@ def test_no_endpoint_no_thread_and_a_refusal_is_told_once(endpoint: LocalEndpoin
     assert (r.sent, r.refused) == (0, 3)
     assert capsys.readouterr().err.count("torchjob.report: a progress report was not taken (403") == 1
 
+
+
+def test_the_helper_is_one_file_of_the_standard_library_that_works_copied_alone(endpoint: LocalEndpoint,
+                                                                                 tmp_path: Path) -> None:
+    import ast
+    import shutil
+    import subprocess
+    import sys
+
+    import torchjob.report
+
+    source = Path(torchjob.report.__file__)
+    tree = ast.parse(source.read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported - {"__future__"} <= sys.stdlib_module_names, imported - sys.stdlib_module_names
+    # copied into an "image" without torchjob: -I -S, no site-packages, no PYTHONPATH, no user site
+    image = tmp_path / "image"
+    image.mkdir()
+    shutil.copy(source, image / "report.py")
+    env = {"PATH": "/usr/bin:/bin", **endpoint.env("worker-0", 0, tmp_path)}
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); from report import report\n"
+              "import importlib.util; assert importlib.util.find_spec('torchjob') is None\n"
+              "for i in range(1, 6): report(step=i, total=5, loss=1 / i)\n")
+    subprocess.run([sys.executable, "-I", "-S", "-c", script, str(image)], env=env, check=True, timeout=30)
+    wait(lambda: step_of(endpoint) == 5)  # the last values, sent at exit
+    p = endpoint.reports.progress()
+    assert p is not None and p.reporter == "worker-0" and p.percent == 100.0

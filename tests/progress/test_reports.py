@@ -101,3 +101,39 @@ def test_the_rate_limit_allows_a_burst_then_the_rate() -> None:
 ])
 def test_bearer_credentials(header: str | None, token: str) -> None:
     assert bearer(header) == token
+
+
+def test_a_restart_from_step_one_starts_the_rate_and_the_eta_again() -> None:
+    # every rank reports; the job is restarted (a Stalled policy) and the new attempts start at step 1,
+    # the first of them from another replica than the last report before the restart
+    book = Book()
+    for i in range(1, 11):
+        book.record("master-0", 0, Report(step=i, total=100), T0 + timedelta(seconds=i))
+        book.record("worker-0", 0, Report(step=i, total=100), T0 + timedelta(seconds=i, milliseconds=100))
+    p = book.progress()
+    assert p is not None and p.reporter == "worker-0" and p.etaSeconds == 91
+    book.record("master-0", 1, Report(step=1, total=100), T0 + timedelta(seconds=31))
+    p = book.progress()
+    assert p is not None and p.step == 1 and p.rate is None and p.etaSeconds is None  # not the old run's ETA
+    for i in range(2, 6):
+        book.record("master-0", 1, Report(step=i, total=100), T0 + timedelta(seconds=30 + i))
+    p = book.progress()
+    assert p is not None and (p.rate, p.etaSeconds) == (1.0, 95)  # the new run's pace, not across the restart
+
+
+def test_the_rate_limit_never_starves_a_replica_of_a_large_job() -> None:
+    # 60 replicas, each reporting once a second, always in the same order (the job's rate is 20 a
+    # second): each is still heard at least once a second, so none looks stalled
+    book = Book()
+    heard: dict[str, list[float]] = {}
+    for second in range(30):
+        for i in range(60):
+            now = second + i / 1000
+            if book.admit(f"worker-{i}", 0, now) == 0:
+                heard.setdefault(f"worker-{i}", []).append(now)
+    assert len(heard) == 60
+    assert {name: len(times) for name, times in heard.items() if len(times) < 30} == {}  # every second
+    # a flood from one replica is still refused past the job's rate
+    flood = [book.admit("worker-0", 0, 100.0 + k / 1000) for k in range(300)]
+    taken = sum(1 for w in flood if w == 0)
+    assert 200 <= taken <= 210, taken  # the burst, 0.3 s at the job's rate and one replica's own second

@@ -14,6 +14,7 @@ from torchjob.progress.protocol import Report
 RATE_WINDOW_S = 60.0  # the rate is the steps made over about this long
 REPORTS_PER_S = 20.0  # a job's sustained report rate (a helper sends one per replica per second)
 BURST = 200  # reports a job may send at once beyond that (every rank at start, say)
+FAIR_S = 0.9  # a replica attempt not let through for this long is, past the job's rate (see Book.admit)
 
 
 class RateLimit:
@@ -43,6 +44,21 @@ class Book:
         self._metrics: dict[str, str] = {}
         self.version = 0  # bumped by every accepted report: writers compare it to what they wrote
         self.limit = RateLimit()
+        self._admitted: dict[tuple[str, int], float] = {}  # (replica, attempt) -> when last let through
+
+    def admit(self, replica: str, attempt: int, now: float) -> float:
+        """The job's rate limit for a report of this replica attempt (`now`: monotonic seconds): 0 when
+        it is taken, else the seconds to wait. A replica attempt that has not been let through for
+        FAIR_S is let through past the job's rate, so that in a job of more replicas than the rate
+        (each sending one a second) none is starved into looking stalled; a flood still gets 429s."""
+        with self._lock:
+            wait = self.limit.take(now)
+            last = self._admitted.get((replica, attempt))
+            if wait > 0 and (last is None or now - last >= FAIR_S):
+                wait = 0.0
+            if wait == 0:
+                self._admitted[(replica, attempt)] = now
+            return wait
 
     def record(self, replica: str, attempt: int, report: Report, at: datetime) -> bool:
         """Take a report; True when it is that attempt's first (the runtime then looks again at once:
@@ -58,8 +74,10 @@ class Book:
             if report.total is not None:
                 p.total = report.total
             if report.step is not None:
-                if p.step is not None and report.step < p.step and replica == self._progress.reporter:
-                    self._steps.clear()  # the step went back: a restart from a checkpoint
+                if p.step is not None and report.step < p.step and (first or replica == self._progress.reporter):
+                    # the step went back, from the same reporter or in a new attempt (whichever replica
+                    # reports first after a restart): a restart from a checkpoint, the rate starts again
+                    self._steps.clear()
                 p.step = report.step
                 self._steps.append((at, report.step))
                 while len(self._steps) > 2 and (at - self._steps[0][0]).total_seconds() > RATE_WINDOW_S:
@@ -71,6 +89,8 @@ class Book:
                 p.etaSeconds = report.eta_seconds
             elif p.rate and p.step is not None and p.total is not None:
                 p.etaSeconds = max(0, round((p.total - p.step) / p.rate))
+            elif report.step is not None:
+                p.etaSeconds = None  # no rate yet (after a restart, say): no ETA rather than the old run's
             self._progress = p
             return first
 

@@ -5,7 +5,8 @@ image, the local supervisor (which has no event loop) and the operator share thi
 a report is one small request a second per replica at most. What keeps it safe under bad clients:
 a 10 s socket timeout (slow clients), a 64 KiB body limit read from Content-Length before the body,
 the token checked before anything else (a flood without a valid token cannot use up a job's rate
-limit), then a per-job token bucket (429 with Retry-After), then the body.
+limit), then the job's rate limit (a per-job token bucket, and one report a second per replica
+attempt past it: Book.admit; 429 with Retry-After), then the body.
 
 Paths: torchjob's `/apis/torchjob.dev/v1/namespaces/{ns}/torchjobs/{name}/status` (what
 KUBEFLOW_TRAINER_SERVER_URL names) and Kubeflow Trainer's own
@@ -185,7 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
         if book is None:
             self._fail(404, "NotFound", f"no job {namespace}/{name}")
             return
-        wait = book.limit.take(time.monotonic())
+        wait = book.admit(who.replica, who.attempt, time.monotonic())
         if wait > 0:
             self._fail(429, "TooManyRequests", "too many progress reports for this job; report at most once a "
                        "second per replica", {"Retry-After": str(max(1, round(wait)))})

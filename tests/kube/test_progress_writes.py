@@ -1,0 +1,66 @@
+"""The operator's progress writer (no cluster): a job's `status.progress` is written at most once per
+write interval however often its replicas report, and not at all when nothing new came."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import UTC, datetime
+from typing import Any
+
+from torchjob.kube.progress import ProgressHub
+from torchjob.progress.book import Book
+from torchjob.progress.protocol import Report
+
+INTERVAL = 0.1
+
+
+class Jobs:
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, str], dict[str, Any]] = {("ns", "a"): {}, ("ns", "b"): {}}
+
+    def remember(self, stored: dict[str, Any]) -> None:
+        pass
+
+
+class Controller:
+    def __init__(self) -> None:
+        self.jobs = Jobs()
+
+
+class Api:
+    """Records the status patches the writer sends (the writer's only call)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[float, str, dict[str, Any]]] = []
+
+    async def patch_status(self, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append((asyncio.get_running_loop().time(), name, status))
+        return {}
+
+
+def test_status_progress_is_written_at_most_once_per_interval_per_job() -> None:
+    async def scenario() -> Api:
+        api = Api()
+        hub = ProgressHub(api, Controller(), asyncio.get_running_loop(),  # type: ignore[arg-type]
+                          write_interval_s=INTERVAL)
+        a, b = Book(), Book()
+        hub.books.update({("ns", "a"): a, ("ns", "b"): b})
+        writer = asyncio.create_task(hub.write_loop())
+        for step in range(1, 101):  # job a: 8 replicas reporting every 10 ms for 1 s
+            for r in range(8):
+                a.record(f"worker-{r}", 0, Report(step=step, total=100, percent=float(step)), datetime.now(UTC))
+            if step == 1:
+                b.record("master-0", 0, Report(step=1), datetime.now(UTC))  # job b: one report, then quiet
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(3 * INTERVAL)
+        writer.cancel()
+        return api
+
+    api = asyncio.run(scenario())
+    a = [(t, s) for t, name, s in api.writes if name == "a"]
+    b = [s for _, name, s in api.writes if name == "b"]
+    assert len(b) == 1  # nothing new after its one report: no more writes
+    assert 3 <= len(a) <= 1.5 / INTERVAL, len(a)  # 800 reports, a write per interval at most
+    assert all(t1 - t0 >= INTERVAL * 0.9 for (t0, _), (t1, _) in itertools.pairwise(a))
+    assert a[-1][1]["progress"]["step"] == 100 and a[-1][1]["progress"]["percent"] == 100.0
