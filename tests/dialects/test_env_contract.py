@@ -273,3 +273,35 @@ def test_problem_at_still_names_a_refused_name_in_a_t9k_document() -> None:
                     - {name: pytorch, command: [python, t.py], env: [{name: PET_NODE_RANK, value: "0"}]}
         """)
     problem_at(text, "spec.replicaSpecs[0].template.spec.containers[0].env[0].name", "PET_NODE_RANK")
+
+
+# --- elastic jobs: the rendezvous store is made per round --------------------------------------------------------
+
+def elastic(env: list[dict[str, Any]] | None = None) -> TorchJob:
+    policy = "  elasticPolicy: {minReplicas: 1, maxReplicas: 3}\n"
+    text = kubeflow(["torchrun", "train.py"], env).replace("spec:\n  pytorch", f"spec:\n{policy}  pytorch")
+    job = read(text).job
+    assert job.spec.elasticPolicy is not None
+    return job
+
+
+def test_an_elastic_job_gets_a_rendezvous_store_per_round(tmp_path: Path) -> None:
+    # torch >= 2.4 shares round 0's store with later rounds, and a pod that joins later hangs there
+    # (seen on a real node: tests/e2e/test_real_pods.py, the elastic kill test).
+    job = elastic()
+    specs = local(job, tmp_path)
+    for rid in replicas(job):
+        assert specs[rid.name].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+        assert values(pod_env(job, rid))["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    plain = read(kubeflow(["torchrun", "train.py"])).job  # a fixed world: no later rounds to join
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in values(pod_env(plain, ReplicaId("Worker", 0)))
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in local(plain, tmp_path)["worker-0"].env
+
+
+def test_a_users_own_store_sharing_setting_wins_without_a_second_entry(tmp_path: Path) -> None:
+    job = elastic([{"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "0"}])
+    read_notes = read(kubeflow(["torchrun", "train.py"], [{"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+                                                           "value": "0"}])).notes
+    assert not any("TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in n for n in read_notes)
+    assert local(job, tmp_path)["worker-1"].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
+    assert values(pod_env(job, ReplicaId("Worker", 1)))["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"

@@ -6,13 +6,16 @@ RANK (master 0, worker i -> i+1, as Kubeflow), LOCAL_RANK, LOCAL_WORLD_SIZE, PYT
 torchrun mode (the command starts with `torchrun` or `python -m torch.distributed.run`): torchrun
 is configured through `PET_*` variables (its arguments' env defaults) and assigns per-process
 RANK/WORLD_SIZE itself, so torchjob does not set them.
+
+An elastic job's replicas also get TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless their env sets it
+(see `ELASTIC_DEFAULTS`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torchjob.api.model import MASTER, REPLICA_TYPES, WORKER, TorchJob
 from torchjob.api.spec_facts import SHELLS, is_torchrun, volcano_task
@@ -97,10 +100,20 @@ def world_size(job: TorchJob, nproc: int) -> int:
     return len(replicas(job)) * nproc
 
 
+# Since torch 2.4 the c10d rendezvous shares one TCPStore, made by round 0's rank 0, with every later
+# round, and a node that joins a later round waits for that store's address, which no agent publishes
+# again: a pod made again after its node was lost hangs the rendezvous (60 s), and then every pod of
+# the job is restarted. Seen on a real node with torch 2.15 (tests/e2e, the elastic kill test); with
+# the store made per round, as before 2.4, the survivors and the new pod train on in the next round.
+# See also pytorch/pytorch#135712 (the shared store and agent restarts). A user's own value wins.
+ELASTIC_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 @dataclass(frozen=True)
 class ReplicaEnv:
     env: dict[str, str]
     torchrun: bool
+    defaults: dict[str, str] = field(default_factory=dict)  # set unless the user's env sets them
 
 
 def volcano_env(job: TorchJob, rid: ReplicaId, hosts: Mapping[str, str]) -> dict[str, str]:
@@ -166,6 +179,7 @@ def replica_env(
                 env["PET_RDZV_CONF"] = ",".join(f"{c.key}={c.value}" for c in ep.rdzvConf)
             if ep.standalone:
                 env["PET_STANDALONE"] = "1"
+            return ReplicaEnv(env=env, torchrun=True, defaults=dict(ELASTIC_DEFAULTS))
         return ReplicaEnv(env=env, torchrun=True)
     # Plain mode: one process per replica.
     env.update(
@@ -182,18 +196,20 @@ def replica_env(
 EnvEntry = tuple[str, str | None, bool]
 
 
-def merge_env(user: list[tuple[str, str | None]], ours: Mapping[str, str]) -> list[EnvEntry]:
+def merge_env(user: list[tuple[str, str | None]], ours: Mapping[str, str],
+              defaults: Mapping[str, str] | None = None) -> list[EnvEntry]:
     """The container's env as torchjob sets it, on Kubernetes and locally alike: the user's entries
     in their places, with ours replacing any of the same name (Kubeflow appends its own after the
     user's and the later entry wins: the same value, without a second entry), then the rest of ours.
-    PYTHONUNBUFFERED=1 unless the user set it. Each entry is (name, value, expanded by the kubelet):
+    PYTHONUNBUFFERED=1 and `defaults` unless the user set them. Each entry is (name, value, expanded by the kubelet):
     a value None is the user's valueFrom, resolved by the runtime."""
     out: list[EnvEntry] = []
     for name, value in user:
         out.append((name, ours[name], False) if name in ours else (name, value, value is not None))
     written = {name for name, _ in user}
-    defaults = {} if "PYTHONUNBUFFERED" in written else {"PYTHONUNBUFFERED": "1"}
-    out += [(name, value, False) for name, value in {**defaults, **ours}.items() if name not in written]
+    unset = {name: value for name, value in {"PYTHONUNBUFFERED": "1", **(defaults or {})}.items()
+             if name not in written}
+    out += [(name, value, False) for name, value in {**unset, **ours}.items() if name not in written]
     return out
 
 

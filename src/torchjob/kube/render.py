@@ -152,7 +152,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
         skip_init = any(d.skipInitContainer for d in (job.spec.runMode.debug.replicaSpecs or [])  # type: ignore[union-attr]
                         if d.type.lower() == rid.rtype.lower())
     hosts = {r.name: host(job, r) for r in replicas(job)}
-    ours = replica_env(job, rid, argv, where, hosts).env
+    renv = replica_env(job, rid, argv, where, hosts)
+    ours = renv.env
     ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
     if progress_url:
         penv, pvolume, pmount = progress_env(job, progress_url)
@@ -166,7 +167,7 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busyb
         ours["TORCHELASTIC_ERROR_FILE"] = TERMINATION_LOG  # the traceback shows in the pod's status
     user = {e["name"]: e for e in c.get("env", [])}
     merged = merge_env([(name, e.get("value", "") if "valueFrom" not in e else None) for name, e in user.items()],
-                       ours)
+                       ours, renv.defaults)
     # Upserted, never duplicated: the user's entries keep their places; the kubelet expands $(VAR).
     c["env"] = [user[name] if value is None else {"name": name, "value": value} for name, value, _ in merged]
     if "PET_RDZV_BACKEND" in ours:

@@ -175,8 +175,8 @@ def _no_command(rid: ReplicaId, c: Container) -> UserError:
     )
 
 
-def _resolved_env(job: TorchJob, rid: ReplicaId, c: Container, ours: dict[str, str], opts: LocalOptions,
-                  notes: list[str] | None) -> dict[str, str]:
+def _resolved_env(job: TorchJob, rid: ReplicaId, c: Container, ours: dict[str, str], defaults: dict[str, str],
+                  opts: LocalOptions, notes: list[str] | None) -> dict[str, str]:
     """The replica's env as the kubelet would make it: the user's entries in place, ours upserted,
     valueFrom resolved locally, `$(VAR)` in values expanded from the entries before them."""
     try:
@@ -186,7 +186,7 @@ def _resolved_env(job: TorchJob, rid: ReplicaId, c: Container, ours: dict[str, s
         resolved = {env.name: _env_value_or_hole(job, rid, c, env.name, opts) for env in c.env or []}
     user = [(env.name, env.value or "" if env.valueFrom is None else None) for env in c.env or []]
     entries = [(name, resolved[name] if value is None else value, expand) for name, value, expand
-               in merge_env(user, ours)]
+               in merge_env(user, ours, defaults)]
     return expand_env(entries)
 
 
@@ -232,11 +232,12 @@ def render(
         head = c.command or [f"<the entrypoint of {c.image or 'the image'}>"]
         argv = [*head, *(c.args or [])]
         debug = debug_command(job, rid.rtype)
-        ours = replica_env(job, rid, argv, where).env
+        renv = replica_env(job, rid, argv, where)
+        ours = renv.env
         if debug is not None:
             argv = debug
         ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
-        env = _resolved_env(job, rid, c, ours, opts, notes)
+        env = _resolved_env(job, rid, c, ours, renv.defaults, opts, notes)
         argv = expand_argv(argv, env)  # what the kubelet does with $(VAR) in command and args
         if uses_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(slices.get(rid.name, []))
