@@ -33,6 +33,8 @@ from torchjob.kube.render import LABEL_JOB
 # as it is and left up: the inner loop of development.
 STATE = Path(os.environ.get("TORCHJOB_E2E_DEVCLUSTER_DIR", "/tmp/torchjob-devcluster-e2e"))
 SOCK = STATE / "realnode" / "containerd" / "containerd.sock"
+# The host's address on the pods' bridge: the pod subnet's first (scripts/real-node.sh).
+HOST = os.environ.get("DEVCLUSTER_POD_SUBNET", "10.250.0.0/24").rsplit(".", 1)[0] + ".1"
 INIT_IMAGE = "localhost/torchjob-e2e:dev"  # has sh and netcat's `nc -z` (scripts/real-node.sh)
 
 
@@ -82,7 +84,9 @@ def node(node_kubeconfig: str) -> Client:
 @pytest.fixture(scope="package")
 def node_operator(node_kubeconfig: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE, "--kubeflow-api", "on"))
+    # The pods report progress to the operator on the host, at the host's address on the pods' bridge.
+    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE, "--kubeflow-api", "on"),
+                  progress_host=HOST)
     op.start()
     yield op
     op.stop()

@@ -28,6 +28,9 @@ STANDINS: list[dict[str, Any]] = [
     _image(TESTS_IMAGE, {
         "/opt/tests/ddp_step.py": PROGRAMS / "ddp_step.py",
         "/opt/tests/behave.py": PROGRAMS / "behave.py",
+        "/opt/tests/ddp_progress.py": PROGRAMS / "ddp_progress.py",
+        # torchjob's reporting helper copied alone, as a user would into an image (a namespace package)
+        "/opt/tests/torchjob/report.py": REPO / "src" / "torchjob" / "report.py",
         "/opt/tests/elastic.py": E2E_PROGRAMS / "elastic.py",
         "/opt/tests/dist_sendrecv.py": E2E_PROGRAMS / "dist_sendrecv.py",
         "/opt/tests/examples/ddp/train.py": REPO / "examples" / "ddp" / "train.py",

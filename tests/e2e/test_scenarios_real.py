@@ -31,11 +31,18 @@ TOO_FINE: dict[str, str] = {
     "onfailure-restart-backoff": "counts the restarts that fit in 1, 2, 4 s of backoff: each restart here "
                                  "also waits 1 to 3 s for its pod to start",
     "deadline-during-restarts": "a 4 s deadline against restarts whose pods take 1 to 3 s each to start",
+    # A replica that exits right after its last report: the kubelet tells of the exit 1 to 3 s after it
+    # happens here, and a 2 s progress deadline runs out first (seen: master-0 "sent no progress report
+    # for 2s" 2.0 s after its last report, its container already exited 0).
+    "stalled-restartjob-recovers": "the second attempt's replicas exit 0 right after their last report; the "
+                                   "2 s progress deadline can pass before the kubelet tells of the exit",
+    "stalled-worker-restartpod": "the master exits 0 right after its last report; the 2 s progress deadline "
+                                 "can pass before the kubelet tells of the exit",
 }
 
 
 def job_document(sc: Scenario, state: Path, namespace: str) -> dict[str, Any]:
-    job = sc.job(["python", "/opt/tests/behave.py", "/state/exits.json", "/state/attempts"])
+    job = sc.job(["python", "/opt/tests/behave.py", "/state/exits.json", "/state/attempts", "/state/reports.json"])
     data = job.model_dump(mode="json", exclude_none=True)
     data["metadata"]["namespace"] = namespace
     for rspec in data["spec"]["pytorchReplicaSpecs"].values():
@@ -50,19 +57,16 @@ def job_document(sc: Scenario, state: Path, namespace: str) -> dict[str, Any]:
     return data
 
 
-# Rows whose replicas report progress (the stall rows) need the pods to reach the operator's progress
-# endpoint, which runs on the host here: they run in tests/kube (the test posts as the pods would) and
-# locally; on the real node they wait for the endpoint's address being one the pods reach (see issue 13).
-REPORTING = {s.name for s in SCENARIOS if s.reports}
-
-
-@pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name not in TOO_FINE and s.name not in REPORTING
-                                and s.plays_on("real")],
+# Rows whose replicas report progress (the stall rows) report with torchjob's helper, copied into the
+# image, to the operator on the host (its --progress-url is the host's address on the pods' bridge),
+# each with its pod's projected token.
+@pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name not in TOO_FINE and s.plays_on("real")],
                          ids=lambda s: s.name)
 def test_scenario_on_real_pods(sc: Scenario, node: Client, ns: str, tmp_path: Path) -> None:
     state = tmp_path / "state"
     (state / "attempts").mkdir(parents=True)
     (state / "exits.json").write_text(json.dumps({k: [list(a) for a in v] for k, v in sc.exits.items()}))
+    (state / "reports.json").write_text(json.dumps({k: list(v) for k, v in sc.reports.items()}))
     node.create(TorchJobRes.from_dict(job_document(sc, state, ns)))
 
     def ended() -> dict[str, Any] | None:

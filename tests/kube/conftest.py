@@ -82,15 +82,19 @@ def kube(kubeconfig: str) -> Client:
 
 
 class Operator:
-    def __init__(self, kubeconfig: str, log: Path, args: tuple[str, ...] = ("--no-leader-elect",)) -> None:
+    def __init__(self, kubeconfig: str, log: Path, args: tuple[str, ...] = ("--no-leader-elect",),
+                 progress_host: str = "127.0.0.1") -> None:
         self.kubeconfig, self.log, self.args = kubeconfig, log, args
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = free_port()
-        self.progress_port = free_port()  # the progress endpoint, reached on loopback as the pods would
+        # The progress endpoint: on loopback, where the tests post as the pods would; real pods reach
+        # the host at another address (`progress_host`).
+        self.progress_port = free_port()
+        self.progress_host = progress_host
 
     @property
     def progress_url(self) -> str:
-        return f"https://127.0.0.1:{self.progress_port}"
+        return f"https://{self.progress_host}:{self.progress_port}"
 
     def start(self) -> None:
         out = self.log.open("ab")

@@ -9,7 +9,7 @@ from torchjob.core.topology import ReplicaId
 from torchjob.kube import render as kr
 from torchjob.kube.crd import crd
 from torchjob.kube.install import DEFAULT_PROGRESS_URL, LEASE_RULES, RULES, manifests
-from torchjob.kube.progress_tls import generate, hosts_for
+from torchjob.kube.progress_tls import covers, generate, hosts_for
 
 URL = "https://torchjob-operator.torchjob-system.svc:8443"
 
@@ -65,3 +65,12 @@ def test_the_generated_certificate_is_valid_for_the_service() -> None:
         with socket.create_connection(("127.0.0.1", port)) as raw, \
                 client.wrap_socket(raw, server_hostname="torchjob-operator.torchjob-system.svc") as tls_sock:
             assert tls_sock.recv(2) == b"ok"
+
+
+def test_a_certificate_covers_the_hosts_it_names_and_no_others() -> None:
+    # The operator makes the certificate again when --progress-url names a host it lacks (an operator
+    # outside the cluster, reached by the pods at the node's address).
+    tls = generate([*hosts_for("torchjob-operator", "torchjob-system"), "10.250.0.1"])
+    assert covers(tls.cert_pem, ["torchjob-operator.torchjob-system.svc", "127.0.0.1", "10.250.0.1"])
+    assert not covers(tls.cert_pem, ["10.250.0.2"])
+    assert not covers(generate(hosts_for("torchjob-operator", "torchjob-system")).cert_pem, ["10.250.0.1"])

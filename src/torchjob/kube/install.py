@@ -40,7 +40,7 @@ RULES: list[dict[str, Any]] = [
 ]
 LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},  # the progress endpoint's TLS
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]},  # the progress endpoint's TLS
 ]
 # Serving Kubeflow's PyTorchJobs: the same verbs as on TorchJobs, and the owner's finalizers, which
 # pods and Services made with blockOwnerDeletion need where OwnerReferencesPermissionEnforcement is on.

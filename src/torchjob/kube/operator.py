@@ -14,6 +14,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -206,7 +207,8 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
         if progress_port:
             # Served by the leader only: the stall decision reads the reports where it reconciles (and
             # only the leader is ready, so the Service sends the pods' reports to it).
-            tls = await progress_tls.ensure(api, lease_namespace, progress_service)
+            told = urlsplit(url).hostname  # the certificate must name what the pods are told
+            tls = await progress_tls.ensure(api, lease_namespace, progress_service, (told,) if told else ())
             hub = ProgressHub(api, controller, loop, progress_write_s)
             controller.progress, controller.progress_ca = hub, tls.ca_pem
             register(hub)

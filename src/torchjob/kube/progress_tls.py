@@ -94,22 +94,44 @@ def hosts_for(service: str, namespace: str) -> list[str]:
             "127.0.0.1"]
 
 
+def _secret_data(tls: Tls) -> dict[str, str]:
+    return {k: base64.b64encode(v.encode()).decode() for k, v in
+            ((CA_KEY, tls.ca_pem), ("tls.crt", tls.cert_pem), ("tls.key", tls.key_pem))}
+
+
 def _decode(secret: dict[str, Any]) -> Tls:
     data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
     return Tls(data[CA_KEY], data["tls.crt"], data["tls.key"])
 
 
-async def ensure(api: Api, namespace: str, service: str) -> Tls:
+def covers(cert_pem: str, hosts: list[str]) -> bool:
+    """Whether the certificate names every host (DNS name or IP address) among its SANs."""
+    san = x509.load_pem_x509_certificate(cert_pem.encode()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value
+    names = {*san.get_values_for_type(x509.DNSName), *(str(ip) for ip in san.get_values_for_type(x509.IPAddress))}
+    return all(h in names for h in hosts)
+
+
+async def ensure(api: Api, namespace: str, service: str, extra_hosts: tuple[str, ...] = ()) -> Tls:
     """The Secret's CA and certificate, made and stored if there is none yet (two operators starting
-    at once: the second's create gets 409 and it reads the first's)."""
+    at once: the second's create gets 409 and it reads the first's). `extra_hosts`: what the pods are
+    told beyond the Service's names (the host of --progress-url); a stored certificate that does not
+    name them all is made again, and the job namespaces' CA ConfigMaps follow (the reconciler)."""
+    hosts = [*hosts_for(service, namespace), *(h for h in extra_hosts if h not in hosts_for(service, namespace))]
     found = await api.find("Secret", SECRET, namespace)
     if found is not None:
-        return _decode(found)
-    tls = generate(hosts_for(service, namespace))
+        stored = _decode(found)
+        if covers(stored.cert_pem, hosts):
+            return stored
+        tls = generate(hosts)
+        await api.patch_data("Secret", SECRET, namespace, _secret_data(tls))
+        log.info("made the progress endpoint's certificate again, for %s (Secret %s/%s)", ", ".join(extra_hosts),
+                 namespace, SECRET)
+        return tls
+    tls = generate(hosts)
     body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": SECRET, "namespace": namespace, "labels": {"app.kubernetes.io/name": service}},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in
-                     ((CA_KEY, tls.ca_pem), ("tls.crt", tls.cert_pem), ("tls.key", tls.key_pem))}}
+            "data": _secret_data(tls)}
     try:
         await api.create(body)
         log.info("made the progress endpoint's CA and certificate (Secret %s/%s)", namespace, SECRET)

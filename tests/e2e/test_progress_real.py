@@ -1,0 +1,66 @@
+"""Progress and stalls on real pods: real torch replicas report to the operator's endpoint on the
+host (HTTPS, each with its pod's projected service-account token), through torchjob's helper copied
+alone into the image and through the Kubeflow SDK's `update_trainjob_status`, unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightkube import Client
+from lightkube.resources.core_v1 import Event
+
+from tests.e2e.conftest import status_of, torchjob, wait_for
+from tests.e2e.images import TESTS_IMAGE
+from tests.jobs import job_data
+
+TRAIN = ("python", "/opt/tests/ddp_progress.py")
+
+
+def progress_job(tmp_path: Path, name: str, args: list[str], **kw: Any) -> Path:
+    import yaml
+
+    policies = kw.pop("policies", None)
+    data = job_data(name, workers=1, restart_policy="Never", command=(*TRAIN, *args), **kw)
+    if policies:
+        data["spec"]["policies"] = policies
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        pod = rspec["template"]["spec"]
+        pod["containers"][0]["image"] = TESTS_IMAGE
+        # test plumbing, not the job's: a directory of the host that says which attempt hangs
+        pod["containers"][0]["volumeMounts"] = [{"name": "marks", "mountPath": "/marks"}]
+        pod["volumes"] = [{"name": "marks", "hostPath": {"path": str(tmp_path / "marks"), "type": "Directory"}}]
+    (tmp_path / "marks").mkdir(exist_ok=True)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_rank_hung_in_all_reduce_on_real_pods_is_restarted_by_a_stalled_policy(
+        node_kubeconfig: str, node: Client, ns: str, tmp_path: Path) -> None:
+    path = progress_job(tmp_path, "hung", ["--steps", "30", "--step-time", "0.2", "--hang-replica", "worker-0",
+                                           "--hang-at", "5", "--once-dir", "/marks"],
+                        run_policy={"progressDeadlineSeconds": 5, "backoffLimit": 2},
+                        policies=[{"event": "Stalled", "action": "RestartJob"}])
+    run = torchjob(node_kubeconfig, "run", str(path), "-n", ns, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    status = status_of(node, "hung", ns)
+    assert status["restartCount"] == 1, status
+    assert status["progress"]["step"] == 30 and status["progress"]["percent"] == 100.0, status["progress"]
+    stalled = [e for e in node.list(Event, namespace=ns) if e.involvedObject.name == "hung" and e.reason == "Stalled"]
+    assert len(stalled) == 1 and "worker-0" in (stalled[0].message or ""), stalled
+    described = torchjob(node_kubeconfig, "describe", "hung", "-n", ns).stdout
+    assert "100%" in described and "loss=" in described, described
+
+
+def test_the_kubeflow_sdk_reports_from_a_real_pod_unchanged(node_kubeconfig: str, node: Client, ns: str,
+                                                             tmp_path: Path) -> None:
+    path = progress_job(tmp_path, "sdk", ["--steps", "10", "--step-time", "0.3", "--kubeflow"])
+    run = torchjob(node_kubeconfig, "run", str(path), "-n", ns, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    log = "\n".join(node.log("sdk-master-0", namespace=ns))
+    assert "kubeflow update_trainjob_status sent at step 1" in log, log
+    # the SDK sends at most one update per 5 s: the first step's (Trainer's body, Trainer's variables)
+    progress = wait_for("the report written", lambda: status_of(node, "sdk", ns).get("progress"), timeout=30)
+    assert progress["percent"] == 10.0 and progress["reporter"] == "master-0", progress
+    assert {m["name"]: m["value"] for m in progress["metrics"]}["accuracy"] == "0.55", progress
