@@ -247,6 +247,17 @@ def test_runtime_problems_name_the_runtimes_own_fields(tmp_path: Path) -> None:
     assert (p.path, p.line) == ("spec.mlPolicy.mpi", line_of(bad, "mpi:"))
 
 
+def test_a_runtime_pod_spec_that_is_not_a_mapping_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    # found by the mutation test: the gang policy read the pod's schedulerName from `spec: true`
+    data = yaml.safe_load(RUNTIME)
+    data["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"] = True
+    bad = yaml.safe_dump(data, sort_keys=False)
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + bad)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml")
+    assert [p.path for p in err.value.problems] == ["spec.template.spec.replicatedJobs[0].template.spec.template.spec"]
+
+
 def test_initializer_jobs_in_a_runtime_are_refused(tmp_path: Path) -> None:
     init = edit(RUNTIME, "        - name: trainer-node\n", textwrap.indent(doc("""
         - name: dataset-initializer

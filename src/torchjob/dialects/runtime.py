@@ -182,7 +182,10 @@ def _pod_template(notes: Notes, rj: dict[str, Any], path: Path) -> tuple[dict[st
             notes.warn([*path, "template", "spec", key], "a Job setting torchjob does not use; ignored")
     backoff = notes.integer(jspec, "backoffLimit", [*path, "template", "spec"], minimum=0)
     pod = copy.deepcopy(notes.section(jspec, "template", [*path, "template", "spec"]))
-    containers = (pod.get("spec") or {}).get("containers") if isinstance(pod.get("spec"), dict) else None
+    if pod.get("spec") is not None and not isinstance(pod["spec"], dict):
+        notes.section(pod, "spec", [*path, "template", "spec", "template"])  # says it must be a mapping
+        return pod, backoff
+    containers = (pod.get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not any(isinstance(c, dict) and c.get("name") == NODE for c in containers):
         notes.error([*path, "template", "spec", "template", "spec", "containers"],
                     f"the trainer's pod has no container named {NODE!r} (Trainer's training container)",
@@ -200,7 +203,8 @@ def _gang(notes: Notes, spec: dict[str, Any], pod: dict[str, Any]) -> dict[str, 
         cos = notes.section(group, "coscheduling", ["spec", "podGroupPolicy"])
         notes.unknown(cos, {"scheduleTimeoutSeconds"}, ["spec", "podGroupPolicy", "coscheduling"])
         timeout = notes.integer(cos, "scheduleTimeoutSeconds", ["spec", "podGroupPolicy", "coscheduling"], 1)
-        name = (pod.get("spec") or {}).get("schedulerName") or "scheduler-plugins-scheduler"
+        ps = pod.get("spec")
+        name = (ps.get("schedulerName") if isinstance(ps, dict) else None) or "scheduler-plugins-scheduler"
         return {"schedulerName": name, "scheduleTimeoutSeconds": 60 if timeout is None else timeout}
     if "volcano" in group:
         vc = notes.section(group, "volcano", ["spec", "podGroupPolicy"])
