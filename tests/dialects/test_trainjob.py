@@ -294,6 +294,17 @@ def test_unknown_runtime_and_trainer_fields() -> None:
     assert "'mlx-distributed' is not known here" in p.message
 
 
+@pytest.mark.parametrize("field", ["podTemplateOverrides: [{targetJobs: [{name: node}]}]", "labels: {a: b}",
+                                   "annotations: {a: b}"])
+def test_trainer_v2_1_fields_that_runtime_patches_replaced_name_the_version_and_the_fix(field: str) -> None:
+    text = edit(TRAINJOB, "  activeDeadlineSeconds: 3600\n", f"  activeDeadlineSeconds: 3600\n  {field}\n")
+    key = field.split(":")[0]
+    p = problem_at(text, f"spec.{key}", f"  {key}:", nth=1 if key == "labels" else 0)  # metadata has labels too
+    assert p.message == ("is Trainer v2.0/v2.1's; v2.2 replaced it with runtimePatches (kubeflow/trainer #3309), "
+                         "which torchjob reads")
+    assert p.fix is not None and p.fix.startswith("write it as a spec.runtimePatches entry on the node job")
+
+
 def test_reserved_env_names_the_trainer_field() -> None:
     text = edit(TRAINJOB, "      - name: NCCL_DEBUG\n", "      - name: PET_NNODES\n")
     found = problems(text)

@@ -36,6 +36,8 @@ SPEC_FIELDS = {"runtimeRef", "initializer", "trainer", "runtimePatches", "suspen
                "managedBy"}
 TRAINER_FIELDS = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
+# Trainer v2.0/v2.1's TrainJob fields that v2.2 replaced with runtimePatches (kubeflow/trainer #3309).
+REPLACED_BY_PATCHES = ("podTemplateOverrides", "labels", "annotations")
 Path = list[str | int]
 
 
@@ -134,7 +136,13 @@ def read(doc: Document) -> Converted:
     data = doc.data
     notes.top_level()
     spec = notes.section(data, "spec", [])
-    notes.unknown(spec, SPEC_FIELDS, ["spec"])
+    for key in REPLACED_BY_PATCHES:
+        if key in spec:
+            notes.error(["spec", key], "is Trainer v2.0/v2.1's; v2.2 replaced it with runtimePatches (kubeflow/"
+                        "trainer #3309), which torchjob reads", "write it as a spec.runtimePatches entry on the "
+                        "node job (trainingRuntimeSpec.template.spec.replicatedJobs[{name: node, template: {spec: "
+                        "{template: {metadata: ..., spec: ...}}}}]); see the README's TrainJob table")
+    notes.unknown({k: v for k, v in spec.items() if k not in REPLACED_BY_PATCHES}, SPEC_FIELDS, ["spec"])
     init = notes.section(spec, "initializer", ["spec"])
     for key, value in init.items():
         if value:
