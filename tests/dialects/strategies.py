@@ -122,6 +122,42 @@ def trainjob(draw: st.DrawFn) -> dict[str, Any]:
             "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer}}
 
 
+@st.composite
+def runtime(draw: st.DrawFn) -> dict[str, Any]:
+    """A platform team's TrainingRuntime `team-rt`, Trainer v2.3's or v2.0/v2.1's (numProcPerNode,
+    elasticPolicy), with a gang policy, a side container and a volume."""
+    torch: dict[str, Any] = {}
+    if draw(st.booleans()):
+        torch["numProcPerNode"] = draw(st.sampled_from(["auto", "cpu", "gpu", 2]))
+    ml: dict[str, Any] = {"torch": torch}
+    if draw(st.booleans()):
+        torch["elasticPolicy"] = {"minNodes": 1, "maxNodes": 4, "maxRestarts": 2}
+    else:
+        ml["numNodes"] = draw(st.integers(1, 3))
+    node: dict[str, Any] = {"name": "node", "image": "train:1", "env": [{"name": "HF_HOME", "value": "/data/hf"}],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+    pod = {"spec": {"containers": [{"name": "sidecar", "image": "exporter:1"}, node],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "team-data"}}]}}
+    job = {"name": "trainer", "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
+                                                                    "trainer"}},
+                                           "spec": {"backoffLimit": draw(st.integers(0, 6)), "template": pod}}}
+    spec: dict[str, Any] = {"mlPolicy": ml, "template": {"spec": {"replicatedJobs": [job]}}}
+    if draw(st.booleans()):
+        spec["podGroupPolicy"] = draw(st.sampled_from([{"coscheduling": {"scheduleTimeoutSeconds": 30}},
+                                                       {"volcano": {}}]))
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+            "metadata": {"name": "team-rt"}, "spec": spec}
+
+
+def on_team_runtime(data: dict[str, Any]) -> dict[str, Any]:
+    """A TrainJob that names the `team-rt` runtime."""
+    return {**data, "spec": {**data["spec"], "runtimeRef": {"name": "team-rt", "kind": "TrainingRuntime"}}}
+
+
+# A TrainJob and the runtime it names: two documents (in one file, or the runtime in a --runtime FILE).
+WITH_RUNTIME = st.tuples(trainjob().map(on_team_runtime), runtime()).map(list)
+
+
 def native(data: dict[str, Any]) -> dict[str, Any]:
     """A Kubeflow document as a native TorchJob (the same spec)."""
     return {**data, "apiVersion": "torchjob.dev/v1", "kind": "TorchJob"}

@@ -275,6 +275,32 @@ def test_problem_at_still_names_a_refused_name_in_a_t9k_document() -> None:
     problem_at(text, "spec.replicaSpecs[0].template.spec.containers[0].env[0].name", "PET_NODE_RANK")
 
 
+def test_a_hostname_or_subdomain_the_pods_do_not_keep_is_said(tmp_path: Path) -> None:
+    from tests.dialects.cli import torchjob
+
+    text = kubeflow(["python", "train.py"])
+    text = text.replace("      template:\n        spec:\n",
+                        "      template:\n        spec:\n          hostname: HOST\n          subdomain: SUB\n")
+    text = text.replace("HOST", "kfl-master-0", 1).replace("SUB", "kfl", 1)  # the Master's: what its pod gets
+    text = text.replace("HOST", "trainer").replace("SUB", "my-svc")
+    loaded = read(text)
+    assert loaded.notes == [
+        f"job.yaml:{line_of(text, 'hostname: trainer')}: spec.pytorchReplicaSpecs.Worker.template.spec.hostname: "
+        "'trainer' is replaced on Kubernetes: each pod's hostname is its own name (kfl-worker-0 .. kfl-worker-1), "
+        "by which the replicas reach it through the job's headless Service (ignored locally)",
+        f"job.yaml:{line_of(text, 'subdomain: my-svc')}: spec.pytorchReplicaSpecs.Worker.template.spec.subdomain: "
+        "'my-svc' is replaced on Kubernetes by 'kfl', the job's headless Service, through which every replica's "
+        "host name resolves (ignored locally)",
+    ]
+    spec = kr.pod(loaded.job, ReplicaId("Worker", 1), 0)["spec"]
+    assert (spec["hostname"], spec["subdomain"]) == ("kfl-worker-1", "kfl")  # what the warning says it gets
+    (tmp_path / "job.yaml").write_text(text)
+    for command in (["validate"], ["render", "--kube"]):
+        r = torchjob(*command, str(tmp_path / "job.yaml"))
+        assert r.code == 0, r.err
+        assert r.err.count("is replaced on Kubernetes") == 2, r.err
+
+
 # --- elastic jobs: the rendezvous store is made per round --------------------------------------------------------
 
 def elastic(env: list[dict[str, Any]] | None = None) -> TorchJob:

@@ -1,6 +1,7 @@
-"""`validate`, `render`, `render --kube` and `convert` print no traceback for any document: mutated
-documents of every dialect (a field removed, renamed, given a value of another type) are either read
-or refused with messages, and the exit code is 0 or 2."""
+"""`validate`, `render`, `render --kube` and `convert` (to every dialect) print no traceback for any
+document: mutated documents of every dialect (a field removed, renamed, given a value of another
+type), and a TrainJob with the runtime it names (two documents in one file, or `--runtime FILE`, both
+mutated), are either read or refused with messages, and the exit code is 0 or 2."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.dialects.cli import torchjob
-from tests.dialects.strategies import DOCUMENTS
+from tests.dialects.strategies import DOCUMENTS, WITH_RUNTIME
 from tests.dialects.util import SEEDS
 
 JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 70000), st.floats(allow_nan=False, width=16),
@@ -41,12 +42,14 @@ def _tree(data: Any) -> Any:
 
 
 @st.composite
-def mutated(draw: st.DrawFn) -> dict[str, Any]:
-    data = _tree(draw(st.one_of(DOCUMENTS, st.sampled_from(SEED_DOCS))))
+def mutated(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """The documents of one job (a TrainJob may come with its runtime), mutated anywhere inside them."""
+    single = st.one_of(DOCUMENTS, st.sampled_from(SEED_DOCS)).map(lambda d: [d])
+    docs = _tree(draw(st.one_of(single, WITH_RUNTIME)))
     for _ in range(draw(st.integers(0, 3))):  # 0: an accepted document, rendered and converted
-        paths = [p for p in _paths(data) if p]
+        paths = [p for p in _paths(docs) if len(p) > 1]  # inside a document
         path = draw(st.sampled_from(paths))
-        parent = data
+        parent = docs
         for key in path[:-1]:
             parent = parent[key]
         key = path[-1]
@@ -59,7 +62,7 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
             parent[f"{key}x"] = parent.pop(key)
         else:
             parent[key] = [parent[key]]
-    return data
+    return docs
 
 
 @pytest.fixture(autouse=True)
@@ -68,17 +71,23 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
-COMMANDS = [["validate"], ["render"], ["render", "--kube"], ["convert", "--to", "kubeflow"],
-            ["convert", "--to", "volcano"], ["convert", "--to", "trainjob"]]
+COMMANDS = [["validate"], ["render"], ["render", "--kube"], ["convert", "--to", "torchjob"],
+            ["convert", "--to", "kubeflow"], ["convert", "--to", "volcano"], ["convert", "--to", "trainjob"]]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
-@given(mutated(), st.sampled_from(COMMANDS))
-def test_no_traceback_for_mutated_documents(tmp_path: Path, data: dict[str, Any], command: list[str]) -> None:
+@given(mutated(), st.sampled_from(COMMANDS), st.booleans())
+def test_no_traceback_for_mutated_documents(tmp_path: Path, docs: list[dict[str, Any]], command: list[str],
+                                            runtime_file: bool) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    result = torchjob(*command, str(path))  # an exception other than an exit would fail the test here
+    args = [*command, str(path)]
+    if len(docs) > 1 and runtime_file:  # the runtime in a file of its own
+        (tmp_path / "rt.yaml").write_text(yaml.safe_dump(docs[1], sort_keys=False))
+        args += ["--runtime", str(tmp_path / "rt.yaml")]
+        docs = docs[:1]
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    result = torchjob(*args)  # an exception other than an exit would fail the test here
     assert result.code in (0, 2), result.err
     assert "Traceback" not in result.err
     if result.code == 2:
@@ -92,3 +101,27 @@ def test_the_mutations_find_documents_that_are_refused(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(data))
     result = torchjob("validate", str(tmp_path / "job.yaml"))
     assert result.code == 2 and "spec.replicaSpecs[0].replicas: must be an integer, got 'four'" in result.err
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(WITH_RUNTIME, st.booleans())
+def test_a_trainjob_with_its_runtime_is_read_in_one_file_or_with_runtime(tmp_path: Path, docs: list[dict[str, Any]],
+                                                                        runtime_file: bool) -> None:
+    """The two-document cases above start from documents that are read."""
+    (tmp_path / "rt.yaml").write_text(yaml.safe_dump(docs[1]))
+    args = ["--runtime", str(tmp_path / "rt.yaml")] if runtime_file else []
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump_all(docs[:1] if runtime_file else docs))
+    result = torchjob("validate", str(tmp_path / "job.yaml"), *args)
+    assert result.code == 0, result.err
+
+
+def test_a_mutated_runtime_file_is_named_in_the_refusal(tmp_path: Path) -> None:
+    runtime = yaml.safe_dump({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+                              "metadata": {"name": "team-rt"}, "spec": {"mlPolicy": {"torch": [], "numNodes": "2"}}})
+    (tmp_path / "rt.yaml").write_text(runtime)
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"},
+        "spec": {"runtimeRef": {"name": "team-rt", "kind": "TrainingRuntime"}, "trainer": {"command": ["true"]}}}))
+    result = torchjob("convert", "--to", "torchjob", str(tmp_path / "job.yaml"), "--runtime", str(tmp_path / "rt.yaml"))
+    assert result.code == 2 and "Traceback" not in result.err
+    assert f"{tmp_path / 'rt.yaml'}" in result.err and "spec.mlPolicy.torch: must be a mapping" in result.err

@@ -441,7 +441,7 @@ REFERENCE = doc("""
         logDir:
           pvc:
             - name: logs-pvc
-              subPath: [runs/a, /runs/b/]
+              subPath: [runs/a, /runs/b/, ./log, runs/./c//d/.]
             - name: other
           s3:
             secretRef: {name: s3-creds}
@@ -475,9 +475,17 @@ def test_the_reference_spelling_turns_modes_on() -> None:
                                                                        ("worker", ["sleep", "3600"])]
     assert job.spec.tensorboard is not None
     assert job.spec.tensorboard.logDirs == ["t9k://pvc/logs-pvc/runs/a", "t9k://pvc/logs-pvc/runs/b",
+                                            "t9k://pvc/logs-pvc/log", "t9k://pvc/logs-pvc/runs/c/d",
                                             "t9k://pvc/other", "s3://bucket/tb"]
     assert sorted(n.split(": ", 2)[1] for n in loaded.notes) == [
         "spec.replicaSpecs.0.scalingWeight", "spec.tensorboardSpec.logDir.s3.secretRef"]
+
+
+@pytest.mark.parametrize("sub", ["../other", "runs/../../x"])
+def test_a_tensorboard_sub_path_that_leaves_the_claim_is_refused(sub: str) -> None:
+    text = edit(REFERENCE, "subPath: [runs/a, /runs/b/, ./log, runs/./c//d/.]", f"subPath: {sub}")
+    p = problem_at(text, "spec.tensorboardSpec.logDir.pvc[0].subPath", "subPath:")
+    assert p.message == f"{sub!r} leaves the claim ('..')"
 
 
 @pytest.mark.parametrize("section", ["torchrunConfig", "runMode.debug"])

@@ -134,9 +134,70 @@ def test_the_env_is_trainers_torch_contract() -> None:
     ({"limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "16"}}, None, "auto"),
     ({"requests": {"amd.com/gpu": 2}}, None, "auto"),
     ({"requests": {"cpu": "16"}}, 2, "2"),
+    ({"requests": {"nvidia.com/gpu": 0, "cpu": "2"}}, None, "2"),  # no GPU counted: the CPUs
+    # Trainer v2.0/v2.1's strings: cpu is the CPUs even with GPUs; gpu stays gpu for torchrun
+    ({"limits": {"nvidia.com/gpu": 4}, "requests": {"cpu": "16"}}, "cpu", "16"),
+    ({"limits": {"nvidia.com/gpu": 4}}, "cpu", "1"),
+    ({"requests": {"cpu": "16"}}, "gpu", "gpu"),
+    ({"requests": {"cpu": "16"}}, "auto", "16"),
 ])
 def test_num_proc_per_node_as_trainer_decides(resources: dict[str, Any], given: int | None, expected: str) -> None:
     assert nproc(resources, given) == expected
+
+
+def test_num_proc_per_node_comes_from_a_trainer_v2_1_runtime(tmp_path: Path) -> None:
+    """Trainer v2.0/v2.1: the runtime's mlPolicy.torch.numProcPerNode is the default, the TrainJob's wins."""
+    v21 = edit(RUNTIME, "    torch: {}\n", "    torch: {numProcPerNode: 3}\n")
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + v21)
+    loaded = load(tmp_path / "job.yaml")
+    assert loaded.job.spec.nprocPerNode == "3" and loaded.notes == []
+    gpu = edit(CUSTOM, "    numNodes: 3\n", "    numNodes: 3\n    numProcPerNode: gpu\n")
+    cpu = edit(RUNTIME, "    torch: {}\n", "    torch: {numProcPerNode: cpu}\n")
+    (tmp_path / "job.yaml").write_text(gpu + "---\n" + cpu)
+    assert load(tmp_path / "job.yaml").job.spec.nprocPerNode == "gpu"
+    # the upstream torch-distributed runtime of v2.0/v2.1 says auto: no GPU here, so the CPUs requested
+    upstream = edit(RUNTIME, "    torch: {}\n", "    torch: {numProcPerNode: auto}\n")
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + upstream)
+    job = load(tmp_path / "job.yaml").job
+    assert job.spec.nprocPerNode == "4"
+    env = replica_env(job, ReplicaId(WORKER, 0), ["torchrun", "train.py"], WHERE).env
+    assert env["PET_NPROC_PER_NODE"] == "4"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("auto", "4"), ("cpu", "4"), ("gpu", "gpu"), (2, "2")])
+def test_a_trainer_v2_1_num_proc_per_node_string(value: object, expected: str) -> None:
+    text = edit(TRAINJOB, "    numNodes: 3\n", f"    numNodes: 3\n    numProcPerNode: {value}\n")
+    loaded = read(text)
+    assert loaded.job.spec.nprocPerNode == expected and loaded.notes == []
+
+
+@pytest.mark.parametrize(("value", "fix"), [('"4"', "write it unquoted: numProcPerNode: 4"),
+                                            ("all", "a number of processes per node, e.g. numProcPerNode: 4"),
+                                            ("0", "a number of processes per node, e.g. numProcPerNode: 4")])
+def test_a_bad_num_proc_per_node_names_trainers_values(value: str, fix: str) -> None:
+    text = edit(TRAINJOB, "    numNodes: 3\n", f"    numNodes: 3\n    numProcPerNode: {value}\n")
+    p = problem_at(text, "spec.trainer.numProcPerNode", "numProcPerNode")
+    assert p.message.startswith("must be a positive integer, or auto, cpu or gpu as Trainer v2.0/v2.1 took it")
+    assert p.fix == fix
+
+
+def test_a_trainer_v2_1_elastic_policy_is_warned_and_runs_as_trainer_ran_it(tmp_path: Path) -> None:
+    elastic = edit(RUNTIME, "    numNodes: 2\n    torch: {}\n",
+                   "    torch:\n      elasticPolicy: {minNodes: 1, maxNodes: 4, maxRestarts: 3}\n")
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + elastic)
+    loaded = load(tmp_path / "job.yaml")
+    assert (loaded.job.replica_count(MASTER), loaded.job.replica_count(WORKER)) == (1, 2)  # numNodes 3, fixed
+    assert loaded.job.spec.elasticPolicy is None
+    (note,) = loaded.notes
+    assert note.startswith(f"{tmp_path / 'job.yaml'}:{line_of(CUSTOM + '---' + chr(10) + elastic, 'elasticPolicy')}: "
+                           "spec.mlPolicy.torch.elasticPolicy: not honoured: Trainer v2.0/v2.1 accepted it but never")
+    assert "v2.2 removed it (kubeflow/trainer #3235)" in note and "spec.elasticPolicy" in note
+    both = edit(RUNTIME, "    torch: {}\n", "    torch:\n      elasticPolicy: {maxNodes: 4}\n")
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + both)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml")
+    (p,) = err.value.problems
+    assert p.path == "spec.mlPolicy.torch.elasticPolicy" and "Trainer v2.0/v2.1's API server refuses" in p.message
 
 
 def test_a_runtime_in_the_same_file(tmp_path: Path) -> None:
@@ -186,6 +247,17 @@ def test_runtime_problems_name_the_runtimes_own_fields(tmp_path: Path) -> None:
     assert (p.path, p.line) == ("spec.mlPolicy.mpi", line_of(bad, "mpi:"))
 
 
+def test_a_runtime_pod_spec_that_is_not_a_mapping_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    # found by the mutation test: the gang policy read the pod's schedulerName from `spec: true`
+    data = yaml.safe_load(RUNTIME)
+    data["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"] = True
+    bad = yaml.safe_dump(data, sort_keys=False)
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + bad)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml")
+    assert [p.path for p in err.value.problems] == ["spec.template.spec.replicatedJobs[0].template.spec.template.spec"]
+
+
 def test_initializer_jobs_in_a_runtime_are_refused(tmp_path: Path) -> None:
     init = edit(RUNTIME, "        - name: trainer-node\n", textwrap.indent(doc("""
         - name: dataset-initializer
@@ -220,6 +292,17 @@ def test_unknown_runtime_and_trainer_fields() -> None:
     text = edit(TRAINJOB, "    name: torch-distributed\n", "    name: mlx-distributed\n")
     p = problem_at(text, "spec.runtimeRef.name", "name: mlx")
     assert "'mlx-distributed' is not known here" in p.message
+
+
+@pytest.mark.parametrize("field", ["podTemplateOverrides: [{targetJobs: [{name: node}]}]", "labels: {a: b}",
+                                   "annotations: {a: b}"])
+def test_trainer_v2_1_fields_that_runtime_patches_replaced_name_the_version_and_the_fix(field: str) -> None:
+    text = edit(TRAINJOB, "  activeDeadlineSeconds: 3600\n", f"  activeDeadlineSeconds: 3600\n  {field}\n")
+    key = field.split(":")[0]
+    p = problem_at(text, f"spec.{key}", f"  {key}:", nth=1 if key == "labels" else 0)  # metadata has labels too
+    assert p.message == ("is Trainer v2.0/v2.1's; v2.2 replaced it with runtimePatches (kubeflow/trainer #3309), "
+                         "which torchjob reads")
+    assert p.fix is not None and p.fix.startswith("write it as a spec.runtimePatches entry on the node job")
 
 
 def test_reserved_env_names_the_trainer_field() -> None:

@@ -5,6 +5,9 @@
   warning says which value the replica gets.
 - A `$(VAR)` in command, args or an env value that the container's env does not define (or defines
   only later): the kubelet leaves it as written, and so does torchjob.
+- A pod template's `hostname` or `subdomain`: on Kubernetes every pod gets its own name as its
+  hostname and the job's headless Service as its subdomain (the names the replicas are told resolve
+  by), so what the user wrote is replaced; said, with what the pod gets.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def advisories(job: TorchJob) -> list[tuple[Path, str]]:
     where = Placement("127.0.0.1", master_port(job), "127.0.0.1", master_port(job))
     for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
         pod = rspec.template.spec
+        out += _pod_names(job, rtype)
         if not pod.containers:
             continue
         ci = training_container(pod.containers)
@@ -81,6 +85,23 @@ def advisories(job: TorchJob) -> list[tuple[Path, str]]:
                                 if torchrun and name in ("WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE") else "")
                         why = f"this container's env does not set it{hint}"
                         out.append(([*base, field, ai], _unexpanded(name, why)))
+    return out
+
+
+def _pod_names(job: TorchJob, rtype: str) -> list[tuple[Path, str]]:
+    """hostname/subdomain a user wrote, which the Kubernetes pods do not keep (kube.render sets them)."""
+    pod = job.spec.pytorchReplicaSpecs[rtype].template.spec
+    base: Path = ["spec", "pytorchReplicaSpecs", rtype, "template", "spec"]
+    names = [f"{job.name}-{r.name}" for r in replicas(job) if r.rtype == rtype]
+    out: list[tuple[Path, str]] = []
+    if pod.hostname is not None and names and names != [pod.hostname]:
+        gets = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+        out.append(([*base, "hostname"], f"{pod.hostname!r} is replaced on Kubernetes: each pod's hostname is its "
+                    f"own name ({gets}), by which the replicas reach it through the job's headless Service "
+                    "(ignored locally)"))
+    if pod.subdomain is not None and pod.subdomain != job.name:
+        out.append(([*base, "subdomain"], f"{pod.subdomain!r} is replaced on Kubernetes by {job.name!r}, the job's "
+                    "headless Service, through which every replica's host name resolves (ignored locally)"))
     return out
 
 

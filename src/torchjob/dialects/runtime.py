@@ -5,7 +5,10 @@ the pod template of the replicated job the `trainer.kubeflow.org/trainjob-ancest
 label marks (its `node` container is the training container), `mlPolicy.numNodes` and
 `mlPolicy.torch`, the Job's `backoffLimit`, and `podGroupPolicy`. What it cannot honour is refused
 (another framework's policy, initializer jobs) or named in a warning; nothing is dropped silently.
-Facts from kubeflow/trainer @8c0f505 (pkg/apis/trainer/v1alpha1, plugins/torch/torch.go).
+Facts from kubeflow/trainer @8c0f505 (pkg/apis/trainer/v1alpha1, plugins/torch/torch.go). Runtimes
+written for Trainer v2.0/v2.1 carry `mlPolicy.torch.numProcPerNode` (an integer or `auto`, `cpu`,
+`gpu`; the TrainJob's default there) and `elasticPolicy` (accepted there, never acted on); both
+were removed in v2.2 (kubeflow/trainer #3239, #3235). Facts from kubeflow/trainer v2.1.0.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 NODE = "node"  # the trainer's container (and replicated job) name
 JOB_BACKOFF_DEFAULT = 6  # a Kubernetes Job's backoffLimit when unset
+NPROC_WORDS = ("auto", "cpu", "gpu")  # Trainer v2.0/v2.1's numProcPerNode strings
 Path = list[str | int]
 
 # The upstream `torch-distributed` ClusterTrainingRuntime of Kubeflow Trainer v2.3
@@ -52,6 +56,7 @@ class Runtime:
     job_name: str = NODE  # the trainer's replicated job
     num_nodes: int = 1
     backoff_limit: int = JOB_BACKOFF_DEFAULT
+    num_proc_per_node: str | None = None  # mlPolicy.torch.numProcPerNode (Trainer v2.0/v2.1)
     scheduling: dict[str, Any] = field(default_factory=dict)  # native schedulingPolicy
     warnings: list[str] = field(default_factory=list)
 
@@ -67,6 +72,40 @@ def find(kind: str, name: str, supplied: list[Document]) -> Document | None:
             return d
     builtin = BUILTIN.get((kind, name))
     return Document(data=copy.deepcopy(builtin), source=f"<the upstream {name} runtime>") if builtin else None
+
+
+def proc_per_node(notes: Notes, data: dict[str, Any], path: Path) -> str | None:
+    """data["numProcPerNode"] as Trainer v2.0/v2.1 took it: a positive integer, or `auto`, `cpu` or
+    `gpu` (v2.2 and later take an integer only); None when absent or refused."""
+    value = data.get("numProcPerNode")
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return str(value)
+    if value in NPROC_WORDS:
+        return str(value)
+    fix = (f"write it unquoted: numProcPerNode: {value}" if isinstance(value, str) and value.isdigit()
+           and int(value) >= 1 else "a number of processes per node, e.g. numProcPerNode: 4")
+    notes.error([*path, "numProcPerNode"], "must be a positive integer, or auto, cpu or gpu as Trainer v2.0/v2.1 "
+                f"took it, got {value!r}", fix)
+    return None
+
+
+def _elastic(notes: Notes, ml: dict[str, Any], torch: dict[str, Any], path: Path) -> None:
+    """mlPolicy.torch.elasticPolicy (Trainer v2.0/v2.1): its API server refused it with numNodes, and
+    its torch plugin never acted on it (the nodes stayed numNodes); removed in v2.2 (#3235)."""
+    if "elasticPolicy" not in torch:
+        return
+    notes.section(torch, "elasticPolicy", path)
+    if "numNodes" in ml:
+        notes.error([*path, "elasticPolicy"], "is not allowed with mlPolicy.numNodes (Trainer v2.0/v2.1's API "
+                    "server refuses this runtime too)", "remove elasticPolicy: Trainer never applied it, and "
+                    "v2.2 removed it (kubeflow/trainer #3235)")
+    else:
+        notes.warn([*path, "elasticPolicy"], "not honoured: Trainer v2.0/v2.1 accepted it but never acted on it "
+                   "(the nodes are the TrainJob's numNodes, not elastic), and v2.2 removed it (kubeflow/trainer "
+                   "#3235); torchjob runs the job as Trainer did. Remove it; for elastic training write a TorchJob "
+                   "with spec.elasticPolicy")
 
 
 def _trainer_job(notes: Notes, jobs: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[int, dict[str, Any]]:
@@ -105,7 +144,9 @@ def read(doc: Document) -> Runtime:
         notes.error(["spec", "mlPolicy"], "has no torch policy: torchjob runs PyTorch jobs",
                     "use a runtime with mlPolicy.torch, e.g. torch-distributed")
     torch = notes.section(ml, "torch", ["spec", "mlPolicy"])
-    notes.unknown(torch, {"envInjection"}, ["spec", "mlPolicy", "torch"])
+    notes.unknown(torch, {"envInjection", "numProcPerNode", "elasticPolicy"}, ["spec", "mlPolicy", "torch"])
+    num_proc = proc_per_node(notes, torch, ["spec", "mlPolicy", "torch"])
+    _elastic(notes, ml, torch, ["spec", "mlPolicy", "torch"])
     if torch.get("envInjection"):
         notes.warn(["spec", "mlPolicy", "torch", "envInjection"],
                    "not honoured: only the node container gets the PET_* env (init containers and sidecars do not)")
@@ -126,7 +167,7 @@ def read(doc: Document) -> Runtime:
     meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     return Runtime(name=str((meta or {}).get("name", "")), pod_template=pod, job_name=str(rj.get("name", NODE)),
                    num_nodes=num_nodes or 1, backoff_limit=JOB_BACKOFF_DEFAULT if backoff is None else backoff,
-                   scheduling=scheduling, warnings=notes.warnings)
+                   num_proc_per_node=num_proc, scheduling=scheduling, warnings=notes.warnings)
 
 
 def _pod_template(notes: Notes, rj: dict[str, Any], path: Path) -> tuple[dict[str, Any], int | None]:
@@ -141,7 +182,10 @@ def _pod_template(notes: Notes, rj: dict[str, Any], path: Path) -> tuple[dict[st
             notes.warn([*path, "template", "spec", key], "a Job setting torchjob does not use; ignored")
     backoff = notes.integer(jspec, "backoffLimit", [*path, "template", "spec"], minimum=0)
     pod = copy.deepcopy(notes.section(jspec, "template", [*path, "template", "spec"]))
-    containers = (pod.get("spec") or {}).get("containers") if isinstance(pod.get("spec"), dict) else None
+    if pod.get("spec") is not None and not isinstance(pod["spec"], dict):
+        notes.section(pod, "spec", [*path, "template", "spec", "template"])  # says it must be a mapping
+        return pod, backoff
+    containers = (pod.get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not any(isinstance(c, dict) and c.get("name") == NODE for c in containers):
         notes.error([*path, "template", "spec", "template", "spec", "containers"],
                     f"the trainer's pod has no container named {NODE!r} (Trainer's training container)",
@@ -159,7 +203,8 @@ def _gang(notes: Notes, spec: dict[str, Any], pod: dict[str, Any]) -> dict[str, 
         cos = notes.section(group, "coscheduling", ["spec", "podGroupPolicy"])
         notes.unknown(cos, {"scheduleTimeoutSeconds"}, ["spec", "podGroupPolicy", "coscheduling"])
         timeout = notes.integer(cos, "scheduleTimeoutSeconds", ["spec", "podGroupPolicy", "coscheduling"], 1)
-        name = (pod.get("spec") or {}).get("schedulerName") or "scheduler-plugins-scheduler"
+        ps = pod.get("spec")
+        name = (ps.get("schedulerName") if isinstance(ps, dict) else None) or "scheduler-plugins-scheduler"
         return {"schedulerName": name, "scheduleTimeoutSeconds": 60 if timeout is None else timeout}
     if "volcano" in group:
         vc = notes.section(group, "volcano", ["spec", "podGroupPolicy"])

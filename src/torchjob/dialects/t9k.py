@@ -211,6 +211,15 @@ def _run_mode(notes: Notes, spec: dict[str, Any], natives: dict[str, set[str]], 
                                         **({"replicaSpecs": specs} if specs else {})}}
 
 
+def _sub_path(notes: Notes, sub: str, path: Path) -> str:
+    """A path inside a claim, normalized (`./log/` -> `log`); one that leaves the claim is refused,
+    as Kubernetes refuses `..` in a volume's subPath."""
+    parts = [p for p in sub.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        notes.error([*path, "subPath"], f"{sub!r} leaves the claim ('..')", "give a path inside the claim")
+    return "/".join(parts)
+
+
 def _tensorboard(notes: Notes, spec: dict[str, Any], native_spec: dict[str, Any]) -> None:
     path: Path = ["spec", "tensorboardSpec"]
     tb = notes.section(spec, "tensorboardSpec", ["spec"])
@@ -226,7 +235,7 @@ def _tensorboard(notes: Notes, spec: dict[str, Any], native_spec: dict[str, Any]
         name = notes.typed(claim, "name", cpath, str, "a claim name")
         sub = claim.get("subPath")
         subs = [sub] if isinstance(sub, str) else notes.strings(claim, "subPath", cpath) or [""]
-        dirs += [f"{T9K_PVC}{name}/{s.strip('/')}".rstrip("/") for s in subs] if name else []
+        dirs += [f"{T9K_PVC}{name}/{_sub_path(notes, s, cpath)}".rstrip("/") for s in subs] if name else []
     s3 = notes.section(log_dir, "s3", [*path, "logDir"])
     notes.unknown(s3, {"secretRef", "uri"}, [*path, "logDir", "s3"])
     dirs += notes.strings(s3, "uri", [*path, "logDir", "s3"])

@@ -5,15 +5,18 @@ is known; others come with `--runtime FILE` or as another document in the same f
 its trainer: `numNodes` nodes (node 0 is the master, the rest workers: one template), each running
 the `node` container with the trainer's `image`, `command`, `args`, `env` and `resourcesPerNode`.
 The env is Trainer's torch plugin's: `PET_NNODES`, `PET_NPROC_PER_NODE`, `PET_NODE_RANK`,
-`PET_MASTER_ADDR`, `PET_MASTER_PORT` (29500); `numProcPerNode` unset is `auto` with GPUs, else the
-CPUs requested (at least 1), as Trainer decides it. Dataset and model initializers are refused:
-torchjob runs neither locally nor on Kubernetes. Facts from kubeflow/trainer @8c0f505.
+`PET_MASTER_ADDR`, `PET_MASTER_PORT` (29500); `numProcPerNode` unset is the runtime's (Trainer
+v2.0/v2.1), else `auto`: kept with GPUs, else the CPUs requested (at least 1), as Trainer decides it;
+Trainer v2.0/v2.1's `auto`, `cpu` and `gpu` strings are read as it read them. Dataset and model
+initializers are refused: torchjob runs neither locally nor on Kubernetes. Facts from
+kubeflow/trainer @8c0f505 and v2.1.0.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import Any
 
 from torchjob.api.load import job_from_data
@@ -33,11 +36,13 @@ SPEC_FIELDS = {"runtimeRef", "initializer", "trainer", "runtimePatches", "suspen
                "managedBy"}
 TRAINER_FIELDS = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
+# Trainer v2.0/v2.1's TrainJob fields that v2.2 replaced with runtimePatches (kubeflow/trainer #3309).
+REPLACED_BY_PATCHES = ("podTemplateOverrides", "labels", "annotations")
 Path = list[str | int]
 
 
-def _cpus(value: object) -> int:
-    """A CPU quantity rounded up, as Kubernetes' Quantity.Value() does ("500m" -> 1)."""
+def _quantity(value: object) -> int:
+    """A quantity rounded up, as Kubernetes' Quantity.Value() does ("500m" -> 1)."""
     text = str(value)
     try:
         return math.ceil(float(text[:-1]) / 1000) if text.endswith("m") else math.ceil(float(text))
@@ -45,18 +50,24 @@ def _cpus(value: object) -> int:
         return 0
 
 
-def nproc(resources: dict[str, Any], given: int | None) -> str:
-    """Trainer's numProcPerNode: the given number; else `auto` (torchrun: one per GPU) with GPUs,
-    else the CPUs requested (or limited), at least 1 (torch.go's EnforceMLPolicy)."""
-    if given is not None:
-        return str(given)
-    groups = [g for g in (resources.get("requests"), resources.get("limits")) if isinstance(g, dict)]
-    if any("gpu" in str(k).lower() for g in groups for k in g):
-        return "auto"
-    for g in groups:
-        if "cpu" in g and _cpus(g["cpu"]) > 0:
-            return str(_cpus(g["cpu"]))
-    return "1"
+def _count(resources: dict[str, Any], wanted: Callable[[str], bool]) -> int:
+    """The requested amount of a resource, else its limit (Trainer's GetNumGPUPerNode, getNumCPUPerNode)."""
+    for group in (resources.get("requests"), resources.get("limits")):
+        if isinstance(group, dict):
+            amount = next((_quantity(v) for k, v in group.items() if wanted(str(k))), 0)
+            if amount > 0:
+                return amount
+    return 0
+
+
+def nproc(resources: dict[str, Any], given: int | str | None, runtime_default: str | None = None) -> str:
+    """Trainer's numProcPerNode (torch.go's EnforceMLPolicy, v2.1 and later): the TrainJob's, else the
+    runtime's (v2.0/v2.1), else `auto`. `auto` without GPUs, and `cpu`, become the CPUs requested (or
+    limited), at least 1; `auto` with GPUs and `gpu` stay (torchrun: one per GPU); a number stays."""
+    value = str(given) if given is not None else runtime_default or "auto"
+    if value == "cpu" or (value == "auto" and _count(resources, lambda k: "gpu" in k.lower()) == 0):
+        return str(max(1, _count(resources, lambda k: k == "cpu")))
+    return value
 
 
 def _runtime(doc: Document, notes: Notes, spec: dict[str, Any]) -> runtime.Runtime | None:
@@ -125,7 +136,13 @@ def read(doc: Document) -> Converted:
     data = doc.data
     notes.top_level()
     spec = notes.section(data, "spec", [])
-    notes.unknown(spec, SPEC_FIELDS, ["spec"])
+    for key in REPLACED_BY_PATCHES:
+        if key in spec:
+            notes.error(["spec", key], "is Trainer v2.0/v2.1's; v2.2 replaced it with runtimePatches (kubeflow/"
+                        "trainer #3309), which torchjob reads", "write it as a spec.runtimePatches entry on the "
+                        "node job (trainingRuntimeSpec.template.spec.replicatedJobs[{name: node, template: {spec: "
+                        "{template: {metadata: ..., spec: ...}}}}]); see the README's TrainJob table")
+    notes.unknown({k: v for k, v in spec.items() if k not in REPLACED_BY_PATCHES}, SPEC_FIELDS, ["spec"])
     init = notes.section(spec, "initializer", ["spec"])
     for key, value in init.items():
         if value:
@@ -136,7 +153,7 @@ def read(doc: Document) -> Converted:
     notes.unknown(trainer, TRAINER_FIELDS, ["spec", "trainer"])
     rt = _runtime(doc, notes, spec)  # a runtime's own problems are raised by its file and lines
     nodes = notes.integer(trainer, "numNodes", ["spec", "trainer"], minimum=1)
-    given = notes.integer(trainer, "numProcPerNode", ["spec", "trainer"], minimum=1)
+    given = runtime.proc_per_node(notes, trainer, ["spec", "trainer"])
     notes.raise_if_any()
     assert rt is not None
     pod = rt.pod_template
@@ -161,7 +178,8 @@ def read(doc: Document) -> Converted:
     if count > 1:
         replicas[WORKER] = {**copy.deepcopy(replica), "replicas": count - 1}
     resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
-    native_spec = {"pytorchReplicaSpecs": replicas, "nprocPerNode": nproc(resources or {}, given), "runPolicy": rp}
+    native_spec = {"pytorchReplicaSpecs": replicas, "nprocPerNode": nproc(resources or {}, given, rt.num_proc_per_node),
+                   "runPolicy": rp}
     for rtype in replicas:
         base = ("spec", "pytorchReplicaSpecs", rtype, "template", "spec", "containers", 0)
         doc.aliases += [((*base, k), ("spec", "trainer", k)) for k in ("image", "command", "args", "env")]

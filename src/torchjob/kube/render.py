@@ -94,18 +94,31 @@ def selector(job: TorchJob) -> dict[str, str]:
 def wait_for_master(job: TorchJob, where: Placement, image: str) -> dict[str, Any]:
     """Waits until the master's port accepts connections, not only until its name resolves
     (pytorch-operator #333: DNS answers before the master listens); with `waitForMaster.timeoutSeconds`
-    it gives up after that long and the worker fails (Volcano's `--wait-master-timeout`)."""
-    target = f"{where.master_addr} {where.master_port}"
+    it gives up after that long and the worker fails (Volcano's `--wait-master-timeout`). It probes
+    with `nc -z`, else bash's `/dev/tcp` (Volcano's plugin falls back to it too), so an image with
+    either works; with neither it fails at once, saying so. POSIX sh around them."""
+    host, port = where.master_addr, where.master_port
+    target = f"{host} {port}"  # as the messages always said it
     wait = job.spec.waitForMaster
     timeout = wait.timeoutSeconds if wait else None
-    if timeout is None:
-        script = f"until nc -z -w 2 {target} 2>/dev/null; do echo waiting for {target}; sleep 1; done"
-    else:
-        script = (f"end=$(( $(date +%s) + {timeout} )); until nc -z -w 2 {target} 2>/dev/null; do "
-                  f"if [ $(date +%s) -ge $end ]; then echo gave up waiting for {target} after {timeout}s; exit 1; fi; "
-                  f"echo waiting for {target}; sleep 1; done")
+    lines = [
+        'has() { command -v "$1" >/dev/null 2>&1; }',
+        "if ! has nc && ! has bash; then",
+        f'  echo "wait-for-master: this image has neither nc nor bash (for /dev/tcp), so it cannot probe port {port} '
+        f'of {host}; use an image with one of them (spec.waitForMaster.image, or the operator --init-image)"; exit 1',
+        "fi",
+        f"probe() {{ {{ has nc && nc -z -w 2 {host} {port}; }} || "
+        f"{{ has bash && bash -c ': > /dev/tcp/{host}/{port}'; }}; }}",
+    ]
+    if timeout is not None:
+        lines.append(f"end=$(( $(date +%s) + {timeout} ))")
+    lines.append("until probe 2>/dev/null; do")
+    if timeout is not None:
+        lines.append(f'  if [ "$(date +%s)" -ge "$end" ]; then echo gave up waiting for {target} after {timeout}s; '
+                     "exit 1; fi")
+    lines += [f"  echo waiting for {target}; sleep 1", "done"]
     return {"name": WAIT_CONTAINER, "image": wait.image if wait and wait.image else image,
-            "command": ["sh", "-c", script]}
+            "command": ["sh", "-c", "\n".join(lines)]}
 
 
 def waits_for_master(job: TorchJob, rid: ReplicaId, meta: dict[str, Any], default: bool) -> bool:
