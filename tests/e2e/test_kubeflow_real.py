@@ -14,7 +14,8 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Service
 
-from tests.e2e.conftest import pods, wait_for
+from tests.e2e.conftest import pods, status_of, torchjob, wait_for
+from tests.e2e.images import TESTS_IMAGE
 from tests.kube.test_kubeflow_api import kubectl, state
 from tests.kube.test_kubeflow_sdk import client, sdk_job
 
@@ -68,3 +69,32 @@ def test_the_kubeflow_sdk_creates_waits_reads_logs_and_deletes(node_kubeconfig: 
     assert "epoch 1/1 loss" in logs["sdk-mnist-master-0"]
     sdk.delete_job("sdk-mnist")
     wait_for("its pods and Service collected", lambda: gone(node, "sdk-mnist", ns), timeout=120)
+
+
+# Kubeflow Trainer v2: a TrainJob naming the upstream torch-distributed runtime (known without a
+# runtime document), run through a TorchJob with Trainer's PET_* contract.
+TRAINJOB = f"""
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: tj-v2
+spec:
+  runtimeRef:
+    name: torch-distributed
+  trainer:
+    image: {TESTS_IMAGE}
+    numNodes: 2
+    numProcPerNode: 2
+    command: [torchrun, /opt/tests/ddp_step.py]
+"""
+
+
+def test_a_trainjob_runs_as_real_pods_through_run_kube(node_kubeconfig: str, node: Client, ns: str,
+                                                      tmp_path: Path) -> None:
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(TRAINJOB)
+    run = torchjob(node_kubeconfig, "run", str(path), "-n", ns)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert status_of(node, "tj-v2", ns)["state"] == "Succeeded"
+    logs = torchjob(node_kubeconfig, "logs", "tj-v2", "-n", ns).stdout
+    assert logs.count("all-reduce ok: 10") == 4, logs  # 2 nodes x 2 processes: ranks 0..3, +1 each, sum 10
