@@ -72,6 +72,7 @@ class Reporter:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._told: set[int] = set()
+        self._retry: tuple[int | None, int | None, dict[str, Any]] | None = None  # refused for now (429)
         self._conn: http.client.HTTPConnection | None = None
         self._path = ""
 
@@ -97,11 +98,18 @@ class Reporter:
                 self._thread.start()
                 atexit.register(self.flush)
 
-    def _take(self) -> dict[str, Any] | None:
+    def _pop(self) -> tuple[int | None, int | None, dict[str, Any]] | None:
+        """The latest values, else those refused for now (newer values make them moot). Under the lock."""
         try:
-            step, total, metrics = self._pending.popleft()
+            values = self._pending.popleft()
         except IndexError:
-            return None
+            values = self._retry
+        self._retry = None
+        return values
+
+    @staticmethod
+    def _body(values: tuple[int | None, int | None, dict[str, Any]]) -> dict[str, Any]:
+        step, total, metrics = values
         body: dict[str, Any] = {"metrics": {k: _value(v) for k, v in metrics.items()}}
         if step is not None:
             body["step"] = int(step)
@@ -110,21 +118,30 @@ class Reporter:
         return body
 
     def flush(self, timeout: float = 2.0) -> None:
-        """Send what is pending now (at exit: the last step makes it)."""
+        """Send what is pending now (at exit: the last step makes it, after one wait if the job's rate
+        limit asks for one that fits in `timeout`)."""
         with self._lock:
-            body = self._take()
-            if body is not None:
-                self._send(body, timeout)
+            values = self._pop()
+            if values is None:
+                return
+            delay = self._send(self._body(values), timeout)
+            if 0 < delay <= timeout:
+                time.sleep(delay)
+                self._send(self._body(values), timeout)
 
     def _run(self) -> None:
         while True:
             self._wake.wait()
             self._wake.clear()
             with self._lock:  # not at once with flush (one connection)
-                body = self._take()
-                delay = self._send(body, 5.0) if body is not None else 0.0
-            if body is not None:
+                values = self._pop()
+                delay = self._send(self._body(values), 5.0) if values is not None else 0.0
+                if delay > 0:  # refused for now: sent again after the wait, unless newer values come
+                    self._retry = values
+            if values is not None:
                 time.sleep(max(self.interval, delay))
+                if self._retry is not None:
+                    self._wake.set()
 
     def _trainer_status(self, body: dict[str, Any]) -> dict[str, Any]:
         status: dict[str, Any] = {"lastUpdatedTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -104,3 +104,23 @@ def test_the_helper_is_one_file_of_the_standard_library_that_works_copied_alone(
     wait(lambda: step_of(endpoint) == 5)  # the last values, sent at exit
     p = endpoint.reports.progress()
     assert p is not None and p.reporter == "worker-0" and p.percent == 100.0
+
+
+def test_values_refused_by_the_rate_limit_go_again_and_the_last_one_at_exit(endpoint: LocalEndpoint,
+                                                                            tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchjob.progress import book
+
+    monkeypatch.setattr(book, "FAIR_S", 60.0)  # no once-a-second pass: the job's bucket alone decides
+    endpoint.reports.limit = book.RateLimit(rate=1.0, burst=1)
+    r = reporter(endpoint, tmp_path)
+    r.report(step=1, total=10)
+    wait(lambda: step_of(endpoint) == 1)
+    r.report(step=2, total=10)  # refused (429, Retry-After 1): sent again after the wait, not dropped
+    wait(lambda: step_of(endpoint) == 2, timeout=5)
+    assert r.refused >= 1
+    refused = r.refused
+    r._wake.clear()
+    r._pending.append((10, 10, {}))  # the last values, as report() keeps them, left for the exit's flush
+    r.flush()  # the bucket is empty: the flush waits the second it is told, once, and sends them
+    assert step_of(endpoint) == 10 and r.refused == refused + 1
