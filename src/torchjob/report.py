@@ -100,12 +100,11 @@ class Reporter:
 
     def _pop(self) -> tuple[int | None, int | None, dict[str, Any]] | None:
         """The latest values, else those refused for now (newer values make them moot). Under the lock."""
+        values, self._retry = self._retry, None
         try:
-            values = self._pending.popleft()
+            return self._pending.popleft()
         except IndexError:
-            values = self._retry
-        self._retry = None
-        return values
+            return values
 
     @staticmethod
     def _body(values: tuple[int | None, int | None, dict[str, Any]]) -> dict[str, Any]:
