@@ -100,8 +100,8 @@ def test_a_hung_job_is_restarted_by_a_stalled_policy(kube: Client, namespace: st
     assert len(stalls) == 1 and "progressDeadlineSeconds" in stalls[0].message
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    assert f'torchjob_job_progress_percent{{job="hang",namespace="{namespace}"}}' in text
-    assert f'torchjob_job_seconds_since_progress_report{{job="hang",namespace="{namespace}"}}' in text
+    assert f'torchjob_job_progress_percent{{job="hang",kind="TorchJob",namespace="{namespace}"}}' in text
+    assert f'torchjob_job_seconds_since_progress_report{{job="hang",kind="TorchJob",namespace="{namespace}"}}' in text
 
 
 def test_bad_reports_are_refused_without_harm(kube: Client, namespace: str, operator: Operator,

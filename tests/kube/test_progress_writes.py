@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchjob.kube.progress import ProgressHub
+from torchjob.kube.served import TORCHJOB
 from torchjob.progress.book import Book
 from torchjob.progress.protocol import Report
 
@@ -26,6 +27,7 @@ class Jobs:
 class Controller:
     def __init__(self) -> None:
         self.jobs = Jobs()
+        self.kind = TORCHJOB
 
 
 class Api:
@@ -34,7 +36,8 @@ class Api:
     def __init__(self) -> None:
         self.writes: list[tuple[float, str, dict[str, Any]]] = []
 
-    async def patch_status(self, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
+    async def patch_status(self, name: str, namespace: str, status: dict[str, Any],
+                           kind: str = "TorchJob") -> dict[str, Any]:
         self.writes.append((asyncio.get_running_loop().time(), name, status))
         return {}
 
@@ -42,10 +45,10 @@ class Api:
 def test_status_progress_is_written_at_most_once_per_interval_per_job() -> None:
     async def scenario() -> Api:
         api = Api()
-        hub = ProgressHub(api, Controller(), asyncio.get_running_loop(),  # type: ignore[arg-type]
+        hub = ProgressHub(api, [Controller()], asyncio.get_running_loop(),  # type: ignore[arg-type]
                           write_interval_s=INTERVAL)
         a, b = Book(), Book()
-        hub.books.update({("ns", "a"): a, ("ns", "b"): b})
+        hub.books.update({("torchjobs", "ns", "a"): a, ("torchjobs", "ns", "b"): b})
         writer = asyncio.create_task(hub.write_loop())
         for step in range(1, 101):  # job a: 8 replicas reporting every 10 ms for 1 s
             for r in range(8):

@@ -2,12 +2,14 @@
 
 The names, scope, subresources (status and scale) and printer columns are those of the
 training-operator v1.8.1's CRD, so `kubectl get pytorchjobs`, the Kubeflow SDK, Kueue and Katib
-see the kind they know. The schema accepts what Kubeflow's accepts, with two differences:
+see the kind they know. The schema accepts what Kubeflow's accepts, with three differences:
 
 - the pod template is kept as written (`x-kubernetes-preserve-unknown-fields`): only the parts a
   rule reads (`containers[].name`, `containers[].image`) are typed. Kubeflow's CRD types the whole
   PodTemplateSpec; the pods torchjob creates from it are checked by the API server then.
 - `runPolicy.managedBy` (added in v1.9, the last v1 line; Kueue's MultiKueue sets it) is known.
+- `runPolicy.progressDeadlineSeconds`, torchjob's stall deadline (the TorchJob's field), is known;
+  Kubeflow's CRD would prune it, and Kubeflow's clients ignore it.
 
 What Kubeflow's validating webhook checks (v1.8.1, with what v1.9 added) is done by the API
 server itself through CEL rules: no webhook server. Each message names the field and the fix.
@@ -147,6 +149,8 @@ def _run_policy() -> dict[str, Any]:
             "ttlSecondsAfterFinished": _INT32,
             "activeDeadlineSeconds": {"type": "integer", "format": "int64"},
             "backoffLimit": _INT32,
+            # torchjob's extension (no field of Kubeflow's): the stall deadline, as on a TorchJob
+            "progressDeadlineSeconds": {**_INT32, "minimum": 1},
             "schedulingPolicy": {"type": "object", "properties": {
                 "minAvailable": _INT32,
                 "queue": {"type": "string", "x-kubernetes-validations": [

@@ -215,8 +215,8 @@ def kubeflow_status(job: TorchJob, status: JobStatus, reconciled_at: datetime | 
     """The PyTorchJob's `status`, for a JSON merge patch of the status subresource: Kubeflow's
     fields (every count written, 0 included, and an unset time as null, so that a merge patch never
     leaves a stale value behind) and torchjob's whole status under `status.torchjob`, less
-    `progress`, which the progress writer patches there itself (a reconcile neither writes nor
-    clears it). `reconciled_at`: lastReconcileTime (left as stored when None)."""
+    `progress`, which the progress writer patches there itself (`status.torchjob.progress`; a
+    reconcile neither writes nor clears it). `reconciled_at`: lastReconcileTime (left as stored when None)."""
     replica_statuses = {}
     for rtype in REPLICA_TYPES:
         if rtype not in job.spec.pytorchReplicaSpecs:

@@ -203,14 +203,16 @@ async def run_operator(kubeconfig: str | None, namespace: str | None, workers: i
         if serve_kubeflow:  # the same controller code and core, for the second kind
             controllers.append(Controller(api, namespace, workers, init_image=init_image,
                                           wait_for_master=wait_for_master, gang_scheduler=gang_scheduler,
-                                          force_delete_after_s=force_delete_after_s, kind=PYTORCHJOB))
+                                          force_delete_after_s=force_delete_after_s, kind=PYTORCHJOB,
+                                          progress_url=url if progress_port else None))
         if progress_port:
             # Served by the leader only: the stall decision reads the reports where it reconciles (and
             # only the leader is ready, so the Service sends the pods' reports to it).
             told = urlsplit(url).hostname  # the certificate must name what the pods are told
             tls = await progress_tls.ensure(api, lease_namespace, progress_service, (told,) if told else ())
-            hub = ProgressHub(api, controller, loop, progress_write_s)
-            controller.progress, controller.progress_ca = hub, tls.ca_pem
+            hub = ProgressHub(api, controllers, loop, progress_write_s)  # one hub for every kind served
+            for c in controllers:
+                c.progress, c.progress_ca = hub, tls.ca_pem
             register(hub)
             try:
                 endpoint = ProgressServer(("0.0.0.0", progress_port), hub, tls.context()).start()

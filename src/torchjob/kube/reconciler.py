@@ -106,7 +106,7 @@ class Reconciler:
         self.podgroup_gate.forget(key)
         self.boards.discard(key)
         if self.progress is not None:
-            self.progress.forget(key)
+            self.progress.forget(self.kind.plural, key)
 
     async def reconcile(self, key: Key) -> None:
         raw = self.jobs.cache.get(key)
@@ -132,7 +132,7 @@ class Reconciler:
         elif gate.verdict == "stop":
             return
         if self.progress is not None:
-            world = self.progress.with_reports(key, world)
+            world = self.progress.with_reports(self.kind.plural, key, world)
         plan = reconcile(job, world, now)
         active = not plan.status.finished and not plan.status.is_true("Suspended")
         podgroup = await self.podgroup_gate.check(raw, job, key, active, started=bool(pods))

@@ -134,14 +134,15 @@ def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str
     (`plugins/trainjobstatus/trainjobstatus.go` @8c0f505): the variables, a projected volume with a
     service-account token whose audience names the job and the endpoint's CA, and its mount."""
     from torchjob.kube.progress_tls import CA_CONFIGMAP, CA_KEY
-    from torchjob.progress.server import audience, status_path
+    from torchjob.progress.server import PYTORCHJOBS, TORCHJOBS, audience, status_path
 
     ns = job.metadata.namespace or "default"
-    env = {"KUBEFLOW_TRAINER_SERVER_URL": base_url.rstrip("/") + status_path(ns, job.name),
+    plural = PYTORCHJOBS if served_as(job)[1] == "PyTorchJob" else TORCHJOBS  # the kind's path and audience
+    env = {"KUBEFLOW_TRAINER_SERVER_URL": base_url.rstrip("/") + status_path(ns, job.name, plural),
            "KUBEFLOW_TRAINER_SERVER_CA_CERT": f"{PROGRESS_DIR}/{CA_KEY}",
            "KUBEFLOW_TRAINER_SERVER_TOKEN": f"{PROGRESS_DIR}/token"}
     volume = {"name": PROGRESS_VOLUME, "projected": {"sources": [
-        {"serviceAccountToken": {"audience": audience(ns, job.name), "expirationSeconds": PROGRESS_TOKEN_S,
+        {"serviceAccountToken": {"audience": audience(ns, job.name, plural), "expirationSeconds": PROGRESS_TOKEN_S,
                                  "path": "token"}},
         {"configMap": {"name": CA_CONFIGMAP, "items": [{"key": CA_KEY, "path": CA_KEY}]}}]}}
     mount = {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True}

@@ -95,6 +95,7 @@ class ServedKind:
     serves: Callable[[dict[str, Any]], bool]  # whether this operator acts on the object at all
     own_kueue: bool  # torchjob makes and follows its Kueue Workload (Kueue's own integration does for PyTorchJob)
     progress: bool  # pods report progress, and the stall deadline applies
+    progress_patch: Callable[[dict[str, Any]], dict[str, Any]]  # a job's progress -> the status merge patch
 
 
 TORCHJOB = ServedKind(
@@ -106,6 +107,7 @@ TORCHJOB = ServedKind(
     status_patch=torchjob_status_patch,
     serves=lambda raw: True,
     own_kueue=True, progress=True,
+    progress_patch=lambda progress: {"progress": progress},
 )
 
 PYTORCHJOB = ServedKind(
@@ -115,5 +117,7 @@ PYTORCHJOB = ServedKind(
     status_of=lambda raw: kf.torchjob_status(raw.get("status")),
     status_patch=pytorchjob_status_patch,
     serves=lambda raw: kf.served_here(raw.get("spec") or {}),
-    own_kueue=False, progress=False,
+    own_kueue=False, progress=True,
+    # Kubeflow's status has no progress: it goes with torchjob's other extras (where status_of reads them)
+    progress_patch=lambda progress: {EXTRAS_KEY: {"progress": progress}},
 )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchjob.progress.book import Book
-from torchjob.progress.server import ProgressServer, Reporter, status_path
+from torchjob.progress.server import TORCHJOBS, ProgressServer, Reporter, status_path
 
 LOCAL_NAMESPACE = "default"
 TOKEN_PREFIX = "tj1"
@@ -74,8 +74,8 @@ class LocalEndpoint:
 
     # --- Receiver ---
 
-    def authorize(self, namespace: str, job: str, credentials: str) -> Reporter | None:
-        if namespace != LOCAL_NAMESPACE or job != self.job:
+    def authorize(self, namespace: str, job: str, credentials: str, plural: str = TORCHJOBS) -> Reporter | None:
+        if namespace != LOCAL_NAMESPACE or job != self.job or plural != TORCHJOBS:  # a local job is a TorchJob
             return None
         parts = credentials.split(".")
         if len(parts) != 4 or parts[0] != TOKEN_PREFIX or not parts[2].isdigit():

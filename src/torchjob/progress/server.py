@@ -9,10 +9,11 @@ limit), then the job's rate limit (a per-job token bucket, and one report a seco
 attempt past it: Book.admit; 429 with Retry-After), then the body.
 
 Paths: torchjob's `/apis/torchjob.dev/v1/namespaces/{ns}/torchjobs/{name}/status` (what
-KUBEFLOW_TRAINER_SERVER_URL names) and Kubeflow Trainer's own
-`/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status`
-(`pkg/statusserver/utils.go` @8c0f505). Answers as Trainer's: 200 with the parsed payload, errors as
-a metav1 Status object (`pkg/statusserver/server.go`).
+KUBEFLOW_TRAINER_SERVER_URL names for a TorchJob), the same shape for a Kubeflow PyTorchJob the
+operator serves, `/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}/status`, and Kubeflow
+Trainer's own `/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status`
+(`pkg/statusserver/utils.go` @8c0f505), which names a TorchJob. Answers as Trainer's: 200 with the
+parsed payload, errors as a metav1 Status object (`pkg/statusserver/server.go`).
 """
 
 from __future__ import annotations
@@ -31,19 +32,24 @@ from torchjob.progress.book import Book
 from torchjob.progress.protocol import MAX_BODY_BYTES, BadReport, parse
 
 PATH = re.compile(r"^/apis/(?:torchjob\.dev/v1/namespaces/(?P<ns>[^/]+)/torchjobs"
+                  r"|kubeflow\.org/v1/namespaces/(?P<kns>[^/]+)/pytorchjobs"
                   r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs)/(?P<name>[^/]+)/status/?$")
+TORCHJOBS = "torchjobs"
+PYTORCHJOBS = "pytorchjobs"  # Kubeflow's kubeflow.org/v1 PyTorchJob, as the operator serves it
+GROUPS = {TORCHJOBS: "torchjob.dev/v1", PYTORCHJOBS: "kubeflow.org/v1"}
 READ_TIMEOUT_S = 10.0
 DRAIN_BYTES = 1 << 20  # a body too large but below this is read (and dropped) before the 413
 
 
-def status_path(namespace: str, name: str) -> str:
-    return f"/apis/torchjob.dev/v1/namespaces/{namespace}/torchjobs/{name}/status"
+def status_path(namespace: str, name: str, plural: str = TORCHJOBS) -> str:
+    return f"/apis/{audience(namespace, name, plural)}"
 
 
-def audience(namespace: str, name: str) -> str:
+def audience(namespace: str, name: str, plural: str = TORCHJOBS) -> str:
     """The audience a job's projected service-account token is issued for (Trainer's TokenAudience
-    with torchjob's group: a token for one job is refused by every other)."""
-    return f"torchjob.dev/v1/namespaces/{namespace}/torchjobs/{name}/status"
+    with the kind's group and plural: a token for one job is refused by every other, a TorchJob's
+    by the PyTorchJob of the same name too)."""
+    return f"{GROUPS[plural]}/namespaces/{namespace}/{plural}/{name}/status"
 
 
 @dataclass(frozen=True)
@@ -54,11 +60,12 @@ class Reporter:
     job: str
     replica: str
     attempt: int
+    plural: str = TORCHJOBS  # the job's kind, as its path names it
 
 
 class Receiver(Protocol):
-    def authorize(self, namespace: str, job: str, credentials: str) -> Reporter | None:
-        """The reporter a bearer token stands for on this job; None when it does not (403)."""
+    def authorize(self, namespace: str, job: str, credentials: str, plural: str = TORCHJOBS) -> Reporter | None:
+        """The reporter a bearer token stands for on this job of that kind; None when it does not (403)."""
 
     def book(self, reporter: Reporter) -> Book | None:
         """The job's book; None when there is no such job (404)."""
@@ -160,7 +167,8 @@ class _Handler(BaseHTTPRequestHandler):
         if m is None:
             self._fail(404, "NotFound", f"no such path {self.path!r}: POST to the URL in KUBEFLOW_TRAINER_SERVER_URL")
             return
-        namespace, name = m["ns"] or m["tns"], m["name"]
+        namespace, name = m["ns"] or m["kns"] or m["tns"], m["name"]
+        plural = PYTORCHJOBS if m["kns"] else TORCHJOBS
         length_text = self.headers.get("Content-Length")
         if length_text is None or not length_text.isdigit():
             self._fail(411, "BadRequest", "send the body with a Content-Length header")
@@ -174,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         receiver = self.server.receiver
         try:
-            who = receiver.authorize(namespace, name, bearer(self.headers.get("Authorization")))
+            who = receiver.authorize(namespace, name, bearer(self.headers.get("Authorization")), plural)
         except Exception:  # the token could not be checked (the API server is away): try again later
             self._fail(503, "ServiceUnavailable", "the token could not be checked now; try again",
                        {"Retry-After": "5"})
