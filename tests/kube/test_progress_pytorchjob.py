@@ -135,6 +135,8 @@ def test_a_stalled_pytorchjob_fails_with_progress_deadline_exceeded(
     failed = next(c for c in got["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "ProgressDeadlineExceeded", failed
     stored = kube.get(PyTorchJobRes, "hang", namespace=namespace).status
-    assert stored["conditions"][-1]["type"] == "Failed"  # what Kubeflow's readers see
+    kubeflows = stored["conditions"][-1]  # what Kubeflow's readers see
+    assert kubeflows["type"] == "Failed" and kubeflows["reason"] == "PyTorchJobFailed", kubeflows
+    assert "no progress report" in kubeflows["message"], kubeflows
     stalls = [e for e in events(kube, namespace, "hang") if e.reason == "Stalled"]
     assert stalls and "progressDeadlineSeconds" in stalls[0].message
