@@ -177,6 +177,8 @@ def _wording(job: TorchJob, status: JobStatus, c: Condition) -> tuple[str, str]:
         return "Failed", f"Job {name} has failed because it has reached the specified backoff limit"
     if reason == "DeadlineExceeded":
         return "Failed", f"Job {name} has failed because it was active longer than specified deadline"
+    if reason == "ProgressDeadlineExceeded":  # torchjob's (no Kubeflow wording): the replicas that went quiet
+        return "Failed", f"{KIND} {name} is failed because {c.message}."
     # the root cause's replica, counted once: the replicas torchjob stops after it (Kubeflow leaves
     # them running) fail later, and a terminal condition's message does not change after the fact
     rtype = _replica_type_of(failure.replica if failure is not None else c.message)
