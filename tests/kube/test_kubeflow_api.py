@@ -19,6 +19,7 @@ from tests.kube.conftest import REPO, Operator, set_pod
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube import kubeflow_status as kf
+from torchjob.kube.client import TorchJobRes
 
 KUBECTL = Path(subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "bin"], capture_output=True,
                               text=True, check=True).stdout.strip()) / "kubectl"
@@ -141,3 +142,30 @@ def run_operator_once(kubeconfig: str, tmp_path: Path, *args: str) -> str:
 def test_auto_serves_the_api_when_its_crd_is_torchjobs(
         kubeconfig: str, pytorchjobs: Client, tmp_path: Path) -> None:  # noqa: F811
     assert "served (--kubeflow-api=auto)" in run_operator_once(kubeconfig, tmp_path)
+
+
+def test_a_pytorchjob_named_like_a_torchjob_says_whose_names_it_waits_for(
+        kube: Client, kubeconfig: str, namespace: str, kubeflow_operator: Operator) -> None:
+    from lightkube.resources.core_v1 import Event, Pod, Service
+
+    create(kube, job_data("twin", workers=1), namespace)
+    wait_pods(kube, "twin", namespace, 2)
+    kube.create(PyTorchJobRes.from_dict({**seed("twin"), "metadata": {"name": "twin", "namespace": namespace}}))
+
+    def said() -> list[str]:
+        return [e.message or "" for e in kube.list(Event, namespace=namespace)
+                if e.involvedObject.kind == "PyTorchJob" and e.reason == "ReconcileError"]
+
+    end = time.monotonic() + 30
+    while not said() and time.monotonic() < end:
+        time.sleep(0.2)
+    assert said() and "Service twin exists and belongs to TorchJob twin" in said()[0], said()
+    assert "delete or rename one of them" in said()[0]
+    assert len(pods_of(kube, "twin", namespace)) == 2  # the TorchJob's, untouched
+    # The TorchJob goes (its pods and Service with it, as the garbage collector would): the PyTorchJob starts.
+    kube.delete(TorchJobRes, "twin", namespace=namespace)
+    for p in pods_of(kube, "twin", namespace):
+        kube.delete(Pod, p.metadata.name, namespace=namespace, grace_period=0)
+    kube.delete(Service, "twin", namespace=namespace)
+    pods = wait_pods(kube, "twin", namespace, 3, timeout=90)
+    assert all(o.kind == "PyTorchJob" for p in pods for o in p.metadata.ownerReferences)

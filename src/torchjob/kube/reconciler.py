@@ -85,6 +85,10 @@ class PodOptions:
     progress_url: str | None = None  # the progress endpoint pods report to (None: no progress env)
 
 
+class NameTaken(Exception):
+    """A pod or Service name this job needs is held by another job's (or nobody's) object."""
+
+
 class Reconciler:
     def __init__(self, api: Api, jobs: Informer, pods: Informer, services: Informer, index: PodIndex,
                  queue: WorkQueue, kueue_gate: KueueGate, podgroup_gate: PodGroupGate, options: PodOptions,
@@ -235,6 +239,7 @@ class Reconciler:
             created = await self.api.create(obj)
         except Exception as e:
             if status_code(e) == 409:
+                await self._check_taken(obj)
                 return False
             raise
         if obj["kind"] == "Pod":
@@ -242,6 +247,27 @@ class Reconciler:
         elif obj["kind"] == "Service" and kr.LABEL_JOB in created["metadata"].get("labels", {}):
             self.services.remember(created)  # not created twice before its watch event
         return True
+
+    async def _check_taken(self, obj: dict[str, Any]) -> None:
+        """After a 409 for a pod or Service of a job: one this job owns, or an earlier job of the same
+        name and kind (its garbage collection frees the name), is left as it is; one that another job
+        owns, or none, holds the name, and the job cannot start while it does: an error that says
+        whose (a TorchJob and a PyTorchJob of one name in a namespace want the same names)."""
+        meta = obj["metadata"]
+        ours = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+        if ours is None:
+            return
+        found = await self.api.find(obj["kind"], meta["name"], meta.get("namespace", "default"))
+        if found is None:
+            return
+        owner = next((r for r in found["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+        if owner is not None and (owner.get("uid") == ours["uid"] or
+                                  (owner.get("kind"), owner.get("name")) == (ours["kind"], ours["name"])):
+            return
+        whose = f"{owner.get('kind')} {owner.get('name')}" if owner else "nothing of torchjob's (it has no owner)"
+        raise NameTaken(f"{obj['kind']} {meta['name']} exists and belongs to {whose}, so this {ours['kind']} cannot "
+                        f"make its own; delete or rename one of them (a TorchJob and a PyTorchJob of the same name "
+                        f"in a namespace want the same pod and Service names); this job starts once the name is free")
 
     async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], create: bool = True) -> None:
         ns = job.metadata.namespace or "default"
