@@ -169,3 +169,28 @@ def test_a_pytorchjob_named_like_a_torchjob_says_whose_names_it_waits_for(
     kube.delete(Service, "twin", namespace=namespace)
     pods = wait_pods(kube, "twin", namespace, 3, timeout=90)
     assert all(o.kind == "PyTorchJob" for p in pods for o in p.metadata.ownerReferences)
+
+
+def test_torchjob_describe_shows_a_pytorchjob_it_serves(
+        kube: Client, kubeconfig: str, namespace: str, kubeflow_operator: Operator) -> None:
+    import subprocess
+    import sys
+
+    data = seed("desc")
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        rspec["restartPolicy"] = "Never"  # a failed worker fails the job
+    kube.create(PyTorchJobRes.from_dict({**data, "metadata": {"name": "desc", "namespace": namespace}}))
+    pods = {p.metadata.name: p for p in wait_pods(kube, "desc", namespace, 3)}
+    for p in pods.values():
+        set_pod(kube, p, "Running")
+    set_pod(kube, pods["desc-worker-1"], "Failed", 3)
+    wait_state(kubeconfig, "desc", namespace, "Failed")
+    out = subprocess.run([sys.executable, "-m", "torchjob", "describe", "desc", "-n", namespace, "--kube",
+                          "--kubeconfig", kubeconfig], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    # torchjob's view of it: the state, the root cause, each replica's attempt and the events
+    assert "Failed" in out.stdout and "worker-1" in out.stdout and "exit code 3" in out.stdout, out.stdout
+    assert "desc-worker-1" in out.stdout and "Events:" in out.stdout, out.stdout  # the others were stopped
+    missing = subprocess.run([sys.executable, "-m", "torchjob", "describe", "nothing", "-n", namespace, "--kube",
+                              "--kubeconfig", kubeconfig], capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr, missing.stderr

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2  # lightkube's HTTP client: what it raises for calls that fail below the Kubernetes API
 from lightkube import Client, KubeConfig
@@ -33,6 +33,9 @@ from torchjob.runtime import (
     refuse_resume,
     refuse_suspend,
 )
+
+if TYPE_CHECKING:
+    from torchjob.kube.served import ServedKind
 
 
 def client(kubeconfig: str | None, context: str | None) -> Client:
@@ -101,7 +104,19 @@ def get(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
 
 
 def status_of(data: dict[str, Any]) -> JobStatus:
-    return JobStatus.model_validate(data.get("status") or {})
+    return _served(data).status_of(data)
+
+
+def find_pytorchjob(kube: Client, name: str, namespace: str | None) -> dict[str, Any] | None:
+    """A Kubeflow PyTorchJob of that name (torchjob's operator may serve it), or None (none, or no CRD)."""
+    from torchjob.kube.client import PyTorchJobRes
+
+    try:
+        return to_dict(kube.get(PyTorchJobRes, name, namespace=_ns(kube, namespace)))
+    except Exception as e:
+        if status_code(e) == 404:  # none, or no such kind at all (the CRD is not installed)
+            return None
+        raise
 
 
 def waiting(pod: Any) -> str | None:
@@ -156,7 +171,7 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
 def events(kube: Client, data: dict[str, Any]) -> list[Any]:
     meta = data["metadata"]
     # By uid too: an earlier job of the same name (deleted, its events kept for an hour) is another job.
-    fields = {"involvedObject.name": meta["name"], "involvedObject.kind": "TorchJob"}
+    fields = {"involvedObject.name": meta["name"], "involvedObject.kind": data.get("kind") or "TorchJob"}
     if meta.get("uid"):
         fields["involvedObject.uid"] = meta["uid"]
     evs = kube.list(Event, namespace=meta.get("namespace", "default"), fields=fields)
@@ -167,7 +182,9 @@ def events(kube: Client, data: dict[str, Any]) -> list[Any]:
 def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
     """The job's pods, the master first, then the workers by index (worker-2 before worker-10)."""
     meta = data["metadata"]
-    found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels={LABEL_JOB: meta["name"]})
+    # This kind's pods only: those of a TorchJob and a PyTorchJob of one name carry the same job label.
+    labels = {**_served(data).pod_labels, LABEL_JOB: meta["name"]}
+    found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels=labels)
     return sorted(found, key=lambda p: (p.metadata.labels[LABEL_TYPE] != "master",
                                         p.metadata.labels[LABEL_TYPE], int(p.metadata.labels[LABEL_INDEX])))
 
@@ -228,10 +245,15 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None, fo
             say(f"{prefix}(no logs: the pod was deleted while they were read)")
 
 
-def _job_of(data: dict[str, Any]) -> TorchJob:
-    from torchjob.kube.served import TORCHJOB
+def _served(data: dict[str, Any]) -> ServedKind:
+    """The kind as the operator serves it: a TorchJob, or a Kubeflow PyTorchJob."""
+    from torchjob.kube.served import PYTORCHJOB, TORCHJOB
 
-    return TORCHJOB.read(data)
+    return PYTORCHJOB if data.get("kind") == "PyTorchJob" else TORCHJOB
+
+
+def _job_of(data: dict[str, Any]) -> TorchJob:
+    return _served(data).read(data)
 
 
 def _seconds(t: Any) -> float | None:
@@ -348,7 +370,14 @@ class KubeRuntime:
         return view_of(get(self.kube, name, ns))
 
     def describe(self, name: str) -> JobView:
-        return view_of(get(self.kube, name, self.namespace), self.kube)
+        try:
+            data = get(self.kube, name, self.namespace)
+        except UserError:  # no TorchJob of that name: a PyTorchJob (torchjob serves Kubeflow's API too)?
+            found = find_pytorchjob(self.kube, name, self.namespace)
+            if found is None:
+                raise
+            data = found
+        return view_of(data, self.kube)
 
     def list(self) -> list[JobView]:
         return [view_of(data) for data in list_jobs(self.kube, self.namespace)]
