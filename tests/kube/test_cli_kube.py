@@ -119,16 +119,20 @@ def test_a_leader_stopped_by_sigterm_gives_up_the_lease_and_the_next_leads_at_on
         second.stop()
 
 
-def test_logs_come_through_the_api_server_from_the_node(kubeconfig: str, kube: Client, namespace: str,
-                                                        operator: Operator) -> None:
-    # Scheduled onto a KWOK node, whose kubelet server (scripts/dev-cluster.sh) answers every
-    # container's log with the same two lines.
-    data = job_data("lg", workers=1)
+def running_on_kwok(kube: Client, name: str, namespace: str) -> None:
+    """A master and a worker scheduled onto a KWOK node, whose kubelet server (scripts/dev-cluster.sh)
+    answers every container's log with the same two lines; returns once the job is Running."""
+    data = job_data(name, workers=1)
     for spec in data["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["tolerations"] = [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
                                                     "effect": "NoSchedule"}]
     create(kube, data, namespace)
-    wait_job(kube, "lg", namespace, lambda s: s.get("state") == "Running")
+    wait_job(kube, name, namespace, lambda s: s.get("state") == "Running")
+
+
+def test_logs_come_through_the_api_server_from_the_node(kubeconfig: str, kube: Client, namespace: str,
+                                                        operator: Operator) -> None:
+    running_on_kwok(kube, "lg", namespace)
     out = torchjob(kubeconfig, "logs", "lg", "-n", namespace)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
@@ -145,12 +149,7 @@ def test_a_pod_deleted_while_logs_reads_them_is_said_and_the_others_shown(
         kube: Client, namespace: str, operator: Operator) -> None:
     # A job that ends stops its other pods (CompleteJob, cleanPodPolicy): one may go between the
     # listing of the job's pods and the read of its logs. The API server answers 404 for real here.
-    data = job_data("gonelog", workers=1)
-    for spec in data["spec"]["pytorchReplicaSpecs"].values():
-        spec["template"]["spec"]["tolerations"] = [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
-                                                    "effect": "NoSchedule"}]
-    create(kube, data, namespace)
-    wait_job(kube, "gonelog", namespace, lambda s: s.get("state") == "Running")
+    running_on_kwok(kube, "gonelog", namespace)
 
     class DeletesMasterFirst(Client):  # the timing of the race, made certain: the delete comes just before
         def log(self, name: str, **kw: object) -> object:  # type: ignore[override]
