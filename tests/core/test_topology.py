@@ -10,6 +10,7 @@ from tests.jobs import make_job
 from torchjob.api.model import DEFAULT_PORT, ContainerPort
 from torchjob.api.spec_facts import is_torchrun, master_port
 from torchjob.core.topology import (
+    ALWAYS_DEFAULTS,
     Placement,
     ReplicaId,
     elastic_bounds,
@@ -299,15 +300,16 @@ def test_elastic_is_ignored_in_plain_mode() -> None:
 
 
 def test_merge_env() -> None:
-    assert merge_env([("A", "$(B)")], {"RANK": "0"}) == [("A", "$(B)", True), ("PYTHONUNBUFFERED", "1", False),
-                                                       ("RANK", "0", False)]
-    assert merge_env([("PYTHONUNBUFFERED", "0")], {}) == [("PYTHONUNBUFFERED", "0", True)]
+    assert merge_env([("A", "$(B)")], {"RANK": "0"}, ALWAYS_DEFAULTS) == [
+        ("A", "$(B)", True), ("PYTHONUNBUFFERED", "1", False), ("RANK", "0", False)]
+    assert merge_env([("PYTHONUNBUFFERED", "0")], {}, ALWAYS_DEFAULTS) == [("PYTHONUNBUFFERED", "0", True)]
 
 
 def test_merge_env_upserts_ours_in_the_users_place() -> None:
     """Kubeflow appends its entry after the user's and the later one wins; torchjob gives the same
     value in the user's place, so there is never a second entry (and $(RANK) after it sees ours)."""
-    merged = merge_env([("A", "1"), ("RANK", "9"), ("SECRET", None), ("B", "$(RANK)")], {"RANK": "0", "X": "x"})
+    merged = merge_env([("A", "1"), ("RANK", "9"), ("SECRET", None), ("B", "$(RANK)")], {"RANK": "0", "X": "x"},
+                       ALWAYS_DEFAULTS)
     assert merged == [("A", "1", True), ("RANK", "0", False), ("SECRET", None, False), ("B", "$(RANK)", True),
                       ("PYTHONUNBUFFERED", "1", False), ("X", "x", False)]
     names = [name for name, _, _ in merged]

@@ -107,13 +107,15 @@ def world_size(job: TorchJob, nproc: int) -> int:
 # the store made per round, as before 2.4, the survivors and the new pod train on in the next round.
 # See also pytorch/pytorch#135712 (the shared store and agent restarts). A user's own value wins.
 ELASTIC_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+ALWAYS_DEFAULTS = {"PYTHONUNBUFFERED": "1"}  # a replica's output reaches its log as it is printed
 
 
 @dataclass(frozen=True)
 class ReplicaEnv:
     env: dict[str, str]
     torchrun: bool
-    defaults: dict[str, str] = field(default_factory=dict)  # set unless the user's env sets them
+    # set unless the user's env sets them: PYTHONUNBUFFERED=1 always, ELASTIC_DEFAULTS for elastic jobs
+    defaults: dict[str, str] = field(default_factory=lambda: dict(ALWAYS_DEFAULTS))
 
 
 def volcano_env(job: TorchJob, rid: ReplicaId, hosts: Mapping[str, str]) -> dict[str, str]:
@@ -179,7 +181,7 @@ def replica_env(
                 env["PET_RDZV_CONF"] = ",".join(f"{c.key}={c.value}" for c in ep.rdzvConf)
             if ep.standalone:
                 env["PET_STANDALONE"] = "1"
-            return ReplicaEnv(env=env, torchrun=True, defaults=dict(ELASTIC_DEFAULTS))
+            return ReplicaEnv(env=env, torchrun=True, defaults={**ALWAYS_DEFAULTS, **ELASTIC_DEFAULTS})
         return ReplicaEnv(env=env, torchrun=True)
     # Plain mode: one process per replica.
     env.update(
@@ -197,18 +199,17 @@ EnvEntry = tuple[str, str | None, bool]
 
 
 def merge_env(user: list[tuple[str, str | None]], ours: Mapping[str, str],
-              defaults: Mapping[str, str] | None = None) -> list[EnvEntry]:
+              defaults: Mapping[str, str]) -> list[EnvEntry]:
     """The container's env as torchjob sets it, on Kubernetes and locally alike: the user's entries
     in their places, with ours replacing any of the same name (Kubeflow appends its own after the
     user's and the later entry wins: the same value, without a second entry), then the rest of ours.
-    PYTHONUNBUFFERED=1 and `defaults` unless the user set them. Each entry is (name, value, expanded by the kubelet):
+    `defaults` (ReplicaEnv.defaults) unless the user set them. Each entry is (name, value, expanded by the kubelet):
     a value None is the user's valueFrom, resolved by the runtime."""
     out: list[EnvEntry] = []
     for name, value in user:
         out.append((name, ours[name], False) if name in ours else (name, value, value is not None))
     written = {name for name, _ in user}
-    unset = {name: value for name, value in {"PYTHONUNBUFFERED": "1", **(defaults or {})}.items()
-             if name not in written}
+    unset = {name: value for name, value in defaults.items() if name not in written}
     out += [(name, value, False) for name, value in {**unset, **ours}.items() if name not in written]
     return out
 
