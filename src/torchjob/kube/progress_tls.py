@@ -117,7 +117,8 @@ async def ensure(api: Api, namespace: str, service: str, extra_hosts: tuple[str,
     at once: the second's create gets 409 and it reads the first's). `extra_hosts`: what the pods are
     told beyond the Service's names (the host of --progress-url); a stored certificate that does not
     name them all is made again, and the job namespaces' CA ConfigMaps follow (the reconciler)."""
-    hosts = [*hosts_for(service, namespace), *(h for h in extra_hosts if h not in hosts_for(service, namespace))]
+    own = hosts_for(service, namespace)
+    hosts = [*own, *(h for h in extra_hosts if h not in own)]
     found = await api.find("Secret", SECRET, namespace)
     if found is not None:
         stored = _decode(found)
