@@ -106,8 +106,8 @@ def pytorchjob(name: str, namespace: str) -> dict[str, Any]:
 def operator_pods(jobs: int, namespace: str) -> list[dict[str, Any]]:
     """The pods `torchjob operator` creates for these jobs, as its own render code makes them."""
     from torchjob.core.topology import replicas
-    from torchjob.kube import render as kr
-    from torchjob.kube.served import read_torchjob
+    from torchjob.kube.objects import pods as kr
+    from torchjob.kube.served.kinds import read_torchjob
 
     pods = []
     for i in range(jobs):
@@ -149,7 +149,7 @@ async def kubeflow_certs(client: AsyncClient) -> None:
 async def use_pytorchjob_crd(client: AsyncClient, kubeconfig: str, crd: dict[str, Any]) -> None:
     """Install this `pytorchjobs.kubeflow.org` CRD (torchjob's or Kubeflow's, one replacing the
     other: server-side apply by the same manager), and wait until its objects are served by it."""
-    from torchjob.kube.install import apply
+    from torchjob.kube.objects.install import apply
 
     await asyncio.to_thread(apply, [crd], kubeconfig)
     end = time.monotonic() + 60
@@ -167,10 +167,10 @@ async def use_pytorchjob_crd(client: AsyncClient, kubeconfig: str, crd: dict[str
 
 
 async def main_async(args: argparse.Namespace, kubeconfig: str, kubeflow: bool) -> list[Result]:
-    from torchjob.kube.client import TorchJobRes
-    from torchjob.kube.crd import crd
-    from torchjob.kube.install import apply
-    from torchjob.kube.kubeflow_crd import crd as torchjob_pytorchjob_crd
+    from torchjob.kube.machinery.client import TorchJobRes
+    from torchjob.kube.objects.crd import crd
+    from torchjob.kube.objects.install import apply
+    from torchjob.kube.objects.kubeflow_crd import crd as torchjob_pytorchjob_crd
 
     await asyncio.to_thread(apply, [crd()], kubeconfig)
     # Long read timeout: deleting thousands of pods in one call takes more than lightkube's 10 s.

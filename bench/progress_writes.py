@@ -95,10 +95,10 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
     from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, ServiceAccount
     from lightkube.types import PatchType
 
-    from torchjob.kube.client import TorchJobRes
-    from torchjob.kube.crd import crd
-    from torchjob.kube.install import apply
-    from torchjob.kube.render import LABEL_JOB
+    from torchjob.kube.machinery.client import TorchJobRes
+    from torchjob.kube.objects.crd import crd
+    from torchjob.kube.objects.install import apply
+    from torchjob.kube.objects.pods import LABEL_JOB
     from torchjob.progress.server import audience, status_path
 
     kube = Client(config=KubeConfig.from_file(kubeconfig), field_manager="bench")

@@ -3,8 +3,8 @@
 TorchX's split is the model: `dryrun(job)` gives a plan of exactly what will run (locally the
 processes with their argv, env and ports; on Kubernetes the objects), `schedule(plan)` starts that
 plan, and the verbs on a job by name (`describe`, `list`, `logs`, `suspend`, `resume`, `delete`)
-work the same way on both. The local runtime (`torchjob.local.runtime.LocalRuntime`) and the
-Kubernetes one (`torchjob.kube.runtime.KubeRuntime`) implement it; the CLI picks one, once.
+work the same way on both. The local runtime (`torchjob.local.local_runtime.LocalRuntime`) and the
+Kubernetes one (`torchjob.kube.clientside.kube_runtime.KubeRuntime`) implement it; the CLI picks one, once.
 
 A reader (`describe`, `list`, `logs`) never writes: it shows what core decides from the facts.
 Both runtimes fill one typed view of a job (`JobView`) that one printer shows, and refuse what

@@ -12,7 +12,7 @@ import pytest
 from tests.dialects.util import doc, line_of, problem_at, problems, read
 from torchjob.api.model import TorchJob
 from torchjob.core.topology import Placement, ReplicaId, replicas
-from torchjob.kube import render as kr
+from torchjob.kube.objects import pods as kr
 from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.render import render
 

@@ -16,7 +16,7 @@ from torchjob.core.topology import Placement, ReplicaId, replica_env, replicas
 from torchjob.dialects.convert import convert, explicit
 from torchjob.dialects.load import load
 from torchjob.dialects.trainjob import nproc
-from torchjob.kube import render as kr
+from torchjob.kube.objects import pods as kr
 
 WHERE = Placement("127.0.0.1", 41000, "127.0.0.1", 41001)
 

@@ -500,7 +500,7 @@ def _plugin(flags: str) -> str:
 
 
 def test_wait_master_flags_give_the_init_containers_image_and_timeout() -> None:
-    from torchjob.kube import render as kr
+    from torchjob.kube.objects import pods as kr
 
     job = read(_plugin('["--port", "29500", "--wait-master-enabled", "--wait-master-timeout=600", '
                        '"--wait-master-image", "alpine:3.20"]')).job
@@ -520,7 +520,7 @@ def test_wait_master_defaults_are_volcanos() -> None:
 
 
 def test_without_wait_master_enabled_the_operators_default_applies() -> None:
-    from torchjob.kube import render as kr
+    from torchjob.kube.objects import pods as kr
 
     text = _plugin('["--wait-master-timeout=60"]')
     loaded = read(text)

@@ -23,11 +23,11 @@ from lightkube.resources.core_v1 import Namespace, Pod
 
 from tests.e2e.images import STANDINS
 from tests.kube.conftest import ENABLED, REPO, Operator, wait_established
-from torchjob.kube import kubeflow_crd
-from torchjob.kube.client import TorchJobRes
-from torchjob.kube.crd import CRD_NAME, crd
-from torchjob.kube.install import apply
-from torchjob.kube.render import LABEL_JOB
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects import kubeflow_crd
+from torchjob.kube.objects.crd import CRD_NAME, crd
+from torchjob.kube.objects.install import apply
+from torchjob.kube.objects.pods import LABEL_JOB
 
 # A cluster already up there (`TORCHJOB_DEVCLUSTER_DIR=... dev-cluster.sh up --real-node`) is used
 # as it is and left up: the inner loop of development.

@@ -25,7 +25,7 @@ from tests.e2e.conftest import (
 from tests.e2e.images import TESTS_IMAGE
 from tests.jobs import job_data
 from tests.kube.conftest import REPO
-from torchjob.kube.client import TorchJobRes
+from torchjob.kube.machinery.client import TorchJobRes
 
 pytestmark = pytest.mark.kube
 

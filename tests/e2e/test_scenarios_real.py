@@ -17,8 +17,8 @@ from lightkube.resources.core_v1 import Pod
 from tests.e2e.conftest import running_container, status_of, wait_for
 from tests.e2e.images import TESTS_IMAGE
 from tests.scenarios import SCENARIOS, Scenario
-from torchjob.kube.client import TorchJobRes
-from torchjob.kube.render import LABEL_JOB
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects.pods import LABEL_JOB
 
 pytestmark = pytest.mark.kube
 

@@ -29,9 +29,9 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 
-from torchjob.kube.client import TorchJobRes
-from torchjob.kube.crd import CRD_NAME, crd
-from torchjob.kube.install import apply
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects.crd import CRD_NAME, crd
+from torchjob.kube.objects.install import apply
 
 REPO = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("CI") == "true" or os.environ.get("TORCHJOB_KUBE_TESTS") == "1"
@@ -259,7 +259,7 @@ def apiserver_requests(kubeconfig: str, verb: str, resource: str) -> float:
 def admit_podgroup(kube: Client, name: str, namespace: str, timeout: float = 30) -> None:
     """Play the volcano scheduler: move the job's PodGroup from Pending to Inqueue (its CRD has no
     status subresource, so the object itself is patched)."""
-    from torchjob.kube.client import VolcanoPodGroup
+    from torchjob.kube.machinery.client import VolcanoPodGroup
 
     end = time.monotonic() + timeout
     while True:
@@ -275,7 +275,7 @@ def admit_podgroup(kube: Client, name: str, namespace: str, timeout: float = 30)
 
 def kueue_status(kube: Client, workload: str, namespace: str, status: dict[str, Any]) -> None:
     """Play Kueue: server-side apply the Workload's status as its admission manager does."""
-    from torchjob.kube.client import KueueWorkload
+    from torchjob.kube.machinery.client import KueueWorkload
 
     body = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
             "metadata": {"name": workload, "namespace": namespace}, "status": status}

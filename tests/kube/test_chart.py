@@ -54,7 +54,7 @@ def _kubeflow_template(enabled: bool) -> list[dict[str, Any]]:
 def test_the_kubeflow_api_is_a_chart_value_off_by_default_rendering_what_install_applies() -> None:
     import yaml
 
-    from torchjob.kube.install import manifests
+    from torchjob.kube.objects.install import manifests
 
     values = yaml.safe_load((REPO / "charts" / "torchjob" / "values.yaml").read_text())
     assert values["kubeflowApi"] == {"enabled": False}
@@ -77,7 +77,7 @@ def _kubeflow_part(obj: dict[str, Any]) -> bool:
 
 
 def test_install_kubeflow_api_adds_the_crd_and_its_rbac_and_crd_only_gives_both_crds() -> None:
-    from torchjob.kube.install import manifests
+    from torchjob.kube.objects.install import manifests
 
     plain = manifests()
     assert not any(_kubeflow_part(o) or "kubeflow.org" in str(o.get("rules", "")) for o in plain)

@@ -12,7 +12,7 @@ import httpx2
 from lightkube.core.exceptions import ApiError
 
 from tests.kube.conftest import free_port
-from torchjob.kube.runtime import explain
+from torchjob.kube.clientside.kube_runtime import explain
 
 URL = "https://127.0.0.1:6443/apis/torchjob.dev/v1/namespaces/default/torchjobs"
 

@@ -11,8 +11,8 @@ from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
 from torchjob.core.reconcile import Create, Phase, Stop, as_core_sees, reconcile
 from torchjob.core.topology import ReplicaId, replicas
-from torchjob.kube import render as kr
-from torchjob.kube.observe import observe
+from torchjob.kube.controller.observe import observe
+from torchjob.kube.objects import pods as kr
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

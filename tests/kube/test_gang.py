@@ -12,8 +12,8 @@ from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.core.topology import ReplicaId
 from torchjob.dialects.load import load_job
-from torchjob.kube import gang, tensorboard
-from torchjob.kube import render as kr
+from torchjob.kube.objects import gang, tensorboard
+from torchjob.kube.objects import pods as kr
 
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"
 OWNER = {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "name": "demo", "uid": "u"}

@@ -30,8 +30,14 @@ from tests.kube.conftest import (
     wait_job,
 )
 from tests.kube.test_operator import create, pods_of, wait_pods
-from torchjob.kube import gang, kueue
-from torchjob.kube.client import KueueResourceFlavor, KueueWorkload, PluginsPodGroup, TorchJobRes, VolcanoPodGroup
+from torchjob.kube.machinery.client import (
+    KueueResourceFlavor,
+    KueueWorkload,
+    PluginsPodGroup,
+    TorchJobRes,
+    VolcanoPodGroup,
+)
+from torchjob.kube.objects import gang, kueue
 
 pytestmark = pytest.mark.kube
 

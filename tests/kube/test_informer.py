@@ -9,10 +9,10 @@ import pytest
 from lightkube import AsyncClient, KubeConfig
 
 from tests.kube.conftest import free_port
-from torchjob.kube.client import Api, to_dict
-from torchjob.kube.controller import Controller
-from torchjob.kube.informer import Informer, metadata_only
-from torchjob.kube.observe import pod_summary
+from torchjob.kube.controller.controller import Controller
+from torchjob.kube.controller.observe import pod_summary
+from torchjob.kube.machinery.client import Api, to_dict
+from torchjob.kube.machinery.informer import Informer, metadata_only
 
 
 def pod(rv: str, phase: str) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, set_pod
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
 from tests.kube.test_operator import create, pods_of, wait_pods
-from torchjob.kube import kubeflow_status as kf
-from torchjob.kube.client import TorchJobRes
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.served import kubeflow_status as kf
 
 KUBECTL = Path(subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "bin"], capture_output=True,
                               text=True, check=True).stdout.strip()) / "kubectl"

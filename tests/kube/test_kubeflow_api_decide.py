@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from torchjob.api.errors import UserError
-from torchjob.kube.kubeflow_api import decide
-from torchjob.kube.kubeflow_crd import crd
+from torchjob.kube.objects.kubeflow_crd import crd
+from torchjob.kube.served.kubeflow_api import decide
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 OURS = crd()

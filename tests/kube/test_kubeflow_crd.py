@@ -20,8 +20,8 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
 from tests.kube.conftest import wait_established
-from torchjob.kube import kubeflow_crd
-from torchjob.kube.install import apply
+from torchjob.kube.objects import kubeflow_crd
+from torchjob.kube.objects.install import apply
 
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"
 PyTorchJobRes = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
@@ -245,7 +245,7 @@ def test_the_installed_role_lets_the_operator_serve_pytorchjobs_and_no_more(
     from lightkube.resources.authorization_v1 import SubjectAccessReview
     from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
-    from torchjob.kube.install import KUBEFLOW_NAME, kubeflow_api_objects
+    from torchjob.kube.objects.install import KUBEFLOW_NAME, kubeflow_api_objects
 
     objs = kubeflow_api_objects(namespace)
     apply(objs, kubeconfig)
@@ -277,7 +277,7 @@ def test_the_projected_status_is_stored_whole_and_listed_by_its_state(
     `kubectl get`'s State follows the job."""
     from tests.core.sim import simulate
     from tests.jobs import make_job
-    from torchjob.kube.kubeflow_status import kubeflow_status, torchjob_status
+    from torchjob.kube.served.kubeflow_status import kubeflow_status, torchjob_status
 
     create(pytorchjobs, seed("demo"), namespace)
     job = make_job("demo", workers=2, restart_policy="OnFailure")

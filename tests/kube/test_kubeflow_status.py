@@ -1,4 +1,4 @@
-"""torchjob's status projected into Kubeflow's PyTorchJob status (kube/kubeflow_status.py), pure:
+"""torchjob's status projected into Kubeflow's PyTorchJob status (kube/served/kubeflow_status.py), pure:
 the statuses are what the real core decides (tests/core/sim.py drives `core.reconcile`), and each
 is read the way Kubeflow's clients read it: `kubectl get`'s State column, the SDK's "condition
 True" checks, Kueue's counts, and Katib's documented GJSON success and failure conditions."""
@@ -15,7 +15,7 @@ import pytest
 from tests.core.sim import T0, SimResult, simulate
 from tests.jobs import make_job
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.kube import kubeflow_status as kf
+from torchjob.kube.served import kubeflow_status as kf
 
 # Katib's defaults for a PyTorchJob trial (trialTemplate successCondition / failureCondition)
 KATIB_SUCCESS = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'

@@ -26,8 +26,8 @@ from lightkube.resources.core_v1 import Namespace
 from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, finished, free_port, set_pod, wait_established, wait_job
 from tests.kube.test_operator import create, pods_of, wait_pods
-from torchjob.kube import kueue
-from torchjob.kube.client import KueueResourceFlavor, KueueWorkload, TorchJobRes
+from torchjob.kube.machinery.client import KueueResourceFlavor, KueueWorkload, TorchJobRes
+from torchjob.kube.objects import kueue
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]  # the first may build Kueue (~5 min)
 ClusterQueue = create_global_resource("kueue.x-k8s.io", "v1beta1", "ClusterQueue", "clusterqueues")

@@ -18,8 +18,8 @@ from tests.jobs import job_data
 from tests.kube.conftest import Operator, admit_podgroup, finished, set_pod, wait_job
 from torchjob.dialects.convert import explicit
 from torchjob.dialects.load import load_job
-from torchjob.kube.client import TorchJobRes
-from torchjob.kube.render import LABEL_JOB
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects.pods import LABEL_JOB
 
 pytestmark = pytest.mark.kube
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"

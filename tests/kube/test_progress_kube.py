@@ -27,8 +27,8 @@ from tests.kube.reporting import (
     unbound_token,
     url,
 )
-from torchjob.kube.client import TorchJobRes
-from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_JOB
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects.pods import ANNOTATION_ATTEMPT, LABEL_JOB
 from torchjob.progress.server import audience
 
 pytestmark = pytest.mark.kube

@@ -20,8 +20,8 @@ from tests.kube.reporting import SERVICE_ACCOUNT, PodReporter, ca_file, make_ser
 from tests.kube.test_kubeflow_api import kubeflow_operator  # noqa: F401 (the fixture)
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
 from tests.kube.test_progress_kube import create_job, events
-from torchjob.kube import kubeflow_status as kf
-from torchjob.kube.render import LABEL_JOB
+from torchjob.kube.objects.pods import LABEL_JOB
+from torchjob.kube.served import kubeflow_status as kf
 from torchjob.progress.server import PYTORCHJOBS, audience, status_path
 
 pytestmark = pytest.mark.kube

@@ -6,10 +6,10 @@ import ssl
 
 from tests.jobs import make_job
 from torchjob.core.topology import ReplicaId
-from torchjob.kube import render as kr
-from torchjob.kube.crd import crd
-from torchjob.kube.install import DEFAULT_PROGRESS_URL, LEASE_RULES, RULES, manifests
-from torchjob.kube.progress_tls import covers, generate, hosts_for
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.crd import crd
+from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL, LEASE_RULES, RULES, manifests
+from torchjob.kube.progress.tls import covers, generate, hosts_for
 
 URL = "https://torchjob-operator.torchjob-system.svc:8443"
 

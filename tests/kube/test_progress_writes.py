@@ -8,8 +8,8 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from torchjob.kube.progress import ProgressHub
-from torchjob.kube.served import TORCHJOB
+from torchjob.kube.progress.hub import ProgressHub
+from torchjob.kube.served.kinds import TORCHJOB
 from torchjob.progress.book import Book
 from torchjob.progress.protocol import Report
 

@@ -13,9 +13,9 @@ import yaml
 from tests.jobs import make_job
 from torchjob.core.reconcile import Phase
 from torchjob.core.topology import ReplicaId
-from torchjob.kube import render as kr
-from torchjob.kube.crd import crd
-from torchjob.kube.observe import observe
+from torchjob.kube.controller.observe import observe
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.crd import crd
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:

@@ -24,8 +24,8 @@ from lightkube.resources.core_v1 import Binding, Pod, Service
 from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
 from tests.kube.test_operator import create, pods_of, wait_pods
-from torchjob.kube.client import Api, TorchJobRes, connect
-from torchjob.kube.informer import Informer
+from torchjob.kube.machinery.client import Api, TorchJobRes, connect
+from torchjob.kube.machinery.informer import Informer
 
 pytestmark = pytest.mark.kube
 

@@ -16,9 +16,9 @@ from tests.kube.test_operator import create, wait_pods
 from torchjob.core.topology import node_rank, replicas
 from torchjob.dialects.convert import explicit
 from torchjob.dialects.load import load_job
-from torchjob.kube import gang
-from torchjob.kube import render as kr
-from torchjob.kube.client import VolcanoPodGroup
+from torchjob.kube.machinery.client import VolcanoPodGroup
+from torchjob.kube.objects import gang
+from torchjob.kube.objects import pods as kr
 
 pytestmark = pytest.mark.kube
 SEEDS = sorted((Path(__file__).resolve().parents[1] / "dialects" / "seeds").glob("*.yaml"))

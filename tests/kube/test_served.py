@@ -1,4 +1,4 @@
-"""What the operator reads of a stored job of each kind it serves (kube/served.py), pure."""
+"""What the operator reads of a stored job of each kind it serves (kube/served/kinds.py), pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from tests.jobs import job_data
 from tests.kube.test_kubeflow_crd import seed
-from torchjob.kube import served
+from torchjob.kube.served import kinds as served
 
 
 def as_a_go_client_writes_it(data: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from lightkube.types import PatchType
 from tests.jobs import job_data
 from tests.kube.conftest import Operator, wait_job
 from tests.kube.test_operator import create, wait_pods
-from torchjob.kube.client import TorchJobRes
-from torchjob.kube.queue import WorkQueue
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.machinery.queue import WorkQueue
 
 
 def generation(kube: Client, name: str, namespace: str) -> int:

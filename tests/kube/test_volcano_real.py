@@ -21,7 +21,7 @@ from tests.kube.conftest import ENABLED, Operator, dev_cluster, finished, set_po
 from tests.kube.test_gang_kube import gone, wait_for
 from tests.kube.test_operator import create, pods_of, wait_pods
 from tests.kube.volcano import SCHEDULER_NAME, run_vc_scheduler
-from torchjob.kube.client import VolcanoPodGroup
+from torchjob.kube.machinery.client import VolcanoPodGroup
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first may build vc-scheduler (minutes)
 VolcanoQueue = create_global_resource("scheduling.volcano.sh", "v1beta1", "Queue", "queues")

@@ -15,7 +15,7 @@ import pytest
 from tests.jobs import make_job
 from torchjob.api.model import WaitForMaster
 from torchjob.core.topology import Placement
-from torchjob.kube import render as kr
+from torchjob.kube.objects import pods as kr
 
 SH = shutil.which("sh")
 pytestmark = pytest.mark.skipif(SH is None or shutil.which("bash") is None, reason="needs sh and bash")

@@ -7,7 +7,7 @@ from typing import Any
 
 from lightkube.resources.core_v1 import Pod
 
-from torchjob.kube.runtime import waiting
+from torchjob.kube.clientside.kube_runtime import waiting
 
 
 def pod(status: dict[str, Any], deleting: bool = False) -> Pod:

@@ -17,8 +17,8 @@ from tests.jobs import job_data, make_job
 from tests.local.conftest import Torchjob, job_processes, state_of, write_job
 from torchjob.api.errors import UserError
 from torchjob.local.launch import LocalOptions
+from torchjob.local.local_runtime import LocalRuntime
 from torchjob.local.prepare import supervisor_alive
-from torchjob.local.runtime import LocalRuntime
 from torchjob.local.store import Store
 
 PRINT_PORT = ["python", "-c", "import os; print('port', os.environ['MASTER_PORT'], os.environ['PET_MASTER_PORT'] "

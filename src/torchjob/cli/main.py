@@ -77,11 +77,11 @@ def _runtime(kube: bool = False, kubeconfig: str | None = None, kube_context: st
              **_: Any) -> Runtime:
     """The runtime a command acts on, picked once: the cluster's with --kube, else this machine's."""
     if kube:
-        from torchjob.kube.runtime import KubeRuntime
+        from torchjob.kube.clientside.kube_runtime import KubeRuntime
 
         return KubeRuntime(kubeconfig.split(":")[0] if kubeconfig else None, kube_context, namespace)
     from torchjob.local.launch import LocalOptions
-    from torchjob.local.runtime import LocalRuntime
+    from torchjob.local.local_runtime import LocalRuntime
 
     return LocalRuntime(LocalOptions(
         configmaps=_pairs("--configmap", configmaps, "scripts=./train.py"),
@@ -287,7 +287,7 @@ def resume(name: str, **where: Any) -> None:
 def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
             kubeconfig: str | None, operator_args: tuple[str, ...]) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster."""
-    from torchjob.kube.install import DEFAULT_IMAGE, apply, manifests
+    from torchjob.kube.objects.install import DEFAULT_IMAGE, apply, manifests
 
     objs = manifests(image or DEFAULT_IMAGE, namespace, args=list(operator_args), kubeflow_api=kubeflow_api,
                      crd_only=crd_only)
@@ -340,7 +340,7 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
-    from torchjob.kube.operator import configure_logging, run_operator
+    from torchjob.kube.controller.operator import configure_logging, run_operator
 
     configure_logging()
     asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
@@ -368,7 +368,7 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(0)
     except Exception as e:  # a cluster that cannot be reached or refuses is the user's to fix, not a traceback
-        from torchjob.kube.runtime import explain
+        from torchjob.kube.clientside.kube_runtime import explain
 
         user = explain(e)
         if user is None:

@@ -15,7 +15,7 @@ from torchjob.api.load import job_from_data
 from torchjob.api.model import API_VERSION, KIND, TorchJob
 from torchjob.api.source import Document, problem_at, read_documents
 from torchjob.dialects import SUPPORTED, reader_for
-from torchjob.dialects.runtime import is_runtime
+from torchjob.dialects.trainer_runtime import is_runtime
 
 
 @dataclass

@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 from torchjob.dialects import Notes
-from torchjob.dialects.runtime import NODE
+from torchjob.dialects.trainer_runtime import NODE
 
 Path = list[str | int]
 POD_FIELDS = {"serviceAccountName", "volumes", "initContainers", "containers", "imagePullSecrets", "securityContext",

@@ -24,11 +24,11 @@ from torchjob.api.model import API_VERSION as NATIVE_API
 from torchjob.api.model import KIND as NATIVE_KIND
 from torchjob.api.model import MASTER, PORT_NAME, WORKER
 from torchjob.api.source import Document
-from torchjob.dialects import Converted, Notes, runtime
+from torchjob.dialects import Converted, Notes, trainer_runtime
 from torchjob.dialects.patches import apply_patches, write_patches
-from torchjob.dialects.runtime import JOB_BACKOFF_DEFAULT
+from torchjob.dialects.trainer_runtime import JOB_BACKOFF_DEFAULT
 
-API_VERSION = runtime.API_VERSION
+API_VERSION = trainer_runtime.API_VERSION
 KIND = "TrainJob"
 TRAINER_PORT = 29500  # Trainer's PET_MASTER_PORT
 CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
@@ -70,14 +70,14 @@ def nproc(resources: dict[str, Any], given: int | str | None, runtime_default: s
     return value
 
 
-def _runtime(doc: Document, notes: Notes, spec: dict[str, Any]) -> runtime.Runtime | None:
+def _runtime(doc: Document, notes: Notes, spec: dict[str, Any]) -> trainer_runtime.Runtime | None:
     path: Path = ["spec", "runtimeRef"]
     ref = notes.section(spec, "runtimeRef", ["spec"])
     notes.unknown(ref, {"name", "kind", "apiGroup"}, path)
     name = notes.typed(ref, "name", path, str, "a runtime's name")
-    kind = ref.get("kind", runtime.KINDS[0])
-    if kind not in runtime.KINDS:
-        notes.error([*path, "kind"], f"{kind!r} is not a training runtime", f"use one of {list(runtime.KINDS)}")
+    kind = ref.get("kind", trainer_runtime.KINDS[0])
+    if kind not in trainer_runtime.KINDS:
+        notes.error([*path, "kind"], f"{kind!r} is not a training runtime", f"use one of {list(trainer_runtime.KINDS)}")
     if ref.get("apiGroup", "trainer.kubeflow.org") != "trainer.kubeflow.org":
         notes.error([*path, "apiGroup"], f"{ref.get('apiGroup')!r} is not Kubeflow Trainer's",
                     "use trainer.kubeflow.org")
@@ -85,13 +85,13 @@ def _runtime(doc: Document, notes: Notes, spec: dict[str, Any]) -> runtime.Runti
         notes.error(path, "names no runtime", "e.g. runtimeRef: {name: torch-distributed}")
     if notes.errors:
         return None
-    found = runtime.find(str(kind), str(name), doc.companions)
+    found = trainer_runtime.find(str(kind), str(name), doc.companions)
     if found is None:
         notes.error([*path, "name"], f"{kind} {name!r} is not known here (torchjob knows torch-distributed)",
                     "pass --runtime FILE with its YAML (kubectl get clustertrainingruntime NAME -o yaml), or put "
                     "it in this file after a --- line")
         return None
-    rt = runtime.read(found)
+    rt = trainer_runtime.read(found)
     job_ns = (doc.data.get("metadata") or {}).get("namespace") if isinstance(doc.data.get("metadata"), dict) else None
     rt_ns = (found.data.get("metadata") or {}).get("namespace")
     if kind == "TrainingRuntime" and job_ns and rt_ns and job_ns != rt_ns:
@@ -153,7 +153,7 @@ def read(doc: Document) -> Converted:
     notes.unknown(trainer, TRAINER_FIELDS, ["spec", "trainer"])
     rt = _runtime(doc, notes, spec)  # a runtime's own problems are raised by its file and lines
     nodes = notes.integer(trainer, "numNodes", ["spec", "trainer"], minimum=1)
-    given = runtime.proc_per_node(notes, trainer, ["spec", "trainer"])
+    given = trainer_runtime.proc_per_node(notes, trainer, ["spec", "trainer"])
     notes.raise_if_any()
     assert rt is not None
     pod = rt.pod_template

@@ -1,6 +1,6 @@
 """What `torchjob install` applies: the CRD (generated from the model), least-privilege RBAC,
 and the operator Deployment; with `kubeflow_api`, also Kubeflow's `pytorchjobs.kubeflow.org` CRD
-(kube/kubeflow_crd.py) and a ClusterRole of its own for it. The Helm chart in charts/torchjob
+(kube/objects/kubeflow_crd.py) and a ClusterRole of its own for it. The Helm chart in charts/torchjob
 renders the same objects (the Kubeflow ones under the value `kubeflowApi.enabled`)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob import __version__
-from torchjob.kube import kubeflow_crd
-from torchjob.kube.crd import GROUP, PLURAL, crd
+from torchjob.kube.objects import kubeflow_crd
+from torchjob.kube.objects.crd import GROUP, PLURAL, crd
 
 NAMESPACE = "torchjob-system"
 NAME = "torchjob-operator"
@@ -50,7 +50,7 @@ KUBEFLOW_RULES: list[dict[str, Any]] = [
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/status"],
      "verbs": ["get", "patch", "update"]},
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/finalizers"], "verbs": ["update"]},
-    # --kubeflow-api=auto reads who installed the CRD (kube/kubeflow_api.py)
+    # --kubeflow-api=auto reads who installed the CRD (kube/served/kubeflow_api.py)
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
      "resourceNames": [kubeflow_crd.CRD_NAME], "verbs": ["get"]},
 ]

@@ -24,15 +24,15 @@ from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import EventType, Reason
 from torchjob.core.reconcile import Create, DeleteJob, Event, Forget, Plan, Purge, Refusal, Stop, World, reconcile
 from torchjob.core.reconcile import refuse as refuse_unreadable
-from torchjob.kube import gang, tensorboard
-from torchjob.kube import render as kr
-from torchjob.kube.admission import CREATE, KueueGate, PodGroupGate
-from torchjob.kube.client import Api, status_code
-from torchjob.kube.informer import Informer, Key
-from torchjob.kube.observe import observe, observe_pod, parse_time
-from torchjob.kube.progress import ProgressHub
-from torchjob.kube.queue import WorkQueue
-from torchjob.kube.served import TORCHJOB, ServedKind, Unreadable
+from torchjob.kube.controller.gates import CREATE, KueueGate, PodGroupGate
+from torchjob.kube.controller.observe import observe, observe_pod, parse_time
+from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.informer import Informer, Key
+from torchjob.kube.machinery.queue import WorkQueue
+from torchjob.kube.objects import gang, tensorboard
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.progress.hub import ProgressHub
+from torchjob.kube.served.kinds import TORCHJOB, ServedKind, Unreadable
 
 log = logging.getLogger("torchjob.kube")
 FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
@@ -216,7 +216,7 @@ class Reconciler:
 
     async def _publish_ca(self, namespace: str) -> None:
         """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
-        from torchjob.kube.progress_tls import CA_CONFIGMAP, CA_KEY, ca_configmap
+        from torchjob.kube.progress.tls import CA_CONFIGMAP, CA_KEY, ca_configmap
 
         assert self.progress_ca is not None
         found = await self.api.find("ConfigMap", CA_CONFIGMAP, namespace)

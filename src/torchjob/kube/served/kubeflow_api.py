@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from torchjob.api.errors import UserError
-from torchjob.kube.client import Api, status_code
-from torchjob.kube.kubeflow_crd import CRD_NAME
-from torchjob.kube.observe import parse_time
+from torchjob.kube.controller.observe import parse_time
+from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.objects.kubeflow_crd import CRD_NAME
 
 MODES = ("auto", "on", "off")
 # Kubeflow training-operator v1.8.1's leader election (cmd/training-operator.v1/main.go), in the

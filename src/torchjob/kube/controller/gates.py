@@ -16,12 +16,13 @@ from typing import Any
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import EventType, Reason
 from torchjob.core.reconcile import Refusal
-from torchjob.kube import client, gang, kueue
-from torchjob.kube import render as kr
-from torchjob.kube.client import Api, status_code
-from torchjob.kube.informer import Informer, Key
-from torchjob.kube.observe import pod_summary
-from torchjob.kube.queue import WorkQueue
+from torchjob.kube.controller.observe import pod_summary
+from torchjob.kube.machinery import client
+from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.informer import Informer, Key
+from torchjob.kube.machinery.queue import WorkQueue
+from torchjob.kube.objects import gang, kueue
+from torchjob.kube.objects import pods as kr
 
 log = logging.getLogger("torchjob.kube")
 ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks, until PodGroups are watched

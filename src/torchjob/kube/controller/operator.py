@@ -23,12 +23,13 @@ from lightkube.resources.coordination_v1 import Lease
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from torchjob.api.errors import UserError
-from torchjob.kube import metrics, progress_tls
-from torchjob.kube.client import Api, connect, status_code
-from torchjob.kube.controller import Controller
-from torchjob.kube.kubeflow_api import should_serve
-from torchjob.kube.progress import ProgressHub, register
-from torchjob.kube.served import PYTORCHJOB
+from torchjob.kube.controller.controller import Controller
+from torchjob.kube.machinery import metrics
+from torchjob.kube.machinery.client import Api, connect, status_code
+from torchjob.kube.progress import tls as progress_tls
+from torchjob.kube.progress.hub import ProgressHub, register
+from torchjob.kube.served.kinds import PYTORCHJOB
+from torchjob.kube.served.kubeflow_api import should_serve
 from torchjob.progress.server import ProgressServer
 
 log = logging.getLogger("torchjob.kube")

@@ -27,7 +27,7 @@ from typing import Any
 
 from torchjob.api.model import MASTER, REPLICA_TYPES, Condition, JobStatus, TorchJob
 from torchjob.core.topology import ReplicaId
-from torchjob.kube.kubeflow_crd import EXTRAS, KIND, MANAGED_BY_KUBEFLOW
+from torchjob.kube.objects.kubeflow_crd import EXTRAS, KIND, MANAGED_BY_KUBEFLOW
 
 OPERATOR_NAME = "pytorchjob-controller"  # Kubeflow's PyTorchJob controller's name, in its labels
 LABEL_OPERATOR = "training.kubeflow.org/operator-name"

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from torchjob.kube.client import Api, status_code, to_dict
+from torchjob.kube.machinery.client import Api, status_code, to_dict
 
 log = logging.getLogger("torchjob.kube")
 Key = tuple[str, str]  # (namespace, name)

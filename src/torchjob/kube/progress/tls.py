@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from torchjob.kube.client import Api, status_code
+from torchjob.kube.machinery.client import Api, status_code
 
 log = logging.getLogger("torchjob.kube")
 SECRET = "torchjob-progress-tls"

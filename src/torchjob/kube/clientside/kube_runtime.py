@@ -19,9 +19,9 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.pod import training_index
 from torchjob.dialects.convert import explicit
-from torchjob.kube import kueue
-from torchjob.kube.client import KueueWorkload, TorchJobRes, status_code, to_dict
-from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE, manifests
+from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, status_code, to_dict
+from torchjob.kube.objects import kueue
+from torchjob.kube.objects.pods import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE, manifests
 from torchjob.runtime import (
     AttemptView,
     EventView,
@@ -35,7 +35,7 @@ from torchjob.runtime import (
 )
 
 if TYPE_CHECKING:
-    from torchjob.kube.served import ServedKind
+    from torchjob.kube.served.kinds import ServedKind
 
 
 def client(kubeconfig: str | None, context: str | None) -> Client:
@@ -109,7 +109,7 @@ def status_of(data: dict[str, Any]) -> JobStatus:
 
 def find_pytorchjob(kube: Client, name: str, namespace: str | None) -> dict[str, Any] | None:
     """A Kubeflow PyTorchJob of that name (torchjob's operator may serve it), or None (none, or no CRD)."""
-    from torchjob.kube.client import PyTorchJobRes
+    from torchjob.kube.machinery.client import PyTorchJobRes
 
     try:
         return to_dict(kube.get(PyTorchJobRes, name, namespace=_ns(kube, namespace)))
@@ -247,7 +247,7 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None, fo
 
 def _served(data: dict[str, Any]) -> ServedKind:
     """The kind as the operator serves it: a TorchJob, or a Kubeflow PyTorchJob."""
-    from torchjob.kube.served import PYTORCHJOB, TORCHJOB
+    from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
 
     return PYTORCHJOB if data.get("kind") == "PyTorchJob" else TORCHJOB
 
@@ -313,7 +313,7 @@ class KubePlan:
     functions the operator makes them with (`kube.render`)."""
 
     def __init__(self, job: TorchJob) -> None:
-        from torchjob.kube.install import DEFAULT_PROGRESS_URL
+        from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL
 
         self.job = job
         self.notes: list[str] = []

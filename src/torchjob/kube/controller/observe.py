@@ -12,7 +12,7 @@ from torchjob.api.validate import training_container
 from torchjob.core import torch_errors
 from torchjob.core.reconcile import Observed, Phase, World
 from torchjob.core.topology import ReplicaId
-from torchjob.kube.render import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_TYPE
+from torchjob.kube.objects.pods import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_TYPE
 
 # Unknown: the pod's node stopped reporting after the pod was scheduled there; its container most likely
 # still runs, so it stays active (not Pending, which would flip a Running job back) until the node

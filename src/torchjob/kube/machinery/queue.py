@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from torchjob.kube import metrics
-from torchjob.kube.informer import Key
+from torchjob.kube.machinery import metrics
+from torchjob.kube.machinery.informer import Key
 
 BASE_DELAY_S = 0.25  # the first retry of a failed reconcile; doubled per failure in a row
 MAX_DELAY_S = 300.0

@@ -32,14 +32,14 @@ from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from torchjob.core.reconcile import Phase, World
-from torchjob.kube import metrics
-from torchjob.kube import render as kr
-from torchjob.kube.client import Api
+from torchjob.kube.machinery import metrics
+from torchjob.kube.machinery.client import Api
+from torchjob.kube.objects import pods as kr
 from torchjob.progress.book import Book
 from torchjob.progress.server import Reporter, audience
 
 if TYPE_CHECKING:
-    from torchjob.kube.controller import Controller
+    from torchjob.kube.controller.controller import Controller
 
 log = logging.getLogger("torchjob.kube")
 REVIEW_TTL_S = 300.0

@@ -16,11 +16,11 @@ from torchjob.api.errors import InvalidJob
 from torchjob.api.model import WORKER, JobStatus, TorchJob
 from torchjob.api.source import Document
 from torchjob.dialects import kubeflow as kubeflow_dialect
-from torchjob.kube import kubeflow_status as kf
-from torchjob.kube import render as kr
-from torchjob.kube.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
-from torchjob.kube.kubeflow_crd import KIND as KUBEFLOW_KIND
-from torchjob.kube.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
+from torchjob.kube.objects.kubeflow_crd import KIND as KUBEFLOW_KIND
+from torchjob.kube.objects.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
+from torchjob.kube.served import kubeflow_status as kf
 
 META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
 
@@ -61,7 +61,7 @@ def read_pytorchjob(raw: dict[str, Any]) -> TorchJob:
 
 def torchjob_status_patch(job: TorchJob | None, status: JobStatus, now: datetime) -> dict[str, Any]:
     data = status.model_dump(mode="json")
-    del data["progress"]  # the progress writer's (kube/progress.py): a reconcile neither writes nor clears it
+    del data["progress"]  # the progress writer's (kube/progress/hub.py): a reconcile neither writes nor clears it
     data["state"] = status.state  # for `kubectl get tj`
     if job is not None and WORKER in job.spec.pytorchReplicaSpecs:
         data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"

@@ -1,6 +1,6 @@
 """The TorchJob controller: informers on TorchJobs and the Pods and Services they own, a work
-queue keyed by job, and workers that run one reconcile per key at a time (kube/reconciler.py).
-A reconcile that fails is retried with a per-job backoff (kube/queue.py) and said in an Event."""
+queue keyed by job, and workers that run one reconcile per key at a time (kube/controller/reconciler.py).
+A reconcile that fails is retried with a per-job backoff (kube/machinery/queue.py) and said in an Event."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 
 from torchjob.api.status import EventType, Reason
-from torchjob.kube import metrics
-from torchjob.kube import render as kr
-from torchjob.kube.admission import KueueGate, PodGroupGate, ThirdPartyWatches
-from torchjob.kube.client import Api, status_code
-from torchjob.kube.informer import Informer, Key, key_of, metadata_only
-from torchjob.kube.observe import pod_summary
-from torchjob.kube.progress import ProgressHub
-from torchjob.kube.queue import WorkQueue
-from torchjob.kube.reconciler import FORCE_DELETE_AFTER_S, PodIndex, PodOptions, Reconciler
-from torchjob.kube.served import TORCHJOB, ServedKind
+from torchjob.kube.controller.gates import KueueGate, PodGroupGate, ThirdPartyWatches
+from torchjob.kube.controller.observe import pod_summary
+from torchjob.kube.controller.reconciler import FORCE_DELETE_AFTER_S, PodIndex, PodOptions, Reconciler
+from torchjob.kube.machinery import metrics
+from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only
+from torchjob.kube.machinery.queue import WorkQueue
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.progress.hub import ProgressHub
+from torchjob.kube.served.kinds import TORCHJOB, ServedKind
 
 log = logging.getLogger("torchjob.kube")
 

@@ -14,7 +14,7 @@ from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, Tor
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import training_container
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
-from torchjob.kube import gang, kueue, tensorboard
+from torchjob.kube.objects import gang, kueue, tensorboard
 
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
@@ -80,7 +80,7 @@ def _kubeflow_labels(job: TorchJob, rid: ReplicaId | None) -> dict[str, str]:
     pods by them); none on a TorchJob's."""
     if served_as(job)[1] != "PyTorchJob":
         return {}
-    from torchjob.kube import kubeflow_status as kf
+    from torchjob.kube.served import kubeflow_status as kf
 
     if rid is None:
         return kf.service_labels(job.name)
@@ -133,7 +133,7 @@ def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str
     """What a pod reports progress with, as Kubeflow Trainer gives it
     (`plugins/trainjobstatus/trainjobstatus.go` @8c0f505): the variables, a projected volume with a
     service-account token whose audience names the job and the endpoint's CA, and its mount."""
-    from torchjob.kube.progress_tls import CA_CONFIGMAP, CA_KEY
+    from torchjob.kube.progress.tls import CA_CONFIGMAP, CA_KEY
     from torchjob.progress.server import PYTORCHJOBS, TORCHJOBS, audience, status_path
 
     ns = job.metadata.namespace or "default"

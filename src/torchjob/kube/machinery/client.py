@@ -24,7 +24,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
 from lightkube.types import PatchType
 
-from torchjob.kube.crd import GROUP, PLURAL, VERSION
+from torchjob.kube.objects.crd import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("torchjob.kube")
 TorchJobRes = create_namespaced_resource(GROUP, VERSION, "TorchJob", PLURAL)
