@@ -1,19 +1,21 @@
 """The layers import only downward: api <- dialects <- core <- (progress, the `runtime` interface,
-the `console`)
-<- runtimes (local, kube) <- cli. Lazy imports inside functions count too: a cycle hidden in a
-function is still a cycle."""
+the `console`) <- runtimes (local, kube) <- cli. Inside kube/, the rooms import only the rooms their
+rule names. No module imports itself back through others (no cycle anywhere in src/). Lazy imports
+inside functions count too: a cycle hidden in a function is still a cycle."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "torchjob"
 # What each layer may import, besides itself (top-level modules such as report.py import nothing).
 ALLOWED = {
     "api": set(),
     "dialects": {"api"},
-    "core": {"api", "dialects"},
+    "core": {"api"},
     "progress": {"api"},
     "local": {"api", "dialects", "core", "progress", "runtime", "console"},
     "kube": {"api", "dialects", "core", "progress", "runtime", "console", "__init__"},
@@ -21,19 +23,57 @@ ALLOWED = {
     "runtime.py": {"api", "core"},  # the interface both runtimes implement
     "console.py": {"api", "progress"},  # the terminal both runtimes write a job's lines and progress to
 }
+# The rooms of kube/ (each package's docstring says what it holds) and what each may import of
+# torchjob, besides itself. The pure object builders never touch the machinery; progress never
+# sees a controller; the CLI's side of the cluster never runs one.
+ROOMS = {
+    "machinery": set(),
+    "objects": {"api", "core", "progress", "__init__"},  # __init__: the version, in the install manifests
+    "served": {"api", "core", "dialects", "kube.machinery", "kube.objects"},
+    "progress": {"api", "core", "progress", "kube.machinery", "kube.objects", "kube.served"},
+    "controller": {"api", "core", "dialects", "progress", "kube.machinery", "kube.objects", "kube.served",
+                   "kube.progress"},
+    "clientside": {"api", "core", "dialects", "runtime", "console", "kube.machinery", "kube.objects",
+                   "kube.served"},
+}
 
 
-def imports_of(path: Path) -> set[str]:
-    """The torchjob layers a module imports (`__init__` for the package itself: its version)."""
+def imported_modules(path: Path) -> set[str]:
+    """Every torchjob module a file imports (`from torchjob.x import y`: torchjob.x.y when y is a
+    module, else torchjob.x), at the top or inside a function."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
-                 [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "torchjob":
-                found.add(parts[1] if len(parts) > 1 else "__init__")
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "torchjob"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torchjob":
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.add(sub if module_path(sub) is not None else node.module)
     return found
+
+
+def module_path(module: str) -> Path | None:
+    base = SRC.parent.joinpath(*module.split("."))
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.exists():
+            return p
+    return None
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def room_of(module: str) -> str:
+    """A module's place for the room rules: `kube.<room>` inside kube/, else its layer."""
+    parts = module.split(".")
+    return f"kube.{parts[2]}" if len(parts) > 2 and parts[1] == "kube" else layer_of(module)
 
 
 def test_every_layer_imports_only_the_layers_below_it() -> None:
@@ -41,7 +81,7 @@ def test_every_layer_imports_only_the_layers_below_it() -> None:
     for layer, allowed in ALLOWED.items():
         paths = [SRC / layer] if layer.endswith(".py") else sorted((SRC / layer).rglob("*.py"))
         for path in paths:
-            for target in imports_of(path) - allowed - {layer, layer.removesuffix(".py")}:
+            for target in {layer_of(m) for m in imported_modules(path)} - allowed - {layer, layer.removesuffix(".py")}:
                 upward.append(f"{path.relative_to(SRC)} imports torchjob.{target}")
     assert upward == []
 
@@ -51,7 +91,71 @@ def test_every_layer_is_known() -> None:
     assert dirs | {"runtime.py", "console.py"} == set(ALLOWED)
 
 
+def test_every_room_of_kube_imports_only_what_its_rule_allows() -> None:
+    rooms = {p.name for p in (SRC / "kube").iterdir() if p.is_dir() and not p.name.startswith("__")}
+    assert rooms == set(ROOMS), "a new room of kube/ needs its rule here"
+    loose = [p.name for p in (SRC / "kube").glob("*.py") if p.name != "__init__.py"]
+    assert loose == [], "every module of kube/ lives in a room"
+    broken = []
+    for room, allowed in ROOMS.items():
+        for path in sorted((SRC / "kube" / room).rglob("*.py")):
+            for target in {room_of(m) for m in imported_modules(path)} - allowed - {f"kube.{room}"}:
+                broken.append(f"{path.relative_to(SRC)} imports torchjob.{target}")
+    assert broken == []
+
+
+def test_every_room_says_what_it_holds() -> None:
+    for room in ROOMS:
+        doc = ast.get_docstring(ast.parse((SRC / "kube" / room / "__init__.py").read_text()))
+        assert doc, f"kube/{room}/__init__.py needs a docstring: what the room holds and what it may import"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of a module graph (one path per cycle found by depth-first search)."""
+    found, state = [], dict.fromkeys(graph, 0)  # 0 new, 1 on the path, 2 done
+    path: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                found.append([*path[path.index(n):], n])
+            elif state.get(n) == 0:
+                visit(n)
+        path.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if state[m] == 0:
+            visit(m)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph = {}
+    for path in SRC.rglob("*.py"):
+        me = module_of(path)
+        # A package's own __init__ is imported with any of its modules: not an edge worth a cycle.
+        graph[me] = {m for m in imported_modules(path) if m != me and not me.startswith(m + ".")}
+    return graph
+
+
+def test_no_import_cycle_in_src() -> None:
+    assert cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize("graph,cyclic", [({"a": {"b"}, "b": {"a"}}, True), ({"a": {"b"}, "b": set()}, False),
+                                          ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True)])
+def test_the_cycle_finder_finds_cycles(graph: dict[str, set[str]], cyclic: bool) -> None:
+    assert bool(cycles(graph)) is cyclic
+
 
 def test_no_module_is_over_400_lines() -> None:
     long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
+
+
+def test_no_two_modules_share_a_name_with_different_meanings() -> None:
+    """`runtime.py` is the interface; the runtimes and Trainer's runtimes are named for what they are."""
+    assert sorted(str(p.relative_to(SRC)) for p in SRC.rglob("runtime.py")) == ["runtime.py"]

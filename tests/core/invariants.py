@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from torchjob.api.model import TorchJob
+from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import Create, Plan, World, reconcile
 
 
@@ -35,14 +36,14 @@ def check_status(job: TorchJob, world: World, now: datetime, plan: Plan) -> None
     assert status.restartCount >= (before.restartCount if before else 0)
     # one RestartJob/RestartTask is one restart of the job but restarts several replicas
     assert status.restartCount <= sum(r.restarts for r in status.replicas.values())
-    assert not (status.is_true("Running") and status.is_true("Restarting"))
-    assert not (status.is_true("Succeeded") and status.is_true("Failed"))
+    assert not (status.is_true(ConditionType.RUNNING) and status.is_true(ConditionType.RESTARTING))
+    assert not (status.is_true(ConditionType.SUCCEEDED) and status.is_true(ConditionType.FAILED))
     if status.finished:
         assert status.completionTime is not None
-        assert not status.is_true("Running") and not status.is_true("Restarting")
-    if status.is_true("Failed"):
+        assert not status.is_true(ConditionType.RUNNING) and not status.is_true(ConditionType.RESTARTING)
+    if status.is_true(ConditionType.FAILED):
         assert status.failure is not None
-        assert status.failure.reason == status.condition("Failed").reason  # type: ignore[union-attr]
+        assert status.failure.reason == status.condition(ConditionType.FAILED).reason  # type: ignore[union-attr]
     if before is not None and before.finished:
         # a finished job stays what it was
         assert status.state == before.state

@@ -10,6 +10,7 @@ from tests.core.sim import Driver, at, running, up, world
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
+from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import Abandon, Create, Forget, Observed, Phase, Refusal, Stop, World, evicted
 from torchjob.core.topology import ReplicaId
 
@@ -101,5 +102,5 @@ def test_a_lost_runner_abandons_every_open_attempt() -> None:
     plan = d(lost, 2)
     assert plan.actions == [Abandon(W0, 0, "SupervisorLost")]
     assert d.status.failure is not None and d.status.failure.reason == "SupervisorLost"
-    assert d.status.condition("Failed").message == "the supervisor (pid 7) is gone"  # type: ignore[union-attr]
+    assert d.status.condition(ConditionType.FAILED).message == "the supervisor (pid 7) is gone"  # type: ignore[union-attr]
     assert isinstance(d, Driver)

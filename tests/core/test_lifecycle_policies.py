@@ -17,6 +17,7 @@ from tests.core.sim import Driver, SimResult, at, final_reason, pending, running
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import MASTER, WORKER, TorchJob
+from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import (
     SUCCESS_SETTLE_S,
     Create,
@@ -352,7 +353,7 @@ def test_task_completed_complete_job_plan() -> None:
     d, _ = running(make(workers=1, master_policies=[{"event": "TaskCompleted", "action": "CompleteJob"}]))
     plan = d(world(ended(M0, 0, 5.0), up(W0)), 5)
     assert final_reason(plan.status) == "Completed"
-    c = plan.status.condition("Succeeded")
+    c = plan.status.condition(ConditionType.SUCCEEDED)
     assert c is not None and c.message == "the master replicas completed: CompleteJob"
     assert plan.requeue_at == at(5)  # again at once, to stop the worker
     plan = d(world(ended(M0, 0, 5.0), up(W0)), 5)
@@ -474,7 +475,7 @@ def test_min_success_completes_while_the_master_runs_and_stops_it_at_once() -> N
     assert result.final_reason() == "MinSuccess"
     assert result.status.completionTime == at(3)
     assert result.stopped == [(3.0, "master-0", 0, "the job has finished")]
-    c = result.status.condition("Succeeded")
+    c = result.status.condition(ConditionType.SUCCEEDED)
     assert c is not None and c.message == "2 replicas succeeded (minSuccess 2)"
 
 

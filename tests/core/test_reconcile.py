@@ -10,6 +10,7 @@ from tests.core.sim import Driver, at, ended, running, up, world
 from tests.jobs import job_data, make_job
 from torchjob.api.load import job_from_data
 from torchjob.api.model import JobStatus, ReplicaStatus
+from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import (
     SUCCESS_SETTLE_S,
     Action,
@@ -119,7 +120,7 @@ def test_restart_then_running_again() -> None:
     plan = d(world(up(M0), ended(W0, 1, 1.0), up(W1)), 1)
     assert plan.actions == [Forget(W0, 0)]
     assert plan.status.state == "Restarting"
-    assert plan.status.condition("Running") is None or not plan.status.is_true("Running")
+    assert plan.status.condition(ConditionType.RUNNING) is None or not plan.status.is_true(ConditionType.RUNNING)
     assert plan.status.replicas["worker-0"].attempt == 1
     assert plan.status.replicas["worker-0"].restarts == 1
     assert plan.status.replicas["worker-0"].notBefore is None, "the first restart is immediate"
@@ -136,7 +137,7 @@ def test_restart_then_running_again() -> None:
     plan = d(world(up(M0), up(W0, 1), up(W1)), 1.5)
     assert plan.actions == []
     assert plan.status.state == "Running"
-    assert plan.status.condition("Restarting") is None
+    assert plan.status.condition(ConditionType.RESTARTING) is None
     assert plan.status.restartCount == 1
 
 
@@ -277,7 +278,7 @@ def test_failure_names_the_signal_and_the_reason() -> None:
     assert failure is not None
     assert (failure.exitCode, failure.signal) == (137, "SIGKILL")
     assert failure.message == "worker-0 failed with exit code 137 (SIGKILL), OOMKilled (restartPolicy Never)"
-    assert plan.status.condition("Failed").message == failure.message  # type: ignore[union-attr]
+    assert plan.status.condition(ConditionType.FAILED).message == failure.message  # type: ignore[union-attr]
 
 
 def test_failure_of_exitcode_policy_explains_what_is_retried() -> None:
@@ -375,14 +376,14 @@ def test_set_condition_running_and_restarting_exclude_each_other() -> None:
     assert [c.type for c in status.conditions] == ["Restarting"]
     set_condition(status, "Running", True, "Running", "", at(2))
     assert [c.type for c in status.conditions] == ["Running"]
-    assert status.condition("Running").lastTransitionTime == at(2)  # type: ignore[union-attr]
+    assert status.condition(ConditionType.RUNNING).lastTransitionTime == at(2)  # type: ignore[union-attr]
 
 
 def test_set_condition_finish_clears_running() -> None:
     status = JobStatus()
     set_condition(status, "Running", True, "Running", "", at(0))
     assert set_condition(status, "Succeeded", True, "Succeeded", "done", at(5))
-    running = status.condition("Running")
+    running = status.condition(ConditionType.RUNNING)
     assert running is not None and (running.status, running.reason, running.lastTransitionTime) == (
         "False", "Succeeded", at(5))
     assert status.state == "Succeeded" and status.finished
@@ -392,9 +393,9 @@ def test_set_condition_unchanged_returns_false() -> None:
     status = JobStatus()
     assert set_condition(status, "Running", True, "Running", "m", at(0))
     assert not set_condition(status, "Running", True, "Running", "other message", at(1))
-    assert status.condition("Running").lastUpdateTime == at(0)  # type: ignore[union-attr]
+    assert status.condition(ConditionType.RUNNING).lastUpdateTime == at(0)  # type: ignore[union-attr]
     assert set_condition(status, "Running", True, "Again", "m", at(2))
-    c = status.condition("Running")
+    c = status.condition(ConditionType.RUNNING)
     assert c is not None and (c.lastTransitionTime, c.lastUpdateTime) == (at(0), at(2))
 
 
@@ -409,7 +410,7 @@ def test_master_success_lets_the_workers_settle_then_stops_them() -> None:
     assert plan.status.completionTime == at(1)
     assert plan.actions == [], "after a success the others get SUCCESS_SETTLE_S to end on their own"
     assert plan.requeue_at == at(1), "the reconcile that ends a job asks for one more round at once"
-    running = plan.status.condition("Running")
+    running = plan.status.condition(ConditionType.RUNNING)
     assert running is not None and (running.status, running.reason) == ("False", "Succeeded")
     assert plan.status.failure is None
     assert not plan.done
@@ -445,14 +446,14 @@ def test_worker_only_job_needs_every_worker() -> None:
     assert plan.status.state == "Running" and plan.actions == []
     plan = d(world(ended(W0, 0, 1.0), ended(W1, 0, 2.0)), 2)
     assert plan.status.state == "Succeeded"
-    assert plan.status.condition("Succeeded").message == "every worker succeeded"  # type: ignore[union-attr]
+    assert plan.status.condition(ConditionType.SUCCEEDED).message == "every worker succeeded"  # type: ignore[union-attr]
 
 
 def test_elastic_job_needs_one_worker() -> None:
     d, _ = running_job(workers=3, master=False, elastic={"minReplicas": 1, "maxReplicas": 3})
     plan = d(world(up(W0), ended(W1, 0, 1.0), up(ReplicaId("Worker", 2))), 1)
     assert plan.status.state == "Succeeded"
-    assert plan.status.condition("Succeeded").message == (  # type: ignore[union-attr]
+    assert plan.status.condition(ConditionType.SUCCEEDED).message == (  # type: ignore[union-attr]
         "a worker of the elastic job succeeded"
     )
     assert plan.actions == [] and plan.requeue_at == at(1)
@@ -555,7 +556,7 @@ def test_suspend_stops_and_forgets_and_resume_restarts_the_clock() -> None:
         map(repr, [Stop(M0, 0, "the job is suspended"), Forget(W0, 0), Stop(W1, 0, "the job is suspended")])
     )
     assert plan.status.startTime is None
-    running = plan.status.condition("Running")
+    running = plan.status.condition(ConditionType.RUNNING)
     assert running is not None and (running.status, running.reason) == ("False", "Suspended")
     assert {n: r.attempt for n, r in plan.status.replicas.items()} == {"master-0": 1, "worker-0": 1, "worker-1": 1}
     assert plan.status.restartCount == 0
@@ -571,7 +572,7 @@ def test_suspend_stops_and_forgets_and_resume_restarts_the_clock() -> None:
     d.with_spec(suspend=False)
     plan = d(World(), 100)
     assert plan.actions == [Create(M0, 1), Create(W0, 1), Create(W1, 1)]
-    suspended = plan.status.condition("Suspended")
+    suspended = plan.status.condition(ConditionType.SUSPENDED)
     assert suspended is not None and (suspended.status, suspended.reason) == ("False", "Resumed")
     assert plan.status.startTime == at(100)
     assert plan.requeue_at == at(110), "the deadline counts from the resume"
@@ -585,7 +586,7 @@ def test_suspend_clears_restarting() -> None:
     d(world(up(M0), ended(W0, 1, 1.0)), 1)
     d.with_spec(suspend=True)
     plan = d(world(up(M0), ended(W0, 1, 1.0)), 1.5)
-    assert plan.status.condition("Restarting") is None
+    assert plan.status.condition(ConditionType.RESTARTING) is None
     assert plan.status.state == "Suspended"
     assert plan.status.restartCount == 1
 

@@ -15,6 +15,7 @@ from tests.jobs import job_data, make_job
 from tests.scenarios import BY_NAME, Scenario
 from torchjob.api.errors import InvalidJob
 from torchjob.api.load import job_from_data
+from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import Create, Stop, World, quiet_replicas
 
 COMMAND = ["python", "-c", "pass"]
@@ -110,7 +111,7 @@ def test_a_suspended_job_is_not_judged() -> None:
     d.with_spec(suspend=True)
     m = w.replicas["master-0"]
     plan = d(World(replicas={"master-0": replace(m, last_report=at(0))}), 50)
-    assert plan.status.state == "Suspended" and not plan.status.is_true("Failed")
+    assert plan.status.state == "Suspended" and not plan.status.is_true(ConditionType.FAILED)
 
 
 def test_a_stalled_policy_needs_the_deadline() -> None:

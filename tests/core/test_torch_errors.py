@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 
 from tests.jobs import make_job
+from torchjob.api.status import ConditionType
 from torchjob.core import torch_errors
 from torchjob.core.reconcile import Observed, Phase, World, reconcile
 from torchjob.core.topology import ReplicaId
@@ -37,4 +38,5 @@ def test_the_root_cause_carries_the_replica_s_own_error() -> None:
     assert plan.status.failure is not None
     assert plan.status.failure.message == ("worker-0 failed with exit code 1 (restartPolicy Never): "
                                            "RuntimeError: worker-0 could not load its shard")
-    assert plan.status.condition("Failed").message == "worker-0 failed with exit code 1 (restartPolicy Never)"
+    failed = plan.status.condition(ConditionType.FAILED)
+    assert failed.message == "worker-0 failed with exit code 1 (restartPolicy Never)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, problems, read
+from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import MASTER, PORT_NAME, WORKER, DependsOn, LifecyclePolicy
 from torchjob.api.spec_facts import master_port
 from torchjob.core.topology import Placement, ReplicaId, replica_env, volcano_env
@@ -527,8 +528,8 @@ def test_without_wait_master_enabled_the_operators_default_applies() -> None:
     assert loaded.job.spec.waitForMaster is None
     assert loaded.notes == [f"job.yaml:{line_of(text, 'pytorch:')}: spec.plugins.pytorch: "
                             "--wait-master-timeout is ignored without --wait-master-enabled (as Volcano ignores it)"]
-    pod = kr.pod(loaded.job, ReplicaId(WORKER, 0), 0, init_image="busybox:1.36")
-    assert pod["spec"]["initContainers"][0]["image"] == "busybox:1.36"  # the operator's --init-image, no limit
+    pod = kr.pod(loaded.job, ReplicaId(WORKER, 0), 0, init_image=INIT_IMAGE)
+    assert pod["spec"]["initContainers"][0]["image"] == INIT_IMAGE  # the operator's --init-image, no limit
     assert "gave up" not in pod["spec"]["initContainers"][0]["command"][2]
     off = read(_plugin('["--wait-master-enabled=false"]')).job
     assert "initContainers" not in kr.pod(off, ReplicaId(WORKER, 0), 0)["spec"]

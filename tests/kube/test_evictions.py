@@ -9,6 +9,7 @@ from typing import Any
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
+from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import Create, Phase, Stop, as_core_sees, reconcile
 from torchjob.core.topology import ReplicaId, replicas
 from torchjob.kube.controller.observe import observe
@@ -54,7 +55,7 @@ def test_a_pod_being_deleted_counts_before_it_is_gone() -> None:
     job, pods = running_job([{"event": "*", "action": "AbortJob"}])
     deleting(pods[2])
     plan = reconcile(job, observe(job, pods), NOW)
-    assert plan.status.is_true("Failed")
+    assert plan.status.is_true(ConditionType.FAILED)
 
 
 def test_without_such_a_policy_a_deleted_pod_is_made_again_uncounted() -> None:

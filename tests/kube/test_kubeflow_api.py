@@ -19,7 +19,7 @@ from tests.kube.conftest import REPO, Operator, set_pod
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.served import kubeflow_status as kf
+from torchjob.kube.objects import kubeflow_labels as kfl
 
 KUBECTL = Path(subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "bin"], capture_output=True,
                               text=True, check=True).stdout.strip()) / "kubectl"
@@ -70,7 +70,7 @@ def test_kubectl_apply_get_describe_and_delete_a_seed_pytorchjob(
     master = pods["mnist-master-0"]
     # Kubeflow's labels (its tools select pods by them) and owner: the PyTorchJob itself.
     assert {k: v for k, v in master.metadata.labels.items() if k.startswith("training.kubeflow.org/")} == \
-        kf.pod_labels("mnist", "Master", 0, True)
+        kfl.pod_labels("mnist", "Master", 0, True)
     assert [(o.kind, o.uid) for o in master.metadata.ownerReferences] == [("PyTorchJob", uid)]
     env = {e.name: e.value for e in pods["mnist-worker-1"].spec.containers[0].env if e.value is not None}
     assert env["MASTER_ADDR"] == "mnist-master-0.mnist" and env["RANK"] == "2" and env["WORLD_SIZE"] == "3"

@@ -15,6 +15,8 @@ import pytest
 from tests.core.sim import T0, SimResult, simulate
 from tests.jobs import make_job
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.status import ConditionType
+from torchjob.kube.objects import kubeflow_labels as kfl
 from torchjob.kube.served import kubeflow_status as kf
 
 # Katib's defaults for a PyTorchJob trial (trialTemplate successCondition / failureCondition)
@@ -108,7 +110,7 @@ def test_a_job_that_succeeds_reads_as_kubeflows_does() -> None:
 def test_while_it_runs_katib_waits_and_kueue_counts_the_active_replicas() -> None:
     job = seed_job()
     result = simulate(job, {"master-0": [(10, 0)], "worker-0": [(9, 0)], "worker-1": [(9, 0)]})
-    step = next(s for s in result.steps if s.plan.status.is_true("Running"))
+    step = next(s for s in result.steps if s.plan.status.is_true(ConditionType.RUNNING))
     obj = project(job, step.plan.status, step.t)
     assert state(obj) == "Running" and true_types(obj) == ["Created", "Running"]
     assert condition(obj, "Running")["reason"] == "PyTorchJobRunning"
@@ -121,7 +123,8 @@ def test_a_restart_shows_restarting_then_running_again() -> None:
     job = seed_job()
     result, obj = run(job, {"master-0": [(10, 0)], "worker-0": [(9, 0)], "worker-1": [(3, 1), (5, 0)]})
     assert states(job, result) == ["Created", "Running", "Restarting", "Running", "Succeeded"]
-    restarting = next(project(job, s.plan.status, s.t) for s in result.steps if s.plan.status.is_true("Restarting"))
+    restarting = next(project(job, s.plan.status, s.t) for s in result.steps
+                      if s.plan.status.is_true(ConditionType.RESTARTING))
     cond = condition(restarting, "Restarting")
     assert (cond["reason"], cond["message"]) == (
         "PyTorchJobRestarting", "PyTorchJob demo is restarting because 1 Worker replica(s) failed.")
@@ -171,8 +174,8 @@ def test_a_job_with_no_master_words_its_messages_with_the_namespace_and_its_work
     assert condition(obj, "Running")["message"] == "PyTorchJob team/demo is running."
     assert condition(obj, "Succeeded")["message"] == "PyTorchJob team/demo successfully completed."
     assert set(obj["status"]["replicaStatuses"]) == {"Worker"}
-    assert kf.pod_labels("demo", "Worker", 0, has_master=False)["training.kubeflow.org/job-role"] == "master"
-    assert "training.kubeflow.org/job-role" not in kf.pod_labels("demo", "Worker", 1, has_master=False)
+    assert kfl.pod_labels("demo", "Worker", 0, has_master=False)["training.kubeflow.org/job-role"] == "master"
+    assert "training.kubeflow.org/job-role" not in kfl.pod_labels("demo", "Worker", 1, has_master=False)
 
 
 def test_suspend_and_resume_read_as_kubeflows() -> None:
@@ -180,7 +183,8 @@ def test_suspend_and_resume_read_as_kubeflows() -> None:
     result = simulate(job, {"master-0": [(20, 0), (20, 0)], "worker-0": [(20, 0), (20, 0)],
                             "worker-1": [(20, 0), (20, 0)]},
                       run_policy_changes=[(5, {"suspend": True}), (8, {"suspend": False})])
-    suspended = next(project(job, s.plan.status, s.t) for s in result.steps if s.plan.status.is_true("Suspended"))
+    suspended = next(project(job, s.plan.status, s.t) for s in result.steps
+                     if s.plan.status.is_true(ConditionType.SUSPENDED))
     assert state(suspended) == "Suspended"
     assert (condition(suspended, "Suspended")["reason"], condition(suspended, "Suspended")["message"]) == (
         "PyTorchJobSuspended", "PyTorchJob demo is suspended.")
@@ -194,17 +198,17 @@ def test_suspend_and_resume_read_as_kubeflows() -> None:
 
 
 def test_labels_are_kubeflows() -> None:
-    assert kf.pod_labels("demo", "Master", 0, has_master=True) == {
+    assert kfl.pod_labels("demo", "Master", 0, has_master=True) == {
         "training.kubeflow.org/operator-name": "pytorchjob-controller",
         "training.kubeflow.org/job-name": "demo",
         "training.kubeflow.org/replica-type": "master",
         "training.kubeflow.org/replica-index": "0",
         "training.kubeflow.org/job-role": "master"}
-    worker = kf.pod_labels("demo", "Worker", 1, has_master=True)
+    worker = kfl.pod_labels("demo", "Worker", 1, has_master=True)
     assert worker["training.kubeflow.org/replica-type"] == "worker" and "training.kubeflow.org/job-role" not in worker
-    assert kf.service_labels("demo") == {"training.kubeflow.org/operator-name": "pytorchjob-controller",
+    assert kfl.service_labels("demo") == {"training.kubeflow.org/operator-name": "pytorchjob-controller",
                                          "training.kubeflow.org/job-name": "demo"}
-    assert kf.service_labels("demo", "Worker", 1)["training.kubeflow.org/replica-index"] == "1"
+    assert kfl.service_labels("demo", "Worker", 1)["training.kubeflow.org/replica-index"] == "1"
     # the selector in replicaStatuses selects the pods it counts
     sel = dict(kv.split("=") for kv in kf.selector("demo", "Worker").split(","))
     assert sel.items() <= worker.items()
@@ -236,6 +240,6 @@ def test_a_job_kubeflow_finished_stays_finished_when_torchjob_takes_over() -> No
         "replicaStatuses": {"Master": {"succeeded": 1}}, "startTime": "2024-01-01T00:00:00Z",
         "completionTime": "2024-01-01T00:01:00Z"}
     status = kf.torchjob_status(kubeflows)
-    assert status.finished and status.condition("Succeeded").reason == "Succeeded"  # type: ignore[union-attr]
+    assert status.finished and status.condition(ConditionType.SUCCEEDED).reason == "Succeeded"  # type: ignore[union-attr]
     assert status.completionTime == T0 + timedelta(minutes=1)
     assert not kf.torchjob_status(None).conditions

@@ -20,8 +20,8 @@ from tests.kube.reporting import SERVICE_ACCOUNT, PodReporter, ca_file, make_ser
 from tests.kube.test_kubeflow_api import kubeflow_operator  # noqa: F401 (the fixture)
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
 from tests.kube.test_progress_kube import create_job, events
+from torchjob.kube.objects import kubeflow_labels as kfl
 from torchjob.kube.objects.pods import LABEL_JOB
-from torchjob.kube.served import kubeflow_status as kf
 from torchjob.progress.server import PYTORCHJOBS, audience, status_path
 
 pytestmark = pytest.mark.kube
@@ -43,7 +43,7 @@ def kind_pods(kube: Client, namespace: str, job: str, pytorchjob: bool = True, t
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         pods = [p for p in kube.list(Pod, namespace=namespace, labels={LABEL_JOB: job})
-                if not p.metadata.deletionTimestamp and (kf.LABEL_OPERATOR in p.metadata.labels) == pytorchjob]
+                if not p.metadata.deletionTimestamp and (kfl.LABEL_OPERATOR in p.metadata.labels) == pytorchjob]
         if len(pods) == 2:
             for p in pods:
                 set_pod(kube, p, "Running")

@@ -8,26 +8,14 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from torchjob.kube.progress.hub import ProgressHub
+from torchjob.kube.progress.books import Books
+from torchjob.kube.progress.view import KindCaches
+from torchjob.kube.progress.writer import ProgressWriter
 from torchjob.kube.served.kinds import TORCHJOB
 from torchjob.progress.book import Book
 from torchjob.progress.protocol import Report
 
 INTERVAL = 0.1
-
-
-class Jobs:
-    def __init__(self) -> None:
-        self.cache: dict[tuple[str, str], dict[str, Any]] = {("ns", "a"): {}, ("ns", "b"): {}}
-
-    def remember(self, stored: dict[str, Any]) -> None:
-        pass
-
-
-class Controller:
-    def __init__(self) -> None:
-        self.jobs = Jobs()
-        self.kind = TORCHJOB
 
 
 class Api:
@@ -45,11 +33,13 @@ class Api:
 def test_status_progress_is_written_at_most_once_per_interval_per_job() -> None:
     async def scenario() -> Api:
         api = Api()
-        hub = ProgressHub(api, [Controller()], asyncio.get_running_loop(),  # type: ignore[arg-type]
-                          write_interval_s=INTERVAL)
+        books = Books()
+        caches = {"torchjobs": KindCaches(TORCHJOB, {("ns", "a"): {}, ("ns", "b"): {}}, {})}
         a, b = Book(), Book()
-        hub.books.update({("torchjobs", "ns", "a"): a, ("torchjobs", "ns", "b"): b})
-        writer = asyncio.create_task(hub.write_loop())
+        books.books.update({("torchjobs", "ns", "a"): a, ("torchjobs", "ns", "b"): b})
+        stored: list[tuple[str, dict[str, Any]]] = []
+        writer = asyncio.create_task(ProgressWriter(api, caches, books, INTERVAL,  # type: ignore[arg-type]
+                                                    on_written=lambda plural, obj: stored.append((plural, obj))).run())
         for step in range(1, 101):  # job a: 8 replicas reporting every 10 ms for 1 s
             for r in range(8):
                 a.record(f"worker-{r}", 0, Report(step=step, total=100, percent=float(step)), datetime.now(UTC))

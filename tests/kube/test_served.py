@@ -42,3 +42,12 @@ def test_a_creation_time_written_in_a_template_is_still_refused() -> None:
     data["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     with pytest.raises(served.Unreadable, match="creationTimestamp"):
         served.read_pytorchjob(data)
+
+
+def test_the_client_names_the_torchjob_resource_as_its_crd_does() -> None:
+    from torchjob.kube.machinery.client import TorchJobRes
+    from torchjob.kube.objects.crd import GROUP, PLURAL, VERSION
+
+    info = TorchJobRes._api_info
+    assert (info.resource.group, info.resource.version, info.resource.kind, info.plural) == (
+        GROUP, VERSION, "TorchJob", PLURAL)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.jobs import make_job
+from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import WaitForMaster
 from torchjob.core.topology import Placement
 from torchjob.kube.objects import pods as kr
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(SH is None or shutil.which("bash") is None, reas
 def script(port: int, timeout: int | None = 5) -> str:
     job = make_job("w", workers=1)
     job.spec.waitForMaster = WaitForMaster(timeoutSeconds=timeout)
-    init = kr.wait_for_master(job, Placement("127.0.0.1", port, "127.0.0.1", port), "busybox:1.36")
+    init = kr.wait_for_master(job, Placement("127.0.0.1", port, "127.0.0.1", port), INIT_IMAGE)
     assert init["command"][:2] == ["sh", "-c"]
     return str(init["command"][2])
 

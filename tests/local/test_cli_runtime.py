@@ -16,6 +16,7 @@ import pytest
 from tests.jobs import job_data, make_job
 from tests.local.conftest import Torchjob, job_processes, state_of, write_job
 from torchjob.api.errors import UserError
+from torchjob.api.status import ConditionType
 from torchjob.local.launch import LocalOptions
 from torchjob.local.local_runtime import LocalRuntime
 from torchjob.local.prepare import supervisor_alive
@@ -43,7 +44,7 @@ def test_the_plan_rendered_is_the_plan_run(tmp_path: Path, monkeypatch: pytest.M
     assert shown == {str(plan.ports[0])}
     assert f"MASTER_PORT={plan.ports[0]}" in plan.text()
     view = rt.run(plan, quiet=True)
-    assert view.status.is_true("Succeeded"), view.status
+    assert view.status.is_true(ConditionType.SUCCEEDED), view.status
     for replica in ("master-0", "worker-0"):
         out = (tmp_path / "home" / "jobs" / "same" / "replicas" / replica / "attempt-0" / "output.log").read_text()
         assert out.split()[:2] == ["port", str(plan.ports[0])], out
@@ -146,7 +147,7 @@ def test_a_refused_suspend_changes_nothing(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("TORCHJOB_HOME", str(tmp_path / "home"))
     rt = LocalRuntime(LocalOptions(), Store(tmp_path / "home"))
     view = rt.run(rt.dryrun(make_job("once", workers=0, command=[sys.executable, "-c", "pass"])), quiet=True)
-    assert view.status.is_true("Succeeded")
+    assert view.status.is_true(ConditionType.SUCCEEDED)
     before = snapshot(tmp_path / "home")
     with pytest.raises(UserError, match="has already succeeded"):
         rt.suspend("once")

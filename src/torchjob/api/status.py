@@ -159,13 +159,13 @@ class JobStatus(BaseModel):
     failure: FailureInfo | None = None
     progress: Progress | None = None
 
-    def condition(self, ctype: ConditionType | str) -> Condition | None:
+    def condition(self, ctype: ConditionType) -> Condition | None:
         for c in self.conditions:
             if c.type == ctype:
                 return c
         return None
 
-    def is_true(self, ctype: ConditionType | str) -> bool:
+    def is_true(self, ctype: ConditionType) -> bool:
         c = self.condition(ctype)
         return c is not None and c.status == "True"
 

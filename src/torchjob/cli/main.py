@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from torchjob import __version__
+from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.errors import UserError
+from torchjob.api.status import ConditionType
 
 if TYPE_CHECKING:
     from torchjob.api.model import JobStatus
@@ -122,7 +124,7 @@ def run(job_file: str, quiet: bool, runtimes: tuple[str, ...], **where: Any) -> 
     """Run a job in the foreground until it ends; exit 0 when it succeeded."""
     rt = _runtime(**where)
     job = rt.run(rt.dryrun(_load(job_file, runtimes)), quiet)
-    if not job.status.is_true("Succeeded") and job.root_cause:
+    if not job.status.is_true(ConditionType.SUCCEEDED) and job.root_cause:
         click.echo(job.root_cause, err=True)
     _outcome(job.name, job.status, rt.flags)
 
@@ -133,7 +135,7 @@ def _outcome(name: str, st: JobStatus, flags: str) -> None:
     if st.startTime and st.completionTime:
         took = f" in {(st.completionTime - st.startTime).total_seconds():.1f}s"
     restarts = f", {st.restartCount} restart{'s' if st.restartCount != 1 else ''}" if st.restartCount else ""
-    if st.is_true("Succeeded"):
+    if st.is_true(ConditionType.SUCCEEDED):
         click.echo(f"torchjob: job {name} succeeded{took}{restarts}", err=True)
         return
     click.echo(f"torchjob: job {name} {st.state.lower()}{took}{restarts}; "
@@ -310,7 +312,7 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--lease-namespace", default="torchjob-system", show_default=True)
 @click.option("--lease-duration", default=15, show_default=True, metavar="SECONDS",
               help="How long a leader's Lease holds without renewal (renewed every third of it).")
-@click.option("--init-image", default="busybox:1.36", show_default=True,
+@click.option("--init-image", default=INIT_IMAGE, show_default=True,
               help="Image of the workers' wait-for-master init container.")
 @click.option("--wait-for-master/--no-wait-for-master", default=True, show_default=True,
               help="Workers wait until the master's port accepts connections.")
@@ -340,13 +342,19 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
-    from torchjob.kube.controller.operator import configure_logging, run_operator
+    from torchjob.kube.controller.config import KubeflowApi, OperatorConfig
+    from torchjob.kube.controller.operator import run_operator
+    from torchjob.kube.machinery.logs import configure_logging
 
+    config = OperatorConfig(
+        kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None, namespace=namespace, workers=workers,
+        metrics_port=metrics_port, leader_elect=leader_elect, lease_namespace=lease_namespace,
+        lease_duration_s=lease_duration, init_image=init_image, wait_for_master=wait_for_master,
+        gang_scheduler=gang_scheduler_name, force_delete_after_s=force_delete_after, progress_port=progress_port,
+        progress_url=progress_url, progress_service=progress_service, progress_write_s=progress_write_interval,
+        kubeflow_api=KubeflowApi(kubeflow_api))
     configure_logging()
-    asyncio.run(run_operator(kubeconfig.split(":")[0] if kubeconfig else None, namespace, workers, metrics_port,
-                             leader_elect, lease_namespace, init_image, wait_for_master, lease_duration,
-                             gang_scheduler_name, force_delete_after, progress_port, progress_url, progress_service,
-                             progress_write_interval, kubeflow_api))
+    asyncio.run(run_operator(config))
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ EXCLUSIVE = {ConditionType.RUNNING: ConditionType.RESTARTING, ConditionType.REST
 ENDS = (ConditionType.SUCCEEDED, ConditionType.FAILED)
 
 
-def set_condition(status: JobStatus, ctype: ConditionType | str, value: bool, reason: Reason | str, message: str,
+def set_condition(status: JobStatus, ctype: ConditionType, value: bool, reason: Reason | str, message: str,
                   now: datetime) -> bool:
     """Set a condition; returns whether anything changed. Failed is terminal; Running and
     Restarting exclude each other; a finished job is not Running."""

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import Abandon, DeleteJob, Event, Observed, Phase, World, reconcile
 from torchjob.core.topology import ReplicaId, node_rank
 from torchjob.local.prepare import supervisor_alive
@@ -142,7 +143,7 @@ def root_cause(job: JobView, log_lines: int = 15) -> str | None:
     """torchrun-style summary of why a failed job failed: the first failing replica, its exit
     code or signal, and its traceback (torch's error file) or the end of its output."""
     st = job.status
-    if not st.is_true("Failed") or st.failure is None:
+    if not st.is_true(ConditionType.FAILED) or st.failure is None:
         return None
     f = st.failure
     bar = "=" * 72

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, assert_never
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus
@@ -24,6 +24,7 @@ from torchjob.api.status import EventType, ExitReason, Reason
 from torchjob.console import Console
 from torchjob.core import policy
 from torchjob.core.reconcile import (
+    Abandon,
     Create,
     DeleteJob,
     Forget,
@@ -125,8 +126,6 @@ class Supervisor:
             for _ in range(20):  # apply until the plan stops changing the world
                 plan = reconcile(self.job, self._observe(), now())
                 self._record(plan)
-                if any(isinstance(a, DeleteJob) for a in plan.actions):
-                    self.deleting = True
                 changed = self._apply(plan)
                 if not changed:
                     break
@@ -234,25 +233,33 @@ class Supervisor:
         return World(replicas=seen, stop_requested=self.stop_requested)
 
     def _apply(self, plan: Plan) -> bool:
+        """Carry the plan out; returns whether the world changed (then core looks again at once)."""
         changed = False
         for a in plan.actions:
-            if isinstance(a, Create):
-                self._create(a.replica.name, a.attempt)
-                changed = True
-            elif isinstance(a, Stop):
-                p = self.procs.get(a.replica.name)
-                if p is not None and p.attempt == a.attempt and p.alive:
-                    self.console.note(f"stopping {a.replica.name}: {a.reason}")
-                    p.terminate()
-            elif isinstance(a, Forget | Purge):
-                p = self.procs.get(a.replica.name)
-                if p is not None and p.attempt == a.attempt and not p.alive:
-                    del self.procs[a.replica.name]
-                    self.store.retire_attempt(self.name, a.replica.name, a.attempt)
-                    if isinstance(a, Purge):
-                        p.drain(1.0)
-                        p.log_path.unlink(missing_ok=True)
+            match a:
+                case Create():
+                    self._create(a.replica.name, a.attempt)
                     changed = True
+                case Stop():
+                    p = self.procs.get(a.replica.name)
+                    if p is not None and p.attempt == a.attempt and p.alive:
+                        self.console.note(f"stopping {a.replica.name}: {a.reason}")
+                        p.terminate()
+                case Forget() | Purge():
+                    p = self.procs.get(a.replica.name)
+                    if p is not None and p.attempt == a.attempt and not p.alive:
+                        del self.procs[a.replica.name]
+                        self.store.retire_attempt(self.name, a.replica.name, a.attempt)
+                        if isinstance(a, Purge):
+                            p.drain(1.0)
+                            p.log_path.unlink(missing_ok=True)
+                        changed = True
+                case DeleteJob():
+                    self.deleting = True  # the loop ends once nothing runs; the store forgets the job then
+                case Abandon():  # planned for a lost supervisor (read.settle records it); this one is alive
+                    pass
+                case _:
+                    assert_never(a)
         return changed
 
     def _create(self, name: str, attempt: int) -> None:

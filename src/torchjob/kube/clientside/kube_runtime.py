@@ -19,9 +19,10 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.pod import training_index
 from torchjob.dialects.convert import explicit
-from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, status_code, to_dict
+from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, parse_time, status_code, to_dict
 from torchjob.kube.objects import kueue
-from torchjob.kube.objects.pods import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE, manifests
+from torchjob.kube.objects.pods import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, manifests, replica_name, terminated
+from torchjob.kube.objects.pods import attempt_of as pod_attempt
 from torchjob.runtime import (
     AttemptView,
     EventView,
@@ -152,7 +153,7 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
             why = waiting(p)
             if why and (p.metadata.name, why) not in seen:
                 seen.add((p.metadata.name, why))
-                say(f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]} waits: {why}")
+                say(f"{replica_name(p.metadata.labels)} waits: {why}")
 
     while True:
         data = get(kube, name, namespace)
@@ -223,16 +224,15 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None, fo
         raise no_output(name, None, [])
     targets = every
     if replica:
-        targets = [p for p in every if f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}" == replica]
+        targets = [p for p in every if replica_name(p.metadata.labels) == replica]
         if not targets:
-            raise no_output(name, replica, [f"{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}"
-                                            for p in every])
+            raise no_output(name, replica, [str(replica_name(p.metadata.labels)) for p in every])
         if attempt is not None:
-            targets = [p for p in targets if (p.metadata.annotations or {}).get(ANNOTATION_ATTEMPT) == str(attempt)]
+            targets = [p for p in targets if pod_attempt(to_dict(p)) == attempt]
             if not targets:  # a pod is made again for each attempt: only the current one is left
                 raise UserError(f"{replica} has no attempt {attempt}")
     for p in targets:
-        prefix = f"[{p.metadata.labels[LABEL_TYPE]}-{p.metadata.labels[LABEL_INDEX]}] "
+        prefix = f"[{replica_name(p.metadata.labels)}] "
         try:
             for line in kube.log(p.metadata.name, namespace=p.metadata.namespace,
                                  follow=follow_ and len(targets) == 1):
@@ -256,25 +256,17 @@ def _job_of(data: dict[str, Any]) -> TorchJob:
     return _served(data).read(data)
 
 
-def _seconds(t: Any) -> float | None:
-    return t.timestamp() if t is not None else None
-
-
 def attempt_of(pod: Any) -> AttemptView:
     """A pod as one replica attempt: its phase, times, and the training container's exit code."""
-    labels, status = pod.metadata.labels, pod.status
-    containers = pod.spec.containers if pod.spec else []
-    trains = containers[training_index(c.name for c in containers)].name if containers else None
-    ended = exit_code = None
-    for cs in (status.containerStatuses or []) if status else []:
-        term = cs.state.terminated if cs.state else None
-        if term is not None and cs.name == trains:
-            ended, exit_code = _seconds(term.finishedAt), term.exitCode
+    data = to_dict(pod)
+    containers = [c["name"] for c in (data.get("spec") or {}).get("containers") or []]
+    ended = terminated(data, containers[training_index(containers)] if containers else None)
+    status = data.get("status") or {}
     return AttemptView(
-        replica=f"{labels[LABEL_TYPE]}-{labels[LABEL_INDEX]}",
-        attempt=int((pod.metadata.annotations or {}).get(ANNOTATION_ATTEMPT, "0")),
-        started=_seconds(status.startTime) if status else None, ended=ended, exit_code=exit_code,
-        reason=(status.phase if status else None) or "Pending", pod=pod.metadata.name, waiting=waiting(pod),
+        replica=str(replica_name(data["metadata"].get("labels") or {})), attempt=pod_attempt(data),
+        started=_timestamp(status.get("startTime")), ended=_timestamp(ended.get("finishedAt")),
+        exit_code=ended.get("exitCode"), reason=status.get("phase") or "Pending", pod=data["metadata"]["name"],
+        waiting=waiting(pod),
     )
 
 
@@ -283,13 +275,13 @@ def view_of(data: dict[str, Any], kube: Client | None = None) -> JobView:
     meta = data["metadata"]
     created = meta.get("creationTimestamp")
     out = JobView(name=meta["name"], job=_job_of(data), status=status_of(data), namespace=meta.get("namespace"),
-                  uid=meta.get("uid"), created=_parse_time(created))
+                  uid=meta.get("uid"), created=_timestamp(created))
     if kube is not None:
         found = pods(kube, data)
         evs = events(kube, data)
         out.attempts = [attempt_of(p) for p in found]
         out.events = [EventView(e.type or "", e.reason or "", e.message or "",
-                                _seconds(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
+                                _timestamp(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
                       for e in evs]
         f = out.status.failure
         out.root_cause = f"{f.reason}: {f.message}" if f else None
@@ -298,19 +290,15 @@ def view_of(data: dict[str, Any], kube: Client | None = None) -> JobView:
     return out
 
 
-def _parse_time(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        from datetime import datetime
-
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    return float(value.timestamp())
+def _timestamp(value: Any) -> float | None:
+    """A time as the API serves it (a string in a dict, a datetime in a model) in seconds since the epoch."""
+    when = parse_time(value) if isinstance(value, str) else value
+    return when.timestamp() if when is not None else None
 
 
 class KubePlan:
     """Exactly what the operator creates for the job's first attempt (`render --kube`), from the
-    functions the operator makes them with (`kube.render`)."""
+    functions the operator makes them with (`kube.objects.pods`)."""
 
     def __init__(self, job: TorchJob) -> None:
         from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL

@@ -1,6 +1,6 @@
-"""The TorchJob controller: informers on TorchJobs and the Pods and Services they own, a work
-queue keyed by job, and workers that run one reconcile per key at a time (kube/controller/reconciler.py).
-A reconcile that fails is retried with a per-job backoff (kube/machinery/queue.py) and said in an Event."""
+"""A kind's controller: informers on its jobs and the Pods and Services they own, a work queue
+keyed by job, and workers that run one round per key at a time (reconciler.py). A round that
+fails is retried with a per-job backoff (kube/machinery/queue.py) and said in an Event."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 
 from torchjob.api.status import EventType, Reason
+from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, ThirdPartyWatches
-from torchjob.kube.controller.observe import pod_summary
-from torchjob.kube.controller.reconciler import FORCE_DELETE_AFTER_S, PodIndex, PodOptions, Reconciler
+from torchjob.kube.controller.reconciler import JobCaches, PodIndex, ProgressLink, Reconciler
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.client import Api, status_code
-from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only
+from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only, pod_summary
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import pods as kr
-from torchjob.kube.progress.hub import ProgressHub
+from torchjob.kube.progress.view import KindCaches
 from torchjob.kube.served.kinds import TORCHJOB, ServedKind
 
 log = logging.getLogger("torchjob.kube")
@@ -40,14 +40,12 @@ def owner_key(obj: dict[str, Any]) -> Key | None:
 
 
 class Controller:
-    def __init__(self, api: Api, namespace: str | None = None, workers: int = 4, init_image: str = "busybox:1.36",
-                 wait_for_master: bool = True, gang_scheduler: str | None = None,
-                 force_delete_after_s: float = FORCE_DELETE_AFTER_S, progress_url: str | None = None,
-                 kind: ServedKind = TORCHJOB) -> None:
-        self.api = api
-        self.kind = kind
-        self.namespace = namespace
-        self.workers = workers
+    """One kind's controller. `progress` links it to the progress books and CA (None: no endpoint)."""
+
+    def __init__(self, api: Api, config: OperatorConfig, *, kind: ServedKind = TORCHJOB,
+                 progress: ProgressLink | None = None) -> None:
+        self.api, self.kind, self.config = api, kind, config
+        namespace = config.namespace
         self.queue = WorkQueue(kind.plural.removesuffix("s"))  # "torchjob", "pytorchjob": the metrics label
         self.jobs = Informer(api, kind.kind, namespace, self._on_job)
         self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=kind.pod_labels, transform=pod_summary)
@@ -56,30 +54,20 @@ class Controller:
         self.index = PodIndex()
         self.watches = ThirdPartyWatches(api, namespace, self._on_owned)
         self.reconciler = Reconciler(
-            api, self.jobs, self.pods, self.services, self.index, self.queue, KueueGate(api, self.jobs, self.watches),
-            PodGroupGate(api, self.queue, self.watches),
-            PodOptions(init_image=init_image, wait_for_master=wait_for_master,
-                       progress_url=progress_url if kind.progress else None),
-            self._spawn, gang_scheduler=gang_scheduler, force_delete_after_s=force_delete_after_s, kind=kind)
-        self.reconciles: dict[Key, int] = {}  # reconciles done per job (tests wait on it, not on time)
+            api=api, kind=kind, caches=JobCaches(self.jobs, self.pods, self.services, self.index),
+            queue=self.queue, kueue_gate=KueueGate(api, self.jobs, self.watches),
+            podgroup_gate=PodGroupGate(api, self.queue, self.watches), config=config, progress=progress,
+            spawn=self._spawn)
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()
 
-    @property
-    def progress(self) -> ProgressHub | None:
-        return self.reconciler.progress
+    def caches(self) -> KindCaches:
+        """The read-only view of this kind's caches that progress reads."""
+        return KindCaches(self.kind, self.jobs.cache, self.pods.cache)
 
-    @progress.setter
-    def progress(self, hub: ProgressHub | None) -> None:
-        self.reconciler.progress = hub
-
-    @property
-    def progress_ca(self) -> str | None:
-        return self.reconciler.progress_ca
-
-    @progress_ca.setter
-    def progress_ca(self, pem: str | None) -> None:
-        self.reconciler.progress_ca = pem
+    def remember(self, stored: dict[str, Any]) -> None:
+        """A job as this process just wrote it: its next round starts from that version."""
+        self.jobs.remember(stored)
 
     # --- events from the informers ---
 
@@ -122,7 +110,7 @@ class Controller:
                     raise RuntimeError("an informer stopped before its caches synced")
             self.ready.set()
             log.info("caches synced: %d jobs, %d pods", len(self.jobs.cache), len(self.pods.cache))
-            tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+            tasks += [asyncio.create_task(self._worker()) for _ in range(self.config.workers)]
             await asyncio.gather(*tasks)
         finally:
             synced.cancel()
@@ -168,7 +156,6 @@ class Controller:
                 self._spawn(self.api.event(raw, EventType.WARNING, Reason.RECONCILE_ERROR,
                                            f"reconcile failed ({failures} in a row; next try in {delay:.1f}s): {e}"))
         finally:
-            self.reconciles[key] = self.reconciles.get(key, 0) + 1
             metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.monotonic() - start)
             metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
             self.queue.done(key)

@@ -11,15 +11,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import EventType, Reason
 from torchjob.core.reconcile import Refusal
-from torchjob.kube.controller.observe import pod_summary
 from torchjob.kube.machinery import client
 from torchjob.kube.machinery.client import Api, status_code
-from torchjob.kube.machinery.informer import Informer, Key
+from torchjob.kube.machinery.informer import Informer, Key, pod_summary
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, kueue
 from torchjob.kube.objects import pods as kr
@@ -28,17 +28,21 @@ log = logging.getLogger("torchjob.kube")
 ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks, until PodGroups are watched
 
 
+class Verdict(Enum):
+    CREATE = "create"  # go on: the pods may be made
+    WAIT = "wait"  # hold the pods back (the job is requeued)
+    STOP = "stop"  # end this round: the job was just patched, and its watch event brings it back
+
+
 @dataclass(frozen=True)
 class Gate:
-    """What a gate says: go on and make the pods (`create`), hold them back (`wait`, requeued),
-    stop this reconcile (`stop`: the job was just patched; its watch event brings it back), or the
-    job cannot run as written (`refused`)."""
+    """What a gate says, and, when the job cannot run as written, why (`refused`: a fact for core)."""
 
-    verdict: str  # create | wait | stop
+    verdict: Verdict
     refused: Refusal | None = None
 
 
-CREATE, WAIT, STOP = Gate("create"), Gate("wait"), Gate("stop")
+CREATE, WAIT, STOP = Gate(Verdict.CREATE), Gate(Verdict.WAIT), Gate(Verdict.STOP)
 
 
 class ThirdPartyWatches:
@@ -141,7 +145,7 @@ class KueueGate:
             message = (f"the job names the Kueue queue {kueue.queue_name(job)!r}, but Kueue's Workload CRD "
                        f"{kueue.WORKLOAD_CRD} is not installed on this cluster: install Kueue, or remove the "
                        f"label {kueue.QUEUE_LABEL}")
-            return Gate("stop", Refusal(Reason.KUEUE_UNAVAILABLE, message))
+            return Gate(Verdict.STOP, Refusal(Reason.KUEUE_UNAVAILABLE, message))
         self.watches.watch(kueue.WORKLOAD)
         return CREATE
 
@@ -182,7 +186,7 @@ class PodGroupGate:
         if key not in self.groups:
             refused = await self._create(raw, job, key, group, started)
             if refused is not None:
-                return Gate("stop", refused)
+                return Gate(Verdict.STOP, refused)
         return await self._admission(raw, job, key, group)
 
     async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]) -> Gate:

@@ -1,12 +1,17 @@
-"""One reconcile of one TorchJob: observe its pods, pass the admission gates, ask `core.reconcile`
-and apply the plan.
+"""One round of one job: observe, decide once, write, act.
+
+    world  = observe(job, its pods, the pods gone since, progress, what was learned)   (observe.py)
+    plan   = core.reconcile(job, world, now)                                            (once)
+    write the status and events, then act: the PodGroup gate, the Service, the pods
 
 Never a duplicate pod: pod names are deterministic (`{job}-{type}-{i}`), so a create that races
 a stale cache gets 409 and changes nothing; after a restart the operator adopts what exists. The
 decision is written to the job's status *before* it is acted on, so a crash between the two
 repeats the action instead of losing or double-counting it (Kubeflow's #3419 marked the job
-Failed only after deleting its pods). What this module learns and cannot act on (a spec the API
-server refuses, a PodGroup or Kueue kind missing) is a fact for core, which decides the ending.
+Failed only after deleting its pods). What the round learns while acting and cannot act on (a pod
+the API server refuses, a PodGroup or Kueue kind missing) is recorded as a fact of the job and the
+job is requeued: the next round's World carries it and core decides the ending. Kueue's gate runs
+before the decision: it may hold the job (patch it suspended) and end the round there.
 """
 
 from __future__ import annotations
@@ -14,28 +19,39 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from lightkube.core.exceptions import ApiError
 
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.api.status import EventType, Reason
-from torchjob.core.reconcile import Create, DeleteJob, Event, Forget, Plan, Purge, Refusal, Stop, World, reconcile
+from torchjob.api.status import ConditionType, EventType, Reason
+from torchjob.core.reconcile import (
+    Abandon,
+    Create,
+    DeleteJob,
+    Event,
+    Forget,
+    Plan,
+    Purge,
+    Refusal,
+    Stop,
+    reconcile,
+)
 from torchjob.core.reconcile import refuse as refuse_unreadable
-from torchjob.kube.controller.gates import CREATE, KueueGate, PodGroupGate
-from torchjob.kube.controller.observe import observe, observe_pod, parse_time
-from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.controller.config import OperatorConfig
+from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
+from torchjob.kube.controller.observe import observe, observe_pod
+from torchjob.kube.machinery.client import Api, parse_time, status_code
 from torchjob.kube.machinery.informer import Informer, Key
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, tensorboard
 from torchjob.kube.objects import pods as kr
-from torchjob.kube.progress.hub import ProgressHub
-from torchjob.kube.served.kinds import TORCHJOB, ServedKind, Unreadable
+from torchjob.kube.progress.books import Books
+from torchjob.kube.served.kinds import ServedKind, Unreadable
 
 log = logging.getLogger("torchjob.kube")
-FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
@@ -79,10 +95,22 @@ class PodIndex:
 
 
 @dataclass(frozen=True)
-class PodOptions:
-    init_image: str = "busybox:1.36"
-    wait_for_master: bool = True
-    progress_url: str | None = None  # the progress endpoint pods report to (None: no progress env)
+class JobCaches:
+    """A kind's informers, and its pods indexed by job."""
+
+    jobs: Informer
+    pods: Informer
+    services: Informer
+    index: PodIndex
+
+
+@dataclass(frozen=True)
+class ProgressLink:
+    """What a round needs of progress: the reports' books (for stalls), and the endpoint's CA,
+    published in each namespace where pods are made."""
+
+    books: Books
+    ca_pem: str
 
 
 class NameTaken(Exception):
@@ -90,27 +118,31 @@ class NameTaken(Exception):
 
 
 class Reconciler:
-    def __init__(self, api: Api, jobs: Informer, pods: Informer, services: Informer, index: PodIndex,
-                 queue: WorkQueue, kueue_gate: KueueGate, podgroup_gate: PodGroupGate, options: PodOptions,
-                 spawn: Callable[[Coroutine[Any, Any, None]], Any], gang_scheduler: str | None = None,
-                 force_delete_after_s: float = FORCE_DELETE_AFTER_S, kind: ServedKind = TORCHJOB) -> None:
-        self.api, self.jobs, self.pods, self.services, self.index = api, jobs, pods, services, index
-        self.kind = kind
-        self.queue, self.kueue_gate, self.podgroup_gate = queue, kueue_gate, podgroup_gate
-        self.options, self.spawn = options, spawn
-        self.gang_scheduler, self.force_delete_after_s = gang_scheduler, force_delete_after_s
-        self.progress: ProgressHub | None = None  # set by the operator once its endpoint serves
-        self.progress_ca: str | None = None
+    def __init__(self, *, api: Api, kind: ServedKind, caches: JobCaches, queue: WorkQueue, kueue_gate: KueueGate,
+                 podgroup_gate: PodGroupGate, config: OperatorConfig, progress: ProgressLink | None,
+                 spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
+        self.api, self.kind, self.queue, self.config = api, kind, queue, config
+        self.progress, self.spawn = progress, spawn
+        self.jobs, self.pods, self.services, self.index = caches.jobs, caches.pods, caches.services, caches.index
+        self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate
+        self.pod_options = config.pods
+        self.learned: dict[Key, Refusal] = {}  # what acting taught about a job, for its next round's World
         self.ca_namespaces: set[str] = set()  # where the CA ConfigMap is known to be current
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
 
     def forget(self, key: Key) -> None:
         self.queue.forget(key)  # its pods stay indexed until they go: a new job of that name must see them
         self.index.gone.pop(key, None)
+        self.learned.pop(key, None)
         self.podgroup_gate.forget(key)
         self.boards.discard(key)
         if self.progress is not None:
-            self.progress.forget(self.kind.plural, key)
+            self.progress.books.forget(self.kind.plural, key)
+
+    def learn(self, key: Key, refused: Refusal) -> None:
+        """A fact found while acting: the job is looked at again at once, and core decides on it."""
+        self.learned.setdefault(key, refused)
+        self.queue.add(key)
 
     async def reconcile(self, key: Key) -> None:
         raw = self.jobs.cache.get(key)
@@ -120,62 +152,61 @@ class Reconciler:
         if not self.kind.serves(raw):  # another manager's (Kueue's MultiKueue): nothing made, nothing written
             return
         status = self.kind.status_of(raw)
+        now = datetime.now(UTC)
         try:
             job = self.kind.read(raw)
         except Unreadable as e:
-            await self._write(raw, None, status, refuse_unreadable(status, Refusal(Reason.INVALID_SPEC, str(e)),
-                                                                   datetime.now(UTC)))
+            await self._write(raw, None, status, refuse_unreadable(status, Refusal(Reason.INVALID_SPEC, str(e)), now))
             return
-        job = gang.with_default_scheduler(job, self.gang_scheduler).model_copy(update={"status": status})
-        gate = await self.kueue_gate.check(raw, job, key) if self.kind.own_kueue else CREATE
+        job = gang.with_default_scheduler(job, self.config.gang_scheduler).model_copy(update={"status": status})
+        if self.kind.own_kueue:
+            gate = await self.kueue_gate.check(raw, job, key)
+            if gate.refused is not None:
+                self.learned.setdefault(key, gate.refused)
+            elif gate.verdict is Verdict.STOP:
+                return
         pods, stale, gone = self.index.split(job, key)
-        now = datetime.now(UTC)
-        world = observe(job, pods, gone=gone)
-        if gate.refused is not None:
-            world = replace(world, refused=gate.refused)
-        elif gate.verdict == "stop":
-            return
-        if self.progress is not None:
-            world = self.progress.with_reports(self.kind.plural, key, world)
+        world = observe(job, pods, gone=gone, refused=self.learned.get(key), last_report=self._reports(key))
         plan = reconcile(job, world, now)
-        active = not plan.status.finished and not plan.status.is_true("Suspended")
-        podgroup = await self.podgroup_gate.check(raw, job, key, active, started=bool(pods))
-        if podgroup.refused is not None and world.refused is None:
-            world = replace(world, refused=podgroup.refused)
-            plan = reconcile(job, world, now)
         self.index.keep_undecided(job.model_copy(update={"status": plan.status}), key, gone)
         await self._write(raw, job, status, plan)
-        if plan.status.finished and world.refused is not None:
-            await self._apply(job, plan, set(), create=False)
-            return
-        await self._carry_out(raw, job, key, plan, world, stale, create=podgroup.verdict == "create")
-        self._force_delete_stuck(job, pods, now)
+        if plan.status.finished:
+            self.learned.pop(key, None)  # decided on: a finished job ignores it
+        await self._act(raw, job, key, plan, pods, stale, now)
 
-    async def _carry_out(self, raw: dict[str, Any], job: TorchJob, key: Key, plan: Plan, world: World,
-                         stale: list[dict[str, Any]], create: bool) -> None:
-        now = datetime.now(UTC)
+    def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
+        if self.progress is None:
+            return None
+        books, plural = self.progress.books, self.kind.plural
+        return lambda replica, attempt: books.last_report(plural, key, replica, attempt)
+
+    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, plan: Plan, pods: list[dict[str, Any]],
+                   stale: list[dict[str, Any]], now: datetime) -> None:
+        active = not plan.status.finished and not plan.status.is_true(ConditionType.SUSPENDED)
+        gate = await self.podgroup_gate.check(raw, job, key, active, started=bool(pods))
+        if gate.refused is not None:
+            self.learn(key, gate.refused)
+        creates = gate.refused is None and gate.verdict is Verdict.CREATE
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
-        if self.progress_ca is not None and key[0] not in self.ca_namespaces and any(
+        if creates and self.progress is not None and key[0] not in self.ca_namespaces and any(
                 isinstance(a, Create) for a in plan.actions):
-            await self._publish_ca(key[0])  # before the pods, which project it
+            await self._publish_ca(key[0], self.progress.ca_pem)  # before the pods, which project it
         blocked = await self._clear_stale(job, stale)
         try:
-            await self._apply(job, plan, blocked, create=create)
+            await self._apply(job, plan, blocked, creates=creates)
         except ApiError as e:
             if status_code(e) != 422:
                 raise
             # The API server refuses the pod we rendered from the user's template: a mistake of
             # theirs, so the job fails with the server's words instead of retrying forever.
-            refused = Refusal(Reason.INVALID_SPEC, f"a pod of this job is invalid: {e}")
-            decided = reconcile(job.model_copy(update={"status": plan.status}), replace(world, refused=refused), now)
-            await self._write(self.jobs.cache.get(key, raw), job, plan.status, decided)
-            await self._apply(job, decided, set(), create=False)
+            self.learn(key, Refusal(Reason.INVALID_SPEC, f"a pod of this job is invalid: {e}"))
             return
         if job.spec.tensorboard is not None and not plan.status.finished and key not in self.boards:
             await self._create_tensorboard(raw, job, key)
         if plan.requeue_at is not None:
             self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
+        self._force_delete_stuck(job, pods, now)
 
     async def _write(self, raw: dict[str, Any], job: TorchJob | None, status: JobStatus, plan: Plan) -> None:
         """The decision, before it is acted on: the status (when it or the generation it was decided on
@@ -214,16 +245,13 @@ class Reconciler:
             self.queue.add_after((job.metadata.namespace or "default", job.name), 1.0)
         return names
 
-    async def _publish_ca(self, namespace: str) -> None:
+    async def _publish_ca(self, namespace: str, ca_pem: str) -> None:
         """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
-        from torchjob.kube.progress.tls import CA_CONFIGMAP, CA_KEY, ca_configmap
-
-        assert self.progress_ca is not None
-        found = await self.api.find("ConfigMap", CA_CONFIGMAP, namespace)
+        found = await self.api.find("ConfigMap", kr.CA_CONFIGMAP, namespace)
         if found is None:
-            await self._create(ca_configmap(namespace, self.progress_ca))
-        elif (found.get("data") or {}).get(CA_KEY) != self.progress_ca:
-            await self.api.patch_data("ConfigMap", CA_CONFIGMAP, namespace, {CA_KEY: self.progress_ca})
+            await self._create(kr.ca_configmap(namespace, ca_pem))
+        elif (found.get("data") or {}).get(kr.CA_KEY) != ca_pem:
+            await self.api.patch_data("ConfigMap", kr.CA_CONFIGMAP, namespace, {kr.CA_KEY: ca_pem})
         self.ca_namespaces.add(namespace)
 
     async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, key: Key) -> None:
@@ -269,22 +297,30 @@ class Reconciler:
                         f"make its own; delete or rename one of them (a TorchJob and a PyTorchJob of the same name "
                         f"in a namespace want the same pod and Service names); this job starts once the name is free")
 
-    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], create: bool = True) -> None:
+    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], creates: bool) -> None:
         ns = job.metadata.namespace or "default"
+        made: list[Create] = []
         for a in plan.actions:
-            if isinstance(a, Stop | Forget | Purge):
-                grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
-                await self.api.delete("Pod", kr.pod_name(job, a.replica), ns,
-                                      grace_s=grace if isinstance(a, Stop) else 0)
-            elif isinstance(a, DeleteJob):
-                await self.api.delete(self.kind.kind, job.name, ns)
+            match a:
+                case Stop():
+                    grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
+                    await self.api.delete("Pod", kr.pod_name(job, a.replica), ns, grace_s=grace)
+                case Forget() | Purge():  # a finished pod: nothing runs in it
+                    await self.api.delete("Pod", kr.pod_name(job, a.replica), ns, grace_s=0)
+                case DeleteJob():
+                    await self.api.delete(self.kind.kind, job.name, ns)
+                case Create():
+                    made.append(a)
+                case Abandon():  # planned only for a lost runner (World.runner_lost), which a pod never is
+                    log.error("%s/%s: %s planned on Kubernetes, where no runner is lost", ns, job.name, a)
+                case _:
+                    assert_never(a)
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
-        creates = [a for a in plan.actions if isinstance(a, Create) and create]
-        o = self.options
+        o = self.pod_options
         await asyncio.gather(*(self._create(kr.pod(job, a.replica, a.attempt, init_image=o.init_image,
                                                    wait=o.wait_for_master, progress_url=o.progress_url))
-                               for a in creates if kr.pod_name(job, a.replica) not in blocked))
+                               for a in made if creates and kr.pod_name(job, a.replica) not in blocked))
 
     def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
         for p in pods:
@@ -294,7 +330,7 @@ class Reconciler:
                 continue
             # The server sets deletionTimestamp to the request's time plus the grace period: past it,
             # a kubelet would have killed the pod; one that is still there sits on a node that is gone.
-            due = since + timedelta(seconds=self.force_delete_after_s)
+            due = since + timedelta(seconds=self.config.force_delete_after_s)
             if now >= due:
                 log.warning("force-deleting %s, stuck terminating since %s", p["metadata"]["name"], deleting)
                 self.spawn(self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))

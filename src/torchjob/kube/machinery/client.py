@@ -6,10 +6,9 @@ bottleneck of Python controllers (research/operator-stack.md §2.3).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,13 +23,13 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
 from lightkube.types import PatchType
 
-from torchjob.kube.objects.crd import GROUP, PLURAL, VERSION
-
 log = logging.getLogger("torchjob.kube")
-TorchJobRes = create_namespaced_resource(GROUP, VERSION, "TorchJob", PLURAL)
 FIELD_MANAGER = "torchjob-operator"
 INSTANCE = socket.gethostname()[:128]  # the operator's pod: which replica recorded an event
 
+# The kinds the operator reads and writes, besides Kubernetes' own: torchjob's (its CRD is
+# kube/objects/crd.py; a test keeps the two the same), Kubeflow's, Volcano's, scheduler-plugins', Kueue's.
+TorchJobRes = create_namespaced_resource("torchjob.dev", "v1", "TorchJob", "torchjobs")
 VolcanoPodGroup = create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
 PluginsPodGroup = create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
 KueueWorkload = create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
@@ -66,6 +65,11 @@ def to_dict(obj: Any) -> dict[str, Any]:
     data: dict[str, Any] = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
     data.get("metadata", {}).pop("managedFields", None)
     return data
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, `Z`) as an aware datetime."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
 def status_code(e: Exception) -> int | None:
@@ -172,15 +176,3 @@ class Api:
             await self.client.create(ev)
         except ApiError as e:  # events are best effort
             log.warning("event %s/%s not recorded: %s", meta["name"], reason, e)
-
-
-async def retry_conflicts(fn: Callable[[], Any], attempts: int = 5) -> Any:
-    """Run fn again on 409 Conflict (someone wrote in between), with a short backoff."""
-    for i in range(attempts):
-        try:
-            return await fn()
-        except ApiError as e:
-            if status_code(e) != 409 or i == attempts - 1:
-                raise
-            await asyncio.sleep(0.05 * 2**i)
-    return None

@@ -38,6 +38,13 @@ def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj["metadata"]}
 
 
+def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod (or any object read for its status) as a cache keeps it: metadata and status. The spec
+    (containers, env, volumes) is the bulk of a pod and nobody reads it from the cache."""
+    return {"apiVersion": pod.get("apiVersion"), "kind": pod.get("kind"), "metadata": pod["metadata"],
+            "status": pod.get("status") or {}}
+
+
 class Informer:
     def __init__(self, api: Api, kind: str, namespace: str | None, on_change: Callable[[dict[str, Any]], None],
                  labels: dict[str, Any] | None = None,

@@ -26,7 +26,7 @@ WORKQUEUE_QUEUE_DURATION = Histogram(
 )
 LEADER = Gauge("leader_election_master_status", "Whether this instance is the leader (1) or not (0)", ["name"])
 
-# The progress endpoint (kube/progress/hub.py); the per-job gauges come from its collector.
+# The progress endpoint (kube/progress/receiver.py and writer.py); the per-job gauges come from its collector.
 PROGRESS_REPORTS = Counter("torchjob_progress_reports_total", "Progress reports taken from replicas")
 PROGRESS_WRITES = Counter("torchjob_progress_status_writes_total", "Writes of status.progress to the API server")
 PROGRESS_REVIEWS = Counter("torchjob_progress_token_reviews_total", "TokenReviews of reporting replicas' tokens",

@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.status import ConditionType
 from torchjob.core.topology import replicas
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -129,7 +130,7 @@ def lost_admission(wl: dict[str, Any]) -> str:
 
 def finished_status(wl_name: str, namespace: str, status: JobStatus, now: str) -> dict[str, Any]:
     """A server-side apply body for the Workload's status: only the `Finished` condition is ours."""
-    ok = status.is_true("Succeeded")
+    ok = status.is_true(ConditionType.SUCCEEDED)
     message = "the TorchJob succeeded" if ok else (status.failure.message if status.failure else "the TorchJob failed")
     return {"apiVersion": API_VERSION, "kind": "Workload", "metadata": {"name": wl_name, "namespace": namespace},
             "status": {"conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded" if ok else "Failed",

@@ -8,13 +8,16 @@ backoffLimit (Kubeflow's ExitCode restarts were never counted: its #2045).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import training_container
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
 from torchjob.kube.objects import gang, kueue, tensorboard
+from torchjob.kube.objects import kubeflow_labels as kf
 
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
@@ -27,12 +30,44 @@ WAIT_CONTAINER = "wait-for-master"
 TERMINATION_LOG = "/dev/termination-log"
 PROGRESS_VOLUME = "torchjob-progress"
 PROGRESS_DIR = "/var/run/secrets/torchjob.dev/progress"
+CA_CONFIGMAP = "torchjob-progress-ca"  # the progress endpoint's CA, in each job namespace
+CA_KEY = "ca.crt"
 PROGRESS_TOKEN_S = 3600  # the projected token's lifetime; the kubelet renews it before it ends
 # torchrun names a node in an elastic rendezvous by its address and pid. A pod made again for a
 # lost replica has the same hostname and the same pid (torchrun is PID 1), so the rendezvous took
 # it for the node it replaces and never finished a round (found on the real node: a worker's
 # container killed, the survivors timed out in `_assign_worker_ranks`). The pod's IP is new with
 # every pod.
+
+
+def replica_name(labels: Mapping[str, str]) -> str | None:
+    """The replica a pod or Service of a job is (`worker-1`), from its labels; None when not one."""
+    rtype, index = labels.get(LABEL_TYPE), labels.get(LABEL_INDEX)
+    return f"{rtype}-{index}" if rtype and index is not None else None
+
+
+def replica_of(obj: Mapping[str, Any]) -> ReplicaId | None:
+    """The replica an object of a job is, from its labels; None when not one of a known type."""
+    name = replica_name(obj.get("metadata", {}).get("labels") or {})
+    try:
+        return ReplicaId.parse(name) if name else None
+    except ValueError:
+        return None
+
+
+def terminated(pod: Mapping[str, Any], container: str | None) -> dict[str, Any]:
+    """`state.terminated` of one container of a pod (as the API serves it); empty while it has not ended."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == container:
+            return (cs.get("state") or {}).get("terminated") or {}
+    return {}
+
+
+def attempt_of(obj: Mapping[str, Any]) -> int:
+    """Which attempt of its replica a pod runs (the annotation the operator sets)."""
+    return int((obj.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_ATTEMPT, "0"))
+
+
 LOCAL_ADDR_ENV = {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
@@ -80,8 +115,6 @@ def _kubeflow_labels(job: TorchJob, rid: ReplicaId | None) -> dict[str, str]:
     pods by them); none on a TorchJob's."""
     if served_as(job)[1] != "PyTorchJob":
         return {}
-    from torchjob.kube.served import kubeflow_status as kf
-
     if rid is None:
         return kf.service_labels(job.name)
     return kf.pod_labels(job.name, rid.rtype, rid.index, MASTER in job.spec.pytorchReplicaSpecs)
@@ -133,7 +166,6 @@ def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str
     """What a pod reports progress with, as Kubeflow Trainer gives it
     (`plugins/trainjobstatus/trainjobstatus.go` @8c0f505): the variables, a projected volume with a
     service-account token whose audience names the job and the endpoint's CA, and its mount."""
-    from torchjob.kube.progress.tls import CA_CONFIGMAP, CA_KEY
     from torchjob.progress.server import PYTORCHJOBS, TORCHJOBS, audience, status_path
 
     ns = job.metadata.namespace or "default"
@@ -149,7 +181,7 @@ def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str
     return env, volume, mount
 
 
-def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = "busybox:1.36",
+def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_IMAGE,
         wait: bool = True, progress_url: str | None = None) -> dict[str, Any]:
     rspec = job.spec.pytorchReplicaSpecs[rid.rtype]
     template = rspec.template.model_dump(mode="json", exclude_none=True)
@@ -232,7 +264,7 @@ def podgroup(job: TorchJob) -> dict[str, Any] | None:
     return group
 
 
-def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = True,
+def manifests(job: TorchJob, *, init_image: str = INIT_IMAGE, wait: bool = True,
               progress_url: str | None = None) -> list[dict[str, Any]]:
     """Everything the operator creates for the job's first attempt, in the order it creates them
     (`torchjob render --kube`)."""
@@ -240,3 +272,11 @@ def manifests(job: TorchJob, *, init_image: str = "busybox:1.36", wait: bool = T
     queued = [kueue.workload(job, owner_reference(job), selector(job))] if kueue.queue_name(job) else []
     pods = [pod(job, rid, 0, init_image=init_image, wait=wait, progress_url=progress_url) for rid in replicas(job)]
     return [*queued, *([group] if group else []), service(job), *pods, *tensorboard.objects(job, owner_reference(job))]
+
+
+def ca_configmap(namespace: str, ca_pem: str) -> dict[str, Any]:
+    """The ConfigMap that gives a namespace's pods the progress endpoint's CA (they project it)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CA_CONFIGMAP, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "torchjob"}},
+            "data": {CA_KEY: ca_pem}}

@@ -22,11 +22,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.objects.pods import CA_KEY
 
 log = logging.getLogger("torchjob.kube")
 SECRET = "torchjob-progress-tls"
-CA_CONFIGMAP = "torchjob-progress-ca"
-CA_KEY = "ca.crt"
 VALID_DAYS = 3650
 
 
@@ -145,10 +144,3 @@ async def ensure(api: Api, namespace: str, service: str, extra_hosts: tuple[str,
         if status_code(e) != 409:
             raise
         return _decode(await api.get("Secret", SECRET, namespace))
-
-
-def ca_configmap(namespace: str, ca_pem: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": CA_CONFIGMAP, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "torchjob"}},
-            "data": {CA_KEY: ca_pem}}

@@ -16,6 +16,7 @@ from torchjob.api.errors import InvalidJob
 from torchjob.api.model import WORKER, JobStatus, TorchJob
 from torchjob.api.source import Document
 from torchjob.dialects import kubeflow as kubeflow_dialect
+from torchjob.kube.objects import kubeflow_labels as kfl
 from torchjob.kube.objects import pods as kr
 from torchjob.kube.objects.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
 from torchjob.kube.objects.kubeflow_crd import KIND as KUBEFLOW_KIND
@@ -61,7 +62,7 @@ def read_pytorchjob(raw: dict[str, Any]) -> TorchJob:
 
 def torchjob_status_patch(job: TorchJob | None, status: JobStatus, now: datetime) -> dict[str, Any]:
     data = status.model_dump(mode="json")
-    del data["progress"]  # the progress writer's (kube/progress/hub.py): a reconcile neither writes nor clears it
+    del data["progress"]  # the progress writer's (kube/progress/writer.py): a reconcile neither writes nor clears it
     data["state"] = status.state  # for `kubectl get tj`
     if job is not None and WORKER in job.spec.pytorchReplicaSpecs:
         data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"
@@ -94,30 +95,29 @@ class ServedKind:
     status_patch: Callable[[TorchJob | None, JobStatus, datetime], dict[str, Any]]  # -> the stored status
     serves: Callable[[dict[str, Any]], bool]  # whether this operator acts on the object at all
     own_kueue: bool  # torchjob makes and follows its Kueue Workload (Kueue's own integration does for PyTorchJob)
-    progress: bool  # pods report progress, and the stall deadline applies
     progress_patch: Callable[[dict[str, Any]], dict[str, Any]]  # a job's progress -> the status merge patch
 
 
 TORCHJOB = ServedKind(
     kind="TorchJob", plural="torchjobs",
     # Not a pod of a PyTorchJob torchjob serves (those carry Kubeflow's operator label too).
-    pod_labels={kr.LABEL_JOB: operators.exists(), kf.LABEL_OPERATOR: operators.not_exists()},
+    pod_labels={kr.LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: operators.not_exists()},
     read=read_torchjob,
     status_of=lambda raw: JobStatus.model_validate(raw.get("status") or {}),
     status_patch=torchjob_status_patch,
     serves=lambda raw: True,
-    own_kueue=True, progress=True,
+    own_kueue=True,
     progress_patch=lambda progress: {"progress": progress},
 )
 
 PYTORCHJOB = ServedKind(
     kind=f"{KUBEFLOW_API_VERSION}/{KUBEFLOW_KIND}", plural=KUBEFLOW_PLURAL,
-    pod_labels={kr.LABEL_JOB: operators.exists(), kf.LABEL_OPERATOR: kf.OPERATOR_NAME},
+    pod_labels={kr.LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: kfl.OPERATOR_NAME},
     read=read_pytorchjob,
     status_of=lambda raw: kf.torchjob_status(raw.get("status")),
     status_patch=pytorchjob_status_patch,
     serves=lambda raw: kf.served_here(raw.get("spec") or {}),
-    own_kueue=False, progress=True,
+    own_kueue=False,
     # Kubeflow's status has no progress: it goes with torchjob's other extras (where status_of reads them)
     progress_patch=lambda progress: {EXTRAS_KEY: {"progress": progress}},
 )

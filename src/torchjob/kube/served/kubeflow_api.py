@@ -12,8 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from torchjob.api.errors import UserError
-from torchjob.kube.controller.observe import parse_time
-from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.client import Api, parse_time, status_code
 from torchjob.kube.objects.kubeflow_crd import CRD_NAME
 
 MODES = ("auto", "on", "off")

@@ -1,0 +1,96 @@
+"""What the progress endpoint calls (from its threads): it authenticates a report's token, finds the
+replica attempt that sent it, and hands the report's book over. One receiver serves every kind the
+operator serves (a TorchJob's reports and a PyTorchJob's come by their own paths, with their own
+audiences).
+
+Authentication follows Kubeflow Trainer (`pkg/statusserver/auth.go` @8c0f505: a projected token
+whose audience names the job, the namespace checked), by TokenReview instead of OIDC discovery, so
+that it needs no access to the issuer's keys. A pod-bound token (what the kubelet projects) carries
+the pod's name and uid (`authentication.kubernetes.io/pod-name`, `pod-uid` in the review's extra):
+that says which replica attempt reports. Reviews are cached by the token's hash (positive for
+REVIEW_TTL_S, negative for DENY_TTL_S) and at most REVIEWS_IN_FLIGHT run at once, so a flood of
+bad tokens costs the API server little.
+
+Reports never wait on the API server for anything but that review: they go to the job's book (in
+memory); `writer.py` writes them to the job's status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+
+from torchjob.kube.machinery import metrics
+from torchjob.kube.machinery.client import Api
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.progress.books import Books
+from torchjob.kube.progress.view import CachesView, Key
+from torchjob.progress.book import Book
+from torchjob.progress.server import Reporter, audience
+
+REVIEW_TTL_S = 300.0
+DENY_TTL_S = 10.0
+REVIEWS_IN_FLIGHT = 8
+REVIEW_TIMEOUT_S = 5.0
+POD_NAME = "authentication.kubernetes.io/pod-name"
+POD_UID = "authentication.kubernetes.io/pod-uid"
+
+
+class ProgressReceiver:
+    """The endpoint's `Receiver`. `on_first_report(plural, key)` is called on the event loop when a
+    replica attempt reports for the first time (core starts judging its stalls then)."""
+
+    def __init__(self, api: Api, caches: CachesView, books: Books, loop: asyncio.AbstractEventLoop,
+                 on_first_report: Callable[[str, Key], None]) -> None:
+        self.api, self.caches, self.books, self.loop = api, caches, books, loop
+        self.on_first_report = on_first_report
+        self.reviews: dict[str, tuple[Reporter | None, float]] = {}
+        self._limit = asyncio.Semaphore(REVIEWS_IN_FLIGHT)
+
+    def authorize(self, namespace: str, job: str, credentials: str, plural: str = "torchjobs") -> Reporter | None:
+        if credentials.count(".") != 2 or plural not in self.caches:  # not a JWT, or a kind not served
+            return None
+        aud = audience(namespace, job, plural)
+        key = hashlib.sha256(f"{aud}\0{credentials}".encode()).hexdigest()
+        cached = self.reviews.get(key)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        who = asyncio.run_coroutine_threadsafe(self._review(credentials, plural, namespace, job), self.loop).result(
+            REVIEW_TIMEOUT_S + 1)
+        self.reviews[key] = (who, time.monotonic() + (REVIEW_TTL_S if who else DENY_TTL_S))
+        if len(self.reviews) > 100_000:  # expired entries go now and then
+            now = time.monotonic()
+            self.reviews = {k: v for k, v in self.reviews.items() if v[1] > now}
+        return who
+
+    async def _review(self, token: str, plural: str, namespace: str, job: str) -> Reporter | None:
+        aud = audience(namespace, job, plural)
+        async with self._limit:
+            status = await asyncio.wait_for(self.api.review_token(token, aud), REVIEW_TIMEOUT_S)
+        metrics.PROGRESS_REVIEWS.labels("authenticated" if status.get("authenticated") else "denied").inc()
+        if not status.get("authenticated") or aud not in (status.get("audiences") or []):
+            return None
+        user = status.get("user") or {}
+        parts = str(user.get("username", "")).split(":")
+        if parts[:2] != ["system", "serviceaccount"] or len(parts) != 4 or parts[2] != namespace:
+            return None  # a token of another namespace, or not a service account's
+        extra = user.get("extra") or {}
+        pod_name, pod_uid = (extra.get(POD_NAME) or [""])[0], (extra.get(POD_UID) or [""])[0]
+        pod = self.caches[plural].pods.get((namespace, pod_name))  # this kind's pods only
+        if pod is None or pod["metadata"].get("uid") != pod_uid:
+            return None  # not bound to a pod, or to one the operator does not know (of another job or kind)
+        labels = pod["metadata"].get("labels") or {}
+        replica = kr.replica_name(labels)
+        if labels.get(kr.LABEL_JOB) != job or replica is None:
+            return None
+        return Reporter(namespace, job, replica, kr.attempt_of(pod), plural)
+
+    def book(self, reporter: Reporter) -> Book | None:
+        return self.books.open(reporter, self.caches)
+
+    def received(self, reporter: Reporter, first: bool) -> None:
+        metrics.PROGRESS_REPORTS.inc()
+        if first:  # core starts judging this attempt: reconcile now, so it schedules the deadline
+            self.loop.call_soon_threadsafe(self.on_first_report, reporter.plural, (reporter.namespace, reporter.job))
