@@ -9,10 +9,10 @@ import pytest
 from lightkube import AsyncClient, KubeConfig
 
 from tests.kube.conftest import free_port
+from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
-from torchjob.kube.controller.observe import pod_summary
 from torchjob.kube.machinery.client import Api, to_dict
-from torchjob.kube.machinery.informer import Informer, metadata_only
+from torchjob.kube.machinery.informer import Informer, metadata_only, pod_summary
 
 
 def pod(rv: str, phase: str) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def test_a_failed_first_list_is_retried_instead_of_ending_the_informer() -> None
 
 def test_the_controller_stops_with_the_error_of_an_informer_that_died_before_syncing() -> None:
     async def scenario() -> None:
-        controller = Controller(unreachable_api())
+        controller = Controller(unreachable_api(), OperatorConfig())
 
         async def broken() -> None:
             raise RuntimeError("the pod informer broke")
