@@ -237,3 +237,22 @@ def test_a_kueue_job_is_held_suspended_before_any_decision_or_pod() -> None:
             assert api.named("Pod", NS) == []
 
     run(scenario)
+
+
+def test_the_view_progress_reads_sees_what_the_informers_list_and_watch() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(torchjob())
+        controller = Controller(api, OperatorConfig())
+        view = controller.caches()  # taken before the first list, as the operator wires progress
+        task = asyncio.create_task(controller.run())
+        try:
+            await until(lambda: len(view.pods) == 3)
+            assert (NS, "demo") in view.jobs
+            await api.delete("TorchJob", "demo", NS)
+            await until(lambda: (NS, "demo") not in view.jobs)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    run(scenario)

@@ -61,7 +61,9 @@ class Informer:
         items, rv = await self.api.list(self.kind, self.namespace, self.labels)
         fresh = {key_of(o): self.transform(o) for o in items}
         gone = [o for k, o in self.cache.items() if k not in fresh]
-        self.cache = fresh
+        # The same dict, refilled: readers hold it (progress reads the caches through a view of them).
+        self.cache.clear()
+        self.cache.update(fresh)
         for obj in [*fresh.values(), *gone]:
             self.on_change(obj)
         self.synced.set()
