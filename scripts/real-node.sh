@@ -9,7 +9,7 @@
 #   kubelet, kubectl, kube-controller-manager              hack/controlplane/kubernetes
 #   CoreDNS                                                 hack/realnode/coredns
 #   pause                                                   hack/realnode/pause
-#   the images' Debian root file system                     debootstrap, through apt's mirror
+#   the images' Debian root file system                     debootstrap, through apt's own mirror
 #
 # Images on the node (made by hack/realnode/images.py, imported into containerd):
 #   localhost/pause:dev           the sandbox image
@@ -23,6 +23,8 @@
 #   DEVCLUSTER_REAL_NODE_NAME   the node's name (default real-node-0)
 #   DEVCLUSTER_PYTHON_ENV       the virtualenv containers see (default: the repo's .venv)
 #   DEVCLUSTER_POD_SUBNET       the pods' /24 (default 10.250.0.0/24; the host is its .1)
+#   DEVCLUSTER_DEBIAN_MIRROR    where debootstrap gets bookworm (default: the mirror this machine's
+#                               apt sources name for bookworm; there is no built-in one)
 
 RN_NAME="${DEVCLUSTER_REAL_NODE_NAME:-real-node-0}"
 RN_SUBNET="${DEVCLUSTER_POD_SUBNET:-10.250.0.0/24}"
@@ -75,13 +77,24 @@ rn_go_build() { # <name> <dir under hack/realnode>
 
 rn_rootfs_tar() { echo "$RN_CACHE/rootfs-bookworm-$(sha <<<"$RN_ROOTFS_INCLUDE").tar"; }
 
+rn_debian_mirror() { # the mirror this machine's apt takes Debian bookworm from (no built-in default)
+    if [[ -n "${DEVCLUSTER_DEBIAN_MIRROR:-}" ]]; then echo "$DEVCLUSTER_DEBIAN_MIRROR"; return 0; fi
+    local uris="" mirror
+    # apt's own reading of /etc/apt/sources.list and sources.list.d/* (one-line and deb822, minus
+    # `Enabled: no`): the URIs `apt-get update` would fetch, printed without fetching anything.
+    if command -v apt-get >/dev/null; then
+        uris=$(apt-get --print-uris -o Debug::NoLocking=1 update 2>/dev/null) || uris=""
+    fi
+    mirror=$(sed -n "s|^'\(https\{0,1\}://[^']*\)/dists/bookworm/InRelease'.*|\1|p" <<<"$uris" | sed -n 1p)
+    [[ -n "$mirror" ]] || die "no apt source for Debian bookworm on this machine (none in /etc/apt/sources.list or /etc/apt/sources.list.d/), so debootstrap has no mirror for the images' root file system: add one to apt's sources, or set DEVCLUSTER_DEBIAN_MIRROR to a Debian mirror's URL"
+    echo "$mirror"
+}
+
 rn_build_rootfs() {
     local tar; tar=$(rn_rootfs_tar)
     [[ -s "$tar" ]] && return 0
     local mirror
-    mirror=$(sed -n 's/^URIs: *\(http[^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)
-    [[ -n "$mirror" ]] || mirror=$(awk '$1 == "deb" && $2 ~ /^http/ && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)
-    mirror=${mirror:-http://deb.debian.org/debian}
+    mirror=$(rn_debian_mirror) || exit 1
     log "debootstrap bookworm (minbase) from $mirror"
     local t0=$SECONDS dir
     mkdir -p "$RN_CACHE"
