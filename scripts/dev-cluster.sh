@@ -610,7 +610,7 @@ try() { # <command...>: one step of a teardown, best effort: a failure is told, 
 }
 
 stop_strays() { # components run from $STATE whose pid file is gone (an `up` killed mid-start)
-    local p args exe pids=()
+    local p args exe pids=() st alive=()
     for p in /proc/[0-9]*; do
         args=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
         exe=${args%% *}
@@ -622,7 +622,18 @@ stop_strays() { # components run from $STATE whose pid file is gone (an `up` kil
         log "stopping ${exe##*/} (pid ${p#/proc/}): it runs from $STATE but has no pid file there"
         pids+=("${p#/proc/}")
     done
-    ((${#pids[@]} == 0)) || kill -KILL "${pids[@]}" 2>/dev/null || true
+    ((${#pids[@]})) || return 0
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 50); do # until they are gone (a zombie is gone: its parent reaps it)
+        alive=()
+        for p in "${pids[@]}"; do
+            st=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null) || continue
+            [[ "$st" == Z || "$st" == X ]] || alive+=("$p")
+        done
+        ((${#alive[@]})) || return 0
+        sleep 0.1
+    done
+    log "WARNING: still running after SIGKILL: ${alive[*]}"
 }
 
 # Whatever state it finds (up, half up after a failed or killed `up`, half down): every step is
