@@ -9,10 +9,13 @@
 #   scripts/dev-cluster.sh build   build the binaries once per machine (skipped when present)
 #   scripts/dev-cluster.sh up      build if needed, start everything, wait until usable; the
 #                                  LAST line of stdout is `export KUBECONFIG=<path>`. Idempotent.
+#                                  An `up` that fails (or is stopped) stops what it started and
+#                                  keeps the logs in the state dir.
 #   scripts/dev-cluster.sh up --real-node
 #                                  the same plus a real kubelet node (root; kube-controller-
 #                                  manager on); `build --real-node` builds its parts only
-#   scripts/dev-cluster.sh down    stop what `up` started and remove the state dir
+#   scripts/dev-cluster.sh down    stop what `up` started and remove the state dir: whatever it
+#                                  finds there (up, half up, half down), every step best effort
 #   scripts/dev-cluster.sh env     print the export line (exit 1 if not up)
 #   scripts/dev-cluster.sh status  print pids/ports/urls (exit 1 if not up)
 #   scripts/dev-cluster.sh restart-apiserver
@@ -254,15 +257,32 @@ start_proc() { # <name> <cmd...>: detached, own session, logs in $STATE/<name>.l
     log "started $name (pid $pid, log $STATE/$name.log)"
 }
 
-fail_with_log() { # <name> <message>: report, stop what was started, keep the logs
+fail_with_log() { # <name> <message>: report with the component's log, and fail (see stop_on_failure)
     log "ERROR: $2"
     if [[ -f "$STATE/$1.log" ]]; then
         log "---- last 30 lines of $STATE/$1.log ----"
         tail -n 30 "$STATE/$1.log" >&2 || true
     fi
+    exit 1
+}
+
+# From here until `disarm`, the command cleans up after itself: whatever ends it (a failing step,
+# a die, a timeout, Ctrl-C, SIGTERM; not SIGKILL, which `down` is for) stops everything started in
+# $STATE, the real node's network included, and keeps the logs there.
+stop_on_failure() {
+    trap 'on_failure $?' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 129' HUP
+}
+disarm() { trap - EXIT INT TERM HUP; }
+on_failure() { # <exit status>
+    disarm
+    (($1)) || return 0
+    log "failed (exit $1): stopping what was started"
     stop_all
     log "stopped the components; logs kept in $STATE (run '$0 down' to remove it)"
-    exit 1
+    exit "$1"
 }
 
 wait_for() { # <name> <description> <command...>: poll until the command succeeds
@@ -400,6 +420,7 @@ cmd_up() {
 
     cmd_build
 
+    stop_on_failure
     local t0=$SECONDS
     mkdir -p "$STATE/pki" "$STATE/etcd-data"
     chmod 700 "$STATE"
@@ -558,6 +579,7 @@ EOF
     if real_node; then rn_up; fi
 
     touch "$STATE/up"
+    disarm
     log "up in $((SECONDS - t0))s: $(tr '\n' ' ' <"$STATE/components")(state $STATE)"
     export_line
 }
@@ -580,18 +602,57 @@ stop_proc() { # <name>: SIGTERM, wait up to 10s, then SIGKILL
     rm -f "$f"
 }
 
+try() { # <command...>: one step of a teardown, best effort: a failure is told, and the teardown goes on
+    local rc=0
+    "$@" || rc=$? # (errexit does not apply inside a command that `||` guards)
+    ((rc == 0)) || log "WARNING: '$*' failed (exit $rc); going on"
+    return 0
+}
+
+stop_strays() { # components run from $STATE whose pid file is gone (an `up` killed mid-start)
+    local p args exe pids=() st alive=()
+    for p in /proc/[0-9]*; do
+        args=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+        exe=${args%% *}
+        case "${exe##*/}" in
+            etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kwok | containerd | coredns | kubelet) ;;
+            *) continue ;;
+        esac
+        [[ "$args" == *"$STATE/"* ]] || continue
+        log "stopping ${exe##*/} (pid ${p#/proc/}): it runs from $STATE but has no pid file there"
+        pids+=("${p#/proc/}")
+    done
+    ((${#pids[@]})) || return 0
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 50); do # until they are gone (a zombie is gone: its parent reaps it)
+        alive=()
+        for p in "${pids[@]}"; do
+            st=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null) || continue
+            [[ "$st" == Z || "$st" == X ]] || alive+=("$p")
+        done
+        ((${#alive[@]})) || return 0
+        sleep 0.1
+    done
+    log "WARNING: still running after SIGKILL: ${alive[*]}"
+}
+
+# Whatever state it finds (up, half up after a failed or killed `up`, half down): every step is
+# best effort, so that one failing (or finding nothing to do) never leaves the rest running.
 stop_all() {
     local c
     # Reverse start order: clients first, etcd last. The real node's pods are deleted through
     # the API server, so it goes before it.
-    rn_down
-    for c in kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do stop_proc "$c"; done
+    try rn_down
+    for c in kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do try stop_proc "$c"; done
+    try stop_strays
 }
 
 do_down() {
     stop_all
     # --one-file-system: never into anything a crashed run left mounted there.
-    rm -rf --one-file-system "$STATE"
+    rm -rf --one-file-system "$STATE" 2>/dev/null || true
+    [[ ! -e "$STATE" ]] || die "could not remove $STATE; still mounted under it: $(awk -v under="$STATE/" \
+        'index($5, under) == 1 { printf "%s ", $5 }' /proc/self/mountinfo)"
 }
 
 cmd_down() {
@@ -615,6 +676,7 @@ cmd_status() {
 
 cmd_restart_apiserver() {
     is_up || die "dev cluster is not up (state dir $STATE)"
+    stop_on_failure # as it always did: a restart that fails stops the cluster
     local -a cmd
     eval "cmd=($(cat "$STATE/kube-apiserver.cmdline"))" # written with printf %q by start_proc
     # SIGKILL, as a crash: a graceful stop waits for its watches for many seconds.
@@ -626,6 +688,7 @@ cmd_restart_apiserver() {
     for _ in $(seq 100); do port_free "$port" && break; sleep 0.1; done
     start_proc kube-apiserver "${cmd[@]}"
     wait_for kube-apiserver "kube-apiserver /readyz" api GET /readyz
+    disarm
     log "kube-apiserver restarted"
 }
 

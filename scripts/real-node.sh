@@ -9,7 +9,7 @@
 #   kubelet, kubectl, kube-controller-manager              hack/controlplane/kubernetes
 #   CoreDNS                                                 hack/realnode/coredns
 #   pause                                                   hack/realnode/pause
-#   the images' Debian root file system                     debootstrap, through apt's mirror
+#   the images' Debian root file system                     debootstrap, through apt's own mirror
 #
 # Images on the node (made by hack/realnode/images.py, imported into containerd):
 #   localhost/pause:dev           the sandbox image
@@ -23,12 +23,17 @@
 #   DEVCLUSTER_REAL_NODE_NAME   the node's name (default real-node-0)
 #   DEVCLUSTER_PYTHON_ENV       the virtualenv containers see (default: the repo's .venv)
 #   DEVCLUSTER_POD_SUBNET       the pods' /24 (default 10.250.0.0/24; the host is its .1)
+#   DEVCLUSTER_DEBIAN_MIRROR    where debootstrap gets bookworm (default: the mirror this machine's
+#                               apt sources name for bookworm; there is no built-in one)
 
 RN_NAME="${DEVCLUSTER_REAL_NODE_NAME:-real-node-0}"
-RN_SUBNET="${DEVCLUSTER_POD_SUBNET:-10.250.0.0/24}"
-RN_NET="${RN_SUBNET%.*/*}"         # 10.250.0
-RN_HOST="$RN_NET.1"                # the bridge's address: node IP, DNS, what pods reach the host by
-RN_BRIDGE="tj${RN_NET//./-}"      # tj10-250-0: two real nodes on other subnets can coexist
+rn_use_subnet() { # <a.b.c.0/24>: the node's network, and the names derived from it
+    RN_SUBNET=$1
+    RN_NET="${RN_SUBNET%.*/*}"     # 10.250.0
+    RN_HOST="$RN_NET.1"            # the bridge's address: node IP, DNS, what pods reach the host by
+    RN_BRIDGE="tj${RN_NET//./-}"  # tj10-250-0 (also its cgroups): real nodes on other subnets coexist
+}
+rn_use_subnet "${DEVCLUSTER_POD_SUBNET:-10.250.0.0/24}"
 RN_COMMENT="torchjob-devcluster"   # marks our iptables rule
 RN_CACHE="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}/realnode"
 [[ "$RN_CACHE" == /* ]] || RN_CACHE="$PWD/$RN_CACHE"
@@ -75,13 +80,24 @@ rn_go_build() { # <name> <dir under hack/realnode>
 
 rn_rootfs_tar() { echo "$RN_CACHE/rootfs-bookworm-$(sha <<<"$RN_ROOTFS_INCLUDE").tar"; }
 
+rn_debian_mirror() { # the mirror this machine's apt takes Debian bookworm from (no built-in default)
+    if [[ -n "${DEVCLUSTER_DEBIAN_MIRROR:-}" ]]; then echo "$DEVCLUSTER_DEBIAN_MIRROR"; return 0; fi
+    local uris="" mirror
+    # apt's own reading of /etc/apt/sources.list and sources.list.d/* (one-line and deb822, minus
+    # `Enabled: no`): the URIs `apt-get update` would fetch, printed without fetching anything.
+    if command -v apt-get >/dev/null; then
+        uris=$(apt-get --print-uris -o Debug::NoLocking=1 update 2>/dev/null) || uris=""
+    fi
+    mirror=$(sed -n "s|^'\(https\{0,1\}://[^']*\)/dists/bookworm/InRelease'.*|\1|p" <<<"$uris" | sed -n 1p)
+    [[ -n "$mirror" ]] || die "no apt source for Debian bookworm on this machine (none in /etc/apt/sources.list or /etc/apt/sources.list.d/), so debootstrap has no mirror for the images' root file system: add one to apt's sources, or set DEVCLUSTER_DEBIAN_MIRROR to a Debian mirror's URL"
+    echo "$mirror"
+}
+
 rn_build_rootfs() {
     local tar; tar=$(rn_rootfs_tar)
     [[ -s "$tar" ]] && return 0
     local mirror
-    mirror=$(sed -n 's/^URIs: *\(http[^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)
-    [[ -n "$mirror" ]] || mirror=$(awk '$1 == "deb" && $2 ~ /^http/ && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)
-    mirror=${mirror:-http://deb.debian.org/debian}
+    mirror=$(rn_debian_mirror) || exit 1
     log "debootstrap bookworm (minbase) from $mirror"
     local t0=$SECONDS dir
     mkdir -p "$RN_CACHE"
@@ -134,7 +150,7 @@ rn_build() {
 
 # ---------------------------------------------------------------------------------------- up
 
-rn_record_sysctls() {
+rn_record_sysctls() { # the kubelet sets them: `down` puts these values back
     local s
     for s in "${RN_SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$(rn_state)/sysctl.orig"
 }
@@ -142,6 +158,10 @@ rn_record_sysctls() {
 rn_network_up() {
     ip link show "$RN_BRIDGE" >/dev/null 2>&1 && die "a bridge $RN_BRIDGE exists already: another real node is up on $RN_SUBNET (run '$0 down' with its TORCHJOB_DEVCLUSTER_DIR, or set DEVCLUSTER_POD_SUBNET)"
     ip link add "$RN_BRIDGE" type bridge
+    # From here the bridge, its iptables rule and its cgroups are this node's: `down` (or a failed
+    # `up`) removes them by this record, never by what its own environment says the subnet is.
+    echo "$RN_SUBNET" >"$(rn_state)/subnet"
+    log "pods' network: bridge $RN_BRIDGE on $RN_SUBNET"
     ip addr add "$RN_HOST/${RN_SUBNET#*/}" dev "$RN_BRIDGE"
     ip link set "$RN_BRIDGE" up
     # Pods reach each other and the host, nothing beyond (nothing can be reached anyway).
@@ -293,6 +313,7 @@ rn_kubelet_up() {
     local port hport
     port=$(free_port); hport=$(free_port)
     cp "$KUBECONFIG_PATH" "$d/kubeconfig"
+    rn_record_sysctls
     cat >"$d/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -340,7 +361,7 @@ rn_node_ready() {
 rn_up() {
     rn_need_root
     mkdir -p "$(rn_state)"
-    rn_record_sysctls
+    echo "$RN_NAME" >"$(rn_state)/name"
     rn_network_up
     rn_containerd_up
     rn_import_images
@@ -369,44 +390,71 @@ for p in json.load(sys.stdin)["items"]:
     done
 }
 
-rn_kill_leftovers() { # shims and container processes of our containerd, by its socket path
-    local sock pids
-    sock=$(rn_sock)
-    pids=$(pgrep -f -- "-address $sock" || true)
+rn_kill_shims() { # shims and container processes of our containerd, by its socket path
+    local pids
+    pids=$(pgrep -f -- "-address $(rn_sock)" || true)
     [[ -z "$pids" ]] || kill -KILL $pids 2>/dev/null || true
+}
+
+rn_kill_cgroups() { # every process still in the node's cgroups is one of its pods': kill, remove them
     local c dir
     for c in $(rn_cgroup_dirs); do
         [[ -d "$c" ]] || continue
-        # Every process still in the node's cgroups is one of its pods'.
         find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     done
     sleep 0.2
     for c in $(rn_cgroup_dirs); do
         [[ -d "$c" ]] || continue
-        find "$c" -depth -type d | while read -r dir; do rmdir "$dir" 2>/dev/null || true; done
+        find "$c" -depth -type d 2>/dev/null | while read -r dir; do rmdir "$dir" 2>/dev/null || true; done
     done
 }
 
-rn_unmount_all() { # everything mounted under the state dir, deepest first
+rn_unmount_all() { # everything mounted under the state dir, deepest first (nothing mounted: fine)
     local m
-    awk '{ print $5 }' /proc/self/mountinfo | grep -F "$(rn_state)/" | sort -r | while read -r m; do
-        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done
+    awk -v under="$(rn_state)/" 'index($5, under) == 1 { print $5 }' /proc/self/mountinfo | sort -r \
+        | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
 }
 
-rn_down() {
-    [[ -d "$(rn_state)" ]] || return 0
-    rn_delete_pods
-    stop_proc kubelet
-    stop_proc coredns
-    rn_kill_leftovers
-    stop_proc containerd
-    rn_unmount_all
+rn_network_down() {
     ip link del "$RN_BRIDGE" 2>/dev/null || true
     while iptables -w -D FORWARD -s "$RN_SUBNET" ! -d "$RN_SUBNET" -j DROP -m comment --comment "$RN_COMMENT" 2>/dev/null; do :; done
-    if [[ -f "$(rn_state)/sysctl.orig" ]]; then
-        local kv
-        while read -r kv; do sysctl -q -w "$kv" >/dev/null 2>&1 || true; done <"$(rn_state)/sysctl.orig"
+}
+
+rn_restore_sysctls() {
+    [[ -f "$(rn_state)/sysctl.orig" ]] || return 0
+    local kv
+    while read -r kv; do sysctl -q -w "$kv" >/dev/null 2>&1 || true; done <"$(rn_state)/sysctl.orig"
+}
+
+rn_recorded_subnet() { # the subnet whose bridge this state's node created (none: it created none)
+    local conf
+    conf="$(rn_state)/cni/net.d/10-torchjob.conflist"
+    if [[ -f "$(rn_state)/subnet" ]]; then
+        cat "$(rn_state)/subnet"
+    elif [[ -f "$conf" ]]; then # a node started before the subnet had a record of its own
+        sed -n 's/.*"subnet": "\([^"]*\)".*/\1/p' "$conf"
     fi
-    rm -rf "$(rn_state)"
+}
+
+# Whatever state it finds (a node up, half up, or half torn down): every step best effort (`try`,
+# in dev-cluster.sh), so that one failing never leaves the rest running.
+rn_down() {
+    [[ -d "$(rn_state)" ]] || return 0
+    # This node's names, not this environment's: local, so that an `up` that cleans a stale state
+    # first goes on with its own.
+    local RN_NAME=$RN_NAME RN_SUBNET=$RN_SUBNET RN_NET=$RN_NET RN_HOST=$RN_HOST RN_BRIDGE=$RN_BRIDGE subnet
+    subnet=$(rn_recorded_subnet)
+    [[ ! -f "$(rn_state)/name" ]] || RN_NAME=$(cat "$(rn_state)/name")
+    [[ -z "$subnet" ]] || rn_use_subnet "$subnet"
+    try rn_delete_pods
+    try stop_proc kubelet
+    try stop_proc coredns
+    try rn_kill_shims
+    # The bridge's name is its cgroups' name: only a node that made the bridge has pods in them.
+    [[ -z "$subnet" ]] || try rn_kill_cgroups
+    try stop_proc containerd
+    try rn_unmount_all
+    [[ -z "$subnet" ]] || try rn_network_down
+    try rn_restore_sysctls
+    rm -rf --one-file-system "$(rn_state)" 2>/dev/null || log "WARNING: could not remove all of $(rn_state)"
 }

@@ -24,6 +24,9 @@ else
     fi
     bash hack/kueue/build.sh >/dev/null
     bash hack/volcano/build.sh >/dev/null
+    # Kubeflow's training-operator and its own PyTorchJob CRD (tests/kube/test_kubeflow_crd.py
+    # compares the served CRD with it; bench/operator_scale.py runs the operator).
+    bash hack/kubeflow/build.sh >/dev/null
 fi
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
