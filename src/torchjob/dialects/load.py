@@ -48,10 +48,6 @@ def load_document(doc: Document) -> Loaded:
     return Loaded(converted.job, converted.notes, f"{api} {kind}", doc)
 
 
-def job_from_document(doc: Document) -> TorchJob:
-    return load_document(doc).job
-
-
 def load(path: str | Path, runtimes: Sequence[str | Path] = ()) -> Loaded:
     """The job in a file. Training runtimes (Kubeflow Trainer's, for a TrainJob) may come with it in
     the same file or in `runtimes` files."""
