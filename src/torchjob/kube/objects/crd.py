@@ -1,9 +1,10 @@
 """The TorchJob CustomResourceDefinition, generated from the pydantic model.
 
 pydantic's JSON schema is turned into a Kubernetes *structural* schema: references inlined,
-`X | None` as nullable X, free-form mappings marked `x-kubernetes-preserve-unknown-fields`,
-quantities as int-or-string. Rules a schema cannot say live in CEL (`x-kubernetes-validations`)
-so that the API server itself refuses a bad job with a clear message.
+`X | None` as nullable X, typed mappings as `additionalProperties`, free-form ones marked
+`x-kubernetes-preserve-unknown-fields`, quantities as int-or-string, docstrings and field
+descriptions as the `description`s `kubectl explain` shows. Rules a schema cannot say live in CEL
+(`x-kubernetes-validations`) so that the API server itself refuses a bad job with a clear message.
 """
 
 from __future__ import annotations
@@ -46,13 +47,17 @@ ROOT_RULES = [
 ]
 
 
+def _described(node: dict[str, Any]) -> dict[str, Any]:
+    return {"description": node["description"]} if node.get("description") else {}
+
+
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_structural(n, defs) for n in node]
     if not isinstance(node, dict):
         return node
-    if "$ref" in node:
-        return _structural(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    if "$ref" in node:  # a field's own description says more than its type's docstring
+        return {**_structural(defs[node["$ref"].rsplit("/", 1)[-1]], defs), **_described(node)}
     if "anyOf" in node:
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
         nullable = len(options) < len(node["anyOf"])
@@ -62,10 +67,11 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             one = {"x-kubernetes-int-or-string": True}
         else:
             one = {"x-kubernetes-preserve-unknown-fields": True}
+        one = {**one, **_described(node)}
         return {**one, "nullable": True} if nullable else one
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in ("title", "default", "$defs", "additionalProperties", "description"):
+        if key in ("title", "default", "$defs", "additionalProperties"):
             continue
         if key == "properties":
             out[key] = {k: _structural(v, defs) for k, v in value.items()}
@@ -92,6 +98,7 @@ def openapi_schema() -> dict[str, Any]:
     spec = _structural(raw["properties"]["spec"], defs)
     return {
         "type": "object",
+        **_described(raw),
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
