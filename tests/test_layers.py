@@ -1,7 +1,7 @@
-"""The layers import only downward: api <- dialects <- core <- (progress, the `runtime` interface,
-the `console`) <- runtimes (local, kube) <- cli. Inside kube/, the rooms import only the rooms their
-rule names. No module imports itself back through others (no cycle anywhere in src/). Lazy imports
-inside functions count too: a cycle hidden in a function is still a cycle."""
+"""The layers import only downward: api <- (dialects, core: each needs the job model only) <- (progress,
+the `runtime` interface, the `console`) <- runtimes (local, kube) <- cli. Inside kube/, the rooms import
+only the rooms their rule names. No module imports itself back through others (no cycle anywhere in
+src/). Lazy imports inside functions count too: a cycle hidden in a function is still a cycle."""
 
 from __future__ import annotations
 

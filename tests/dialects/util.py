@@ -26,7 +26,9 @@ def doc(text: str) -> str:
 def read(text: str) -> Loaded:
     """A document in any dialect, as `torchjob` reads a file."""
     (document,) = parse_documents(text, SOURCE)
-    return advise(load_document(document))
+    loaded = load_document(document)
+    loaded.notes += advise(loaded.job, loaded.doc)
+    return loaded
 
 
 def read_data(data: dict[str, Any]) -> Loaded:

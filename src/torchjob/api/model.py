@@ -229,6 +229,8 @@ class WaitForMaster(Strict):
 
 
 class TorchJobSpec(Strict):
+    """What the job runs and how: its replicas (Master, Worker), their pod templates and policies."""
+
     pytorchReplicaSpecs: dict[str, ReplicaSpec]
     runPolicy: RunPolicy | None = None
     elasticPolicy: ElasticPolicy | None = None
@@ -271,6 +273,8 @@ class ObjectMeta(Strict):
 
 
 class TorchJob(Strict):
+    """A PyTorch distributed-training job: a master and N workers, run by torchjob (locally or by its operator)."""
+
     apiVersion: Literal["torchjob.dev/v1"] = API_VERSION
     kind: Literal["TorchJob"] = KIND
     metadata: ObjectMeta

@@ -133,17 +133,6 @@ def read_documents(path: str | Path) -> list[Document]:
     return parse_documents(text, source)
 
 
-def read_document(path: str | Path) -> Document:
-    """The single job document in a file."""
-    docs = read_documents(path)
-    if len(docs) > 1:
-        raise UserError(
-            f"{docs[0].source}: the file holds {len(docs)} documents; torchjob runs one job per file",
-            fix="split the documents into separate files",
-        )
-    return docs[0]
-
-
 def problem_at(doc: Document | None, path: Iterable[str | int], message: str, fix: str | None = None) -> Problem:
     parts = doc.translate(list(path)) if doc else list(path)
     dotted = ".".join(f"[{p}]" if isinstance(p, int) else p for p in parts).replace(".[", "[")

@@ -94,70 +94,79 @@ class ExitReason(StrEnum):
 
 
 class Condition(BaseModel):
-    type: ConditionType
-    status: Literal["True", "False"] = "True"
-    reason: str = ""
-    message: str = ""
-    lastTransitionTime: datetime | None = None
-    lastUpdateTime: datetime | None = None
+    """A condition of the job, as Kubernetes objects have them: one per type, the latest transition."""
+
+    type: ConditionType = Field(description="What the condition says of the job.")
+    status: Literal["True", "False"] = Field("True", description="Whether it holds.")
+    reason: str = Field("", description="One word saying why (e.g. BackoffLimitExceeded).")
+    message: str = Field("", description="Why, for people.")
+    lastTransitionTime: datetime | None = Field(None, description="When the condition last changed status.")
+    lastUpdateTime: datetime | None = Field(None, description="When the condition was last written.")
 
 
 class ReplicaStatus(BaseModel):
-    active: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    restarts: int = 0
+    """The replicas of one type (Master, Worker), counted as Kubeflow counts them."""
+
+    active: int = Field(0, description="Replicas whose current attempt is pending or running.")
+    succeeded: int = Field(0, description="Replicas whose current attempt succeeded.")
+    failed: int = Field(0, description="Replicas whose current attempt failed.")
+    restarts: int = Field(0, description="Restarts of the replicas of this type, in all.")
 
 
 class FailureInfo(BaseModel):
     """Why the job failed: the root cause, the way torchrun's summary names it."""
 
-    reason: str
-    message: str
-    replica: str | None = None
-    attempt: int | None = None
-    exitCode: int | None = None
-    signal: str | None = None
+    reason: str = Field(description="One word saying why (the reason of the Failed condition).")
+    message: str = Field(description="Why, for people.")
+    replica: str | None = Field(None, description="The replica that failed first (e.g. worker-1).")
+    attempt: int | None = Field(None, description="Its attempt that failed (0 for the first).")
+    exitCode: int | None = Field(None, description="Its exit code.")
+    signal: str | None = Field(None, description="The signal that ended it (e.g. SIGKILL).")
 
 
 class ReplicaAttemptState(BaseModel):
     """What the controller has decided for one replica: its current attempt, restart backoff."""
 
-    attempt: int = 0
-    restarts: int = 0
-    notBefore: datetime | None = None
+    attempt: int = Field(0, description="The replica's current attempt (0 for the first; its pod carries it).")
+    restarts: int = Field(0, description="Times this replica was restarted.")
+    notBefore: datetime | None = Field(None, description="Its next attempt starts no earlier (restart backoff).")
 
 
 class Metric(BaseModel):
     """A named value a replica reported (Kubeflow Trainer's `trainerStatus.metrics[]` entry)."""
 
-    name: str
-    value: str
+    name: str = Field(description="The metric's name (e.g. loss).")
+    value: str = Field(description="Its latest value, as reported.")
 
 
 class Progress(BaseModel):
     """How far the job is, from the replicas' latest progress report. Written by the runtime (the
     local supervisor, the operator) as reports arrive, never by `core`."""
 
-    percent: float | None = None  # 0-100
-    etaSeconds: int | None = None  # estimated time left
-    step: int | None = None
-    total: int | None = None
-    rate: float | None = None  # steps per second, over the recent reports
-    metrics: list[Metric] = Field(default_factory=list)
-    lastReportTime: datetime | None = None
-    reporter: str | None = None  # the replica that sent the latest report
+    percent: float | None = Field(None, description="Done, in percent (0-100).")
+    etaSeconds: int | None = Field(None, description="Estimated seconds left.")
+    step: int | None = Field(None, description="The latest step reported.")
+    total: int | None = Field(None, description="The steps in all.")
+    rate: float | None = Field(None, description="Steps per second, over the recent reports.")
+    metrics: list[Metric] = Field(default_factory=list, description="The latest metrics reported (loss, ...).")
+    lastReportTime: datetime | None = Field(None, description="When the latest report arrived.")
+    reporter: str | None = Field(None, description="The replica that sent the latest report.")
 
 
 class JobStatus(BaseModel):
-    conditions: list[Condition] = Field(default_factory=list)
-    replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict)
-    replicas: dict[str, ReplicaAttemptState] = Field(default_factory=dict)
-    restartCount: int = 0
-    startTime: datetime | None = None
-    completionTime: datetime | None = None
-    failure: FailureInfo | None = None
-    progress: Progress | None = None
+    """What the job's runtime (the operator, the local supervisor) observed and decided."""
+
+    conditions: list[Condition] = Field(default_factory=list, description="The job's conditions, one per type.")
+    replicaStatuses: dict[str, ReplicaStatus] = Field(
+        default_factory=dict, description="The replicas of each type (Master, Worker), counted.")
+    replicas: dict[str, ReplicaAttemptState] = Field(
+        default_factory=dict, description="Each replica's attempt and restart backoff (master-0, worker-0, ...), "
+        "as the controller decided them.")
+    restartCount: int = Field(0, description="Restarts of the job's replicas, in all (backoffLimit counts them).")
+    startTime: datetime | None = Field(None, description="When the job started.")
+    completionTime: datetime | None = Field(None, description="When the job succeeded or failed.")
+    failure: FailureInfo | None = Field(None, description="Why the job failed: its root cause.")
+    progress: Progress | None = Field(None, description="How far the job is, as its replicas report it.")
 
     def condition(self, ctype: ConditionType) -> Condition | None:
         for c in self.conditions:

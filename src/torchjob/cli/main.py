@@ -102,8 +102,8 @@ def _load(path: str, runtimes: tuple[str, ...] = ()) -> Any:
     from torchjob.core.advice import advise
     from torchjob.dialects.load import load
 
-    loaded = advise(load(path, runtimes))
-    for note in loaded.notes:
+    loaded = load(path, runtimes)
+    for note in [*loaded.notes, *advise(loaded.job, loaded.doc)]:
         click.echo(f"warning: {note}", err=True)
     return loaded.job
 

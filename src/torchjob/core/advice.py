@@ -13,11 +13,11 @@
 from __future__ import annotations
 
 from torchjob.api.model import MASTER, TorchJob
+from torchjob.api.source import Document
 from torchjob.api.spec_facts import is_torchrun, master_port
 from torchjob.api.validate import training_container
 from torchjob.core.expand import references
 from torchjob.core.topology import Placement, ReplicaId, elastic_bounds, node_rank, replica_env, replicas, world_size
-from torchjob.dialects.load import Loaded
 
 Path = list[str | int]
 OVERRIDDEN = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
@@ -109,13 +109,13 @@ def _unexpanded(name: str, why: str) -> str:
     return f"$({name}) stays as written: {why} (the kubelet leaves such a reference as it is)"
 
 
-def advise(loaded: Loaded) -> Loaded:
-    """Add what torchjob does differently from what the job asks to a loaded job's notes, by its
-    document's lines."""
-    doc = loaded.doc
-    for path, message in advisories(loaded.job):
+def advise(job: TorchJob, doc: Document | None) -> list[str]:
+    """What torchjob does differently from what the job asks, as notes that point at the lines of the
+    document it was read from (where there is one)."""
+    notes = []
+    for path, message in advisories(job):
         own = doc.translate(list(path)) if doc else list(path)
         where = ".".join(f"[{p}]" if isinstance(p, int) else p for p in own).replace(".[", "[")
         line = doc.line_of(own) if doc else None
-        loaded.notes.append(f"{doc.source}:{line}: {where}: {message}" if doc and line else f"{where}: {message}")
-    return loaded
+        notes.append(f"{doc.source}:{line}: {where}: {message}" if doc and line else f"{where}: {message}")
+    return notes

@@ -1,7 +1,8 @@
 """File -> validated `TorchJob` in any dialect, with what its reader ignored or decided as notes.
 
 A native document is validated by `torchjob.api.load`; a foreign one goes through its reader.
-What torchjob does differently from what a valid job asks is core's to say (`core.advice.advise`).
+What torchjob does differently from what a valid job asks is core's to say (`core.advice.advise`,
+from the job and its document).
 """
 
 from __future__ import annotations
@@ -46,10 +47,6 @@ def load_document(doc: Document) -> Loaded:
         )
     converted = reader(doc)
     return Loaded(converted.job, converted.notes, f"{api} {kind}", doc)
-
-
-def job_from_document(doc: Document) -> TorchJob:
-    return load_document(doc).job
 
 
 def load(path: str | Path, runtimes: Sequence[str | Path] = ()) -> Loaded:

@@ -1,16 +1,24 @@
 """The TorchJob CustomResourceDefinition, generated from the pydantic model.
 
 pydantic's JSON schema is turned into a Kubernetes *structural* schema: references inlined,
-`X | None` as nullable X, free-form mappings marked `x-kubernetes-preserve-unknown-fields`,
-quantities as int-or-string. Rules a schema cannot say live in CEL (`x-kubernetes-validations`)
-so that the API server itself refuses a bad job with a clear message.
+`X | None` as nullable X, typed mappings as `additionalProperties`, free-form ones marked
+`x-kubernetes-preserve-unknown-fields`, quantities as int-or-string, docstrings and field
+descriptions as the `description`s `kubectl explain` shows. Rules a schema cannot say live in CEL
+(`x-kubernetes-validations`) so that the API server itself refuses a bad job with a clear message.
+
+The status has a schema too, from the same model (`api.status.JobStatus`) and `OperatorStatus`
+(what the operator adds to it): the API server prunes whatever a schema does not name, so a key the
+operator writes and the schema lacks would be lost (tests/kube/test_crd_status.py keeps them together).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torchjob.api.model import API_VERSION, KIND, TorchJob
+from pydantic import BaseModel, Field
+
+from torchjob.api.model import API_VERSION, KIND, JobStatus, TorchJob
+from torchjob.api.status import JobState
 from torchjob.api.validate import MAX_LABEL
 
 GROUP, VERSION = API_VERSION.split("/")
@@ -46,13 +54,30 @@ ROOT_RULES = [
 ]
 
 
+class OperatorStatus(BaseModel):
+    """What the operator writes into a TorchJob's status besides the job's status (`JobStatus`): the
+    keys kube/served/kinds.py's `torchjob_status_patch` and the reconciler's write add to it."""
+
+    observedGeneration: int | None = Field(
+        None, description="The generation of the spec the operator last decided on: a client that changed the spec "
+        "knows the operator has acted on its change once this reaches the generation the change made.")
+    state: JobState | None = None
+    workerSelector: str | None = Field(
+        None, description="The label selector of the job's worker pods (the scale subresource's, for kubectl scale "
+        "and a HorizontalPodAutoscaler).")
+
+
+def _described(node: dict[str, Any]) -> dict[str, Any]:
+    return {"description": node["description"]} if node.get("description") else {}
+
+
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_structural(n, defs) for n in node]
     if not isinstance(node, dict):
         return node
-    if "$ref" in node:
-        return _structural(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    if "$ref" in node:  # a field's own description says more than its type's docstring
+        return {**_structural(defs[node["$ref"].rsplit("/", 1)[-1]], defs), **_described(node)}
     if "anyOf" in node:
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
         nullable = len(options) < len(node["anyOf"])
@@ -62,10 +87,11 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             one = {"x-kubernetes-int-or-string": True}
         else:
             one = {"x-kubernetes-preserve-unknown-fields": True}
+        one = {**one, **_described(node)}
         return {**one, "nullable": True} if nullable else one
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in ("title", "default", "$defs", "additionalProperties", "description"):
+        if key in ("title", "default", "$defs", "additionalProperties"):
             continue
         if key == "properties":
             out[key] = {k: _structural(v, defs) for k, v in value.items()}
@@ -86,21 +112,36 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
+def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema()
+    out: dict[str, Any] = _structural(raw, raw.get("$defs", {}))
+    return out
+
+
+def status_schema() -> dict[str, Any]:
+    """The status as the operator stores it (written only by the operator, through the status
+    subresource): the job's status and the operator's own keys."""
+    status, ours = _schema_of(JobStatus), _schema_of(OperatorStatus)
+    both = set(status["properties"]) & set(ours["properties"])
+    if both:
+        raise ValueError(f"OperatorStatus repeats JobStatus fields: {sorted(both)}")
+    return {**status, "properties": {**status["properties"], **ours["properties"]}}
+
+
 def openapi_schema() -> dict[str, Any]:
     raw = TorchJob.model_json_schema()
     defs = raw.get("$defs", {})
     spec = _structural(raw["properties"]["spec"], defs)
     return {
         "type": "object",
+        **_described(raw),
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
             "spec": spec,
-            # Written only by the operator (status subresource); kept free-form so that an older
-            # operator never fails to write a newer field.
-            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "status": status_schema(),
         },
         "x-kubernetes-validations": ROOT_RULES,
     }
