@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, TorchJob
@@ -94,19 +94,23 @@ class DryRun(Protocol):
         ...
 
 
-class Runtime(Protocol):
-    """What the CLI asks of a runtime; each verb is one call."""
+PlanT = TypeVar("PlanT", bound=DryRun)
 
-    def dryrun(self, job: TorchJob, lenient: bool = False) -> DryRun:
+
+class Runtime(Protocol[PlanT]):
+    """What the CLI asks of a runtime; each verb is one call. A runtime starts only the plans its own
+    dry run made (`Runtime[LocalPlan]`, `Runtime[KubePlan]`)."""
+
+    def dryrun(self, job: TorchJob, lenient: bool = False) -> PlanT:
         """The plan of what `schedule` would start. `lenient` (`render`): what only a run refuses
         is a note in the plan instead of an error."""
         ...
 
-    def schedule(self, plan: Any) -> str:
+    def schedule(self, plan: PlanT) -> str:
         """Start the plan detached; returns the line that tells the user how to follow it."""
         ...
 
-    def run(self, plan: Any, quiet: bool) -> JobView:
+    def run(self, plan: PlanT, quiet: bool) -> JobView:
         """Start the plan and follow it to its end in the foreground; returns its last view."""
         ...
 

@@ -76,7 +76,7 @@ def _pairs(flag: str, items: tuple[str, ...], example: str) -> dict[str, str]:
 def _runtime(kube: bool = False, kubeconfig: str | None = None, kube_context: str | None = None,
              namespace: str | None = None, configmaps: tuple[str, ...] = (), pvcs: tuple[str, ...] = (),
              document_ports: bool = False, no_resolve_python: bool = False, grace_period: float | None = None,
-             **_: Any) -> Runtime:
+             **_: Any) -> Runtime[Any]:
     """The runtime a command acts on, picked once: the cluster's with --kube, else this machine's."""
     if kube:
         from torchjob.kube.clientside.kube_runtime import KubeRuntime
