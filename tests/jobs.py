@@ -23,9 +23,12 @@ def job_data(
     nproc_per_node: str | int | None = None,
     master_port: int | None = None,
     uid: str | None = None,
+    restart_scope: str | None = "Replica",
 ) -> dict[str, Any]:
     """Plain data of a native job: `workers` Worker replicas (none when 0), one Master when
-    `master`, the same restart policy and command for every replica."""
+    `master`, the same restart policy and command for every replica. `restart_scope` is
+    runPolicy.restartScope: these tests were written for Kubeflow's per-replica restarts (Replica);
+    None leaves the field out (the default: Job unless the job is elastic)."""
 
     def replica(n: int, port: int | None) -> dict[str, Any]:
         container: dict[str, Any] = {"name": "pytorch", "command": list(command)}
@@ -42,8 +45,8 @@ def job_data(
     if workers:
         specs["Worker"] = replica(workers, None if master else master_port)
     spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
-    if run_policy:
-        spec["runPolicy"] = dict(run_policy)
+    if run_policy or restart_scope:
+        spec["runPolicy"] = {**({"restartScope": restart_scope} if restart_scope else {}), **(run_policy or {})}
     if elastic is not None:
         spec["elasticPolicy"] = dict(elastic)
     if nproc_per_node is not None:

@@ -35,6 +35,9 @@ class Scenario:
     workers: int                      # worker replicas
     master: bool = True               # one Master replica when True
     restart_policy: str = "Never"     # for every replica type
+    # runPolicy.restartScope: most rows play Kubeflow's per-replica restarts; None: the default (Job,
+    # or Replica for an elastic job)
+    restart_scope: str | None = "Replica"
     backoff_limit: int | None = None
     deadline: int | None = None       # runPolicy.activeDeadlineSeconds
     elastic: bool = False             # adds elasticPolicy (only meaningful without master)
@@ -93,6 +96,7 @@ class Scenario:
             command=command,
             run_policy=run_policy,
             elastic=elastic,
+            restart_scope=self.restart_scope,
         )
         spec = data["spec"]
         if self.policies:
@@ -242,6 +246,43 @@ SCENARIOS: list[Scenario] = [
         restart_policy="OnFailure",
         exits={"master-0": ((6.0, 0),), "worker-0": ((0.5, 1), (0.5, 1), (0.5, 1), (0.5, 0))},
         expect_restarts=3,
+    ),
+    # --- restartScope Job (the default without elasticPolicy): one failure, one restart ----
+    Scenario(
+        # worker-1 is killed at 0.5: the whole gang restarts at once, counted once, and trains again
+        name="gang-restart-on-a-killed-worker",
+        workers=2,
+        restart_policy="OnFailure",
+        restart_scope=None,
+        backoff_limit=1,
+        exits={"master-0": ((30.0, 0), (1.5, 0)), "worker-0": ((30.0, 0), (1.0, 0)),
+               "worker-1": ((0.5, 137), (1.0, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        # the peers fail with it in their collective ("Connection closed by peer"): one failure of the
+        # gang, one restart (per replica, this needed 3 restarts, past backoffLimit)
+        name="gang-restart-peers-failing-with-it",
+        workers=2,
+        restart_policy="OnFailure",
+        restart_scope=None,
+        backoff_limit=1,
+        exits={"master-0": ((0.5, 1), (1.5, 0)), "worker-0": ((0.5, 1), (1.0, 0)),
+               "worker-1": ((0.5, 137), (1.0, 0))},
+        expect_restarts=1,
+    ),
+    Scenario(
+        name="gang-restart-backoff-limit",
+        workers=2,
+        restart_policy="OnFailure",
+        restart_scope=None,
+        backoff_limit=1,
+        exits={"master-0": ((30.0, 0), (30.0, 0)), "worker-0": ((30.0, 0), (30.0, 0)),
+               "worker-1": ((0.5, 137), (0.5, 137))},
+        expect_state="Failed",
+        expect_reason="BackoffLimitExceeded",
+        expect_restarts=1,
+        expect_failed_replica="worker-1",
     ),
     # --- Always --------------------------------------------------------------------------
     Scenario(

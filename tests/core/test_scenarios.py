@@ -41,6 +41,7 @@ def test_scenario_is_well_formed(s: Scenario) -> None:
     assert job.run_policy.backoffLimit == s.backoff_limit
     assert job.run_policy.activeDeadlineSeconds == s.deadline
     assert job.run_policy.progressDeadlineSeconds == s.progress_deadline
+    assert job.run_policy.restartScope == s.restart_scope
     assert not s.reports or s.progress_deadline is not None, "reports matter only with a progress deadline"
     assert {rid.name for rid in replicas(job)} >= set(s.reports), "reports for a replica the job lacks"
     for quiet_after in s.reports.values():

@@ -28,7 +28,8 @@ Dialect = Literal["torchjob", "kubeflow", "volcano"]
 
 # --- the exact output for a typical job ------------------------------------------------------------------
 
-TYPICAL = job_data("demo", workers=2, restart_policy="OnFailure", master_port=29500, run_policy={"backoffLimit": 3})
+TYPICAL = job_data("demo", workers=2, restart_policy="OnFailure", master_port=29500, run_policy={"backoffLimit": 3},
+                   restart_scope=None)
 CONTAINER = {"name": "pytorch", "command": ["python", "train.py"]}
 MASTER_CONTAINER = {**CONTAINER, "ports": [{"name": PORT_NAME, "containerPort": 29500}]}
 
@@ -185,8 +186,9 @@ def test_what_kubeflow_loses() -> None:
         "pytorchReplicaSpecs.Worker.dependsOn has no Kubeflow equivalent",
     ]
     spec = data["spec"]
+    # restartScope is torchjob's, as progressDeadlineSeconds: its PyTorchJob CRD keeps it, Kubeflow ignores it
     assert spec["runPolicy"] == {"cleanPodPolicy": "Running", "activeDeadlineSeconds": 600, "suspend": False,
-                                 "managedBy": "me",
+                                 "managedBy": "me", "restartScope": "Replica",
                                  "schedulingPolicy": {"minResources": {"cpu": "2"}, "scheduleTimeoutSeconds": 30}}
     assert set(spec) == {"runPolicy", "elasticPolicy", "nprocPerNode", "pytorchReplicaSpecs"}
     assert set(spec["pytorchReplicaSpecs"]["Worker"]) == {"replicas", "restartPolicy", "template"}

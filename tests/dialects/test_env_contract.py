@@ -311,15 +311,17 @@ def elastic(env: list[dict[str, Any]] | None = None) -> TorchJob:
     return job
 
 
-def test_an_elastic_job_gets_a_rendezvous_store_per_round(tmp_path: Path) -> None:
+def test_a_torchrun_job_gets_a_rendezvous_store_per_round(tmp_path: Path) -> None:
     # torch >= 2.4 shares round 0's store with later rounds, and a pod that joins later hangs there
-    # (seen on a real node: tests/e2e/test_real_pods.py, the elastic kill test).
-    job = elastic()
-    specs = local(job, tmp_path)
-    for rid in replicas(job):
-        assert specs[rid.name].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-        assert values(pod_env(job, rid))["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-    plain = read(kubeflow(["torchrun", "train.py"])).job  # a fixed world: no later rounds to join
+    # (seen on a real node: tests/e2e/test_real_pods.py, the elastic kill test); torchrun's own restart
+    # of its worker group (--max-restarts) in a fixed world meets the same store (issue 22).
+    fixed = read(kubeflow(["torchrun", "train.py"])).job
+    for job in (elastic(), fixed):
+        specs = local(job, tmp_path)
+        for rid in replicas(job):
+            assert specs[rid.name].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+            assert values(pod_env(job, rid))["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    plain = read(kubeflow(["python", "train.py"])).job  # no torchrun: no rendezvous store of torchrun's
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in values(pod_env(plain, ReplicaId("Worker", 0)))
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in local(plain, tmp_path)["worker-0"].env
 

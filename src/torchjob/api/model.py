@@ -146,6 +146,11 @@ class SchedulingPolicy(Strict):
     schedulerName: str | None = None  # e.g. volcano
 
 
+class RestartScope(StrEnum):
+    JOB = "Job"
+    REPLICA = "Replica"
+
+
 class RunPolicy(Strict):
     cleanPodPolicy: CleanPodPolicy | None = None
     ttlSecondsAfterFinished: int | None = None
@@ -157,6 +162,11 @@ class RunPolicy(Strict):
     # Once a replica has reported progress, no new report from it for this long is the event
     # Stalled (the name Deployments use for the same idea).
     progressDeadlineSeconds: int | None = None
+    # What a failed replica's restart (by its restartPolicy) restarts: `Job`, every replica at once,
+    # counted as one restart (the default of a job that is not elastic: no rank can go on without the
+    # others, which would fail in their next collective or hang in it); `Replica`, only the failed
+    # one (Kubeflow's behaviour; the default of an elastic job, whose rendezvous re-forms).
+    restartScope: RestartScope | None = None
 
 
 class RdzvConf(Strict):
@@ -294,6 +304,14 @@ class TorchJob(Strict):
         if spec is None:
             return 0
         return 1 if spec.replicas is None else spec.replicas
+
+    @property
+    def restart_scope(self) -> RestartScope:
+        """`runPolicy.restartScope`, else Replica for an elastic job and Job for any other."""
+        given = self.run_policy.restartScope
+        if given is not None:
+            return given
+        return RestartScope.REPLICA if self.spec.elasticPolicy is not None else RestartScope.JOB
 
     def restart_policy(self, rtype: str) -> RestartPolicy:
         spec = self.spec.pytorchReplicaSpecs[rtype]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from torchjob.api.model import LifecycleAction, LifecycleEvent, LifecyclePolicy, TorchJob
+from torchjob.api.model import LifecycleAction, LifecycleEvent, LifecyclePolicy, RestartScope, TorchJob
 from torchjob.api.status import ConditionType, EventType, ExitReason, JobStatus, Reason
 from torchjob.core import policy
 from torchjob.core.conditions import exit_text, fail, failure_of, finish, set_condition
@@ -88,8 +88,12 @@ def act_on_exit(r: Round, obs: Observed) -> None:
             return
     rpolicy = r.job.restart_policy(rtype)
     if policy.should_restart(rpolicy, code):
-        take_action(r, LifecycleAction.RESTART_POD, obs, f"{obs.replica.name} exited with {exit_text(obs)}",
-                    rtype=rtype, backoff=True)
+        # A failed rank of a job that cannot go on without it: the whole gang restarts now, once and
+        # counted once; the peers' exits that follow (they are stopped, or fail in their collective)
+        # are of attempts already replaced, so they count for nothing.
+        gang = obs.phase is Phase.FAILED and r.job.restart_scope is RestartScope.JOB and len(replicas(r.job)) > 1
+        action = LifecycleAction.RESTART_JOB if gang else LifecycleAction.RESTART_POD
+        take_action(r, action, obs, f"{obs.replica.name} exited with {exit_text(obs)}", rtype=rtype, backoff=True)
     elif obs.phase is Phase.FAILED:  # a worker that succeeded first waits for the master
         _fail_by_restart_policy(r, obs, rpolicy)
 
@@ -146,7 +150,8 @@ def _restart(r: Round, action: str, obs: Observed | None, why: str, *, rtype: st
         st = status.replicas[rid.name]
         seen = r.current.pop(rid.name, None)
         if seen is not None:
-            r.plan.retire(seen, f"restarted by {action}")
+            # a gang restart by restartPolicy says whose failure it is; a policy's says which action
+            r.plan.retire(seen, f"{why}; restarting the job" if backoff else f"restarted by {action}")
             st.attempt = max(st.attempt, seen.attempt + 1)
         delay = policy.restart_delay(st.restarts) if backoff else 0.0
         st.notBefore = r.now + timedelta(seconds=delay) if delay else None
@@ -155,7 +160,7 @@ def _restart(r: Round, action: str, obs: Observed | None, why: str, *, rtype: st
     of = f" of {limit}" if limit is not None else ""
     what = "restarting it" if action == LifecycleAction.RESTART_POD else (
         f"restarting the {rtype.lower()} replicas" if action == LifecycleAction.RESTART_TASK
-        else "restarting every replica")
+        else f"restarting the job's {len(replicas(r.job))} replicas")
     by = "" if backoff else f" ({action})"
     r.plan.event(EventType.WARNING, Reason.RESTARTING,
                  f"{why}; {what}{by} (restart {status.restartCount}{of}" + (f", in {delay:g}s)" if delay else ")"))

@@ -7,8 +7,8 @@ torchrun mode (the command starts with `torchrun` or `python -m torch.distribute
 is configured through `PET_*` variables (its arguments' env defaults) and assigns per-process
 RANK/WORLD_SIZE itself, so torchjob does not set them.
 
-An elastic job's replicas also get TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless their env sets it
-(see `ELASTIC_DEFAULTS`).
+A job in torchrun mode also gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless its env sets it
+(see `TORCHRUN_DEFAULTS`).
 """
 
 from __future__ import annotations
@@ -105,8 +105,11 @@ def world_size(job: TorchJob, nproc: int) -> int:
 # again: a pod made again after its node was lost hangs the rendezvous (60 s), and then every pod of
 # the job is restarted. Seen on a real node with torch 2.15 (tests/e2e, the elastic kill test); with
 # the store made per round, as before 2.4, the survivors and the new pod train on in the next round.
-# See also pytorch/pytorch#135712 (the shared store and agent restarts). A user's own value wins.
-ELASTIC_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# See also pytorch/pytorch#135712 (the shared store and agent restarts). The same store bites torchrun's
+# own restarts of its worker group inside a node (--max-restarts): `torchrun --standalone
+# --nproc-per-node 3` whose worker was SIGKILLed failed or hung in 3 of 3 tries with it and recovered
+# in 3 of 3 without it (issue 22), so every job in torchrun mode gets it. A user's own value wins.
+TORCHRUN_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 ALWAYS_DEFAULTS = {"PYTHONUNBUFFERED": "1"}  # a replica's output reaches its log as it is printed
 
 
@@ -114,7 +117,7 @@ ALWAYS_DEFAULTS = {"PYTHONUNBUFFERED": "1"}  # a replica's output reaches its lo
 class ReplicaEnv:
     env: dict[str, str]
     torchrun: bool
-    # set unless the user's env sets them: PYTHONUNBUFFERED=1 always, ELASTIC_DEFAULTS for elastic jobs
+    # set unless the user's env sets them: PYTHONUNBUFFERED=1 always, TORCHRUN_DEFAULTS in torchrun mode
     defaults: dict[str, str] = field(default_factory=lambda: dict(ALWAYS_DEFAULTS))
 
 
@@ -181,8 +184,7 @@ def replica_env(
                 env["PET_RDZV_CONF"] = ",".join(f"{c.key}={c.value}" for c in ep.rdzvConf)
             if ep.standalone:
                 env["PET_STANDALONE"] = "1"
-            return ReplicaEnv(env=env, torchrun=True, defaults={**ALWAYS_DEFAULTS, **ELASTIC_DEFAULTS})
-        return ReplicaEnv(env=env, torchrun=True)
+        return ReplicaEnv(env=env, torchrun=True, defaults={**ALWAYS_DEFAULTS, **TORCHRUN_DEFAULTS})
     # Plain mode: one process per replica.
     env.update(
         MASTER_ADDR=where.master_addr,

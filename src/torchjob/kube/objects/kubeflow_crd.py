@@ -8,8 +8,9 @@ see the kind they know. The schema accepts what Kubeflow's accepts, with three d
   rule reads (`containers[].name`, `containers[].image`) are typed. Kubeflow's CRD types the whole
   PodTemplateSpec; the pods torchjob creates from it are checked by the API server then.
 - `runPolicy.managedBy` (added in v1.9, the last v1 line; Kueue's MultiKueue sets it) is known.
-- `runPolicy.progressDeadlineSeconds`, torchjob's stall deadline (the TorchJob's field), is known;
-  Kubeflow's CRD would prune it, and Kubeflow's clients ignore it.
+- `runPolicy.progressDeadlineSeconds`, torchjob's stall deadline, and `runPolicy.restartScope`, what a
+  failed replica's restart restarts (the TorchJob's fields), are known; Kubeflow's CRD would prune
+  them, and Kubeflow's clients ignore them.
 
 What Kubeflow's validating webhook checks (v1.8.1, with what v1.9 added) is done by the API
 server itself through CEL rules: no webhook server. Each message names the field and the fix.
@@ -151,6 +152,7 @@ def _run_policy() -> dict[str, Any]:
             "backoffLimit": _INT32,
             # torchjob's extension (no field of Kubeflow's): the stall deadline, as on a TorchJob
             "progressDeadlineSeconds": {**_INT32, "minimum": 1},
+            "restartScope": {"type": "string", "enum": ["Job", "Replica"]},
             "schedulingPolicy": {"type": "object", "properties": {
                 "minAvailable": _INT32,
                 "queue": {"type": "string", "x-kubernetes-validations": [
