@@ -18,7 +18,7 @@ from torchjob.kube.controller.gates import KueueGate, PodGroupGate, ThirdPartyWa
 from torchjob.kube.controller.reconciler import JobCaches, PodIndex, ProgressLink, Reconciler
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.client import Api, status_code
-from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only, pod_summary
+from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only, pod_cached, whole
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import pods as kr
 from torchjob.kube.progress.view import KindCaches
@@ -47,8 +47,8 @@ class Controller:
         self.api, self.kind, self.config = api, kind, config
         namespace = config.namespace
         self.queue = WorkQueue(kind.plural.removesuffix("s"))  # "torchjob", "pytorchjob": the metrics label
-        self.jobs = Informer(api, kind.kind, namespace, self._on_job)
-        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=kind.pod_labels, transform=pod_summary)
+        self.jobs = Informer(api, kind.kind, namespace, self._on_job, transform=whole)
+        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=kind.pod_labels, transform=pod_cached)
         self.services = Informer(api, "Service", namespace, self._on_owned, labels=kind.pod_labels,
                                  transform=metadata_only)
         self.index = PodIndex()

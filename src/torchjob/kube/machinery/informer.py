@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -33,14 +34,78 @@ def _rv(obj: dict[str, Any] | None) -> int:
         return 0
 
 
+OWNED_META = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # the whole object again, as JSON
+POD_META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+POD_ANNOTATIONS = "torchjob.dev/"  # the annotations a cached pod keeps
+OWNER = ("apiVersion", "kind", "name", "uid", "controller")  # of a cached pod's controller
+TERMINATED = ("exitCode", "reason", "message", "finishedAt")
+
+
+def interned(obj: Any) -> Any:
+    """`obj` rebuilt with every dict key and every short string interned: the same keys and values
+    (field names, label keys, namespaces, "True") repeat in every cached object, and a watch
+    event's JSON gives each object its own copies."""
+    if isinstance(obj, dict):
+        return {_intern(k): interned(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [interned(v) for v in obj]
+    if isinstance(obj, str) and len(obj) <= 64:
+        return _intern(obj)
+    return obj
+
+
+def _intern(s: str) -> str:
+    return sys.intern(s) if type(s) is str else s  # a str subclass (an enum written as is) cannot be
+
+
 def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
-    """For caches that only tell whether an object exists, and whose it is."""
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj["metadata"]}
+    """For caches that only tell whether an object exists, and whose it is (by its labels)."""
+    meta = obj["metadata"]
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": interned({k: meta[k] for k in OWNED_META if k in meta})}
+
+
+def whole(obj: dict[str, Any]) -> dict[str, Any]:
+    """For caches of whole objects (jobs): all of it but kubectl's last-applied annotation (a
+    second copy of the object), interned."""
+    annotations = obj.get("metadata", {}).get("annotations")
+    if annotations and LAST_APPLIED in annotations:
+        obj = {**obj, "metadata": {**obj["metadata"],
+                                   "annotations": {k: v for k, v in annotations.items() if k != LAST_APPLIED}}}
+    return dict(interned(obj))
+
+
+def pod_cached(pod: dict[str, Any]) -> dict[str, Any]:
+    """A job's pod as the operator caches it: only what is read from it (what core observes, the
+    controller's index and force deletes, the progress receiver), built anew so that the parsed
+    event (spec, conditions, IPs, managedFields...) is freed: name, namespace, uid, resourceVersion,
+    creation and deletion times, labels, torchjob's annotations, its controller (apiVersion, kind,
+    name, uid); status phase, reason, message and each container's name and state.terminated."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    m: dict[str, Any] = {k: meta[k] for k in POD_META if meta.get(k) is not None}
+    m["labels"] = meta.get("labels") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(POD_ANNOTATIONS)}
+    if annotations:
+        m["annotations"] = annotations
+    owners = [{k: r[k] for k in OWNER if k in r} for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    if owners:
+        m["ownerReferences"] = owners
+    st: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if status.get(k) is not None}
+    containers = []
+    for cs in status.get("containerStatuses") or []:
+        entry: dict[str, Any] = {"name": cs.get("name")}
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            entry["state"] = {"terminated": {k: terminated[k] for k in TERMINATED if k in terminated}}
+        containers.append(entry)
+    if containers:
+        st["containerStatuses"] = containers
+    return interned({"apiVersion": "v1", "kind": "Pod", "metadata": m, "status": st})  # type: ignore[no-any-return]
 
 
 def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
-    """A pod (or any object read for its status) as a cache keeps it: metadata and status. The spec
-    (containers, env, volumes) is the bulk of a pod and nobody reads it from the cache."""
+    """An object read for its status (a PodGroup) as a cache keeps it: metadata and status."""
     return {"apiVersion": pod.get("apiVersion"), "kind": pod.get("kind"), "metadata": pod["metadata"],
             "status": pod.get("status") or {}}
 
