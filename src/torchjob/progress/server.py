@@ -19,6 +19,7 @@ parsed payload, errors as a metav1 Status object (`pkg/statusserver/server.go`).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import ssl
 import threading
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 from torchjob.progress.book import Book
 from torchjob.progress.protocol import MAX_BODY_BYTES, BadReport, parse
 
+log = logging.getLogger("torchjob.progress")
 PATH = re.compile(r"^/apis/(?:torchjob\.dev/v1/namespaces/(?P<ns>[^/]+)/torchjobs"
                   r"|kubeflow\.org/v1/namespaces/(?P<kns>[^/]+)/pytorchjobs"
                   r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs)/(?P<name>[^/]+)/status/?$")
@@ -129,6 +131,7 @@ class ProgressServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: ProgressServer
+    answered = False  # this request's answer has begun (a failure after it cannot send another)
     timeout = READ_TIMEOUT_S
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # the headers and the body go in two writes: no 40 ms wait for an ACK
@@ -138,6 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
+        self.answered = True
         self.server.counters.add(code)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -157,9 +161,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._fail(405, "MethodNotAllowed", "POST a progress report to this path")
 
     def do_POST(self) -> None:
+        self.answered = False
         try:
             self._post()
         except (ConnectionError, TimeoutError, ssl.SSLError):
+            self.close_connection = True
+        except Exception:  # a bug of ours: the client still gets an answer, and the endpoint goes on
+            log.exception("the progress endpoint failed on a request to %s", self.path)
+            if not self.answered:
+                self._fail(500, "InternalError", "the report could not be handled; it was not recorded")
             self.close_connection = True
 
     def _post(self) -> None:
