@@ -88,3 +88,46 @@ def test_reviews_past_the_queue_are_answered_at_once_and_those_given_up_on_are_c
 
 async def _tasks() -> int:
     return len([t for t in asyncio.all_tasks() if t is not asyncio.current_task()])
+
+
+class ReviewingApi:
+    """An API server whose TokenReview says the token is a pod-bound one of `pod` (name, uid)."""
+
+    def __init__(self) -> None:
+        self.pod = ("", "")
+
+    async def review_token(self, token: str, audience: str) -> dict[str, Any]:
+        name, uid = self.pod
+        return {"authenticated": True, "audiences": [audience],
+                "user": {"username": "system:serviceaccount:team:default",
+                         "extra": {"authentication.kubernetes.io/pod-name": [name],
+                                   "authentication.kubernetes.io/pod-uid": [uid]}}}
+
+
+def a_pod(name: str, uid: str, job: str, owner_uid: str, kind: str = "TorchJob") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team", "uid": uid,
+                         "labels": {"torchjob.dev/job-name": job, "torchjob.dev/replica-type": "worker",
+                                    "torchjob.dev/replica-index": "0"},
+                         "annotations": {"torchjob.dev/attempt": "0"},
+                         "ownerReferences": [{"kind": kind, "name": job, "uid": owner_uid, "controller": True}]}}
+
+
+def test_a_report_counts_only_from_a_pod_whose_controller_is_the_job_itself(loop: asyncio.AbstractEventLoop) -> None:
+    api = ReviewingApi()
+    jobs = {("team", "demo"): {"metadata": {"name": "demo", "namespace": "team", "uid": "u-now"}}}
+    pods = {("team", "demo-worker-0"): a_pod("demo-worker-0", "p-1", "demo", "u-now"),
+            # labelled as demo's, but made by an earlier job of the name, another kind's object, or anyone
+            ("team", "stale-0"): a_pod("stale-0", "p-2", "demo", "u-before"),
+            ("team", "forged-0"): a_pod("forged-0", "p-3", "demo", "u-now-not", kind="PyTorchJob"),
+            ("team", "orphan-0"): {"metadata": {**a_pod("orphan-0", "p-4", "demo", "")["metadata"],
+                                                "ownerReferences": []}}}
+    r = receiver(api, loop, jobs, pods)
+    for i, (name, uid) in enumerate([("stale-0", "p-2"), ("forged-0", "p-3"), ("orphan-0", "p-4")]):
+        api.pod = (name, uid)
+        assert r.authorize("team", "demo", f"a.b.{i}") is None, name
+    api.pod = ("demo-worker-0", "p-1")
+    who = r.authorize("team", "demo", "a.b.good")
+    assert who is not None and who.replica == "worker-0"
+    # the review is cached; the job of that name is deleted and made again (a new uid): refused at once
+    jobs[("team", "demo")] = {"metadata": {"name": "demo", "namespace": "team", "uid": "u-next"}}
+    assert r.authorize("team", "demo", "a.b.good") is None

@@ -55,7 +55,8 @@ log = logging.getLogger("torchjob.kube")
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
-    return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+    owner = kr.controller_of(obj)
+    return owner.get("uid") if owner is not None else None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
-from torchjob.api.validate import training_container
+from torchjob.api.validate import SERVED_AS, reserved_meta, training_container
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
 from torchjob.kube.objects import gang, kueue, tensorboard
 from torchjob.kube.objects import kubeflow_labels as kf
@@ -23,7 +23,7 @@ LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
 LABEL_INDEX = "torchjob.dev/replica-index"
 # On a job read from a foreign kind the operator serves (never stored): that kind's apiVersion/kind.
-ANNOTATION_SERVED_AS = "torchjob.dev/served-as"
+ANNOTATION_SERVED_AS = SERVED_AS
 ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
 ANNOTATION_WAIT = "torchjob.dev/wait-for-master"  # "false" turns the init container off for a job
 WAIT_CONTAINER = "wait-for-master"
@@ -61,6 +61,12 @@ def terminated(pod: Mapping[str, Any], container: str | None) -> dict[str, Any]:
         if cs.get("name") == container:
             return (cs.get("state") or {}).get("terminated") or {}
     return {}
+
+
+def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An object's controller (its ownerReference marked `controller`), or None."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((r for r in refs if isinstance(r, dict) and r.get("controller")), None)
 
 
 def attempt_of(obj: Mapping[str, Any]) -> int:
@@ -102,6 +108,17 @@ def served_as(job: TorchJob) -> tuple[str, str]:
         api_version, _, kind = served.rpartition("/")
         return api_version, kind
     return API_VERSION, KIND
+
+
+def as_torchjob(job: TorchJob) -> TorchJob:
+    """A TorchJob as its own kind: an annotation that says it was read from another kind (which the
+    operator sets only on the foreign kinds it serves, never stored) dropped, so that its pods are
+    owned by it and labelled as its own, whatever its document says."""
+    annotations = job.metadata.annotations or {}
+    if ANNOTATION_SERVED_AS not in annotations:
+        return job
+    kept = {k: v for k, v in annotations.items() if k != ANNOTATION_SERVED_AS}
+    return job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": kept})})
 
 
 def owner_reference(job: TorchJob) -> dict[str, Any]:
@@ -228,9 +245,11 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
         spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
     if skip_init:
         spec.pop("initContainers", None)
-    labels = {**meta.get("labels", {}), **_kubeflow_labels(job, rid), LABEL_JOB: job.name,
+    # The template's own labels and annotations, less those torchjob sets (validate() refuses them; a
+    # job stored past it, as the operator reads it, has them dropped here), then torchjob's.
+    labels = {**_users(meta.get("labels")), **_kubeflow_labels(job, rid), LABEL_JOB: job.name,
               LABEL_TYPE: rid.rtype.lower(), LABEL_INDEX: str(rid.index)}
-    annotations = {**meta.get("annotations", {}), ANNOTATION_ATTEMPT: str(attempt)}
+    annotations = {**_users(meta.get("annotations")), ANNOTATION_ATTEMPT: str(attempt)}
     gang.decorate_pod(job, rid.rtype, spec, labels, annotations)
     return {
         "apiVersion": "v1",
@@ -239,6 +258,10 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
                      "labels": labels, "annotations": annotations, "ownerReferences": [owner_reference(job)]},
         "spec": spec,
     }
+
+
+def _users(found: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (found or {}).items() if not reserved_meta(k)}
 
 
 def service(job: TorchJob) -> dict[str, Any]:

@@ -1,0 +1,95 @@
+"""What a job document, or a pod, may not make the operator do (issue 19): count a job's pods as
+another job's (reserved labels and annotations), delete pods that are not its own, trust a
+Workload or PodGroup it did not make. Pure builders and the recording fake API, in milliseconds;
+the same on a real API server is in tests/kube."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from tests.controller.fakeapi import FakeApi
+from tests.controller.test_sequencing import NS, condition, run, running, torchjob, until
+from tests.dialects.cli import torchjob as cli
+from torchjob.core.topology import ReplicaId
+from torchjob.kube.objects import kubeflow_labels as kfl
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
+
+RESERVED_LABELS = {kfl.LABEL_OPERATOR: kfl.OPERATOR_NAME, kfl.LABEL_JOB_NAME: "victim",
+                   kr.LABEL_JOB: "victim", kr.LABEL_TYPE: "master", "team": "a"}
+RESERVED_ANNOTATIONS = {kr.ANNOTATION_SERVED_AS: "kubeflow.org/v1/PyTorchJob", kr.ANNOTATION_ATTEMPT: "7",
+                        kr.ANNOTATION_WAIT: "false", "note": "b"}
+
+
+def impostor(name: str = "demo") -> dict[str, Any]:
+    """A TorchJob whose document says its pods are a PyTorchJob's (or another job's)."""
+    data = torchjob(name)
+    data["metadata"]["annotations"] = {kr.ANNOTATION_SERVED_AS: "kubeflow.org/v1/PyTorchJob"}
+    for spec in data["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["metadata"] = {"labels": dict(RESERVED_LABELS), "annotations": dict(RESERVED_ANNOTATIONS)}
+    return data
+
+
+# --- finding 3: reserved labels and annotations -------------------------------------------------
+
+
+def test_a_templates_reserved_labels_and_annotations_never_reach_its_pods() -> None:
+    raw = impostor()
+    raw["metadata"]["uid"] = "u-1"
+    job = TORCHJOB.read(raw)
+    pod = kr.pod(job, ReplicaId("Worker", 1), attempt=0)
+    meta = pod["metadata"]
+    assert meta["labels"] == {kr.LABEL_JOB: "demo", kr.LABEL_TYPE: "worker", kr.LABEL_INDEX: "1", "team": "a"}
+    assert meta["annotations"] == {kr.ANNOTATION_ATTEMPT: "0", kr.ANNOTATION_WAIT: "false", "note": "b"}
+    assert meta["ownerReferences"][0]["kind"] == "TorchJob" and meta["ownerReferences"][0]["uid"] == "u-1"
+    assert "initContainers" not in pod["spec"]  # the one annotation a template may set still works
+    # the PyTorchJob controller's pod informer does not select it; the TorchJob controller's does
+    assert meta["labels"].get(kfl.LABEL_OPERATOR) is None
+    service = kr.service(job)
+    assert kfl.LABEL_OPERATOR not in service["metadata"]["labels"]
+
+
+def test_a_pytorchjob_keeps_its_kubeflow_labels_and_a_templates_own_are_overridden() -> None:
+    raw = impostor()
+    raw.update(apiVersion="kubeflow.org/v1", kind="PyTorchJob")
+    raw["metadata"]["uid"] = "k-1"
+    job = PYTORCHJOB.read(raw)
+    meta = kr.pod(job, ReplicaId("Worker", 0), attempt=0)["metadata"]
+    assert meta["labels"][kfl.LABEL_JOB_NAME] == "demo" and meta["labels"][kr.LABEL_JOB] == "demo"
+    assert meta["labels"][kfl.LABEL_REPLICA_TYPE] == "worker" and kfl.LABEL_JOB_ROLE not in meta["labels"]
+    assert meta["ownerReferences"][0]["kind"] == "PyTorchJob"
+
+
+def test_validate_warns_that_reserved_labels_and_annotations_are_dropped_naming_the_field(tmp_path: Path) -> None:
+    import yaml
+
+    data = impostor()
+    del data["metadata"]["namespace"]
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    result = cli("validate", str(tmp_path / "job.yaml"))
+    assert result.code == 0, result.err
+    assert "metadata.annotations.torchjob.dev/served-as: ignored" in result.err
+    assert ("spec.pytorchReplicaSpecs.Worker.template.metadata.labels.training.kubeflow.org/operator-name: dropped "
+            "from the pods") in result.err
+    assert "torchjob.dev/wait-for-master" not in result.err  # a setting a template may give
+    rendered = cli("render", "--kube", str(tmp_path / "job.yaml"))
+    pods = [o for o in yaml.safe_load_all(rendered.out) if o and o.get("kind") == "Pod"]
+    assert pods and all(kfl.LABEL_OPERATOR not in p["metadata"]["labels"] for p in pods)
+
+
+def test_an_impostor_torchjobs_pods_are_the_torchjobs_own_and_not_a_pytorchjobs() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(impostor())
+        async with running(api):
+            await until(lambda: len(api.named("Pod", NS)) == 3)
+            for name in api.named("Pod", NS):
+                pod = api.objects[("Pod", NS, name)]
+                assert pod["metadata"]["ownerReferences"][0]["kind"] == "TorchJob"
+                assert kfl.LABEL_OPERATOR not in pod["metadata"]["labels"]
+            await asyncio.sleep(0.05)
+            assert condition(api, "Failed") is None
+
+    run(scenario)
