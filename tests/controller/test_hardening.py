@@ -93,3 +93,41 @@ def test_an_impostor_torchjobs_pods_are_the_torchjobs_own_and_not_a_pytorchjobs(
             assert condition(api, "Failed") is None
 
     run(scenario)
+
+
+# --- finding 6: only an earlier job's pods, by its names, are deleted ----------------------------
+
+
+def labelled_pod(name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {kr.LABEL_JOB: "demo"},
+                            "annotations": {kr.ANNOTATION_ATTEMPT: "0"}}
+    if owner is not None:
+        meta["ownerReferences"] = [{"controller": True, "blockOwnerDeletion": True, **owner}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [{"name": "x"}]}}
+
+
+def test_only_pods_an_earlier_job_of_the_name_and_kind_left_under_its_names_are_deleted() -> None:
+    earlier = {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "name": "demo", "uid": "u-earlier"}
+
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(torchjob())
+        api.put(labelled_pod("demo-worker-0", earlier))  # the earlier job's: deleted, then made anew
+        api.put(labelled_pod("intruder", None))  # anyone's, labelled as the job's
+        api.put(labelled_pod("demo-extra-0", earlier))  # the earlier job's, but not one of this job's names
+        api.put(labelled_pod("notebook", {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "nb", "uid": "r"}))
+        async with running(api):
+            await until(lambda: len([c for c in api.calls if c.verb == "create" and c.kind == "Pod"]) == 3)
+            deletes = [c.name for c in api.calls if c.verb == "delete" and c.kind == "Pod"]
+            assert deletes == ["demo-worker-0"]
+            assert {"intruder", "demo-extra-0", "notebook"} <= set(api.named("Pod", NS))
+            await until(lambda: [c for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"])
+            await asyncio.sleep(0.05)
+            told = [c.body[2] for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"]
+            assert len(told) == 3  # once each, however many rounds
+            assert any("pod intruder" in m and "no controller" in m and "left alone" in m for m in told)
+            assert any("pod notebook" in m and "ReplicaSet nb" in m for m in told)
+            for pod in ("demo-master-0", "demo-worker-0", "demo-worker-1"):
+                assert api.objects[("Pod", NS, pod)]["metadata"]["ownerReferences"][0]["uid"] != "u-earlier"
+
+    run(scenario)

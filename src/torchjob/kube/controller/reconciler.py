@@ -40,6 +40,7 @@ from torchjob.core.reconcile import (
     reconcile,
 )
 from torchjob.core.reconcile import refuse as refuse_unreadable
+from torchjob.core.topology import replicas
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
 from torchjob.kube.controller.observe import observe, observe_pod
@@ -68,16 +69,28 @@ class PodIndex:
     gone: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def split(self, job: TorchJob, key: Key) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                        list[dict[str, Any]]]:
-        """The job's pods; pods of an earlier job of the same name; the job's pods deleted since."""
+                                                        list[dict[str, Any]], list[dict[str, Any]]]:
+        """The job's pods; pods of an earlier job of the same name and kind, named as this job's
+        (left by it); pods labelled as the job's that are neither (not ours to touch); the job's pods
+        deleted since."""
         pods: list[dict[str, Any]] = []
         stale: list[dict[str, Any]] = []
+        foreign: list[dict[str, Any]] = []
         here = self.live.get(key, {})
+        names = {kr.pod_name(job, r) for r in replicas(job)}
+        api_version, kind = kr.served_as(job)
         for p in here.values():
-            (pods if controller_uid(p) == job.metadata.uid else stale).append(p)
+            owner = kr.controller_of(p) or {}
+            if owner.get("uid") == job.metadata.uid:
+                pods.append(p)
+            elif ((owner.get("apiVersion"), owner.get("kind"), owner.get("name")) == (api_version, kind, job.name)
+                  and p["metadata"]["name"] in names):
+                stale.append(p)
+            else:
+                foreign.append(p)
         gone = [p for name, p in self.gone.pop(key, {}).items()
                 if name not in here and controller_uid(p) == job.metadata.uid]
-        return pods, stale, gone
+        return pods, stale, foreign, gone
 
     def keep_undecided(self, decided: TorchJob, key: Key, gone: list[dict[str, Any]]) -> None:
         """A deleted pod whose attempt the decision did not move on (a policy's timeout holds it
@@ -130,6 +143,7 @@ class Reconciler:
         self.learned: dict[Key, Refusal] = {}  # what acting taught about a job, for its next round's World
         self.ca_namespaces: set[str] = set()  # where the CA ConfigMap is known to be current
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
+        self.told: dict[Key, set[str]] = {}  # the pods not ours that each job's events have named
 
     def forget(self, key: Key) -> None:
         self.queue.forget(key)  # its pods stay indexed until they go: a new job of that name must see them
@@ -137,6 +151,7 @@ class Reconciler:
         self.learned.pop(key, None)
         self.podgroup_gate.forget(key)
         self.boards.discard(key)
+        self.told.pop(key, None)
         if self.progress is not None:
             self.progress.books.forget(self.kind.plural, key)
 
@@ -166,7 +181,7 @@ class Reconciler:
                 self.learned.setdefault(key, gate.refused)
             elif gate.verdict is Verdict.STOP:
                 return
-        pods, stale, gone = self.index.split(job, key)
+        pods, stale, foreign, gone = self.index.split(job, key)
         world = observe(job, pods, gone=gone, refused=self.learned.get(key), last_report=self._reports(key))
         plan = reconcile(job, world, now)
         self.index.keep_undecided(job.model_copy(update={"status": plan.status}), key, gone)
@@ -174,6 +189,7 @@ class Reconciler:
         if plan.status.finished:
             self.learned.pop(key, None)  # decided on: a finished job ignores it
         await self._act(raw, job, key, plan, pods, stale, now)
+        self._tell_foreign(raw, key, foreign)
 
     def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
         if self.progress is None:
@@ -231,10 +247,28 @@ class Reconciler:
         for i, ev in enumerate(events):  # stamped when decided, in the plan's order
             await self.api.event(raw, ev.type, ev.reason, ev.message, at + timedelta(microseconds=i))
 
+    def _tell_foreign(self, raw: dict[str, Any], key: Key, foreign: list[dict[str, Any]]) -> None:
+        """Pods labelled as this job's that neither it nor an earlier job of its name and kind made
+        (someone's, anyone's): never observed, never deleted; said once each in an event."""
+        told = self.told.setdefault(key, set())
+        for p in foreign:
+            meta = p["metadata"]
+            if meta["name"] in told:
+                continue
+            told.add(meta["name"])
+            owner = kr.controller_of(p)
+            whose = f"{owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')})" if owner else "no controller"
+            log.warning("%s/%s: pod %s is labelled as this job's but its controller is %s: left alone", key[0],
+                        key[1], meta["name"], whose)
+            self.spawn(self.api.event(raw, EventType.WARNING, Reason.NOT_OURS,
+                                      f"pod {meta['name']} is labelled {kr.LABEL_JOB}={key[1]} but its controller "
+                                      f"is {whose}, not this job: left alone (not counted, not deleted)"))
+
     async def _clear_stale(self, job: TorchJob, stale: list[dict[str, Any]]) -> set[str]:
-        """Pods named like this job's but owned by an earlier job of the same name (deleted, its pods
-        not yet collected) are not ours to observe; they are deleted, as the garbage collector would,
-        and their names are not created again until they are gone. Returns those names."""
+        """Pods named as this job's and controlled by an earlier job of the same name and kind
+        (deleted, its pods not yet collected) are not ours to observe; they are deleted, as the
+        garbage collector would, and their names are not created again until they are gone. Returns
+        those names. (Any other pod labelled as the job's is left alone: `_tell_foreign`.)"""
         names = set()
         for p in stale:
             meta = p["metadata"]
