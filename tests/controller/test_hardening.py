@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.controller.fakeapi import FakeApi
-from tests.controller.test_sequencing import NS, condition, run, running, torchjob, until
+from tests.controller.test_sequencing import NS, condition, run, running, status_of, torchjob, until
 from tests.dialects.cli import torchjob as cli
 from torchjob.core.topology import ReplicaId
 from torchjob.kube.objects import kubeflow_labels as kfl
@@ -129,5 +129,90 @@ def test_only_pods_an_earlier_job_of_the_name_and_kind_left_under_its_names_are_
             assert any("pod notebook" in m and "ReplicaSet nb" in m for m in told)
             for pod in ("demo-master-0", "demo-worker-0", "demo-worker-1"):
                 assert api.objects[("Pod", NS, pod)]["metadata"]["ownerReferences"][0]["uid"] != "u-earlier"
+
+    run(scenario)
+
+
+# --- finding 7: a Workload or PodGroup of the job's name is trusted only when the job controls it ----
+
+EARLIER_OWNER = {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "name": "demo", "uid": "u-earlier",
+                 "controller": True}
+
+
+def admitted_workload(owner: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": "torchjob-demo", "namespace": NS, "labels": {kr.LABEL_JOB: "demo"},
+                         "ownerReferences": [owner]},
+            "spec": {"queueName": "team-queue", "podSets": [], "active": True},
+            "status": {"conditions": [{"type": "Admitted", "status": "True"}],
+                       "admission": {"clusterQueue": "cq", "podSetAssignments": []}}}
+
+
+def test_an_admitted_workload_left_by_an_earlier_job_of_the_name_never_admits_the_new_one(
+        monkeypatch: Any) -> None:
+    from torchjob.kube.controller import gates
+
+    monkeypatch.setattr(gates, "NOT_OURS_POLL_S", 0.05, raising=False)
+
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(admitted_workload(EARLIER_OWNER))
+        data = torchjob()
+        data["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-queue"}
+        api.put(data)
+        async with running(api):
+            await asyncio.sleep(0.3)
+            resumed = [c for c in api.calls if c.verb == "patch_spec" and c.body["runPolicy"]["suspend"] is False]
+            assert resumed == []  # never admitted by another's Workload
+            await until(lambda: condition(api, "Suspended"))
+            spec = api.objects[("TorchJob", NS, "demo")]["spec"]
+            assert spec["runPolicy"]["suspend"] is True and api.named("Pod", NS) == []  # not admitted by it
+            await until(lambda: [c for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"])
+            told = [c.body[2] for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"]
+            assert len(told) == 1 and "Workload torchjob-demo" in told[0] and "u-earlier" in told[0]
+            # the garbage collector takes it: the job makes its own, which Kueue has yet to admit
+            await api.delete("kueue.x-k8s.io/v1beta1/Workload", "torchjob-demo", NS)
+            made = await until(lambda: api.objects.get(("kueue.x-k8s.io/v1beta1/Workload", NS, "torchjob-demo")))
+            job_uid = api.objects[("TorchJob", NS, "demo")]["metadata"]["uid"]
+            assert made["metadata"]["ownerReferences"][0]["uid"] == job_uid
+            assert api.objects[("TorchJob", NS, "demo")]["spec"]["runPolicy"]["suspend"] is True
+
+    run(scenario)
+
+
+def podgroup(owner: dict[str, Any], phase: str = "Running") -> dict[str, Any]:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "demo", "namespace": NS, "labels": {kr.LABEL_JOB: "demo"},
+                         "ownerReferences": [owner]},
+            "spec": {"minMember": 3}, "status": {"phase": phase}}
+
+
+def test_a_podgroup_of_the_jobs_name_that_is_not_its_own_is_never_joined(monkeypatch: Any) -> None:
+    from torchjob.kube.controller import gates
+
+    monkeypatch.setattr(gates, "NOT_OURS_POLL_S", 0.05, raising=False)
+    volcano_job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "demo", "uid": "v-1",
+                   "controller": True}
+    kind = "scheduling.volcano.sh/v1beta1/PodGroup"
+
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(podgroup(volcano_job))  # another kind's gang, admitted
+        api.put(torchjob(run_policy={"schedulingPolicy": {"schedulerName": "volcano"}}))
+        async with running(api):
+            await until(lambda: status_of(api).get("conditions"))
+            await asyncio.sleep(0.2)
+            assert api.named("Pod", NS) == [] and api.named("PodGroup", NS) == []  # (kind named in full)
+            await until(lambda: [c for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"])
+            assert api.objects[(kind, NS, "demo")]["metadata"]["ownerReferences"][0]["uid"] == "v-1"
+            assert not [c for c in api.calls if c.verb == "delete" and c.kind == kind]  # and left alone
+            # it goes; then an earlier TorchJob of the name left one: deleted, and the job's own made
+            await api.delete(kind, "demo", NS)
+            api.put(podgroup(EARLIER_OWNER))
+            await until(lambda: len([c for c in api.calls if c.verb == "delete" and c.kind == kind]) == 2)
+            mine = await until(lambda: (g := api.objects.get((kind, NS, "demo"))) and
+                               g["metadata"]["ownerReferences"][0]["uid"] != "u-earlier" and g)
+            assert mine["metadata"]["ownerReferences"][0]["kind"] == "TorchJob"
+            assert api.named("Pod", NS) == []  # the job's own PodGroup is Pending: Volcano has not admitted it
 
     run(scenario)

@@ -78,13 +78,10 @@ class PodIndex:
         foreign: list[dict[str, Any]] = []
         here = self.live.get(key, {})
         names = {kr.pod_name(job, r) for r in replicas(job)}
-        api_version, kind = kr.served_as(job)
         for p in here.values():
-            owner = kr.controller_of(p) or {}
-            if owner.get("uid") == job.metadata.uid:
+            if kr.owned_by(p, job):
                 pods.append(p)
-            elif ((owner.get("apiVersion"), owner.get("kind"), owner.get("name")) == (api_version, kind, job.name)
-                  and p["metadata"]["name"] in names):
+            elif kr.left_by_earlier(p, job) and p["metadata"]["name"] in names:
                 stale.append(p)
             else:
                 foreign.append(p)
@@ -150,6 +147,7 @@ class Reconciler:
         self.index.gone.pop(key, None)
         self.learned.pop(key, None)
         self.podgroup_gate.forget(key)
+        self.kueue_gate.forget(key)
         self.boards.discard(key)
         self.told.pop(key, None)
         if self.progress is not None:
@@ -256,8 +254,7 @@ class Reconciler:
             if meta["name"] in told:
                 continue
             told.add(meta["name"])
-            owner = kr.controller_of(p)
-            whose = f"{owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')})" if owner else "no controller"
+            whose = kr.whose(p)
             log.warning("%s/%s: pod %s is labelled as this job's but its controller is %s: left alone", key[0],
                         key[1], meta["name"], whose)
             self.spawn(self.api.event(raw, EventType.WARNING, Reason.NOT_OURS,

@@ -69,6 +69,26 @@ def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     return next((r for r in refs if isinstance(r, dict) and r.get("controller")), None)
 
 
+def owned_by(obj: Mapping[str, Any], job: TorchJob) -> bool:
+    """Whether the job itself (its uid) controls an object (a pod, a Workload, a PodGroup)."""
+    owner = controller_of(obj)
+    return owner is not None and bool(job.metadata.uid) and owner.get("uid") == job.metadata.uid
+
+
+def left_by_earlier(obj: Mapping[str, Any], job: TorchJob) -> bool:
+    """Whether an object is controlled by an earlier job of this one's kind and name (another uid):
+    what that job left behind, until the garbage collector takes it."""
+    owner = controller_of(obj) or {}
+    return (not owned_by(obj, job) and owner.get("name") == job.name
+            and (owner.get("apiVersion"), owner.get("kind")) == served_as(job))
+
+
+def whose(obj: Mapping[str, Any]) -> str:
+    """An object's controller, as a message says it."""
+    owner = controller_of(obj)
+    return f"{owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')})" if owner else "no controller"
+
+
 def attempt_of(obj: Mapping[str, Any]) -> int:
     """Which attempt of its replica a pod runs (the annotation the operator sets)."""
     return int((obj.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_ATTEMPT, "0"))
