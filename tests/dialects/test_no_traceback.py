@@ -125,3 +125,59 @@ def test_a_mutated_runtime_file_is_named_in_the_refusal(tmp_path: Path) -> None:
     result = torchjob("convert", "--to", "torchjob", str(tmp_path / "job.yaml"), "--runtime", str(tmp_path / "rt.yaml"))
     assert result.code == 2 and "Traceback" not in result.err
     assert f"{tmp_path / 'rt.yaml'}" in result.err and "spec.mlPolicy.torch: must be a mapping" in result.err
+
+
+# --- digits that are not ASCII: str.isdigit() says yes to '²', int() refuses it -----------------
+
+VOLCANO = """apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: vc}
+spec:
+  plugins:
+    pytorch: [--master=master, --worker=worker, PORT]
+  tasks:
+    - {name: master, replicas: 1, template: {spec: {restartPolicy: OnFailure, containers: [{name: c, image: x}]}}}
+    - {name: worker, replicas: 1, template: {spec: {restartPolicy: OnFailure, containers: [{name: c, image: x}]}}}
+"""
+NATIVE = """apiVersion: torchjob.dev/v1
+kind: TorchJob
+metadata: {name: np}
+spec:
+  nprocPerNode: "²"
+  pytorchReplicaSpecs:
+    Master: {replicas: 1, template: {spec: {containers: [{name: pytorch, image: x, command: [python, t.py]}]}}}
+"""
+RUNTIME_NPROC = """apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: tj}
+spec:
+  runtimeRef: {name: rt, kind: TrainingRuntime}
+  trainer: {image: x, command: [torchrun, t.py]}
+---
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: rt}
+spec:
+  mlPolicy: {numNodes: 1, torch: {numProcPerNode: "²"}}
+  template:
+    spec:
+      replicatedJobs:
+        - name: node
+          template: {spec: {template: {spec: {containers: [{name: node, image: x}]}}}}
+"""
+
+
+@pytest.mark.parametrize("text,command,message", [
+    (VOLCANO.replace("PORT", "--port=²"), ["validate"], "spec.plugins.pytorch: --port=² is not a port"),
+    (VOLCANO.replace("PORT", "--port=23456, --wait-master-enabled, --wait-master-timeout=³"), ["validate"],
+     "--wait-master-timeout=³ is not a positive number of seconds"),
+    (NATIVE, ["validate"], "spec.nprocPerNode: '²' is neither a positive integer"),
+    (NATIVE, ["convert", "--to", "trainjob"], "spec.nprocPerNode: '²' is neither a positive integer"),
+    (RUNTIME_NPROC, ["validate"], "numProcPerNode: must be a positive integer"),
+])
+def test_a_number_in_digits_that_are_not_ascii_is_refused_naming_the_field(tmp_path: Path, text: str,
+                                                                          command: list[str], message: str) -> None:
+    (tmp_path / "job.yaml").write_text(text)
+    result = torchjob(*command, str(tmp_path / "job.yaml"))
+    assert result.code == 2 and "Traceback" not in result.err, result.err
+    assert message in result.err

@@ -183,3 +183,7 @@ def test_a_source_whose_tokens_keep_being_refused_gets_429_without_another_check
     assert codes == [403] * 5 + [429] * 7 and len(checks) == 5
     # another source is not held back by it
     assert post(endpoint, good, endpoint.token("master-0", 0), source="127.0.0.6")[0] == 200
+
+
+def test_a_local_token_whose_attempt_is_not_ascii_digits_is_refused(endpoint: LocalEndpoint) -> None:
+    assert post(endpoint, json.dumps({"step": 1}).encode(), "tj1.master-0.².abc")[0] == 403

@@ -61,6 +61,12 @@ def reserved_meta(key: str) -> bool:
     return key.startswith(RESERVED_META_PREFIXES) and key not in USER_META
 
 
+def digits(text: str) -> bool:
+    """Whether a text is a decimal number as Go's strconv and Kubernetes read one: ASCII digits only
+    (`str.isdigit` also says yes to '²', which `int` then refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def max_name_length(job: TorchJob) -> int:
     """Longest job name whose derived names (`{name}-worker-{N}`) stay DNS labels."""
     longest_suffix = 0
@@ -175,7 +181,7 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         add(["spec", "runPolicy", "progressDeadlineSeconds"], "must be positive", "remove it for no stall detection")
 
     nproc = job.spec.nprocPerNode
-    if nproc is not None and nproc not in NPROC_WORDS and not (nproc.isdigit() and int(nproc) >= 1):
+    if nproc is not None and nproc not in NPROC_WORDS and not (digits(nproc) and int(nproc) >= 1):
         add(["spec", "nprocPerNode"], f"{nproc!r} is neither a positive integer nor one of {NPROC_WORDS}")
 
     ep = job.spec.elasticPolicy

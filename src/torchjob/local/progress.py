@@ -18,6 +18,7 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+from torchjob.api.validate import digits
 from torchjob.progress.book import Book
 from torchjob.progress.server import TORCHJOBS, ProgressServer, Reporter, status_path
 
@@ -79,7 +80,7 @@ class LocalEndpoint:
         if namespace != LOCAL_NAMESPACE or job != self.job or plural != TORCHJOBS:  # a local job is a TorchJob
             return None
         parts = credentials.split(".")
-        if len(parts) != 4 or parts[0] != TOKEN_PREFIX or not parts[2].isdigit():
+        if len(parts) != 4 or parts[0] != TOKEN_PREFIX or not digits(parts[2]):
             return None
         replica, attempt = parts[1], int(parts[2])
         if not hmac.compare_digest(parts[3], self._sign(replica, attempt)):

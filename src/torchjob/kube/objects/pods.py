@@ -8,6 +8,7 @@ backoffLimit (Kubeflow's ExitCode restarts were never counted: its #2045).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -168,25 +169,27 @@ def wait_for_master(job: TorchJob, where: Placement, image: str) -> dict[str, An
     with `nc -z`, else bash's `/dev/tcp` (Volcano's plugin falls back to it too), so an image with
     either works; with neither it fails at once, saying so. POSIX sh around them."""
     host, port = where.master_addr, where.master_port
-    target = f"{host} {port}"  # as the messages always said it
     wait = job.spec.waitForMaster
     timeout = wait.timeoutSeconds if wait else None
+    # The values go in once, quoted, as variables; the script only ever expands them in double quotes
+    # (the host comes from the job's name and the port from its spec: never code, whatever they hold).
     lines = [
+        f"host={shlex.quote(str(host))} port={int(port)}",
         'has() { command -v "$1" >/dev/null 2>&1; }',
         "if ! has nc && ! has bash; then",
-        f'  echo "wait-for-master: this image has neither nc nor bash (for /dev/tcp), so it cannot probe port {port} '
-        f'of {host}; use an image with one of them (spec.waitForMaster.image, or the operator --init-image)"; exit 1',
+        '  echo "wait-for-master: this image has neither nc nor bash (for /dev/tcp), so it cannot probe port $port '
+        'of $host; use an image with one of them (spec.waitForMaster.image, or the operator --init-image)"; exit 1',
         "fi",
-        f"probe() {{ {{ has nc && nc -z -w 2 {host} {port}; }} || "
-        f"{{ has bash && bash -c ': > /dev/tcp/{host}/{port}'; }}; }}",
+        'probe() { { has nc && nc -z -w 2 "$host" "$port"; } || '
+        """{ has bash && bash -c ': > "/dev/tcp/$0/$1"' "$host" "$port"; }; }""",
     ]
     if timeout is not None:
-        lines.append(f"end=$(( $(date +%s) + {timeout} ))")
+        lines += [f"timeout={int(timeout)}", f"end=$(( $(date +%s) + {int(timeout)} ))"]
     lines.append("until probe 2>/dev/null; do")
     if timeout is not None:
-        lines.append(f'  if [ "$(date +%s)" -ge "$end" ]; then echo gave up waiting for {target} after {timeout}s; '
-                     "exit 1; fi")
-    lines += [f"  echo waiting for {target}; sleep 1", "done"]
+        lines.append('  if [ "$(date +%s)" -ge "$end" ]; then '
+                     'echo "gave up waiting for $host $port after ${timeout}s"; exit 1; fi')
+    lines += ['  echo "waiting for $host $port"; sleep 1', "done"]
     return {"name": WAIT_CONTAINER, "image": wait.image if wait and wait.image else image,
             "command": ["sh", "-c", "\n".join(lines)]}
 
