@@ -1,4 +1,10 @@
-"""Reading a job document: YAML or JSON text -> plain data plus the line of every field."""
+"""Reading a job document: YAML or JSON text -> plain data plus the line of every field.
+
+Refused fast, as the Kubernetes API server's YAML reader refuses them: a document nested deeper
+than MAX_DEPTH (found from the parser's events, before anything recursive runs), and one whose
+aliases expand it past MAX_VALUES values (an alias bomb: nine lines of aliases, each nine times
+the one before, are 9^9 values).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,8 @@ import yaml
 from torchjob.api.errors import Problem, UserError
 
 PathKey = tuple[str | int, ...]
+MAX_DEPTH = 100  # mappings and lists inside each other (a pod template's deepest field is about 15)
+MAX_VALUES = 100_000  # values a document may expand to, an alias's counted each time it is used
 
 
 @dataclass
@@ -54,7 +62,14 @@ class Document:
         return cache
 
 
-def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> Any:
+class _TooLarge(Exception):
+    pass
+
+
+def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooLarge
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
@@ -65,11 +80,11 @@ def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> Any
                     f"line {key_node.start_mark.line + 1}: the key {key!r} appears twice in one mapping",
                     fix="keep one of them",
                 )
-            out[key] = _construct(value_node, (*path, str(key)), lines)
+            out[key] = _construct(value_node, (*path, str(key)), lines, budget)
             lines[(*path, str(key))] = key_node.start_mark.line + 1
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, (*path, i), lines) for i, item in enumerate(node.value)]
+        return [_construct(item, (*path, i), lines, budget) for i, item in enumerate(node.value)]
     if _kept_as_written(path):
         return node.value if node.tag != "tag:yaml.org,2002:null" else None
     return _scalar(node)
@@ -89,8 +104,26 @@ def _scalar(node: yaml.Node) -> Any:
     return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
 
 
+def _check_depth(text: str, source: str) -> None:
+    """Refuse a document nested deeper than MAX_DEPTH, from the parser's events (not recursive)."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    where = f"{source}:{event.start_mark.line + 1}" if event.start_mark else source
+                    raise UserError(f"{where}: nested more than {MAX_DEPTH} deep: not a job document",
+                                    fix="check the file: a job's deepest field is about 15 deep")
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # composing the document says what is wrong, where
+
+
 def parse_documents(text: str, source: str) -> list[Document]:
     """Every YAML document in `text` (JSON is YAML too), with line numbers."""
+    _check_depth(text, source)
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as e:
@@ -103,7 +136,12 @@ def parse_documents(text: str, source: str) -> list[Document]:
         if node is None:
             continue
         lines: dict[PathKey, int] = {}
-        data = _construct(node, (), lines)
+        try:
+            data = _construct(node, (), lines, [MAX_VALUES])
+        except _TooLarge:
+            raise UserError(f"{source}:{node.start_mark.line + 1}: the document's aliases expand it past {MAX_VALUES} "
+                            "values: not a job document (the Kubernetes API server refuses such aliasing too)",
+                            fix="write the values out, with fewer aliases") from None
         if not isinstance(data, dict):
             raise UserError(
                 f"{source}:{node.start_mark.line + 1}: a job document must be a mapping "
