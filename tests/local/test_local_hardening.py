@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.jobs import job_data
 from tests.local.conftest import Torchjob, job_processes, write_job
 from torchjob.local.launch import LocalOptions
@@ -42,3 +44,47 @@ def test_a_job_that_copies_another_jobs_uid_does_not_kill_its_processes_when_it_
     finally:
         victim.kill()
         victim.wait()
+
+
+def modes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root.parent)): oct(p.stat().st_mode & 0o777)
+            for p in [root, *root.rglob("*")] if not p.is_symlink()}
+
+
+def test_the_state_and_the_logs_are_the_users_alone(tmp_path: Path) -> None:
+    home = tmp_path / "user"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TORCHJOB_HOME"}
+    env["HOME"] = str(home)
+    doc = write_job(tmp_path / "job.yaml", job_data("private", workers=1, command=["python", "-c", "print('hi')"]))
+    done = subprocess.run([sys.executable, "-m", "torchjob", "run", str(doc)], env=env, capture_output=True, text=True,
+                          timeout=120, preexec_fn=lambda: os.umask(0o022))
+    assert done.returncode == 0, done.stderr
+    found = modes(home / ".torchjob")
+    assert any(p.endswith("state.db") for p in found) and any(p.endswith(".log") for p in found), found
+    loose = {p: m for p, m in found.items() if m != ("0o700" if (tmp_path / "user" / p).is_dir() else "0o600")}
+    assert loose == {}
+
+
+def test_a_torchjob_home_made_before_is_made_private_and_a_named_one_is_left_as_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("TORCHJOB_HOME", raising=False)
+    old = os.umask(0o022)
+    try:
+        default = tmp_path / ".torchjob"
+        default.mkdir()  # as an earlier torchjob made it
+        (default / "state.db").touch()
+        Store().close()
+        assert {p: m for p, m in modes(default).items() if not p.endswith(("-wal", "-shm"))} == {
+            ".torchjob": "0o700", ".torchjob/state.db": "0o600", ".torchjob/jobs": "0o700"}
+        named = tmp_path / "shared"  # TORCHJOB_HOME=/some/dir that exists: the user's choice, maybe shared
+        named.mkdir()
+        Store(named).close()
+        assert modes(named) == {"shared": "0o755", "shared/state.db": "0o600", "shared/jobs": "0o700",
+                                **{k: "0o600" for k in modes(named) if k.endswith(("-wal", "-shm"))}}
+        fresh = tmp_path / "fresh" / "home"
+        Store(fresh).close()
+        assert oct(fresh.stat().st_mode & 0o777) == "0o700"
+    finally:
+        os.umask(old)

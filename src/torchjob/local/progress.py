@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchjob.api.validate import digits
+from torchjob.local.files import private_dir
 from torchjob.progress.book import Book
 from torchjob.progress.server import TORCHJOBS, ProgressServer, Reporter, status_path
 
@@ -66,7 +67,7 @@ class LocalEndpoint:
 
     def env(self, replica: str, attempt: int, attempt_dir: Path) -> dict[str, str]:
         """The variables a replica attempt reports with (Kubeflow Trainer's names)."""
-        attempt_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(attempt_dir)
         path = attempt_dir / "progress.token"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
