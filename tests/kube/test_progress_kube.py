@@ -98,8 +98,7 @@ def test_a_hung_job_is_restarted_by_a_stalled_policy(kube: Client, namespace: st
     assert "Succeeded" in conds and status["restartCount"] == 1, status
     stalls = [e for e in events(kube, namespace, "hang") if e.reason == "Stalled"]
     assert len(stalls) == 1 and "progressDeadlineSeconds" in stalls[0].message
-    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    text = operator.scrape()
     assert f'torchjob_job_progress_percent{{job="hang",kind="TorchJob",namespace="{namespace}"}}' in text
     assert f'torchjob_job_seconds_since_progress_report{{job="hang",kind="TorchJob",namespace="{namespace}"}}' in text
 

@@ -1,5 +1,6 @@
 """`torchjob operator`: the controllers (one per kind served) with leader election on a Lease,
-`/healthz`, `/readyz` and `/metrics` on one HTTP port, the progress endpoint, and JSON logs. The
+`/healthz`, `/readyz` and `/metrics` (for authorized scrapers) on one HTTP port, the progress
+endpoint, and JSON logs. The
 wiring of one process, from one `OperatorConfig`."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torchjob.kube.controller.reconciler import ProgressLink
 from torchjob.kube.machinery.client import Api, connect
 from torchjob.kube.machinery.health import Health, serve_http
 from torchjob.kube.machinery.leader import LeaderElector
+from torchjob.kube.machinery.scrapers import ScraperAuth
 from torchjob.kube.progress import gauges, tls
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.receiver import ProgressReceiver
@@ -37,9 +39,9 @@ async def run_operator(config: OperatorConfig) -> None:
     """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error.
     With a progress port, the leader also serves the progress endpoint (HTTPS) there."""
     health = Health()
-    server = serve_http(config.metrics_port, health)
     api = Api(connect(config.kubeconfig))
     loop = asyncio.get_running_loop()
+    server = serve_http(config.metrics_port, health, ScraperAuth(api, loop).check if config.metrics_auth else None)
     stop = asyncio.Event()
     signals: list[str] = []
 
