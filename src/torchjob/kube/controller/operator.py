@@ -10,6 +10,7 @@ import logging
 import signal
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -80,12 +81,15 @@ async def run_operator(config: OperatorConfig) -> None:
             # Served by the leader only: the stall decision reads the reports where it reconciles (and
             # only the leader is ready, so the Service sends the pods' reports to it).
             told = urlsplit(url).hostname  # the certificate must name what the pods are told
-            made = await tls.ensure(api, config.lease_namespace, config.progress_service, (told,) if told else ())
-            link = ProgressLink(Books(), made.ca_pem)
+            extra = (told,) if told else ()
+            made = await tls.ensure(api, config.lease_namespace, config.progress_service, extra)
+            link = ProgressLink(Books(), tls.Trust(made.trusted))
         controllers = {k.plural: Controller(api, config, kind=k, progress=link) for k in kinds}
         if link is not None:
             endpoint = _serve_progress(api, config, controllers, link.books, made.context(), loop, tasks)
             log.info("progress endpoint on :%d (pods report to %s)", config.progress_port, url)
+            tasks.append(asyncio.create_task(tls.keep(api, config.lease_namespace, config.progress_service, extra,
+                                                      made, _renewed(endpoint, link))))
         tasks += [asyncio.create_task(c.run()) for c in controllers.values()]
 
         async def mark_ready() -> None:
@@ -119,6 +123,17 @@ async def run_operator(config: OperatorConfig) -> None:
             endpoint.stop()
         server.shutdown()
         await api.client.close()
+
+
+def _renewed(endpoint: ProgressServer, link: ProgressLink) -> Callable[[tls.Tls], None]:
+    """What a renewed certificate changes, without a restart: the endpoint's next handshakes, and the
+    CAs each namespace's ConfigMap is brought to (the reconciler looks again: its trust changed)."""
+
+    def swap(made: tls.Tls) -> None:
+        endpoint.tls = made.context()
+        link.trust.pem = made.trusted
+
+    return swap
 
 
 def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Controller], books: Books,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -50,9 +51,11 @@ from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, tensorboard
 from torchjob.kube.objects import pods as kr
 from torchjob.kube.progress.books import Books
+from torchjob.kube.progress.tls import Trust
 from torchjob.kube.served.kinds import ServedKind, Unreadable
 
 log = logging.getLogger("torchjob.kube")
+CA_RECHECK_S = 600.0  # how long a namespace's CA ConfigMap, once made current, is not looked at again
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
@@ -117,11 +120,12 @@ class JobCaches:
 
 @dataclass(frozen=True)
 class ProgressLink:
-    """What a round needs of progress: the reports' books (for stalls), and the endpoint's CA,
-    published in each namespace where pods are made."""
+    """What a round needs of progress: the reports' books (for stalls), and the endpoint's CAs as
+    the pods must trust them now (renewed in place: tls.keep), published in each namespace where pods
+    are made."""
 
     books: Books
-    ca_pem: str
+    trust: Trust
 
 
 class NameTaken(Exception):
@@ -138,7 +142,8 @@ class Reconciler:
         self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate
         self.pod_options = config.pods
         self.learned: dict[Key, Refusal] = {}  # what acting taught about a job, for its next round's World
-        self.ca_namespaces: set[str] = set()  # where the CA ConfigMap is known to be current
+        # where the CA ConfigMap was made current: the CAs published, until when that is trusted
+        self.ca_namespaces: dict[str, tuple[str, float]] = {}
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
         self.told: dict[Key, set[str]] = {}  # the pods not ours that each job's events have named
 
@@ -204,9 +209,9 @@ class Reconciler:
         creates = gate.refused is None and gate.verdict is Verdict.CREATE
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
-        if creates and self.progress is not None and key[0] not in self.ca_namespaces and any(
+        if creates and self.progress is not None and self._ca_due(key[0]) and any(
                 isinstance(a, Create) for a in plan.actions):
-            await self._publish_ca(key[0], self.progress.ca_pem)  # before the pods, which project it
+            await self._publish_ca(key[0], self.progress.trust.pem)  # before the pods, which project it
         blocked = await self._clear_stale(job, stale)
         try:
             await self._apply(job, plan, blocked, creates=creates)
@@ -277,6 +282,14 @@ class Reconciler:
             self.queue.add_after((job.metadata.namespace or "default", job.name), 1.0)
         return names
 
+    def _ca_due(self, namespace: str) -> bool:
+        """Whether the namespace's CA ConfigMap is looked at again before pods are made: never
+        published by this process, the CAs renewed since, or CA_RECHECK_S gone by (someone may
+        have changed or deleted it)."""
+        assert self.progress is not None
+        published = self.ca_namespaces.get(namespace)
+        return published is None or published[0] != self.progress.trust.pem or published[1] < time.monotonic()
+
     async def _publish_ca(self, namespace: str, ca_pem: str) -> None:
         """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
         found = await self.api.find("ConfigMap", kr.CA_CONFIGMAP, namespace)
@@ -284,7 +297,7 @@ class Reconciler:
             await self._create(kr.ca_configmap(namespace, ca_pem))
         elif (found.get("data") or {}).get(kr.CA_KEY) != ca_pem:
             await self.api.patch_data("ConfigMap", kr.CA_CONFIGMAP, namespace, {kr.CA_KEY: ca_pem})
-        self.ca_namespaces.add(namespace)
+        self.ca_namespaces[namespace] = (ca_pem, time.monotonic() + CA_RECHECK_S)
 
     async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, key: Key) -> None:
         created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]
