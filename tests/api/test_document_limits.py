@@ -46,3 +46,19 @@ spec:
 """)
     result = torchjob("validate", str(tmp_path / "job.yaml"))
     assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize("text,code,message", [
+    ("!!python/object apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n", 2, "could not determine a constructor"),
+    ("apiVersion: torchjob.dev/v1\nkind: TorchJob\nmetadata: {name: !!python/name:os.system x}\n", 2,
+     "could not determine a constructor"),
+    ("a: 2020-13-45\nb: !!timestamp 2020-99-99\n!!timestamp c: !!binary '%'\n", 2,
+     "unsupported document"),  # read (as text), then refused
+])
+def test_a_tag_no_safe_loader_makes_or_a_date_that_is_none_is_a_message(tmp_path: Path, text: str, code: int,
+                                                                        message: str) -> None:
+    """Found by the fuzz (tests/dialects/test_no_traceback.py): these raised from the YAML constructor."""
+    (tmp_path / "job.yaml").write_text(text)
+    result = torchjob("validate", str(tmp_path / "job.yaml"))
+    assert result.code == code and result.err.startswith("error: ") and "Traceback" not in result.err
+    assert message in result.err

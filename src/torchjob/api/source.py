@@ -101,7 +101,12 @@ def _kept_as_written(path: PathKey) -> bool:
 def _scalar(node: yaml.Node) -> Any:
     if node.tag == "tag:yaml.org,2002:str":
         return node.value
-    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+    try:
+        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+    except yaml.YAMLError:  # a tag no safe loader makes: said, with the line
+        raise
+    except Exception:  # `2020-13-45` looks like a date and is none, `!!timestamp name` is none: its text
+        return node.value
 
 
 def _check_depth(text: str, source: str) -> None:
@@ -138,6 +143,11 @@ def parse_documents(text: str, source: str) -> list[Document]:
         lines: dict[PathKey, int] = {}
         try:
             data = _construct(node, (), lines, [MAX_VALUES])
+        except yaml.YAMLError as e:  # a value no safe loader makes (a !!python/object tag, a bad timestamp)
+            mark = getattr(e, "problem_mark", None)
+            where = f"{source}:{mark.line + 1}" if mark is not None else source
+            raise UserError(f"{where}: not a job document's YAML: {getattr(e, 'problem', None) or e}",
+                            fix="remove the tag (a job document holds plain mappings, lists, strings and numbers)")
         except _TooLarge:
             raise UserError(f"{source}:{node.start_mark.line + 1}: the document's aliases expand it past {MAX_VALUES} "
                             "values: not a job document (the Kubernetes API server refuses such aliasing too)",
