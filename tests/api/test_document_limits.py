@@ -62,3 +62,11 @@ def test_a_tag_no_safe_loader_makes_or_a_date_that_is_none_is_a_message(tmp_path
     result = torchjob("validate", str(tmp_path / "job.yaml"))
     assert result.code == code and result.err.startswith("error: ") and "Traceback" not in result.err
     assert message in result.err
+
+
+def test_a_key_that_is_a_list_or_a_mapping_is_a_message(tmp_path: Path) -> None:
+    """Found by the fuzz: `? ` before an indented mapping makes that mapping a key (unhashable)."""
+    (tmp_path / "job.yaml").write_text("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nspec:\n  Worker:\n"
+                                       "?     replicas: 1\n      template: {}\n")
+    result = torchjob("validate", str(tmp_path / "job.yaml"))
+    assert result.code == 2 and "a mapping's key must be a plain value, not a mapping" in result.err

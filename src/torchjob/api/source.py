@@ -74,6 +74,10 @@ def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], budget
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b]: x`: YAML allows it, no job field is one
+                raise UserError(f"line {key_node.start_mark.line + 1}: a mapping's key must be a plain value, not a "
+                                f"{'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}",
+                                fix="check the indentation there (a '?' starts a complex key)")
             key = _scalar(key_node)
             if key in out:
                 raise UserError(
