@@ -70,3 +70,12 @@ def test_a_key_that_is_a_list_or_a_mapping_is_a_message(tmp_path: Path) -> None:
                                        "?     replicas: 1\n      template: {}\n")
     result = torchjob("validate", str(tmp_path / "job.yaml"))
     assert result.code == 2 and "a mapping's key must be a plain value, not a mapping" in result.err
+
+
+@pytest.mark.parametrize("extra", ["?\n", "1: 2\n", "true: x\n", "null: y\n", "1.5: z\n"])
+def test_a_key_that_is_not_a_string_is_read_as_the_api_server_reads_it(tmp_path: Path, extra: str) -> None:
+    """Found by the fuzz: a `?` alone made a key None, which a message's field path then choked on. Keys
+    are strings, as JSON (and the API server) has them."""
+    (tmp_path / "job.yaml").write_text("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: x}\n" + extra)
+    result = torchjob("validate", str(tmp_path / "job.yaml"))
+    assert result.code == 2 and result.err.startswith("error: ") and "Traceback" not in result.err

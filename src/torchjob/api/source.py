@@ -78,7 +78,7 @@ def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], budget
                 raise UserError(f"line {key_node.start_mark.line + 1}: a mapping's key must be a plain value, not a "
                                 f"{'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}",
                                 fix="check the indentation there (a '?' starts a complex key)")
-            key = _scalar(key_node)
+            key = _key(_scalar(key_node))
             if key in out:
                 raise UserError(
                     f"line {key_node.start_mark.line + 1}: the key {key!r} appears twice in one mapping",
@@ -92,6 +92,15 @@ def _construct(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], budget
     if _kept_as_written(path):
         return node.value if node.tag != "tag:yaml.org,2002:null" else None
     return _scalar(node)
+
+
+def _key(value: Any) -> str:
+    """A mapping's key as JSON (and so the API server, through its YAML reader) has it: a string."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
 
 
 def _kept_as_written(path: PathKey) -> bool:
@@ -187,5 +196,5 @@ def read_documents(path: str | Path) -> list[Document]:
 
 def problem_at(doc: Document | None, path: Iterable[str | int], message: str, fix: str | None = None) -> Problem:
     parts = doc.translate(list(path)) if doc else list(path)
-    dotted = ".".join(f"[{p}]" if isinstance(p, int) else p for p in parts).replace(".[", "[")
+    dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in parts).replace(".[", "[")
     return Problem(path=dotted, message=message, fix=fix, line=doc.line_of(parts) if doc else None)
