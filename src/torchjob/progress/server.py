@@ -170,6 +170,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._fail(405, "MethodNotAllowed", "POST a progress report to this path")
 
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET  # every answer a Status (not the stdlib's 501 page)
+
     def handle_one_request(self) -> None:
         # the deadline of this request, and of the wait for it (idle, after one: a kept-alive connection)
         self.server.waiting(self.connection, idle=self.served)
