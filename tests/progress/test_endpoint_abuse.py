@@ -187,3 +187,25 @@ def test_a_source_whose_tokens_keep_being_refused_gets_429_without_another_check
 
 def test_a_local_token_whose_attempt_is_not_ascii_digits_is_refused(endpoint: LocalEndpoint) -> None:
     assert post(endpoint, json.dumps({"step": 1}).encode(), "tj1.master-0.².abc")[0] == 403
+
+
+def test_at_the_cap_a_connection_that_sent_nothing_gives_way_before_a_reporters_kept_alive_one(
+        endpoint: LocalEndpoint) -> None:
+    """A flood of silent connections from many sources cannot take a reporter's place: at the cap the
+    oldest one that has sent no request for stale_s goes first (a real client's request follows its
+    connection at once); the reporter's kept-alive connection goes only when there is none."""
+    endpoint.server.max_connections, endpoint.server.stale_s = 2, 0.3
+    token = endpoint.token("master-0", 0)
+    reporter = http.client.HTTPConnection("127.0.0.1", endpoint.server.port, timeout=5)
+    assert post(endpoint, json.dumps({"step": 1}).encode(), token, conn=reporter)[0] == 200
+    quiet = silent(endpoint, "127.0.0.7")
+    time.sleep(0.5)
+    newcomer = silent(endpoint, "127.0.0.8")  # at the cap: the quiet one goes
+    try:
+        assert closed_within(quiet, 0.5) and not closed_within(newcomer, 0.2)
+        time.sleep(1.0)  # (the job's rate)
+        assert post(endpoint, json.dumps({"step": 2}).encode(), token, conn=reporter)[0] == 200  # still its own
+    finally:
+        for s in (quiet, newcomer):
+            s.close()
+        reporter.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -15,6 +16,7 @@ from torchjob.progress.book import RateLimit
 MAX_CONNECTIONS = 256  # open at once (a thread each); past it an idle kept-alive one goes, or the new one
 MAX_PER_SOURCE = 16  # of them from one address (a pod reports over one kept-alive connection)
 REQUEST_DEADLINE_S = 10.0  # a whole request, however slowly it comes
+STALE_S = 1.0  # a connection that has sent no request this long may be let go for a new one, at a cap
 REFUSALS_PER_S, REFUSALS_BURST = 1.0, 20  # refused tokens a source may send before it gets 429
 SHED = -1  # the counters' code of a connection closed at once (over a cap)
 EVICTED = -2  # of a kept-alive idle connection let go for a new one
@@ -32,6 +34,15 @@ class Counters:
             self.by_code[code] = self.by_code.get(code, 0) + 1
 
 
+@dataclass
+class _Conn:
+    source: str
+    since: float  # accepted, or done with its last request (a kept-alive one)
+    until: float  # the deadline of its current request (and of the wait for it)
+    state: str = "new"  # new: no request yet; idle: kept alive between two; busy: a request's headers read
+    let_go: bool = False  # cut for a new one; its thread has not ended yet
+
+
 class GuardedServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
@@ -39,17 +50,13 @@ class GuardedServer(ThreadingHTTPServer):
     max_connections: int = MAX_CONNECTIONS
     max_per_source: int | None = MAX_PER_SOURCE
     request_deadline_s: float = REQUEST_DEADLINE_S
+    stale_s: float = STALE_S
     refusals: tuple[float, int] = (REFUSALS_PER_S, REFUSALS_BURST)
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
         self.counters = Counters()
         self._lock = threading.Lock()
-        self._open = 0
-        self._by_source: dict[str, int] = {}
-        self._deadlines: dict[socket.socket, float] = {}  # each connection's current request must end by
-        self._sources: dict[socket.socket, str] = {}
-        self._idle: dict[socket.socket, float] = {}  # kept-alive connections between two requests: since
-        self._evicted: set[socket.socket] = set()  # let go for a new one, their thread not ended yet
+        self._conns: dict[socket.socket, _Conn] = {}
         self._refused: dict[str, RateLimit] = {}  # by source: its budget of refused tokens
         self._closed = threading.Event()
         super().__init__(address, handler)
@@ -66,14 +73,11 @@ class GuardedServer(ThreadingHTTPServer):
         source = source_of(client_address)
         now = time.monotonic()
         with self._lock:
-            victim = self._make_room(source)
-            full = self._full(source)
+            victim = self._make_room(source, now)
+            full = any(self._caps(source))
             if not full:
-                self._open += 1
-                self._by_source[source] = self._by_source.get(source, 0) + 1
-                self._deadlines[request] = now + self.request_deadline_s
-                self._sources[request] = source
-        if victim is not None:  # a kept-alive connection between two reports: its client makes a new one
+                self._conns[request] = _Conn(source, now, now + self.request_deadline_s)
+        if victim is not None:
             self.counters.add(EVICTED)
             _cut(victim)
         if full:  # closed before any byte is read or any thread started
@@ -83,65 +87,59 @@ class GuardedServer(ThreadingHTTPServer):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._leave(request, source)
+            self._leave(request)
             raise
 
     def _caps(self, source: str) -> tuple[bool, bool]:
         """Whether all connections, and this source's, are at their caps (those let go not counted)."""
-        at_source = self._by_source.get(source, 0) - sum(1 for s in self._evicted if self._sources.get(s) == source)
-        return (self._open - len(self._evicted) >= self.max_connections,
-                self.max_per_source is not None and at_source >= self.max_per_source)
+        live = [c for c in self._conns.values() if not c.let_go]
+        return (len(live) >= self.max_connections,
+                self.max_per_source is not None and sum(c.source == source for c in live) >= self.max_per_source)
 
-    def _full(self, source: str) -> bool:
-        return any(self._caps(source))
-
-    def _make_room(self, source: str) -> socket.socket | None:
-        """At a cap, the oldest idle kept-alive connection (this source's, when it is at its own cap)
-        is let go for the new one; a connection in the middle of a request never is."""
+    def _make_room(self, source: str, now: float) -> socket.socket | None:
+        """At a cap, one connection is let go for the new one (this source's own, when it is at its own
+        cap): the oldest that has sent no request for `stale_s` (a real client's request follows its
+        connection at once), else the oldest idle kept-alive one (its client makes a new one). A
+        connection in the middle of a request never is (its deadline bounds it)."""
         all_full, source_full = self._caps(source)
         if not (all_full or source_full):
             return None
-        idle = [s for s in self._idle if not source_full or self._sources.get(s) == source]
-        if not idle:
+        mine = [(s, c) for s, c in self._conns.items() if not c.let_go and (not source_full or c.source == source)]
+        stale = [(c.since, s) for s, c in mine if c.state == "new" and now - c.since >= self.stale_s]
+        idle = [(c.since, s) for s, c in mine if c.state == "idle"]
+        pick = min(stale or idle, default=None, key=lambda t: t[0])
+        if pick is None:
             return None
-        victim = min(idle, key=lambda s: self._idle[s])
-        del self._idle[victim]
-        self._deadlines.pop(victim, None)
-        self._evicted.add(victim)
-        return victim
+        self._conns[pick[1]].let_go = True
+        return pick[1]
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._leave(request, source_of(client_address))
+            self._leave(request)
 
-    def _leave(self, request: Any, source: str) -> None:
+    def _leave(self, request: Any) -> None:
         with self._lock:
-            self._open -= 1
-            left = self._by_source.get(source, 1) - 1
-            if left > 0:
-                self._by_source[source] = left
-            else:
-                self._by_source.pop(source, None)
-            self._deadlines.pop(request, None)
-            self._idle.pop(request, None)
-            self._evicted.discard(request)
-            self._sources.pop(request, None)
+            self._conns.pop(request, None)
 
     def waiting(self, request: Any, idle: bool) -> None:
         """The connection waits for a request (`idle`: the next one of a kept-alive connection): the
         deadline of the request starts now."""
         with self._lock:
-            if request in self._deadlines:
-                self._deadlines[request] = time.monotonic() + self.request_deadline_s
+            conn = self._conns.get(request)
+            if conn is not None:
+                now = time.monotonic()
+                conn.until = now + self.request_deadline_s
                 if idle:
-                    self._idle[request] = time.monotonic()
+                    conn.state, conn.since = "idle", now
 
     def began(self, request: Any) -> None:
-        """A request's first line has come: the connection is busy (never let go for another)."""
+        """A request's line and headers have come: the connection is busy (never let go for another)."""
         with self._lock:
-            self._idle.pop(request, None)
+            conn = self._conns.get(request)
+            if conn is not None:
+                conn.state = "busy"
 
     def _reap(self) -> None:
         """Cut the connections whose request is past its deadline: the thread blocked reading one
@@ -149,13 +147,12 @@ class GuardedServer(ThreadingHTTPServer):
         while not self._closed.wait(min(0.25, self.request_deadline_s / 4)):
             now = time.monotonic()
             with self._lock:
-                late = [sock for sock, until in self._deadlines.items() if until <= now]
-                for sock in late:
-                    self._deadlines.pop(sock, None)
-                    self._idle.pop(sock, None)
-            for sock in late:
+                late = [s for s, c in self._conns.items() if c.until <= now and not c.let_go]
+                for s in late:
+                    self._conns[s].let_go = True
+            for s in late:
                 self.counters.add(408)
-                _cut(sock)
+                _cut(s)
 
     # --- refused tokens, per source ---
 

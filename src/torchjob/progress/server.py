@@ -179,8 +179,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.served = True
 
     def parse_request(self) -> bool:
+        parsed = super().parse_request()  # the request line and the headers
         self.server.began(self.connection)
-        return super().parse_request()
+        return parsed
 
     def do_POST(self) -> None:
         self.answered = False
