@@ -3,8 +3,11 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY pyproject.toml README.md /src/
+COPY constraints/operator.txt /src/constraints/
 COPY src /src/src
-RUN pip install --no-cache-dir /src && rm -rf /src
+# Every package pinned, the build backend too (scripts/lock-operator.sh writes the file; PIP_CONSTRAINT
+# reaches pip's isolated build environment): two builds of one commit install the same versions.
+RUN PIP_CONSTRAINT=/src/constraints/operator.txt pip install --no-cache-dir /src && rm -rf /src
 # A numeric user, so that runAsNonRoot can check it; the root filesystem may be read-only.
 USER 65532:65532
 ENTRYPOINT ["torchjob"]

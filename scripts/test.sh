@@ -30,6 +30,9 @@ else
 fi
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
+# Known vulnerabilities in the installed set, where an advisory source answers (it says plainly when
+# none does); the declared floors are a test either way (tests/test_dependencies.py).
+.venv/bin/python scripts/audit.py
 # Tests keep their state in a throwaway TORCHJOB_HOME (see tests/local/conftest.py); -rs says why
 # a test was skipped (in CI a skipped cluster test fails the run: tests/conftest.py).
 .venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@"

@@ -1,12 +1,19 @@
 """`validate`, `render`, `render --kube` and `convert` (to every dialect) print no traceback for any
 document: mutated documents of every dialect (a field removed, renamed, given a value of another
 type), and a TrainJob with the runtime it names (two documents in one file, or `--runtime FILE`, both
-mutated), are either read or refused with messages, and the exit code is 0 or 2."""
+mutated), are either read or refused with messages, and the exit code is 0 or 2. A fuzz, too (issue
+19): the documents' text mutated byte by byte, and the command line's flags; each answered within
+ANSWER_S, a refusal naming the field, and `run` of a refused document starting nothing. How many
+inputs: tests/fuzz.py (TORCHJOB_FUZZ_EXAMPLES)."""
 
 from __future__ import annotations
 
 import copy
+import io
 import json
+import os
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +22,17 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.dialects.cli import torchjob
+from tests.dialects.cli import Result, torchjob
 from tests.dialects.strategies import DOCUMENTS, WITH_RUNTIME
 from tests.dialects.util import SEEDS
+from tests.fuzz import ANSWER_S, examples
 
 JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 70000), st.floats(allow_nan=False, width=16),
                  st.sampled_from(["", "x", "-1", "auto", "$(RANK)", "t9k://pvc/", "--port", "Master", "0"]),
-                 st.just([]), st.just({}), st.just([None]), st.just({"x": None}), st.just([{"name": 3}]))
+                 st.just([]), st.just({}), st.just([None]), st.just({"x": None}), st.just([{"name": 3}]),
+                 # what a fuzzer finds: digits that are not ASCII, huge numbers, paths out, shell
+                 st.sampled_from(["²", "٣", "1e999", "../../x", "/etc/passwd", "$(touch x)", "a\x00b", "🙂" * 70]),
+                 st.integers(-(2**70), 2**70), st.text(max_size=20))
 SEED_DOCS = [yaml.safe_load((SEEDS / name).read_text()) for name in sorted(p.name for p in SEEDS.glob("*.yaml"))]
 
 
@@ -75,8 +86,26 @@ COMMANDS = [["validate"], ["render"], ["render", "--kube"], ["convert", "--to", 
             ["convert", "--to", "kubeflow"], ["convert", "--to", "volcano"], ["convert", "--to", "trainjob"]]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+FIELD = re.compile(r"(apiVersion|kind|metadata|spec|\bname\b|plugins|tasks|trainer|runtime|replica|template|"
+                   r"container|command|env|port|policy|volume|line \d+|:\d+:|YAML|document|mapping)", re.I)
+
+
+def answered(*args: str, usage: bool = False) -> Result:
+    """`torchjob ARGS`, in process: an exit (no exception), within ANSWER_S; a refusal is torchjob's
+    message (or, with `usage`, click's usage error)."""
+    start = time.monotonic()
+    result = torchjob(*args)  # an exception other than an exit would fail the test here
+    took = time.monotonic() - start
+    assert took < ANSWER_S, f"torchjob {' '.join(args)} took {took:.1f}s"
+    assert result.code in (0, 2), result.err
+    assert "Traceback" not in result.err
+    if result.code == 2:
+        assert result.err.startswith("error: ") or (usage and "Usage: " in result.err), result.err
+    return result
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                            HealthCheck.function_scoped_fixture])
 @given(mutated(), st.sampled_from(COMMANDS), st.booleans())
 def test_no_traceback_for_mutated_documents(tmp_path: Path, docs: list[dict[str, Any]], command: list[str],
                                             runtime_file: bool) -> None:
@@ -86,12 +115,83 @@ def test_no_traceback_for_mutated_documents(tmp_path: Path, docs: list[dict[str,
         (tmp_path / "rt.yaml").write_text(yaml.safe_dump(docs[1], sort_keys=False))
         args += ["--runtime", str(tmp_path / "rt.yaml")]
         docs = docs[:1]
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    result = torchjob(*args)  # an exception other than an exit would fail the test here
-    assert result.code in (0, 2), result.err
-    assert "Traceback" not in result.err
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True))
+    result = answered(*args)
     if result.code == 2:
-        assert result.err.startswith("error: "), result.err
+        assert FIELD.search(result.err), f"the refusal names no field: {result.err}"
+
+
+@st.composite
+def mangled(draw: st.DrawFn) -> str:
+    """A document's text with bytes inserted, deleted or replaced (what a fuzzer of the reader does)."""
+    docs = _tree(draw(st.one_of(DOCUMENTS, st.sampled_from(SEED_DOCS))))
+    text = yaml.safe_dump(docs, sort_keys=False)
+    for _ in range(draw(st.integers(1, 6))):
+        i = draw(st.integers(0, len(text)))
+        piece = draw(st.sampled_from(["", ":", "- ", "\n", "  ", "{", "[", "&a ", "*a", "!!python/object ", "'",
+                                      '"', "\t", "#", "%YAML 1.1\n", "---\n", "?", "|", ">", "~", "²",
+                                      "!!timestamp ", "2020-13-45", "!!binary ", "<<: ", "0x", ".inf"]))
+        cut = draw(st.integers(0, 3))
+        text = text[:i] + piece + text[i + cut:]
+    return text
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                            HealthCheck.function_scoped_fixture])
+@given(mangled(), st.sampled_from([["validate"], ["render"], ["convert", "--to", "kubeflow"]]))
+def test_no_traceback_for_a_documents_text_mangled(tmp_path: Path, text: str, command: list[str]) -> None:
+    (tmp_path / "job.yaml").write_text(text)
+    answered(*command, str(tmp_path / "job.yaml"))
+
+
+def test_the_field_check_is_not_vacuous() -> None:
+    assert not FIELD.search("error: something went wrong")
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                           HealthCheck.function_scoped_fixture])
+@given(mutated())
+def test_run_of_a_refused_document_starts_nothing(tmp_path: Path, docs: list[dict[str, Any]]) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump_all(docs[:1], sort_keys=False, allow_unicode=True))
+    if answered("validate", str(path)).code != 2:
+        return  # a document that is read would run: not this test's
+    home = Path(os.environ["TORCHJOB_HOME"])
+    before = sorted(p.name for p in (home / "jobs").iterdir()) if (home / "jobs").exists() else []
+    result = answered("run", str(path))
+    assert result.code == 2
+    after = sorted(p.name for p in (home / "jobs").iterdir()) if (home / "jobs").exists() else []
+    assert after == before  # no job recorded, no directory, no process
+
+
+# --- the command line's flags ------------------------------------------------------------------
+
+FLAG_VALUES = st.one_of(st.text(max_size=12), st.sampled_from(["", "=", "a=", "=b", "a=b=c", "-1", "nan", "1e999",
+                                                               "²", "../..", "/nonexistent", "--", "-o"]))
+FLAGS = st.lists(st.one_of(
+    st.tuples(st.sampled_from(["--grace-period", "--pvc", "--configmap", "--runtime", "-o", "--output", "--to",
+                               "-n", "--namespace", "--context", "--unknown", "-j"]), FLAG_VALUES).map(list),
+    st.sampled_from([["--document-ports"], ["--no-resolve-python"], ["--kube"], ["-q"], ["--help"], ["--version"],
+                     ["--"], ["-"]]).map(list)), max_size=4).map(lambda groups: [a for g in groups for a in g])
+VERBS = st.sampled_from([["validate"], ["render"], ["convert"], ["describe"], ["logs"], ["delete"], ["list"],
+                         ["suspend"], ["resume"], []])
+
+
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                            HealthCheck.function_scoped_fixture])
+@given(VERBS, FLAGS, st.sampled_from(["job.yaml", "missing.yaml", "", "no-such-job", "-"]))
+def test_no_traceback_for_any_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verb: list[str],
+                                    flags: list[str], target: str) -> None:
+    """Every command with flags drawn from all of them, values of any kind: an answer or a usage error
+    (exit 0 or 2), never a traceback; nothing reaches a cluster (no kubeconfig) and nothing runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SEED_DOCS[0], sort_keys=False))
+    if "--kube" in flags and verb in (["delete"], ["suspend"], ["resume"], ["logs"], ["describe"], ["list"]):
+        flags = [f for f in flags if f != "--kube"]  # (these would ask a cluster: their refusal is kube's)
+    args = [*verb, *flags, *([target] if target else [])]
+    answered(*args, usage=True)
 
 
 def test_the_mutations_find_documents_that_are_refused(tmp_path: Path) -> None:
@@ -125,3 +225,59 @@ def test_a_mutated_runtime_file_is_named_in_the_refusal(tmp_path: Path) -> None:
     result = torchjob("convert", "--to", "torchjob", str(tmp_path / "job.yaml"), "--runtime", str(tmp_path / "rt.yaml"))
     assert result.code == 2 and "Traceback" not in result.err
     assert f"{tmp_path / 'rt.yaml'}" in result.err and "spec.mlPolicy.torch: must be a mapping" in result.err
+
+
+# --- digits that are not ASCII: str.isdigit() says yes to '²', int() refuses it -----------------
+
+VOLCANO = """apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: vc}
+spec:
+  plugins:
+    pytorch: [--master=master, --worker=worker, PORT]
+  tasks:
+    - {name: master, replicas: 1, template: {spec: {restartPolicy: OnFailure, containers: [{name: c, image: x}]}}}
+    - {name: worker, replicas: 1, template: {spec: {restartPolicy: OnFailure, containers: [{name: c, image: x}]}}}
+"""
+NATIVE = """apiVersion: torchjob.dev/v1
+kind: TorchJob
+metadata: {name: np}
+spec:
+  nprocPerNode: "²"
+  pytorchReplicaSpecs:
+    Master: {replicas: 1, template: {spec: {containers: [{name: pytorch, image: x, command: [python, t.py]}]}}}
+"""
+RUNTIME_NPROC = """apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: tj}
+spec:
+  runtimeRef: {name: rt, kind: TrainingRuntime}
+  trainer: {image: x, command: [torchrun, t.py]}
+---
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: rt}
+spec:
+  mlPolicy: {numNodes: 1, torch: {numProcPerNode: "²"}}
+  template:
+    spec:
+      replicatedJobs:
+        - name: node
+          template: {spec: {template: {spec: {containers: [{name: node, image: x}]}}}}
+"""
+
+
+@pytest.mark.parametrize("text,command,message", [
+    (VOLCANO.replace("PORT", "--port=²"), ["validate"], "spec.plugins.pytorch: --port=² is not a port"),
+    (VOLCANO.replace("PORT", "--port=23456, --wait-master-enabled, --wait-master-timeout=³"), ["validate"],
+     "--wait-master-timeout=³ is not a positive number of seconds"),
+    (NATIVE, ["validate"], "spec.nprocPerNode: '²' is neither a positive integer"),
+    (NATIVE, ["convert", "--to", "trainjob"], "spec.nprocPerNode: '²' is neither a positive integer"),
+    (RUNTIME_NPROC, ["validate"], "numProcPerNode: must be a positive integer"),
+])
+def test_a_number_in_digits_that_are_not_ascii_is_refused_naming_the_field(tmp_path: Path, text: str,
+                                                                          command: list[str], message: str) -> None:
+    (tmp_path / "job.yaml").write_text(text)
+    result = torchjob(*command, str(tmp_path / "job.yaml"))
+    assert result.code == 2 and "Traceback" not in result.err, result.err
+    assert message in result.err

@@ -105,10 +105,18 @@ class Operator:
             stdout=out, stderr=out, stdin=subprocess.DEVNULL,
         )
 
+    def scrape(self, path: str = "/metrics", token: str | None = None) -> str:
+        """GET one of the operator's HTTP paths, /metrics with a token allowed to read it (the
+        kubeconfig's: the test's admin) unless another is given."""
+        token = token or KubeConfig.from_file(self.kubeconfig).get().user.token
+        req = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}{path}",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return str(resp.read().decode())
+
     def metrics(self) -> dict[str, float]:
         """The operator's Prometheus metrics, by name (labels of interest are the controller's own)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
-            text = resp.read().decode()
+        text = self.scrape()
         out: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:

@@ -197,6 +197,34 @@ def test_a_job_under_a_kueue_queue_runs_while_its_workload_is_admitted(
     assert any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions)  # Kueue's, left alone
 
 
+def test_an_admitted_workload_an_earlier_job_of_the_name_left_never_admits_the_new_one(
+        kube: Client, namespace: str, operator: Operator, scheduling_crds: list[str]) -> None:
+    """The Workload torchjob-<name> is read only when the job controls it: one left by a deleted job of
+    the same name (no garbage collector runs here), admitted, admits nothing past the queue's quota."""
+    data = job_data("kw", workers=2)
+    data["metadata"]["labels"] = {kueue.QUEUE_LABEL: "team-a"}
+    create(kube, data, namespace)
+    wait_for(lambda: kube.get(KueueWorkload, "torchjob-kw", namespace=namespace))
+    admit(kube, "torchjob-kw", namespace, "any")
+    wait_pods(kube, "kw", namespace, 3)
+    kube.delete(TorchJobRes, "kw", namespace=namespace)  # its Workload stays, admitted
+    for p in pods_of(kube, "kw", namespace):
+        kube.delete(type(p), p.metadata.name, namespace=namespace)
+    create(kube, data, namespace)
+    wait_job(kube, "kw", namespace, lambda s: s.get("state") == "Suspended")
+    told = wait_for(lambda: [m for r, m in events_of(kube, "kw", namespace) if r == "NotOurs"])
+    assert "Workload torchjob-kw" in told[0]
+    time.sleep(2)
+    assert pods_of(kube, "kw", namespace) == [] and kube.get(TorchJobRes, "kw", namespace=namespace).spec[
+        "runPolicy"]["suspend"] is True
+    # the collector takes it: the job makes its own, which Kueue has yet to admit
+    kube.delete(KueueWorkload, "torchjob-kw", namespace=namespace)
+    uid = kube.get(TorchJobRes, "kw", namespace=namespace).metadata.uid
+    wait_for(lambda: kube.get(KueueWorkload, "torchjob-kw", namespace=namespace).metadata.ownerReferences[0].uid
+             == uid)
+    assert pods_of(kube, "kw", namespace) == []
+
+
 def test_suspending_a_kueue_job_deactivates_its_workload(
         kubeconfig: str, kube: Client, namespace: str, operator: Operator, scheduling_crds: list[str]) -> None:
     data = job_data("ks", workers=2)

@@ -4,6 +4,7 @@ suspend/resume, API-server validation, metrics."""
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.models.authentication_v1 import TokenRequestSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod, Service, ServiceAccount
 from lightkube.types import PatchType
 
 from tests.jobs import job_data
@@ -130,6 +133,17 @@ def test_metrics_and_health(kube: Client, namespace: str, operator: Operator) ->
     port = int(operator.proc.args[operator.proc.args.index("--metrics-port") + 1])  # type: ignore[union-attr]
     create(kube, job_data("met", workers=1), namespace)
     wait_pods(kube, "met", namespace, 2)
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    body = operator.scrape()  # with a token allowed to get /metrics (the test's admin)
     assert "controller_runtime_reconcile_total" in body and "workqueue_depth" in body
     assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
+    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200  # probes: no token
+    # /metrics (every namespace's job names): no token, a made-up one, a ServiceAccount's not allowed to get it
+    kube.create(ServiceAccount(metadata=ObjectMeta(name="nosy", namespace=namespace)))
+    nosy = kube.create(ServiceAccount.Token(metadata=ObjectMeta(name="nosy", namespace=namespace),
+                                            spec=TokenRequestSpec(audiences=[], expirationSeconds=600)),
+                       name="nosy", namespace=namespace).status.token
+    for token, code in ((None, 401), ("made.up.token", 401), (nosy, 403)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={
+                "Authorization": f"Bearer {token}"} if token else {}), timeout=10)
+        assert refused.value.code == code, token

@@ -98,8 +98,7 @@ def test_a_hung_job_is_restarted_by_a_stalled_policy(kube: Client, namespace: st
     assert "Succeeded" in conds and status["restartCount"] == 1, status
     stalls = [e for e in events(kube, namespace, "hang") if e.reason == "Stalled"]
     assert len(stalls) == 1 and "progressDeadlineSeconds" in stalls[0].message
-    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    text = operator.scrape()
     assert f'torchjob_job_progress_percent{{job="hang",kind="TorchJob",namespace="{namespace}"}}' in text
     assert f'torchjob_job_seconds_since_progress_report{{job="hang",kind="TorchJob",namespace="{namespace}"}}' in text
 
@@ -121,6 +120,15 @@ def test_bad_reports_are_refused_without_harm(kube: Client, namespace: str, oper
     # the victim's audience, but bound to another job's pod, or to no pod at all
     assert post(endpoint, good, pod_token(kube, other[0], "other", aud=audience(namespace, "victim")), ca)[0] == 403
     assert post(endpoint, good, unbound_token(kube, namespace, audience(namespace, "victim")), ca)[0] == 403
+    # a pod labelled as one of the victim's replicas, but made by someone else (no controller): its
+    # pod-bound token with the victim's audience is refused
+    impostor = kube.create(Pod.from_dict({
+        "metadata": {"name": "impostor", "namespace": namespace,
+                     "labels": {LABEL_JOB: "victim", "torchjob.dev/replica-type": "worker",
+                                "torchjob.dev/replica-index": "0"}, "annotations": {ANNOTATION_ATTEMPT: "0"}},
+        "spec": {"serviceAccountName": SERVICE_ACCOUNT, "containers": [{"name": "c", "image": "busybox:1.36"}]}}))
+    time.sleep(1)  # in the operator's pod cache
+    assert post(endpoint, good, pod_token(kube, impostor, "victim"), ca)[0] == 403
     code, body = post(endpoint, b"{not json", token, ca)
     assert (code, body["reason"]) == (422, "Invalid")
     assert post(endpoint, b"x" * (70 * 1024), token, ca)[0] == 413

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +109,7 @@ def test_a_pytorchjob_reports_progress_with_its_own_token_and_no_other(
     assert "progress" not in stored and stored["conditions"][-1]["type"] == "Running"  # Kubeflow's shape kept
     assert "progress" not in job_status(kube, "same", namespace)  # the TorchJob of that name: nothing
     assert "progress" not in extras(kube, namespace, "other")
-    with urllib.request.urlopen(f"http://127.0.0.1:{kubeflow_operator.metrics_port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    text = kubeflow_operator.scrape()
     assert f'torchjob_job_progress_percent{{job="same",kind="PyTorchJob",namespace="{namespace}"}} 40.0' in text
 
 

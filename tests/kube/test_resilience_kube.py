@@ -19,7 +19,7 @@ import pytest
 from lightkube import Client
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Binding, Pod, Service
+from lightkube.resources.core_v1 import Binding, Event, Pod, Service
 
 from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
@@ -97,6 +97,25 @@ def test_a_job_recreated_under_the_same_name_replaces_the_earlier_pods(
     # A name an earlier job of this name still holds is waited for: no reconcile of this job failed
     # (the operator is shared: other tests' jobs may log their own).
     assert f"reconcile {namespace}/again failed" not in operator.log.read_text()
+
+
+def test_a_pod_labelled_as_the_jobs_that_it_did_not_make_is_left_alone_and_said(
+        kube: Client, namespace: str, operator: Operator) -> None:
+    bystander = Pod.from_dict({"metadata": {"name": "bystander", "namespace": namespace,
+                                            "labels": {"torchjob.dev/job-name": "left"}},
+                               "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}})
+    kube.create(bystander)
+    create(kube, job_data("left", workers=1), namespace)
+    wait_pods(kube, "left", namespace, 2)
+    for _ in range(100):
+        events = [e.message for e in kube.list(Event, namespace=namespace, fields={"involvedObject.name": "left"})
+                  if e.reason == "NotOurs"]
+        if events:
+            break
+        time.sleep(0.1)
+    assert events and "pod bystander" in events[0] and "left alone" in events[0]
+    pod = kube.get(Pod, "bystander", namespace=namespace)
+    assert pod.metadata.deletionTimestamp is None  # not deleted (it was, with grace 0, before)
 
 
 def test_a_pod_deleted_under_a_running_job_is_an_eviction_its_policy_acts_on(

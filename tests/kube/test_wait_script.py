@@ -97,3 +97,18 @@ def test_an_image_with_neither_says_which_tools_are_missing(tmp_path: Path) -> N
     assert "this image has neither nc nor bash (for /dev/tcp), so it cannot probe port 29500 of 127.0.0.1" \
         in done.stdout
     assert "spec.waitForMaster.image" in done.stdout
+
+
+@pytest.mark.parametrize("evil", ["$(touch {d}/a)", "$(touch {d}/a)'\"`touch {d}/b`\";touch {d}/c #"])
+def test_the_host_is_data_never_code(tmp_path: Path, evil: str) -> None:
+    """Whatever the master's address holds (the operator's path skips validate(); the CRD forces a DNS
+    name today), the script passes it to the probe as one word and never runs any of it."""
+    log = fake_nc(tmp_path)
+    evil = evil.format(d=tmp_path)
+    job = make_job("w", workers=1)
+    job.spec.waitForMaster = WaitForMaster(timeoutSeconds=5)
+    init = kr.wait_for_master(job, Placement(evil, 29500, evil, 29500), INIT_IMAGE)
+    done = run(str(init["command"][2]), tmp_path, ["touch"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not any((tmp_path / name).exists() for name in "abc")
+    assert log.read_text().splitlines() == [f"-z -w 2 {evil} 29500"]

@@ -80,6 +80,7 @@ class Reason(StrEnum):
     POD_GROUP_PENDING = "PodGroupPending"
     TENSORBOARD_CREATED = "TensorBoardCreated"
     RECONCILE_ERROR = "ReconcileError"  # a reconcile failed; retried with a backoff
+    NOT_OURS = "NotOurs"  # an object named or labelled as the job's that it does not own: left alone
 
 
 class ExitReason(StrEnum):

@@ -20,6 +20,7 @@ from torchjob.api.source import Document, problem_at
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_LABEL = 63
+CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a ConfigMap's or Secret's key (IsConfigMapKey)
 
 # Set by torchjob for every replica; a user value would be silently wrong, so it is refused.
 # (MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK are accepted, as Kubeflow accepts them, with a
@@ -45,6 +46,47 @@ VOLCANO_ENV = ("VC_TASK_INDEX", "VK_TASK_INDEX")
 RESERVED_PREFIX = "TORCHJOB_"
 
 NPROC_WORDS = ("auto", "cpu", "gpu")
+
+# Labels and annotations torchjob sets on a job's pods and reads back (which job, replica and attempt
+# a pod is; which kind owns it; Kubeflow's labels, by which the PyTorchJob controller selects its
+# pods): a template's own are dropped from its pods (as Kubeflow overrides them; core.advice says
+# so), or a job's pods could count as another job's. A template may set the ones in USER_META (they
+# are settings, not identities).
+RESERVED_META_PREFIXES = ("torchjob.dev/", "training.kubeflow.org/")
+USER_META = frozenset({"torchjob.dev/wait-for-master"})
+SERVED_AS = "torchjob.dev/served-as"  # on a job: the foreign kind the operator read it from (never stored)
+
+
+def reserved_meta(key: str) -> bool:
+    """Whether a label or annotation of a pod template is torchjob's to set."""
+    return key.startswith(RESERVED_META_PREFIXES) and key not in USER_META
+
+
+def digits(text: str) -> bool:
+    """Whether a text is a decimal number as Go's strconv and Kubernetes read one: ASCII digits only
+    (`str.isdigit` also says yes to '²', which `int` then refuses)."""
+    return text.isascii() and text.isdigit()
+
+
+def config_key_problem(key: str) -> str | None:
+    """What is wrong with a ConfigMap key, as the API server says it (validation.IsConfigMapKey):
+    a file name, never a path."""
+    if not CONFIG_KEY.match(key) or key in (".", ".."):
+        return (f"{key!r} is not a valid key: letters, digits, '-', '_' and '.' only (a file name, not a path), "
+                "and not '.' or '..'")
+    return None
+
+
+def local_path_problem(path: str) -> str | None:
+    """What is wrong with a path that must stay inside a volume (a subPath, a configMap item's path),
+    as the API server says it (validateLocalDescendingPath): relative, with no '..' element."""
+    if not path:
+        return "must not be empty"
+    if path.startswith("/"):
+        return f"{path!r} must be a relative path (inside the volume)"
+    if ".." in path.split("/"):
+        return f"{path!r} must not contain '..' (it would reach outside the volume)"
+    return None
 
 
 def max_name_length(job: TorchJob) -> int:
@@ -114,6 +156,12 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         for vi, vol in enumerate(pod.volumes or []):
             if vol.source_kind() is None:
                 add([*path, "volumes", vi], f"volume {vol.name!r} must have exactly one source", None)
+            for ii, item in enumerate(vol.configMap.items or [] if vol.configMap is not None else []):
+                ipath: list[str | int] = [*path, "volumes", vi, "configMap", "items", ii]
+                for field_name, problem in (("key", config_key_problem(item.key)),
+                                            ("path", local_path_problem(item.path))):
+                    if problem:
+                        add([*ipath, field_name], problem, None)
         for i, c in enumerate(pod.containers):
             cpath: list[str | int] = [*path, "containers", i]
             for p in c.ports or []:
@@ -134,7 +182,15 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
                     )
                 if env.value is not None and env.valueFrom is not None:
                     add([*cpath, "env", ei], f"{env.name} has both value and valueFrom", "keep one")
+                for ref_name in ("configMapKeyRef", "secretKeyRef"):
+                    ref = getattr(env.valueFrom, ref_name) if env.valueFrom is not None else None
+                    problem = config_key_problem(ref.key) if ref is not None else None
+                    if problem:
+                        add([*cpath, "env", ei, "valueFrom", ref_name, "key"], problem, None)
             for mi, m in enumerate(c.volumeMounts or []):
+                sub_problem = local_path_problem(m.subPath) if m.subPath else None  # "": no subPath
+                if sub_problem:
+                    add([*cpath, "volumeMounts", mi, "subPath"], sub_problem, None)
                 if m.name not in volume_names:
                     add(
                         [*cpath, "volumeMounts", mi, "name"],
@@ -161,7 +217,7 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         add(["spec", "runPolicy", "progressDeadlineSeconds"], "must be positive", "remove it for no stall detection")
 
     nproc = job.spec.nprocPerNode
-    if nproc is not None and nproc not in NPROC_WORDS and not (nproc.isdigit() and int(nproc) >= 1):
+    if nproc is not None and nproc not in NPROC_WORDS and not (digits(nproc) and int(nproc) >= 1):
         add(["spec", "nprocPerNode"], f"{nproc!r} is neither a positive integer nor one of {NPROC_WORDS}")
 
     ep = job.spec.elasticPolicy

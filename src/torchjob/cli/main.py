@@ -307,6 +307,10 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--namespace", default=None, help="Watch one namespace (default: all).")
 @click.option("--workers", default=4, show_default=True, help="Concurrent reconciles.")
 @click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics, /healthz, /readyz.")
+@click.option("--metrics-auth/--no-metrics-auth", default=True, show_default=True,
+              help="Serve /metrics only to a bearer token the API server authenticates and allows to get "
+                   "/metrics (TokenReview and SubjectAccessReview, as controller-runtime does; bind the scraper's "
+                   "ServiceAccount to the torchjob-metrics-reader ClusterRole). /healthz and /readyz stay open.")
 @click.option("--leader-elect/--no-leader-elect", default=False, show_default=True,
               help="Hold a Lease so that only one replica of the operator acts.")
 @click.option("--lease-namespace", default="torchjob-system", show_default=True)
@@ -334,7 +338,8 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--kubeflow-api", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Serve Kubeflow's kubeflow.org/v1 PyTorchJobs too. auto: when the cluster has their CRD as "
                    "`torchjob install --kubeflow-api` installs it and Kubeflow's training-operator holds no Lease.")
-def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, leader_elect: bool,
+def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, metrics_auth: bool,
+             leader_elect: bool,
              lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
              gang_scheduler_name: str | None, force_delete_after: float, progress_port: int,
              progress_url: str | None, progress_service: str, progress_write_interval: float,
@@ -348,7 +353,8 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
 
     config = OperatorConfig(
         kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None, namespace=namespace, workers=workers,
-        metrics_port=metrics_port, leader_elect=leader_elect, lease_namespace=lease_namespace,
+        metrics_port=metrics_port, metrics_auth=metrics_auth, leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
         lease_duration_s=lease_duration, init_image=init_image, wait_for_master=wait_for_master,
         gang_scheduler=gang_scheduler_name, force_delete_after_s=force_delete_after, progress_port=progress_port,
         progress_url=progress_url, progress_service=progress_service, progress_write_s=progress_write_interval,

@@ -8,6 +8,9 @@
 - A pod template's `hostname` or `subdomain`: on Kubernetes every pod gets its own name as its
   hostname and the job's headless Service as its subdomain (the names the replicas are told resolve
   by), so what the user wrote is replaced; said, with what the pod gets.
+- A template's label or annotation that torchjob sets itself (`torchjob.dev/*`,
+  `training.kubeflow.org/*`: which job, replica and attempt a pod is), or a job's
+  `torchjob.dev/served-as`: dropped, so that a job's pods never count as another job's; said.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 from torchjob.api.model import MASTER, TorchJob
 from torchjob.api.source import Document
 from torchjob.api.spec_facts import is_torchrun, master_port
-from torchjob.api.validate import training_container
+from torchjob.api.validate import SERVED_AS, reserved_meta, training_container
 from torchjob.core.expand import references
 from torchjob.core.topology import Placement, ReplicaId, elastic_bounds, node_rank, replica_env, replicas, world_size
 
@@ -54,10 +57,20 @@ def advisories(job: TorchJob) -> list[tuple[Path, str]]:
     if job.run_policy.managedBy not in (None, KUBEFLOW_OPERATOR):
         out.append((["spec", "runPolicy", "managedBy"], f"{job.run_policy.managedBy!r} is ignored: torchjob's "
                     "operator runs the job (it hands none to another controller)"))
+    if SERVED_AS in (job.metadata.annotations or {}):
+        out.append((["metadata", "annotations", SERVED_AS], "ignored: the operator sets it on the jobs of the "
+                    "foreign kinds it serves; a TorchJob's pods are the TorchJob's"))
     where = Placement("127.0.0.1", master_port(job), "127.0.0.1", master_port(job))
     for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
         pod = rspec.template.spec
         out += _pod_names(job, rtype)
+        tmeta = rspec.template.metadata
+        for field_name in ("labels", "annotations"):
+            for key in sorted(getattr(tmeta, field_name) or {}) if tmeta is not None else []:
+                if reserved_meta(key):
+                    out.append((["spec", "pytorchReplicaSpecs", rtype, "template", "metadata", field_name, key],
+                                "dropped from the pods: torchjob sets its own labels and annotations there (which "
+                                "job, replica and attempt a pod is), so that no job's pods count as another's"))
         if not pod.containers:
             continue
         ci = training_container(pod.containers)

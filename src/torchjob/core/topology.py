@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from torchjob.api.model import MASTER, REPLICA_TYPES, WORKER, TorchJob
 from torchjob.api.spec_facts import SHELLS, is_torchrun, volcano_task
+from torchjob.api.validate import digits
 
 
 @dataclass(frozen=True, order=True)
@@ -35,7 +36,7 @@ class ReplicaId:
     def parse(name: str) -> ReplicaId:
         rtype, _, index = name.rpartition("-")
         canonical = {t.lower(): t for t in REPLICA_TYPES}
-        if rtype.lower() not in canonical or not index.isdigit():
+        if rtype.lower() not in canonical or not digits(index):
             raise ValueError(f"{name!r} is not a replica name like master-0 or worker-1")
         return ReplicaId(canonical[rtype.lower()], int(index))
 

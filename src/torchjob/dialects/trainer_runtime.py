@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api.source import Document
+from torchjob.api.validate import digits
 from torchjob.dialects import Notes
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -84,7 +85,7 @@ def proc_per_node(notes: Notes, data: dict[str, Any], path: Path) -> str | None:
         return str(value)
     if value in NPROC_WORDS:
         return str(value)
-    fix = (f"write it unquoted: numProcPerNode: {value}" if isinstance(value, str) and value.isdigit()
+    fix = (f"write it unquoted: numProcPerNode: {value}" if isinstance(value, str) and digits(value)
            and int(value) >= 1 else "a number of processes per node, e.g. numProcPerNode: 4")
     notes.error([*path, "numProcPerNode"], "must be a positive integer, or auto, cpu or gpu as Trainer v2.0/v2.1 "
                 f"took it, got {value!r}", fix)

@@ -24,6 +24,7 @@ from torchjob.api.model import API_VERSION as NATIVE_API
 from torchjob.api.model import KIND as NATIVE_KIND
 from torchjob.api.model import MASTER, PORT_NAME, WORKER
 from torchjob.api.source import Document
+from torchjob.api.validate import digits
 from torchjob.dialects import Converted, Notes, trainer_runtime
 from torchjob.dialects.patches import apply_patches, write_patches
 from torchjob.dialects.trainer_runtime import JOB_BACKOFF_DEFAULT
@@ -221,7 +222,7 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         lost.append("the command starts no launcher: Trainer sets only PET_* (no MASTER_ADDR, RANK or WORLD_SIZE); "
                     "start it with torchrun")
     nproc_text = spec.get("nprocPerNode")
-    if nproc_text is not None and str(nproc_text).isdigit():
+    if nproc_text is not None and digits(str(nproc_text)):
         trainer["numProcPerNode"] = int(nproc_text)
     elif nproc_text not in (None, "auto"):
         lost.append(f"nprocPerNode {nproc_text} is written as Trainer's auto (GPUs, else the CPUs requested)")

@@ -18,6 +18,7 @@ from torchjob.api.model import DEFAULT_PORT, MASTER, PORT_NAME, WORKER
 from torchjob.api.model import KIND as NATIVE_KIND
 from torchjob.api.pod import training_container, training_container_of_data
 from torchjob.api.source import Document
+from torchjob.api.validate import digits
 from torchjob.dialects import Converted, Notes
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -89,7 +90,7 @@ def _wait_for_master(notes: Notes, flags: dict[str, str], path: list[str | int])
     if flags["wait-master-enabled"] == "false":
         return {"enabled": False}
     timeout = flags.get("wait-master-timeout", PYTORCH_FLAGS["wait-master-timeout"])
-    if not timeout.isdigit() or int(timeout) < 1:
+    if not digits(timeout) or int(timeout) < 1:
         notes.error(path, f"--wait-master-timeout={timeout} is not a positive number of seconds", "e.g. 300")
         timeout = PYTORCH_FLAGS["wait-master-timeout"]
     return {"enabled": True, "timeoutSeconds": int(timeout),
@@ -131,7 +132,7 @@ def read(doc: Document) -> Converted:
         notes.error(ppath, f"--master and --worker both name task {master_name!r}",
                     "give the master and the workers tasks of their own")
     port_text = flags.get("port") or str(DEFAULT_PORT)
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not digits(port_text) or not 1 <= int(port_text) <= 65535:
         notes.error(ppath, f"--port={port_text} is not a port", "use 1-65535")
         port_text = str(DEFAULT_PORT)
     wait = _wait_for_master(notes, flags, ppath)

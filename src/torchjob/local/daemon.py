@@ -6,6 +6,7 @@ import sys
 
 from torchjob.api.status import ConditionType
 from torchjob.console import Console
+from torchjob.local.files import private_file
 from torchjob.local.store import Store
 from torchjob.local.supervisor import Supervisor
 
@@ -17,6 +18,7 @@ def main(argv: list[str]) -> int:
     if rec is None:
         print(f"torchjob: no job named {name!r}", file=sys.stderr)
         return 2
+    private_file(rec.dir / "job.log").close()  # the console appends to it, keeping its mode
     console = Console(rec.dir / "job.log", out=None, err=None)
     status = Supervisor(store, name, console).run()
     console.close()

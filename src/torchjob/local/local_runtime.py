@@ -24,6 +24,7 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.console import Console
 from torchjob.local import read
+from torchjob.local.files import private_file
 from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.prepare import claim_name, placement, prepare_job, supervisor_alive
 from torchjob.local.render import warnings
@@ -114,7 +115,7 @@ class LocalRuntime:
         """Start the job's supervisor detached; it outlives this shell."""
         job = self._create(plan)
         rec = self._record(job.name)
-        log = (rec.dir / "supervisor.log").open("ab")
+        log = private_file(rec.dir / "supervisor.log")
         env = {**os.environ, "TORCHJOB_HOME": str(self.store.root)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "torchjob.local.daemon", job.name],
@@ -127,6 +128,7 @@ class LocalRuntime:
         """Run in the foreground, streaming output; returns the final view."""
         job = self._create(plan)
         rec = self._record(job.name)
+        private_file(rec.dir / "job.log").close()  # the console appends to it, keeping its mode
         console = Console(rec.dir / "job.log", out=None if quiet else sys.stdout, err=sys.stderr)
         try:
             status = Supervisor(self.store, job.name, console).run()

@@ -49,8 +49,9 @@ def prepare_job(job: TorchJob, opts: LocalOptions, store: Store,
                 notes: list[str] | None = None) -> tuple[TorchJob, list[LaunchSpec]]:
     """Check everything a local start needs (GPUs, volumes, configMaps) before anything starts.
     With `notes` (a dry run) what only a run would refuse is noted there instead."""
-    if not job.metadata.uid:
-        job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
+    # Always this run's own: the uid marks the run's processes for the kill sweep at its end, so a
+    # document that copied another local job's uid would otherwise have that job's processes killed.
+    job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": str(uuid.uuid4())})})
     specs = render(job, placement(job, opts), opts, store.job_dir(job.name), notes=notes)
     if job.spec.tensorboard is not None:
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchjob.core import torch_errors
 from torchjob.core.policy import exit_code_of
+from torchjob.local.files import private_dir, private_file
 from torchjob.local.launch import LaunchSpec
 from torchjob.local.volumes import preexec
 
@@ -70,7 +71,7 @@ class ReplicaProcess:
         return self.exit_code is None
 
     def start(self, events: queue.SimpleQueue[object], sink: LineSink) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.log_path.parent)
         self.error_file.unlink(missing_ok=True)
         env = {**os.environ, **self.spec.env, "TORCHELASTIC_ERROR_FILE": str(self.error_file)}
         enter = preexec(self.spec.mounts, self.spec.cwd)
@@ -88,7 +89,7 @@ class ReplicaProcess:
         except OSError as e:
             raise StartError(self.spec.name, self.spec.argv, e) from e
         self.started_at = time.time()
-        log = self.log_path.open("ab")
+        log = private_file(self.log_path)
         assert self.proc.stdout is not None
         out = self.proc.stdout
         name = self.spec.name

@@ -18,6 +18,8 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+from torchjob.api.validate import digits
+from torchjob.local.files import private_dir
 from torchjob.progress.book import Book
 from torchjob.progress.server import TORCHJOBS, ProgressServer, Reporter, status_path
 
@@ -43,6 +45,7 @@ class LocalEndpoint:
         self.secret = secrets.token_bytes(32)
         self.reports = Book()
         self.server = ProgressServer(("127.0.0.1", 0), self)
+        self.server.max_per_source = None  # every replica reports from loopback
 
     def start(self) -> LocalEndpoint:
         self.server.start()
@@ -64,7 +67,7 @@ class LocalEndpoint:
 
     def env(self, replica: str, attempt: int, attempt_dir: Path) -> dict[str, str]:
         """The variables a replica attempt reports with (Kubeflow Trainer's names)."""
-        attempt_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(attempt_dir)
         path = attempt_dir / "progress.token"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -78,7 +81,7 @@ class LocalEndpoint:
         if namespace != LOCAL_NAMESPACE or job != self.job or plural != TORCHJOBS:  # a local job is a TorchJob
             return None
         parts = credentials.split(".")
-        if len(parts) != 4 or parts[0] != TOKEN_PREFIX or not parts[2].isdigit():
+        if len(parts) != 4 or parts[0] != TOKEN_PREFIX or not digits(parts[2]):
             return None
         replica, attempt = parts[1], int(parts[2])
         if not hmac.compare_digest(parts[3], self._sign(replica, attempt)):

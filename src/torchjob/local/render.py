@@ -21,7 +21,7 @@ from torchjob.api.model import (
     TorchJob,
 )
 from torchjob.api.spec_facts import is_torchrun
-from torchjob.api.validate import training_container
+from torchjob.api.validate import config_key_problem, training_container
 from torchjob.core.expand import expand_argv, expand_env
 from torchjob.core.topology import Placement, ReplicaId, debug_command, is_shell, merge_env, replica_env, replicas
 from torchjob.local.launch import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
@@ -111,7 +111,9 @@ def _env_value(job: TorchJob, rid: ReplicaId, c: Container, name: str, opts: Loc
         elif src.configMapKeyRef is not None:
             ref = src.configMapKeyRef
             path = opts.configmaps.get(ref.name or "")
-            file = Path(path) / ref.key if path and Path(path).is_dir() else None
+            # a key is a file name in the directory, never a path (validate() refuses one first)
+            folder = Path(path) if path and Path(path).is_dir() else None
+            file = folder / ref.key if folder is not None and config_key_problem(ref.key) is None else None
             if file is None or not file.is_file():
                 raise UserError(
                     f"{name}: env {env.name}: configMap {ref.name!r} key {ref.key!r} is not available locally",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.local.files import private_dir, private_file
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -99,8 +100,12 @@ class EventRecord:
 class Store:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or home()
-        self.root.mkdir(parents=True, exist_ok=True)
+        # ~/.torchjob is torchjob's (made 0700, or made so); a TORCHJOB_HOME or root that exists is the user's
+        # choice (it may be shared): it is left as it is, and what torchjob makes in it is private
+        private_dir(self.root, tighten=self.root == Path.home() / ".torchjob")
+        private_dir(self.root / "jobs")
         self.path = self.root / "state.db"
+        private_file(self.path).close()  # before SQLite makes it: its -wal and -shm files take its mode
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -135,7 +140,7 @@ class Store:
                 (job.name, job.metadata.uid, spec.model_dump_json(exclude_none=True),
                  status.model_dump_json(), json.dumps(options), str(d), time.time()),
             )
-        d.mkdir(parents=True, exist_ok=True)
+        private_dir(d)
         rec = self.get(job.name)
         assert rec is not None
         return rec

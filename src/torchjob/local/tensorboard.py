@@ -10,6 +10,7 @@ from pathlib import Path
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TensorBoardSpec
+from torchjob.local.files import private_file
 from torchjob.local.launch import LocalOptions
 
 
@@ -47,7 +48,7 @@ def start(
         return None, (f"tensorboardSpec: TensorBoard is not installed (pip install tensorboard); the logs are in "
                       f"{', '.join(dirs)}")
     spec_arg = ",".join(f"{i}:{d}" for i, d in enumerate(dirs))
-    with log.open("ab") as out:
+    with private_file(log) as out:
         proc = subprocess.Popen(
             [exe, "--logdir_spec", spec_arg, "--host", "127.0.0.1", "--port", str(port)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import Container, PodSpec, TorchJob
+from torchjob.api.validate import local_path_problem
 from torchjob.core.topology import ReplicaId
 from torchjob.local.launch import LocalOptions, Mount
 
@@ -68,10 +69,25 @@ def mounts_for(
                 fix="use emptyDir, hostPath, configMap (--configmap) or persistentVolumeClaim (--pvc) locally",
             )
         if m.subPath:
-            source = source / m.subPath
+            source = inside(source, m.subPath, f"{rid.name}: volumeMounts {m.name!r} subPath")
         read_only = bool(m.readOnly) or vol.configMap is not None
         out.append(Mount(source=str(source), target=m.mountPath, read_only=read_only))
     return out
+
+
+def inside(root: Path, rel: str, what: str) -> Path:
+    """`root / rel`, refused unless it stays inside `root` (no absolute path, no '..', no symbolic
+    link that leads out), as the kubelet checks a subPath: validate() says it first for a document."""
+    problem = local_path_problem(rel)
+    target = root / rel
+    if problem is None:
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(target)
+        if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+            problem = f"{rel!r} leads outside the volume (to {real})"
+    if problem is not None:
+        raise UserError(f"{what}: {problem}", fix="use a relative path inside the volume")
+    return target
 
 
 def fill_configmap(name: str, src: str, dest: Path, items: list[tuple[str, str]] | None) -> None:
@@ -85,7 +101,7 @@ def fill_configmap(name: str, src: str, dest: Path, items: list[tuple[str, str]]
     for key, rel in pairs:
         if key not in files:
             raise UserError(f"configMap {name!r} has no key {key!r}", fix=f"its keys are {sorted(files)}")
-        target = dest / rel
+        target = inside(dest, rel, f"configMap {name!r} item {key!r} path")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(files[key], target)
 

@@ -26,13 +26,21 @@ class RateLimit:
 
     def take(self, now: float) -> float:
         """0 when allowed; otherwise the seconds until a report would be."""
+        wait = self.wait(now)
+        if wait == 0:
+            self.tokens -= 1
+        return wait
+
+    def wait(self, now: float) -> float:
+        """What `take` would answer, taking nothing."""
         if self.at is not None:
             self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0.0
-        return (1 - self.tokens) / self.rate
+        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
+
+    def full(self, now: float) -> bool:
+        self.wait(now)
+        return self.tokens >= self.burst
 
 
 class Book:

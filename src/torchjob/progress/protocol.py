@@ -125,6 +125,8 @@ def parse(body: bytes) -> Report:
         data = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError) as e:
         raise BadReport(f"the body is not JSON ({e})") from None
+    except RecursionError:  # `[[[[...` 64 KiB deep: the decoder gives up, and so does the report
+        raise BadReport("the body is nested too deeply to be a report") from None
     if not isinstance(data, dict):
         raise BadReport('the body must be a JSON object: {"step": N, "total": N, "metrics": {...}} or Kubeflow '
                         'Trainer\'s {"trainerStatus": {...}}')

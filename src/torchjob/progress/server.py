@@ -2,11 +2,23 @@
 
 The standard library's threading HTTP server, not aiohttp: it adds no dependency to the operator
 image, the local supervisor (which has no event loop) and the operator share this one handler, and
-a report is one small request a second per replica at most. What keeps it safe under bad clients:
-a 10 s socket timeout (slow clients), a 64 KiB body limit read from Content-Length before the body,
-the token checked before anything else (a flood without a valid token cannot use up a job's rate
-limit), then the job's rate limit (a per-job token bucket, and one report a second per replica
-attempt past it: Book.admit; 429 with Retry-After), then the body.
+a report is one small request a second per replica at most. What keeps it safe under bad clients
+(any pod of the cluster can reach the operator's), in the order a request meets them:
+
+- at most `max_connections` connections served at once, `max_per_source` of them from one address;
+  at a cap the oldest connection that has sent no request for a second, else the oldest idle
+  kept-alive one, gives way; when none can, the new connection is closed at once (it costs no
+  thread);
+- a whole-request deadline (`request_deadline_s`: TLS handshake, headers, body and the wait between
+  two requests of a kept-alive connection), besides the 10 s socket timeout per read, so that a
+  client trickling a byte at a time cannot hold a thread;
+- the token checked before the body is read; a source whose tokens keep being refused gets 429
+  without another check (`refusals`: a token bucket per address), so a flood of made-up tokens
+  costs the API server little; a receiver that cannot check a token now (its queue of reviews is
+  full, the API server is away) answers 503 with Retry-After;
+- a 64 KiB body limit read from Content-Length before the body;
+- the job's rate limit (a per-job token bucket, and one report a second per replica attempt past
+  it: Book.admit; 429 with Retry-After), then the body, parsed (422 when it is not a report).
 
 Paths: torchjob's `/apis/torchjob.dev/v1/namespaces/{ns}/torchjobs/{name}/status` (what
 KUBEFLOW_TRAINER_SERVER_URL names for a TorchJob), the same shape for a Kubeflow PyTorchJob the
@@ -19,26 +31,29 @@ parsed payload, errors as a metav1 Status object (`pkg/statusserver/server.go`).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import ssl
 import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from torchjob.progress.book import Book
+from torchjob.progress.guard import GuardedServer, source_of
 from torchjob.progress.protocol import MAX_BODY_BYTES, BadReport, parse
 
+log = logging.getLogger("torchjob.progress")
 PATH = re.compile(r"^/apis/(?:torchjob\.dev/v1/namespaces/(?P<ns>[^/]+)/torchjobs"
                   r"|kubeflow\.org/v1/namespaces/(?P<kns>[^/]+)/pytorchjobs"
                   r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs)/(?P<name>[^/]+)/status/?$")
 TORCHJOBS = "torchjobs"
 PYTORCHJOBS = "pytorchjobs"  # Kubeflow's kubeflow.org/v1 PyTorchJob, as the operator serves it
 GROUPS = {TORCHJOBS: "torchjob.dev/v1", PYTORCHJOBS: "kubeflow.org/v1"}
-READ_TIMEOUT_S = 10.0
-DRAIN_BYTES = 1 << 20  # a body too large but below this is read (and dropped) before the 413
+READ_TIMEOUT_S = 10.0  # one read of a socket
+DRAIN_BYTES = 1 << 20  # an authorized body too large but below this is read (and dropped) after the 413
 
 
 def status_path(namespace: str, name: str, plural: str = TORCHJOBS) -> str:
@@ -63,9 +78,18 @@ class Reporter:
     plural: str = TORCHJOBS  # the job's kind, as its path names it
 
 
+class TryLater(Exception):
+    """The receiver cannot check a token now (too many checks in flight): 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class Receiver(Protocol):
     def authorize(self, namespace: str, job: str, credentials: str, plural: str = TORCHJOBS) -> Reporter | None:
-        """The reporter a bearer token stands for on this job of that kind; None when it does not (403)."""
+        """The reporter a bearer token stands for on this job of that kind; None when it does not (403).
+        Raises TryLater (or any error: 503) when it cannot tell now."""
 
     def book(self, reporter: Reporter) -> Book | None:
         """The job's book; None when there is no such job (404)."""
@@ -80,29 +104,15 @@ def bearer(header: str | None) -> str:
     return parts[1] if len(parts) == 2 and parts[0].lower() == "bearer" else ""
 
 
-class Counters:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_code: dict[int, int] = {}
-
-    def add(self, code: int) -> None:
-        with self.lock:
-            self.by_code[code] = self.by_code.get(code, 0) + 1
-
-
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": reason, "code": code}
 
 
-class ProgressServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-
+class ProgressServer(GuardedServer):
     def __init__(self, address: tuple[str, int], receiver: Receiver, tls: ssl.SSLContext | None = None) -> None:
         self.receiver = receiver
         self.tls = tls
-        self.counters = Counters()
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[Any, Any]:
@@ -120,15 +130,20 @@ class ProgressServer(ThreadingHTTPServer):
 
     def start(self) -> ProgressServer:
         threading.Thread(target=self.serve_forever, name="progress-endpoint", daemon=True).start()
+        self.start_reaper()
         return self
 
     def stop(self) -> None:
+        self.stop_reaper()
         self.shutdown()
         self.server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: ProgressServer
+    answered = False  # this request's answer has begun (a failure after it cannot send another)
+    unread = 0
+    served = False  # a request was answered on this connection
     timeout = READ_TIMEOUT_S
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # the headers and the body go in two writes: no 40 ms wait for an ACK
@@ -138,6 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
+        self.answered = True
         self.server.counters.add(code)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -156,11 +172,41 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._fail(405, "MethodNotAllowed", "POST a progress report to this path")
 
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET  # every answer a Status (not the stdlib's 501 page)
+
+    def handle_one_request(self) -> None:
+        # the deadline of this request, and of the wait for it (idle, after one: a kept-alive connection)
+        self.server.waiting(self.connection, idle=self.served)
+        super().handle_one_request()
+        self.served = True
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # the request line and the headers
+        self.server.began(self.connection)
+        return parsed
+
     def do_POST(self) -> None:
+        self.answered = False
+        self.unread = 0  # bytes of the body not read (yet)
         try:
             self._post()
+            self._discard()
         except (ConnectionError, TimeoutError, ssl.SSLError):
             self.close_connection = True
+        except Exception:  # a bug of ours: the client still gets an answer, and the endpoint goes on
+            log.exception("the progress endpoint failed on a request to %s", self.path)
+            if not self.answered:
+                self._fail(500, "InternalError", "the report could not be handled; it was not recorded")
+            self.close_connection = True
+
+    def _discard(self) -> None:
+        """After an answer given before the body was read: read the body and drop it (in pieces), so
+        that closing the connection sends the client its answer rather than a reset."""
+        while self.unread > 0:
+            chunk = self.rfile.read(min(self.unread, 1 << 14))
+            if not chunk:
+                break
+            self.unread -= len(chunk)
 
     def _post(self) -> None:
         m = PATH.match(self.path.split("?", 1)[0])
@@ -170,25 +216,37 @@ class _Handler(BaseHTTPRequestHandler):
         namespace, name = m["ns"] or m["kns"] or m["tns"], m["name"]
         plural = PYTORCHJOBS if m["kns"] else TORCHJOBS
         length_text = self.headers.get("Content-Length")
-        if length_text is None or not length_text.isdigit():
+        if length_text is None or not (length_text.isascii() and length_text.isdigit()) or len(length_text) > 12:
             self._fail(411, "BadRequest", "send the body with a Content-Length header")
             return
         length = int(length_text)
-        if length > MAX_BODY_BYTES:
-            if length <= DRAIN_BYTES:  # read and drop it, so the client gets the answer, not a reset
-                self.rfile.read(length)
-            self._fail(413, "RequestEntityTooLarge", f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
+        # Until the token is checked, at most a report's worth of body is ever read (and then dropped).
+        self.unread = min(length, MAX_BODY_BYTES)
+        source = source_of(self.client_address)
+        wait = self.server.may_try_token(source)
+        if wait > 0:
+            self._fail(429, "TooManyRequests", "too many refused tokens from this address; wait",
+                       {"Retry-After": str(max(1, round(wait)))})
             return
-        body = self.rfile.read(length)
         receiver = self.server.receiver
         try:
             who = receiver.authorize(namespace, name, bearer(self.headers.get("Authorization")), plural)
+        except TryLater as e:  # too many tokens being checked at once
+            self._fail(503, "ServiceUnavailable", str(e), {"Retry-After": str(e.retry_after_s)})
+            return
         except Exception:  # the token could not be checked (the API server is away): try again later
             self._fail(503, "ServiceUnavailable", "the token could not be checked now; try again",
                        {"Retry-After": "5"})
             return
         if who is None:
+            self.server.token_refused(source)
             self._fail(403, "Forbidden", f"the token is not one of job {namespace}/{name}'s replicas")
+            return
+        if length > MAX_BODY_BYTES:
+            # one of the job's replicas: its too-large body is read and dropped (up to a limit), so
+            # that it gets the answer, not a reset
+            self.unread = length if length <= DRAIN_BYTES else 0
+            self._fail(413, "RequestEntityTooLarge", f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
             return
         book = receiver.book(who)
         if book is None:
@@ -199,6 +257,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._fail(429, "TooManyRequests", "too many progress reports for this job; report at most once a "
                        "second per replica", {"Retry-After": str(max(1, round(wait)))})
             return
+        body = self.rfile.read(length)
+        self.unread = 0
         try:
             report = parse(body)
         except BadReport as e:

@@ -21,7 +21,15 @@ from torchjob.api.pod import training_index
 from torchjob.dialects.convert import explicit
 from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, parse_time, status_code, to_dict
 from torchjob.kube.objects import kueue
-from torchjob.kube.objects.pods import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, manifests, replica_name, terminated
+from torchjob.kube.objects.pods import (
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_TYPE,
+    as_torchjob,
+    manifests,
+    replica_name,
+    terminated,
+)
 from torchjob.kube.objects.pods import attempt_of as pod_attempt
 from torchjob.runtime import (
     AttemptView,
@@ -306,7 +314,7 @@ class KubePlan:
         self.job = job
         self.notes: list[str] = []
         self.hint: str | None = None
-        self.objects = manifests(job, progress_url=DEFAULT_PROGRESS_URL)
+        self.objects = manifests(as_torchjob(job), progress_url=DEFAULT_PROGRESS_URL)  # as the operator makes them
 
     def data(self) -> Any:
         return self.objects

@@ -34,6 +34,7 @@ class OperatorConfig:
     namespace: str | None = None  # the one namespace watched (None: all)
     workers: int = 4  # concurrent reconciles per kind
     metrics_port: int = 8080  # /metrics, /healthz, /readyz
+    metrics_auth: bool = True  # /metrics only for tokens allowed to get it (TokenReview + SubjectAccessReview)
     leader_elect: bool = False
     lease_namespace: str = "torchjob-system"
     lease_duration_s: int = 15

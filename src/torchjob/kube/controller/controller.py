@@ -55,7 +55,7 @@ class Controller:
         self.watches = ThirdPartyWatches(api, namespace, self._on_owned)
         self.reconciler = Reconciler(
             api=api, kind=kind, caches=JobCaches(self.jobs, self.pods, self.services, self.index),
-            queue=self.queue, kueue_gate=KueueGate(api, self.jobs, self.watches),
+            queue=self.queue, kueue_gate=KueueGate(api, self.jobs, self.watches, self.queue),
             podgroup_gate=PodGroupGate(api, self.queue, self.watches), config=config, progress=progress,
             spawn=self._spawn)
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight

@@ -26,6 +26,7 @@ from torchjob.kube.objects import pods as kr
 
 log = logging.getLogger("torchjob.kube")
 ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks, until PodGroups are watched
+NOT_OURS_POLL_S = 5.0  # how often a job looks again whether a Workload or PodGroup of its name not its own is gone
 
 
 class Verdict(Enum):
@@ -81,13 +82,44 @@ class ThirdPartyWatches:
             t.cancel()
 
 
+class NotOurs:
+    """A Workload or PodGroup of the name a job's would have, which the job does not control (an
+    earlier job's of that name, not yet collected; another kind's; anyone's): never trusted, never
+    adopted; said once in an event, and looked at again until it is gone."""
+
+    def __init__(self, api: Api, queue: WorkQueue) -> None:
+        self.api, self.queue = api, queue
+        self.told: set[tuple[Key, str]] = set()
+
+    async def wait(self, raw: dict[str, Any], key: Key, found: dict[str, Any], what: str) -> None:
+        self.queue.add_after(key, NOT_OURS_POLL_S)
+        name = f"{found.get('kind')} {found['metadata']['name']}"
+        if (key, name) in self.told:
+            return
+        self.told.add((key, name))
+        message = (f"{name} {what}, but its controller is {kr.whose(found)}, not this job: it is not this job's "
+                   "and is not used; this job waits until it is gone (an earlier job's is deleted by the garbage "
+                   "collector)")
+        log.warning("%s/%s: %s", key[0], key[1], message)
+        await self.api.event(raw, EventType.WARNING, Reason.NOT_OURS, message)
+
+    def forget(self, key: Key) -> None:
+        self.told = {t for t in self.told if t[0] != key}
+
+
 class KueueGate:
     """Kueue admits a job by resuming it. A job under a Kueue queue starts suspended, before any
     pod; its Workload is made while it waits; its admission resumes it (with the flavors' node
-    labels), a lost admission suspends it again, and its end marks the Workload Finished."""
+    labels), a lost admission suspends it again, and its end marks the Workload Finished. Only a
+    Workload the job controls (its uid) is read: an admitted one an earlier job of the name left
+    never admits this one."""
 
-    def __init__(self, api: Api, jobs: Informer, watches: ThirdPartyWatches) -> None:
+    def __init__(self, api: Api, jobs: Informer, watches: ThirdPartyWatches, queue: WorkQueue) -> None:
         self.api, self.jobs, self.watches = api, jobs, watches
+        self.not_ours = NotOurs(api, queue)
+
+    def forget(self, key: Key) -> None:
+        self.not_ours.forget(key)
 
     async def check(self, raw: dict[str, Any], job: TorchJob, key: Key) -> Gate:
         if not kueue.queue_name(job):
@@ -108,6 +140,10 @@ class KueueGate:
     async def _sync_workload(self, raw: dict[str, Any], job: TorchJob, key: Key, status: JobStatus) -> Gate:
         wl_key = (key[0], kueue.workload_name(job.name))
         wl, _ = await self.watches.look_up(kueue.WORKLOAD, wl_key)
+        if wl is not None and not kr.owned_by(wl, job):
+            # Not read: the job stays as it is (a suspended one suspended) until the name is free.
+            await self.not_ours.wait(raw, key, wl, "is the name of this job's Kueue Workload")
+            return CREATE
         if status.finished:
             if wl is not None and not kueue.finished(wl):
                 now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -139,7 +175,7 @@ class KueueGate:
         except Exception as e:
             code = status_code(e)
             if code == 409:
-                return CREATE  # made in between; its watch event comes
+                return CREATE  # made in between (its watch event comes), or held by another (seen next round)
             if code != 404:
                 raise
             message = (f"the job names the Kueue queue {kueue.queue_name(job)!r}, but Kueue's Workload CRD "
@@ -164,14 +200,16 @@ class PodGroupGate:
 
     def __init__(self, api: Api, queue: WorkQueue, watches: ThirdPartyWatches) -> None:
         self.api, self.queue, self.watches = api, queue, watches
-        self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found
+        self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found (its own)
         self.admitted: set[Key] = set()  # jobs whose PodGroup lets their pods be created
         self.waiting: set[Key] = set()  # jobs told (by an event) that they wait for admission
+        self.not_ours = NotOurs(api, queue)
 
     def forget(self, key: Key) -> None:
         self.groups.discard(key)
         self.admitted.discard(key)
         self.waiting.discard(key)
+        self.not_ours.forget(key)
 
     async def check(self, raw: dict[str, Any], job: TorchJob, key: Key, active: bool, started: bool) -> Gate:
         """Without the PodGroup CRD a job that has no pod yet is refused; one already running goes on."""
@@ -187,14 +225,16 @@ class PodGroupGate:
             refused = await self._create(raw, job, key, group, started)
             if refused is not None:
                 return Gate(Verdict.STOP, refused)
+            if key not in self.groups:  # the name is another's PodGroup: no pod joins its gang
+                return WAIT
         return await self._admission(raw, job, key, group)
 
     async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]) -> Gate:
         if key in self.admitted or not gang.awaits_admission(job):
             return CREATE
         stored, watched = await self.watches.look_up(client.kind_of(group), key)
-        if stored is None:
-            self.groups.discard(key)  # deleted by someone: made again on the next reconcile
+        if stored is None or not kr.owned_by(stored, job):
+            self.groups.discard(key)  # deleted by someone (made again on the next reconcile), or replaced
             self.queue.add_after(key, ADMISSION_POLL_S)
             return WAIT
         if gang.admitted(stored):
@@ -213,8 +253,8 @@ class PodGroupGate:
             await self.api.create(group)
         except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
             code = status_code(e)
-            if code == 409:  # made before (by this operator before a restart): adopted
-                self.groups.add(key)
+            if code == 409:  # made before: adopted when it is the job's own (this operator's, before a restart)
+                await self._adopt(raw, job, key, group)
                 return None
             if code != 404:
                 raise
@@ -229,3 +269,18 @@ class PodGroupGate:
             self.admitted.add(key)  # its pods run without one; nothing to wait for
         self.groups.add(key)
         return None
+
+    async def _adopt(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]) -> None:
+        """The PodGroup of the job's name that exists: the job's own is adopted; one an earlier job of
+        the name left is deleted (as the garbage collector would); any other is left alone. Until the
+        name is free the job waits (NotOurs)."""
+        found = await self.api.find(client.kind_of(group), job.name, key[0])
+        if found is None:  # gone in between: made on the next round
+            self.queue.add_after(key, ADMISSION_POLL_S)
+            return
+        if kr.owned_by(found, job):
+            self.groups.add(key)
+            return
+        if kr.left_by_earlier(found, job) and not found["metadata"].get("deletionTimestamp"):
+            await self.api.delete(client.kind_of(group), job.name, key[0])
+        await self.not_ours.wait(raw, key, found, "is the name of this job's PodGroup")

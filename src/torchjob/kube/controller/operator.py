@@ -1,5 +1,6 @@
 """`torchjob operator`: the controllers (one per kind served) with leader election on a Lease,
-`/healthz`, `/readyz` and `/metrics` on one HTTP port, the progress endpoint, and JSON logs. The
+`/healthz`, `/readyz` and `/metrics` (for authorized scrapers) on one HTTP port, the progress
+endpoint, and JSON logs. The
 wiring of one process, from one `OperatorConfig`."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import logging
 import signal
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +22,7 @@ from torchjob.kube.controller.reconciler import ProgressLink
 from torchjob.kube.machinery.client import Api, connect
 from torchjob.kube.machinery.health import Health, serve_http
 from torchjob.kube.machinery.leader import LeaderElector
+from torchjob.kube.machinery.scrapers import ScraperAuth
 from torchjob.kube.progress import gauges, tls
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.receiver import ProgressReceiver
@@ -37,9 +40,9 @@ async def run_operator(config: OperatorConfig) -> None:
     """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error.
     With a progress port, the leader also serves the progress endpoint (HTTPS) there."""
     health = Health()
-    server = serve_http(config.metrics_port, health)
     api = Api(connect(config.kubeconfig))
     loop = asyncio.get_running_loop()
+    server = serve_http(config.metrics_port, health, ScraperAuth(api, loop).check if config.metrics_auth else None)
     stop = asyncio.Event()
     signals: list[str] = []
 
@@ -78,12 +81,15 @@ async def run_operator(config: OperatorConfig) -> None:
             # Served by the leader only: the stall decision reads the reports where it reconciles (and
             # only the leader is ready, so the Service sends the pods' reports to it).
             told = urlsplit(url).hostname  # the certificate must name what the pods are told
-            made = await tls.ensure(api, config.lease_namespace, config.progress_service, (told,) if told else ())
-            link = ProgressLink(Books(), made.ca_pem)
+            extra = (told,) if told else ()
+            made = await tls.ensure(api, config.lease_namespace, config.progress_service, extra)
+            link = ProgressLink(Books(), tls.Trust(made.trusted))
         controllers = {k.plural: Controller(api, config, kind=k, progress=link) for k in kinds}
         if link is not None:
             endpoint = _serve_progress(api, config, controllers, link.books, made.context(), loop, tasks)
             log.info("progress endpoint on :%d (pods report to %s)", config.progress_port, url)
+            tasks.append(asyncio.create_task(tls.keep(api, config.lease_namespace, config.progress_service, extra,
+                                                      made, _renewed(endpoint, link))))
         tasks += [asyncio.create_task(c.run()) for c in controllers.values()]
 
         async def mark_ready() -> None:
@@ -117,6 +123,17 @@ async def run_operator(config: OperatorConfig) -> None:
             endpoint.stop()
         server.shutdown()
         await api.client.close()
+
+
+def _renewed(endpoint: ProgressServer, link: ProgressLink) -> Callable[[tls.Tls], None]:
+    """What a renewed certificate changes, without a restart: the endpoint's next handshakes, and the
+    CAs each namespace's ConfigMap is brought to (the reconciler looks again: its trust changed)."""
+
+    def swap(made: tls.Tls) -> None:
+        endpoint.tls = made.context()
+        link.trust.pem = made.trusted
+
+    return swap
 
 
 def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Controller], books: Books,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,6 +41,7 @@ from torchjob.core.reconcile import (
     reconcile,
 )
 from torchjob.core.reconcile import refuse as refuse_unreadable
+from torchjob.core.topology import replicas
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
 from torchjob.kube.controller.observe import observe, observe_pod
@@ -49,13 +51,16 @@ from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, tensorboard
 from torchjob.kube.objects import pods as kr
 from torchjob.kube.progress.books import Books
+from torchjob.kube.progress.tls import Trust
 from torchjob.kube.served.kinds import ServedKind, Unreadable
 
 log = logging.getLogger("torchjob.kube")
+CA_RECHECK_S = 600.0  # how long a namespace's CA ConfigMap, once made current, is not looked at again
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
-    return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+    owner = kr.controller_of(obj)
+    return owner.get("uid") if owner is not None else None
 
 
 @dataclass
@@ -67,16 +72,25 @@ class PodIndex:
     gone: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def split(self, job: TorchJob, key: Key) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                        list[dict[str, Any]]]:
-        """The job's pods; pods of an earlier job of the same name; the job's pods deleted since."""
+                                                        list[dict[str, Any]], list[dict[str, Any]]]:
+        """The job's pods; pods of an earlier job of the same name and kind, named as this job's
+        (left by it); pods labelled as the job's that are neither (not ours to touch); the job's pods
+        deleted since."""
         pods: list[dict[str, Any]] = []
         stale: list[dict[str, Any]] = []
+        foreign: list[dict[str, Any]] = []
         here = self.live.get(key, {})
+        names = {kr.pod_name(job, r) for r in replicas(job)}
         for p in here.values():
-            (pods if controller_uid(p) == job.metadata.uid else stale).append(p)
+            if kr.owned_by(p, job):
+                pods.append(p)
+            elif kr.left_by_earlier(p, job) and p["metadata"]["name"] in names:
+                stale.append(p)
+            else:
+                foreign.append(p)
         gone = [p for name, p in self.gone.pop(key, {}).items()
                 if name not in here and controller_uid(p) == job.metadata.uid]
-        return pods, stale, gone
+        return pods, stale, foreign, gone
 
     def keep_undecided(self, decided: TorchJob, key: Key, gone: list[dict[str, Any]]) -> None:
         """A deleted pod whose attempt the decision did not move on (a policy's timeout holds it
@@ -106,11 +120,12 @@ class JobCaches:
 
 @dataclass(frozen=True)
 class ProgressLink:
-    """What a round needs of progress: the reports' books (for stalls), and the endpoint's CA,
-    published in each namespace where pods are made."""
+    """What a round needs of progress: the reports' books (for stalls), and the endpoint's CAs as
+    the pods must trust them now (renewed in place: tls.keep), published in each namespace where pods
+    are made."""
 
     books: Books
-    ca_pem: str
+    trust: Trust
 
 
 class NameTaken(Exception):
@@ -127,15 +142,19 @@ class Reconciler:
         self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate
         self.pod_options = config.pods
         self.learned: dict[Key, Refusal] = {}  # what acting taught about a job, for its next round's World
-        self.ca_namespaces: set[str] = set()  # where the CA ConfigMap is known to be current
+        # where the CA ConfigMap was made current: the CAs published, until when that is trusted
+        self.ca_namespaces: dict[str, tuple[str, float]] = {}
         self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
+        self.told: dict[Key, set[str]] = {}  # the pods not ours that each job's events have named
 
     def forget(self, key: Key) -> None:
         self.queue.forget(key)  # its pods stay indexed until they go: a new job of that name must see them
         self.index.gone.pop(key, None)
         self.learned.pop(key, None)
         self.podgroup_gate.forget(key)
+        self.kueue_gate.forget(key)
         self.boards.discard(key)
+        self.told.pop(key, None)
         if self.progress is not None:
             self.progress.books.forget(self.kind.plural, key)
 
@@ -165,7 +184,7 @@ class Reconciler:
                 self.learned.setdefault(key, gate.refused)
             elif gate.verdict is Verdict.STOP:
                 return
-        pods, stale, gone = self.index.split(job, key)
+        pods, stale, foreign, gone = self.index.split(job, key)
         world = observe(job, pods, gone=gone, refused=self.learned.get(key), last_report=self._reports(key))
         plan = reconcile(job, world, now)
         self.index.keep_undecided(job.model_copy(update={"status": plan.status}), key, gone)
@@ -173,6 +192,7 @@ class Reconciler:
         if plan.status.finished:
             self.learned.pop(key, None)  # decided on: a finished job ignores it
         await self._act(raw, job, key, plan, pods, stale, now)
+        self._tell_foreign(raw, key, foreign)
 
     def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
         if self.progress is None:
@@ -189,9 +209,9 @@ class Reconciler:
         creates = gate.refused is None and gate.verdict is Verdict.CREATE
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
-        if creates and self.progress is not None and key[0] not in self.ca_namespaces and any(
+        if creates and self.progress is not None and self._ca_due(key[0]) and any(
                 isinstance(a, Create) for a in plan.actions):
-            await self._publish_ca(key[0], self.progress.ca_pem)  # before the pods, which project it
+            await self._publish_ca(key[0], self.progress.trust.pem)  # before the pods, which project it
         blocked = await self._clear_stale(job, stale)
         try:
             await self._apply(job, plan, blocked, creates=creates)
@@ -230,10 +250,27 @@ class Reconciler:
         for i, ev in enumerate(events):  # stamped when decided, in the plan's order
             await self.api.event(raw, ev.type, ev.reason, ev.message, at + timedelta(microseconds=i))
 
+    def _tell_foreign(self, raw: dict[str, Any], key: Key, foreign: list[dict[str, Any]]) -> None:
+        """Pods labelled as this job's that neither it nor an earlier job of its name and kind made
+        (someone's, anyone's): never observed, never deleted; said once each in an event."""
+        told = self.told.setdefault(key, set())
+        for p in foreign:
+            meta = p["metadata"]
+            if meta["name"] in told:
+                continue
+            told.add(meta["name"])
+            whose = kr.whose(p)
+            log.warning("%s/%s: pod %s is labelled as this job's but its controller is %s: left alone", key[0],
+                        key[1], meta["name"], whose)
+            self.spawn(self.api.event(raw, EventType.WARNING, Reason.NOT_OURS,
+                                      f"pod {meta['name']} is labelled {kr.LABEL_JOB}={key[1]} but its controller "
+                                      f"is {whose}, not this job: left alone (not counted, not deleted)"))
+
     async def _clear_stale(self, job: TorchJob, stale: list[dict[str, Any]]) -> set[str]:
-        """Pods named like this job's but owned by an earlier job of the same name (deleted, its pods
-        not yet collected) are not ours to observe; they are deleted, as the garbage collector would,
-        and their names are not created again until they are gone. Returns those names."""
+        """Pods named as this job's and controlled by an earlier job of the same name and kind
+        (deleted, its pods not yet collected) are not ours to observe; they are deleted, as the
+        garbage collector would, and their names are not created again until they are gone. Returns
+        those names. (Any other pod labelled as the job's is left alone: `_tell_foreign`.)"""
         names = set()
         for p in stale:
             meta = p["metadata"]
@@ -245,6 +282,14 @@ class Reconciler:
             self.queue.add_after((job.metadata.namespace or "default", job.name), 1.0)
         return names
 
+    def _ca_due(self, namespace: str) -> bool:
+        """Whether the namespace's CA ConfigMap is looked at again before pods are made: never
+        published by this process, the CAs renewed since, or CA_RECHECK_S gone by (someone may
+        have changed or deleted it)."""
+        assert self.progress is not None
+        published = self.ca_namespaces.get(namespace)
+        return published is None or published[0] != self.progress.trust.pem or published[1] < time.monotonic()
+
     async def _publish_ca(self, namespace: str, ca_pem: str) -> None:
         """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
         found = await self.api.find("ConfigMap", kr.CA_CONFIGMAP, namespace)
@@ -252,7 +297,7 @@ class Reconciler:
             await self._create(kr.ca_configmap(namespace, ca_pem))
         elif (found.get("data") or {}).get(kr.CA_KEY) != ca_pem:
             await self.api.patch_data("ConfigMap", kr.CA_CONFIGMAP, namespace, {kr.CA_KEY: ca_pem})
-        self.ca_namespaces.add(namespace)
+        self.ca_namespaces[namespace] = (ca_pem, time.monotonic() + CA_RECHECK_S)
 
     async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, key: Key) -> None:
         created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]

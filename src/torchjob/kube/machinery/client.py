@@ -141,13 +141,27 @@ class Api:
         """Merge-patch an object's `data` (a ConfigMap's)."""
         await self.client.patch(KINDS[kind], name, {"data": data}, namespace=namespace, patch_type=PatchType.MERGE)
 
-    async def review_token(self, token: str, audience: str) -> dict[str, Any]:
-        """The API server's TokenReview of a bearer token for one audience: its `status`."""
+    async def review_token(self, token: str, audience: str | None) -> dict[str, Any]:
+        """The API server's TokenReview of a bearer token for one audience (None: the API server's
+        own): its `status`."""
         from lightkube.models.authentication_v1 import TokenReviewSpec
         from lightkube.resources.authentication_v1 import TokenReview
 
-        review = await self.client.create(TokenReview(spec=TokenReviewSpec(token=token, audiences=[audience])))
+        spec = TokenReviewSpec(token=token, audiences=[audience] if audience else None)
+        review = await self.client.create(TokenReview(spec=spec))
         return to_dict(review).get("status") or {}
+
+    async def review_access(self, user: dict[str, Any], path: str, verb: str) -> bool:
+        """The API server's SubjectAccessReview: may this user (a TokenReview's `status.user`) `verb`
+        the non-resource URL `path`?"""
+        from lightkube.models.authorization_v1 import NonResourceAttributes, SubjectAccessReviewSpec
+        from lightkube.resources.authorization_v1 import SubjectAccessReview
+
+        spec = SubjectAccessReviewSpec(user=user.get("username"), groups=user.get("groups"), uid=user.get("uid"),
+                                       extra=user.get("extra"),
+                                       nonResourceAttributes=NonResourceAttributes(path=path, verb=verb))
+        review = await self.client.create(SubjectAccessReview(spec=spec))
+        return bool((to_dict(review).get("status") or {}).get("allowed"))
 
     async def patch_spec(self, name: str, namespace: str, spec: dict[str, Any],
                          kind: str = "TorchJob") -> dict[str, Any]:

@@ -14,6 +14,7 @@ from torchjob.kube.objects.crd import GROUP, PLURAL, crd
 NAMESPACE = "torchjob-system"
 NAME = "torchjob-operator"
 KUBEFLOW_NAME = f"{NAME}-kubeflow"  # the ClusterRole (and its binding) for Kubeflow's PyTorchJob API
+METRICS_READER = "torchjob-metrics-reader"  # what a scraper's ServiceAccount is bound to, to read /metrics
 DEFAULT_IMAGE = f"torchjob/operator:{__version__}"
 PROGRESS_PORT = 8443
 DEFAULT_PROGRESS_URL = f"https://{NAME}.{NAMESPACE}.svc:{PROGRESS_PORT}"  # what pods report progress to
@@ -34,8 +35,10 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},  # Finished
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["get"]},  # their node labels
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
-    # the progress endpoint: the reporting pods' tokens, checked by the API server; its CA, per namespace
+    # the progress endpoint: the reporting pods' tokens, checked by the API server; its CA, per namespace.
+    # /metrics: a scraper's token, checked (TokenReview), and whether its user may get /metrics.
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
 ]
 LEASE_RULES: list[dict[str, Any]] = [
@@ -94,6 +97,8 @@ def _operator(image: str, namespace: str, replicas: int, args: list[str] | None)
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": NAME},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
          "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": METRICS_READER},
+         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": NAME, "namespace": namespace}, "rules": LEASE_RULES},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",

@@ -8,13 +8,14 @@ backoffLimit (Kubeflow's ExitCode restarts were never counted: its #2045).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
-from torchjob.api.validate import training_container
+from torchjob.api.validate import SERVED_AS, reserved_meta, training_container
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
 from torchjob.kube.objects import gang, kueue, tensorboard
 from torchjob.kube.objects import kubeflow_labels as kf
@@ -23,7 +24,7 @@ LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
 LABEL_INDEX = "torchjob.dev/replica-index"
 # On a job read from a foreign kind the operator serves (never stored): that kind's apiVersion/kind.
-ANNOTATION_SERVED_AS = "torchjob.dev/served-as"
+ANNOTATION_SERVED_AS = SERVED_AS
 ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
 ANNOTATION_WAIT = "torchjob.dev/wait-for-master"  # "false" turns the init container off for a job
 WAIT_CONTAINER = "wait-for-master"
@@ -61,6 +62,32 @@ def terminated(pod: Mapping[str, Any], container: str | None) -> dict[str, Any]:
         if cs.get("name") == container:
             return (cs.get("state") or {}).get("terminated") or {}
     return {}
+
+
+def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An object's controller (its ownerReference marked `controller`), or None."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((r for r in refs if isinstance(r, dict) and r.get("controller")), None)
+
+
+def owned_by(obj: Mapping[str, Any], job: TorchJob) -> bool:
+    """Whether the job itself (its uid) controls an object (a pod, a Workload, a PodGroup)."""
+    owner = controller_of(obj)
+    return owner is not None and bool(job.metadata.uid) and owner.get("uid") == job.metadata.uid
+
+
+def left_by_earlier(obj: Mapping[str, Any], job: TorchJob) -> bool:
+    """Whether an object is controlled by an earlier job of this one's kind and name (another uid):
+    what that job left behind, until the garbage collector takes it."""
+    owner = controller_of(obj) or {}
+    return (not owned_by(obj, job) and owner.get("name") == job.name
+            and (owner.get("apiVersion"), owner.get("kind")) == served_as(job))
+
+
+def whose(obj: Mapping[str, Any]) -> str:
+    """An object's controller, as a message says it."""
+    owner = controller_of(obj)
+    return f"{owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')})" if owner else "no controller"
 
 
 def attempt_of(obj: Mapping[str, Any]) -> int:
@@ -104,6 +131,17 @@ def served_as(job: TorchJob) -> tuple[str, str]:
     return API_VERSION, KIND
 
 
+def as_torchjob(job: TorchJob) -> TorchJob:
+    """A TorchJob as its own kind: an annotation that says it was read from another kind (which the
+    operator sets only on the foreign kinds it serves, never stored) dropped, so that its pods are
+    owned by it and labelled as its own, whatever its document says."""
+    annotations = job.metadata.annotations or {}
+    if ANNOTATION_SERVED_AS not in annotations:
+        return job
+    kept = {k: v for k, v in annotations.items() if k != ANNOTATION_SERVED_AS}
+    return job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": kept})})
+
+
 def owner_reference(job: TorchJob) -> dict[str, Any]:
     api_version, kind = served_as(job)
     return {"apiVersion": api_version, "kind": kind, "name": job.name, "uid": job.metadata.uid or "",
@@ -131,25 +169,27 @@ def wait_for_master(job: TorchJob, where: Placement, image: str) -> dict[str, An
     with `nc -z`, else bash's `/dev/tcp` (Volcano's plugin falls back to it too), so an image with
     either works; with neither it fails at once, saying so. POSIX sh around them."""
     host, port = where.master_addr, where.master_port
-    target = f"{host} {port}"  # as the messages always said it
     wait = job.spec.waitForMaster
     timeout = wait.timeoutSeconds if wait else None
+    # The values go in once, quoted, as variables; the script only ever expands them in double quotes
+    # (the host comes from the job's name and the port from its spec: never code, whatever they hold).
     lines = [
+        f"host={shlex.quote(str(host))} port={int(port)}",
         'has() { command -v "$1" >/dev/null 2>&1; }',
         "if ! has nc && ! has bash; then",
-        f'  echo "wait-for-master: this image has neither nc nor bash (for /dev/tcp), so it cannot probe port {port} '
-        f'of {host}; use an image with one of them (spec.waitForMaster.image, or the operator --init-image)"; exit 1',
+        '  echo "wait-for-master: this image has neither nc nor bash (for /dev/tcp), so it cannot probe port $port '
+        'of $host; use an image with one of them (spec.waitForMaster.image, or the operator --init-image)"; exit 1',
         "fi",
-        f"probe() {{ {{ has nc && nc -z -w 2 {host} {port}; }} || "
-        f"{{ has bash && bash -c ': > /dev/tcp/{host}/{port}'; }}; }}",
+        'probe() { { has nc && nc -z -w 2 "$host" "$port"; } || '
+        """{ has bash && bash -c ': > "/dev/tcp/$0/$1"' "$host" "$port"; }; }""",
     ]
     if timeout is not None:
-        lines.append(f"end=$(( $(date +%s) + {timeout} ))")
+        lines += [f"timeout={int(timeout)}", f"end=$(( $(date +%s) + {int(timeout)} ))"]
     lines.append("until probe 2>/dev/null; do")
     if timeout is not None:
-        lines.append(f'  if [ "$(date +%s)" -ge "$end" ]; then echo gave up waiting for {target} after {timeout}s; '
-                     "exit 1; fi")
-    lines += [f"  echo waiting for {target}; sleep 1", "done"]
+        lines.append('  if [ "$(date +%s)" -ge "$end" ]; then '
+                     'echo "gave up waiting for $host $port after ${timeout}s"; exit 1; fi')
+    lines += ['  echo "waiting for $host $port"; sleep 1', "done"]
     return {"name": WAIT_CONTAINER, "image": wait.image if wait and wait.image else image,
             "command": ["sh", "-c", "\n".join(lines)]}
 
@@ -228,9 +268,11 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
         spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
     if skip_init:
         spec.pop("initContainers", None)
-    labels = {**meta.get("labels", {}), **_kubeflow_labels(job, rid), LABEL_JOB: job.name,
+    # The template's own labels and annotations, less those torchjob sets (validate() refuses them; a
+    # job stored past it, as the operator reads it, has them dropped here), then torchjob's.
+    labels = {**_users(meta.get("labels")), **_kubeflow_labels(job, rid), LABEL_JOB: job.name,
               LABEL_TYPE: rid.rtype.lower(), LABEL_INDEX: str(rid.index)}
-    annotations = {**meta.get("annotations", {}), ANNOTATION_ATTEMPT: str(attempt)}
+    annotations = {**_users(meta.get("annotations")), ANNOTATION_ATTEMPT: str(attempt)}
     gang.decorate_pod(job, rid.rtype, spec, labels, annotations)
     return {
         "apiVersion": "v1",
@@ -239,6 +281,10 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
                      "labels": labels, "annotations": annotations, "ownerReferences": [owner_reference(job)]},
         "spec": spec,
     }
+
+
+def _users(found: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (found or {}).items() if not reserved_meta(k)}
 
 
 def service(job: TorchJob) -> dict[str, Any]:

@@ -8,8 +8,10 @@ whose audience names the job, the namespace checked), by TokenReview instead of 
 that it needs no access to the issuer's keys. A pod-bound token (what the kubelet projects) carries
 the pod's name and uid (`authentication.kubernetes.io/pod-name`, `pod-uid` in the review's extra):
 that says which replica attempt reports. Reviews are cached by the token's hash (positive for
-REVIEW_TTL_S, negative for DENY_TTL_S) and at most REVIEWS_IN_FLIGHT run at once, so a flood of
-bad tokens costs the API server little.
+REVIEW_TTL_S, negative for DENY_TTL_S), at most REVIEWS_IN_FLIGHT run at once, at most
+REVIEW_QUEUE wait or run (past it the endpoint answers 503 at once: nothing piles up on the
+controller's event loop), and one the endpoint's thread stops waiting for is cancelled; with the
+endpoint's budget of refused tokens per source, a flood of bad tokens costs the API server little.
 
 Reports never wait on the API server for anything but that review: they go to the job's book (in
 memory); `writer.py` writes them to the job's status.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import time
 from collections.abc import Callable
 
@@ -28,11 +31,12 @@ from torchjob.kube.objects import pods as kr
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.view import CachesView, Key
 from torchjob.progress.book import Book
-from torchjob.progress.server import Reporter, audience
+from torchjob.progress.server import Reporter, TryLater, audience
 
 REVIEW_TTL_S = 300.0
 DENY_TTL_S = 10.0
 REVIEWS_IN_FLIGHT = 8
+REVIEW_QUEUE = 64  # reviews waiting or in flight at once; past it a report is answered 503 (try again)
 REVIEW_TIMEOUT_S = 5.0
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
@@ -42,12 +46,17 @@ class ProgressReceiver:
     """The endpoint's `Receiver`. `on_first_report(plural, key)` is called on the event loop when a
     replica attempt reports for the first time (core starts judging its stalls then)."""
 
+    review_queue = REVIEW_QUEUE
+
     def __init__(self, api: Api, caches: CachesView, books: Books, loop: asyncio.AbstractEventLoop,
                  on_first_report: Callable[[str, Key], None]) -> None:
         self.api, self.caches, self.books, self.loop = api, caches, books, loop
         self.on_first_report = on_first_report
-        self.reviews: dict[str, tuple[Reporter | None, float]] = {}
+        # by token: the reporter it stands for, the uid of its pod's controller, until when it holds
+        self.reviews: dict[str, tuple[Reporter | None, str, float]] = {}
         self._limit = asyncio.Semaphore(REVIEWS_IN_FLIGHT)
+        self._queued = 0  # reviews asked for and not answered (waiting for the semaphore, or in flight)
+        self._queued_lock = threading.Lock()
 
     def authorize(self, namespace: str, job: str, credentials: str, plural: str = "torchjobs") -> Reporter | None:
         if credentials.count(".") != 2 or plural not in self.caches:  # not a JWT, or a kind not served
@@ -55,37 +64,61 @@ class ProgressReceiver:
         aud = audience(namespace, job, plural)
         key = hashlib.sha256(f"{aud}\0{credentials}".encode()).hexdigest()
         cached = self.reviews.get(key)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
-        who = asyncio.run_coroutine_threadsafe(self._review(credentials, plural, namespace, job), self.loop).result(
-            REVIEW_TIMEOUT_S + 1)
-        self.reviews[key] = (who, time.monotonic() + (REVIEW_TTL_S if who else DENY_TTL_S))
+        if cached is not None and cached[2] > time.monotonic():
+            return self._owned(*cached[:2])
+        with self._queued_lock:
+            if self._queued >= self.review_queue:
+                metrics.PROGRESS_REVIEWS.labels("shed").inc()
+                raise TryLater("too many tokens are being checked now; try again in a second")
+            self._queued += 1
+        future = asyncio.run_coroutine_threadsafe(self._review(credentials, plural, namespace, job), self.loop)
+        try:
+            who, owner = future.result(REVIEW_TIMEOUT_S + 1)
+        except BaseException:
+            future.cancel()  # not left waiting on the controller's loop after nobody waits for it
+            raise
+        finally:
+            with self._queued_lock:
+                self._queued -= 1
+        self.reviews[key] = (who, owner, time.monotonic() + (REVIEW_TTL_S if who else DENY_TTL_S))
         if len(self.reviews) > 100_000:  # expired entries go now and then
             now = time.monotonic()
-            self.reviews = {k: v for k, v in self.reviews.items() if v[1] > now}
-        return who
+            self.reviews = {k: v for k, v in self.reviews.items() if v[2] > now}
+        return self._owned(who, owner)
 
-    async def _review(self, token: str, plural: str, namespace: str, job: str) -> Reporter | None:
+    def _owned(self, who: Reporter | None, owner: str) -> Reporter | None:
+        """The reporter, when its pod's controller is the job the report is for, as the job is now
+        (looked at every time: the review is cached, and a job of that name may since be another):
+        a pod labelled as this job's but made by something else (another kind, an earlier job of the
+        same name, anyone) never reports for it."""
+        if who is None:
+            return None
+        job = self.caches[who.plural].jobs.get((who.namespace, who.job))
+        return who if job is not None and owner and job["metadata"].get("uid") == owner else None
+
+    async def _review(self, token: str, plural: str, namespace: str, job: str) -> tuple[Reporter | None, str]:
+        """Who the token stands for (None: nobody of this job's), and the uid of its pod's controller."""
         aud = audience(namespace, job, plural)
         async with self._limit:
             status = await asyncio.wait_for(self.api.review_token(token, aud), REVIEW_TIMEOUT_S)
         metrics.PROGRESS_REVIEWS.labels("authenticated" if status.get("authenticated") else "denied").inc()
         if not status.get("authenticated") or aud not in (status.get("audiences") or []):
-            return None
+            return None, ""
         user = status.get("user") or {}
         parts = str(user.get("username", "")).split(":")
         if parts[:2] != ["system", "serviceaccount"] or len(parts) != 4 or parts[2] != namespace:
-            return None  # a token of another namespace, or not a service account's
+            return None, ""  # a token of another namespace, or not a service account's
         extra = user.get("extra") or {}
         pod_name, pod_uid = (extra.get(POD_NAME) or [""])[0], (extra.get(POD_UID) or [""])[0]
         pod = self.caches[plural].pods.get((namespace, pod_name))  # this kind's pods only
         if pod is None or pod["metadata"].get("uid") != pod_uid:
-            return None  # not bound to a pod, or to one the operator does not know (of another job or kind)
+            return None, ""  # not bound to a pod, or to one the operator does not know (of another job or kind)
         labels = pod["metadata"].get("labels") or {}
         replica = kr.replica_name(labels)
         if labels.get(kr.LABEL_JOB) != job or replica is None:
-            return None
-        return Reporter(namespace, job, replica, kr.attempt_of(pod), plural)
+            return None, ""
+        owner = kr.controller_of(pod)
+        return Reporter(namespace, job, replica, kr.attempt_of(pod), plural), str((owner or {}).get("uid") or "")
 
     def book(self, reporter: Reporter) -> Book | None:
         return self.books.open(reporter, self.caches)

@@ -38,10 +38,12 @@ def _stored(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_torchjob(raw: dict[str, Any]) -> TorchJob:
+    """A stored TorchJob. An annotation saying it was read from another kind (a user's, since the
+    operator never stores it) is dropped: its pods are the TorchJob's own, whatever it says."""
     from pydantic import ValidationError
 
     try:
-        return TorchJob.model_validate(_stored(raw))
+        return kr.as_torchjob(TorchJob.model_validate(_stored(raw)))
     except ValidationError as e:
         raise Unreadable("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from e
 

@@ -1,0 +1,160 @@
+"""The progress endpoint's certificate (issue 19, finding 5): short-lived, made again by the kept CA
+before it ends, swapped into the running endpoint without a restart; the CA ConfigMap of a namespace
+looked at again (not once per process). Pure and against the recording fake API, in milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from tests.controller.fakeapi import FakeApi
+from tests.controller.test_sequencing import NS, run, torchjob, until
+from torchjob.kube.controller import reconciler as reconciler_module
+from torchjob.kube.controller.config import OperatorConfig
+from torchjob.kube.controller.controller import Controller
+from torchjob.kube.controller.operator import _renewed
+from torchjob.kube.controller.reconciler import ProgressLink
+from torchjob.kube.objects import pods as kr
+from torchjob.kube.progress import tls
+from torchjob.kube.progress.books import Books
+from torchjob.progress.server import ProgressServer
+
+OPS = "torchjob-system"
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def cert(pem: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem.encode())
+
+
+def secret_data(api: FakeApi) -> dict[str, str]:
+    data = api.objects[("Secret", OPS, tls.SECRET)]["data"]
+    return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+def test_the_serving_certificate_is_short_lived_and_made_again_by_the_kept_ca_before_it_ends() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPS}})
+        first = await tls.ensure(api, OPS, "torchjob-operator", now=NOW)
+        life = cert(first.cert_pem).not_valid_after_utc - NOW
+        assert dt.timedelta(days=80) < life <= dt.timedelta(days=tls.CERT_VALID_DAYS)
+        assert secret_data(api)[tls.CA_KEY_KEY] == first.ca_key_pem != ""  # the CA can sign again
+        patches = len(api.writes(("Secret",)))
+        assert await tls.ensure(api, OPS, "torchjob-operator", now=NOW + dt.timedelta(days=30)) == first
+        assert len(api.writes(("Secret",))) == patches  # not due: nothing written
+        second = await tls.ensure(api, OPS, "torchjob-operator", now=NOW + dt.timedelta(days=70))
+        assert second.cert_pem != first.cert_pem and second.ca_pem == first.ca_pem  # the pods' trust unchanged
+        assert cert(second.cert_pem).not_valid_after_utc > NOW + dt.timedelta(days=150)
+        assert secret_data(api)["tls.crt"] == second.cert_pem
+
+    run(scenario)
+
+
+def test_a_pair_made_without_its_ca_key_gets_a_new_ca_and_the_pods_trust_both_meanwhile() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        legacy = tls.generate(tls.hosts_for("torchjob-operator", OPS), now=NOW)
+        api.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": tls.SECRET, "namespace": OPS},
+                 "data": {k: base64.b64encode(v.encode()).decode() for k, v in
+                          (("ca.crt", legacy.ca_pem), ("tls.crt", legacy.cert_pem), ("tls.key", legacy.key_pem))}})
+        made = await tls.ensure(api, OPS, "torchjob-operator", now=NOW)
+        assert made.ca_pem != legacy.ca_pem and made.ca_key_pem
+        trusted = {c.serial_number for c in x509.load_pem_x509_certificates(made.trusted.encode())}
+        assert trusted == {cert(made.ca_pem).serial_number, cert(legacy.ca_pem).serial_number}
+
+    run(scenario)
+
+
+def handshake(port: int, ca_pem: str) -> int:
+    """The serial number of the certificate the endpoint serves now."""
+    client = ssl.create_default_context(cadata=ca_pem)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            client.wrap_socket(raw, server_hostname="localhost") as s:
+        der = s.getpeercert(binary_form=True)
+    assert der is not None
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+class Nobody:
+    def authorize(self, *a: Any) -> None:
+        return None
+
+    def book(self, *a: Any) -> None:
+        return None
+
+    def received(self, *a: Any) -> None:
+        pass
+
+
+def test_a_renewed_certificate_is_served_by_the_running_endpoint_and_trusted_in_the_namespaces() -> None:
+    first = tls.generate(tls.hosts_for("torchjob-operator", OPS))
+    second = tls.generate(tls.hosts_for("torchjob-operator", OPS), (first.ca_pem, first.ca_key_pem))
+    endpoint = ProgressServer(("127.0.0.1", 0), Nobody(), first.context()).start()  # type: ignore[arg-type]
+    link = ProgressLink(Books(), tls.Trust(first.trusted))
+    try:
+        assert handshake(endpoint.port, first.ca_pem) == cert(first.cert_pem).serial_number
+        _renewed(endpoint, link)(second)
+        assert handshake(endpoint.port, first.ca_pem) == cert(second.cert_pem).serial_number  # no restart
+        assert link.trust.pem == second.trusted
+    finally:
+        endpoint.stop()
+
+
+def test_keep_hands_a_renewed_pair_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        current = await tls.ensure(api, OPS, "torchjob-operator")
+        got: list[tls.Tls] = []
+        monkeypatch.setattr(tls, "_now", lambda: dt.datetime.now(dt.UTC) + dt.timedelta(days=75))
+        task = asyncio.create_task(tls.keep(api, OPS, "torchjob-operator", (), current, got.append, every_s=0.01))
+        await until(lambda: got)
+        task.cancel()
+        assert got[0].cert_pem != current.cert_pem and got[0].ca_pem == current.ca_pem
+
+    run(scenario)
+
+
+@asynccontextmanager
+async def running_with(api: FakeApi, link: ProgressLink) -> AsyncIterator[Controller]:
+    controller = Controller(api, OperatorConfig(progress_port=8443), progress=link)
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(controller.ready.wait(), 3)
+    try:
+        yield controller
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await controller.drain(1.0)
+
+
+def test_a_namespaces_ca_configmap_is_looked_at_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reconciler_module, "CA_RECHECK_S", 0.0, raising=False)
+    made = tls.generate(tls.hosts_for("torchjob-operator", OPS), now=NOW)
+
+    async def scenario() -> None:
+        api = FakeApi()
+        link = ProgressLink(Books(), tls.Trust(made.trusted))
+        api.put(torchjob("one"))
+        async with running_with(api, link):
+            await until(lambda: ("ConfigMap", NS, kr.CA_CONFIGMAP) in api.objects)
+            # someone changes it (or an older operator wrote another CA): the next job's pods are made
+            # only after it is brought back
+            await api.patch_data("ConfigMap", kr.CA_CONFIGMAP, NS, {kr.CA_KEY: "stale"})
+            api.put(torchjob("two"))
+            await until(lambda: api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == made.trusted)
+            # the CAs renewed: the next job's namespace gets them
+            link.trust.pem = "renewed"
+            api.put(torchjob("three"))
+            await until(lambda: api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == "renewed")
+
+    run(scenario)

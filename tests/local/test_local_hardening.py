@@ -1,0 +1,90 @@
+"""The local runtime against a job document that means harm (issue 19, findings 11 and 12): a uid
+copied from another job, and state other users could read."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import job_data
+from tests.local.conftest import Torchjob, job_processes, write_job
+from torchjob.local.launch import LocalOptions
+from torchjob.local.local_runtime import LocalRuntime
+from torchjob.local.store import Store
+
+
+def test_every_run_has_its_own_uid_whatever_the_document_says(tmp_path: Path) -> None:
+    job = job_data("mine", workers=0, uid="the-uid-of-another-job", command=["true"])
+    from torchjob.api.load import job_from_data
+
+    plan = LocalRuntime(LocalOptions(), Store(tmp_path / "home")).dryrun(job_from_data(job))
+    uid = plan.job.metadata.uid
+    assert uid and uid != "the-uid-of-another-job"
+    assert {s.env["TORCHJOB_JOB_UID"] for s in plan.specs} == {uid}
+
+
+def test_a_job_that_copies_another_jobs_uid_does_not_kill_its_processes_when_it_ends(
+        torchjob: Torchjob, tmp_path: Path) -> None:
+    victim_uid = "0b7e5b0e-0000-4000-8000-000000000001"  # a running local job's, as `describe` shows it
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, "TORCHJOB_JOB_UID": victim_uid})
+    try:
+        time.sleep(0.2)
+        assert victim.pid in job_processes(victim_uid)
+        doc = write_job(tmp_path / "copy.yaml", job_data("copycat", workers=0, uid=victim_uid,
+                                                         command=["python", "-c", "pass"]))
+        torchjob("run", str(doc), check=True)
+        time.sleep(0.5)
+        assert victim.poll() is None, "the copycat's end killed another job's process"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def modes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root.parent)): oct(p.stat().st_mode & 0o777)
+            for p in [root, *root.rglob("*")] if not p.is_symlink()}
+
+
+def test_the_state_and_the_logs_are_the_users_alone(tmp_path: Path) -> None:
+    home = tmp_path / "user"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TORCHJOB_HOME"}
+    env["HOME"] = str(home)
+    doc = write_job(tmp_path / "job.yaml", job_data("private", workers=1, command=["python", "-c", "print('hi')"]))
+    done = subprocess.run([sys.executable, "-m", "torchjob", "run", str(doc)], env=env, capture_output=True, text=True,
+                          timeout=120, preexec_fn=lambda: os.umask(0o022))
+    assert done.returncode == 0, done.stderr
+    found = modes(home / ".torchjob")
+    assert any(p.endswith("state.db") for p in found) and any(p.endswith(".log") for p in found), found
+    loose = {p: m for p, m in found.items() if m != ("0o700" if (tmp_path / "user" / p).is_dir() else "0o600")}
+    assert loose == {}
+
+
+def test_a_torchjob_home_made_before_is_made_private_and_a_named_one_is_left_as_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("TORCHJOB_HOME", raising=False)
+    old = os.umask(0o022)
+    try:
+        default = tmp_path / ".torchjob"
+        default.mkdir()  # as an earlier torchjob made it
+        (default / "state.db").touch()
+        Store().close()
+        assert {p: m for p, m in modes(default).items() if not p.endswith(("-wal", "-shm"))} == {
+            ".torchjob": "0o700", ".torchjob/state.db": "0o600", ".torchjob/jobs": "0o700"}
+        named = tmp_path / "shared"  # TORCHJOB_HOME=/some/dir that exists: the user's choice, maybe shared
+        named.mkdir()
+        Store(named).close()
+        assert modes(named) == {"shared": "0o755", "shared/state.db": "0o600", "shared/jobs": "0o700",
+                                **{k: "0o600" for k in modes(named) if k.endswith(("-wal", "-shm"))}}
+        fresh = tmp_path / "fresh" / "home"
+        Store(fresh).close()
+        assert oct(fresh.stat().st_mode & 0o777) == "0o700"
+    finally:
+        os.umask(old)

@@ -1,0 +1,211 @@
+"""The progress endpoint against bad clients (issue 19, findings 1 and 2): nesting that would blow
+the JSON decoder's stack, slow and idle connections, bodies held back, tokens at a high rate. Each
+case on a real endpoint in this process (the local one: the same server the operator runs)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchjob.local.progress import LocalEndpoint
+from torchjob.progress.protocol import BadReport, parse
+
+
+@pytest.fixture
+def endpoint() -> Any:
+    ep = LocalEndpoint("j", lambda *a: None).start()
+    yield ep
+    ep.stop()
+
+
+def path(ep: LocalEndpoint) -> str:
+    return ep.url.split(str(ep.server.port), 1)[1]
+
+
+def post(ep: LocalEndpoint, body: bytes, token: str | None, timeout: float = 5.0, source: str = "127.0.0.1",
+         conn: http.client.HTTPConnection | None = None) -> tuple[int, dict[str, Any]]:
+    """One POST (on `conn`, kept alive, when given)."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection("127.0.0.1", ep.server.port, timeout=timeout,
+                                              source_address=(source, 0))
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    try:
+        conn.request("POST", path(ep), body, headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        if own:
+            conn.close()
+
+
+def silent(ep: LocalEndpoint, source: str = "127.0.0.1") -> socket.socket:
+    """A connection that sends nothing (yet)."""
+    return socket.create_connection(("127.0.0.1", ep.server.port), timeout=5, source_address=(source, 0))
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes the connection within `seconds` (what it sends before is read)."""
+    sock.settimeout(0.05)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if sock.recv(4096) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except ConnectionError:
+            return True
+    return False
+
+
+DEEP = b'{"step": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"  # 60 KB: under the body limit
+
+
+def test_a_body_nested_too_deeply_is_a_bad_report() -> None:
+    with pytest.raises(BadReport, match="nested too deeply"):
+        parse(DEEP)
+
+
+def test_a_body_nested_too_deeply_is_answered_422_and_the_endpoint_goes_on(endpoint: LocalEndpoint,
+                                                                          tmp_path: Path) -> None:
+    token = endpoint.token("master-0", 0)
+    code, body = post(endpoint, DEEP, token)
+    assert (code, body["reason"]) == (422, "Invalid") and "nested too deeply" in body["message"]
+    assert post(endpoint, json.dumps({"step": 3}).encode(), token)[0] == 200
+
+
+def test_a_failure_of_ours_is_answered_500_not_a_dropped_connection(endpoint: LocalEndpoint,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(reporter: Any) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(endpoint, "book", broken)
+    code, body = post(endpoint, json.dumps({"step": 3}).encode(), endpoint.token("master-0", 0))
+    assert (code, body["reason"]) == (500, "InternalError")
+
+
+# --- finding 1: connections, deadlines, the token before the body, refused tokens ---------------
+
+
+def test_a_client_trickling_its_request_is_cut_at_the_whole_request_deadline(endpoint: LocalEndpoint) -> None:
+    endpoint.server.request_deadline_s = 1.0
+    sock = silent(endpoint)
+    sock.sendall(f"POST {path(endpoint)} HTTP/1.1\r\n".encode())
+    start = time.monotonic()
+    cut = False
+    for _ in range(12):  # a byte every 0.25 s: each read is quick, the request never ends
+        try:
+            sock.sendall(b"X")
+        except OSError:
+            cut = True
+            break
+        if closed_within(sock, 0.25):
+            cut = True
+            break
+    assert cut and time.monotonic() - start < 2.5
+    assert post(endpoint, json.dumps({"step": 1}).encode(), endpoint.token("master-0", 0))[0] == 200
+
+
+def test_connections_past_a_sources_cap_are_closed_at_once_and_a_report_still_lands(
+        endpoint: LocalEndpoint) -> None:
+    endpoint.server.max_per_source = 4
+    held = [silent(endpoint, "127.0.0.2") for _ in range(10)]
+    try:
+        closed = [closed_within(s, 0.3) for s in held]
+        assert closed.count(True) == 6 and closed[:4] == [False] * 4, closed
+        start = time.monotonic()
+        assert post(endpoint, json.dumps({"step": 1}).encode(), endpoint.token("master-0", 0))[0] == 200
+        assert time.monotonic() - start < 1.0
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_past_the_connection_cap_an_idle_kept_alive_connection_gives_way_and_a_busy_one_never(
+        endpoint: LocalEndpoint) -> None:
+    endpoint.server.max_connections = 2
+    token = endpoint.token("master-0", 0)
+    kept = [http.client.HTTPConnection("127.0.0.1", endpoint.server.port, timeout=5) for _ in range(2)]
+    for i, conn in enumerate(kept):
+        assert post(endpoint, json.dumps({"step": i + 1}).encode(), token, conn=conn)[0] == 200
+    time.sleep(1.1)  # (the job's rate: one report a second per replica attempt past its burst)
+    assert post(endpoint, json.dumps({"step": 3}).encode(), token)[0] == 200  # the oldest idle one went
+    busy = [silent(endpoint) for _ in range(2)]  # accepted: not yet a request, never let go
+    try:
+        assert not any(closed_within(s, 0.3) for s in busy)
+        assert closed_within(silent(endpoint), 0.3)  # the cap, with no idle connection to let go
+    finally:
+        for s in busy:
+            s.close()
+        for conn in kept:
+            conn.close()
+
+
+def test_the_token_is_checked_before_the_body_is_read(endpoint: LocalEndpoint, monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    checked = threading.Event()
+    real = endpoint.authorize
+
+    def authorize(*args: Any) -> Any:
+        checked.set()
+        return real(*args)
+
+    monkeypatch.setattr(endpoint, "authorize", authorize)
+    sock = silent(endpoint)
+    sock.sendall(f"POST {path(endpoint)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer made.up.token\r\n"
+                 "Content-Length: 1000\r\n\r\n".encode())  # and no body
+    sock.settimeout(2.0)
+    answer = sock.recv(4096)  # answered without waiting for the body
+    assert checked.is_set() and answer.startswith(b"HTTP/1.1 403")
+    sock.close()
+
+
+def test_a_source_whose_tokens_keep_being_refused_gets_429_without_another_check(
+        endpoint: LocalEndpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoint.server.refusals = (0.5, 5)
+    checks: list[str] = []
+    real = endpoint.authorize
+
+    def authorize(namespace: str, job: str, credentials: str, *rest: Any) -> Any:
+        checks.append(credentials)
+        return real(namespace, job, credentials, *rest)
+
+    monkeypatch.setattr(endpoint, "authorize", authorize)
+    good = json.dumps({"step": 1}).encode()
+    codes = [post(endpoint, good, f"made.up.{i}", source="127.0.0.5")[0] for i in range(12)]
+    assert codes == [403] * 5 + [429] * 7 and len(checks) == 5
+    # another source is not held back by it
+    assert post(endpoint, good, endpoint.token("master-0", 0), source="127.0.0.6")[0] == 200
+
+
+def test_a_local_token_whose_attempt_is_not_ascii_digits_is_refused(endpoint: LocalEndpoint) -> None:
+    assert post(endpoint, json.dumps({"step": 1}).encode(), "tj1.master-0.².abc")[0] == 403
+
+
+def test_at_the_cap_a_connection_that_sent_nothing_gives_way_before_a_reporters_kept_alive_one(
+        endpoint: LocalEndpoint) -> None:
+    """A flood of silent connections from many sources cannot take a reporter's place: at the cap the
+    oldest one that has sent no request for stale_s goes first (a real client's request follows its
+    connection at once); the reporter's kept-alive connection goes only when there is none."""
+    endpoint.server.max_connections, endpoint.server.stale_s = 2, 0.3
+    token = endpoint.token("master-0", 0)
+    reporter = http.client.HTTPConnection("127.0.0.1", endpoint.server.port, timeout=5)
+    assert post(endpoint, json.dumps({"step": 1}).encode(), token, conn=reporter)[0] == 200
+    quiet = silent(endpoint, "127.0.0.7")
+    time.sleep(0.5)
+    newcomer = silent(endpoint, "127.0.0.8")  # at the cap: the quiet one goes
+    try:
+        assert closed_within(quiet, 0.5) and not closed_within(newcomer, 0.2)
+        time.sleep(1.0)  # (the job's rate)
+        assert post(endpoint, json.dumps({"step": 2}).encode(), token, conn=reporter)[0] == 200  # still its own
+    finally:
+        for s in (quiet, newcomer):
+            s.close()
+        reporter.close()
