@@ -106,7 +106,8 @@ def test_a_pod_labelled_as_the_jobs_that_it_did_not_make_is_left_alone_and_said(
                                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}})
     kube.create(bystander)
     create(kube, job_data("left", workers=1), namespace)
-    wait_pods(kube, "left", namespace, 2)
+    pods = wait_pods(kube, "left", namespace, 3)  # the job's two, and the bystander (labelled as the job's)
+    assert sorted(p.metadata.name for p in pods) == ["bystander", "left-master-0", "left-worker-0"]
     for _ in range(100):
         events = [e.message for e in kube.list(Event, namespace=namespace, fields={"involvedObject.name": "left"})
                   if e.reason == "NotOurs"]
