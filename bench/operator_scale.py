@@ -1,31 +1,43 @@
 """The operator at scale, on a real control plane (scripts/dev-cluster.sh: etcd, kube-apiserver,
 kube-scheduler and KWOK fake nodes, so pods are scheduled and "run" without containers).
 
-N jobs x 4 replicas (1 master + 3 workers) are created at once, and three (with --pytorchjobs,
-four) things are measured in the same run, one after the other on the same cluster:
+N jobs x 4 replicas (1 master + 3 workers) are created at once, and these phases are measured in
+the same run, one after the other on the same cluster (--phases picks some, in this order):
 
-  1. the API server alone: the very pods the operator would create (rendered by torchjob's own
-     render code) created directly by this client, 32 at a time: the ceiling any operator shares,
-     for pod creation (pods/s) and for pods reaching Running (kube-scheduler's binding rate and
-     KWOK's);
-  2. `torchjob operator` (a process, like the kube tests run it) given N TorchJobs;
-  3. with --pytorchjobs, `torchjob operator --kubeflow-api on` given the very N PyTorchJobs the
-     Kubeflow peer gets, on torchjob's `pytorchjobs.kubeflow.org` CRD (`torchjob install
-     --kubeflow-api`): torchjob serving Kubeflow's API;
-  4. the Kubeflow training-operator v1.8.1 given N PyTorchJobs, when its binary is there
-     (`bash hack/kubeflow/build.sh` builds it from the Go module proxy; --kubeflow build does
-     it here), on Kubeflow's own CRD. It runs with the same number of workers
-     (--controller-threads).
+  api       the API server alone: the very pods the operator would create (as `torchjob render
+            --kube` renders them) created directly by this client, 32 at a time: the ceiling any
+            operator shares, for pod creation (pods/s) and for pods reaching Running
+            (kube-scheduler's binding rate and KWOK's);
+  before    with --baseline-src DIR: `torchjob operator` run from that source tree (PYTHONPATH),
+            given N TorchJobs, on that tree's CRD: "torchjob (before)", for a before/after table
+            in one sitting;
+  torchjob  `torchjob operator` (a process, like the kube tests run it; from --src, else the
+            torchjob this Python imports) given N TorchJobs;
+  floor     the writes floor: the very writes the operator makes for each job (status, events,
+            Service, pods; see scale_floor.py), made by this client with the operator's
+            concurrency (--workers) and no operator, given the same N TorchJobs;
+  ptj       with --pytorchjobs, `torchjob operator --kubeflow-api on` given the very N
+            PyTorchJobs the Kubeflow peer gets, on torchjob's `pytorchjobs.kubeflow.org` CRD
+            (`torchjob install --kubeflow-api`): torchjob serving Kubeflow's API;
+  kubeflow  the Kubeflow training-operator v1.8.1 given N PyTorchJobs, when its binary is there
+            (`bash hack/kubeflow/build.sh` builds it from the Go module proxy; --kubeflow build
+            does it here), on Kubeflow's own CRD. It runs with the same number of workers
+            (--controller-threads).
 
 For each: the time until every pod exists (pods/s), until every pod is Running, until every job
-is Running (by the operator's own status), the operator's memory (RSS once ready; peak = VmHWM),
-its CPU time. Times are taken by a watch in this process, from the first create. Between phases
-the operator is stopped and every object it made is deleted (grace period 0), so the next phase
-starts from an empty namespace and free nodes.
+is Running (by the operator's own status; jobs Running per second), the operator's memory (RSS
+once ready; peak = VmHWM), its CPU time. Times are taken by a watch in this process, from the
+first create. Between phases the operator is stopped and every object it made is deleted (grace
+period 0), so the next phase starts from an empty namespace and free nodes.
+
+torchjob is reached through its command line only (`torchjob render --kube`, `torchjob install
+--dry-run --crd-only`, `torchjob operator`), never its kube modules, which move.
 
 Usage: python bench/operator_scale.py [--jobs 200] [--workers 4] [--kubeflow auto|build|no]
-                                      [--pytorchjobs] [--kubeconfig PATH] [--keep-cluster]
-                                      [--cluster-dir DIR]
+                                      [--pytorchjobs] [--src DIR] [--baseline-src DIR]
+                                      [--phases api,before,torchjob,floor,ptj,kubeflow]
+                                      [--nodes 4] [--timeout S] [--kubeconfig PATH]
+                                      [--keep-cluster] [--cluster-dir DIR]
 Without --kubeconfig the bench starts its own cluster in /tmp/torchjob-bench-cluster or
 --cluster-dir (never the tests' /tmp/torchjob-devcluster; every port is a free one) and stops it
 at the end.
@@ -36,11 +48,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import dataclasses
+import functools
+import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +68,19 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-from scale_measure import PodG, Result, clean, ensure, fmt, free_port, measure, ratio, run_operator, wait_served
+from scale_floor import ANY_NAME, ANY_NAMESPACE, Plan, Written, objects
+from scale_measure import (
+    PodG,
+    Result,
+    clean,
+    ensure,
+    fmt,
+    free_port,
+    measure,
+    ratio,
+    run_operator,
+    wait_served,
+)
 
 try:  # the HTTP client lightkube uses (its own fork of httpx in lightkube >= 1.0)
     import httpx2 as httpx
@@ -60,11 +89,14 @@ except ImportError:
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_DIR = "/tmp/torchjob-bench-cluster"
-NODES = 4
 TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 CONTAINER = {"name": "pytorch", "image": "example/trainer:1", "command": ["python", "train.py"]}
+# What pods are told to report progress to: `torchjob render --kube`'s default; the operator is
+# given it with a free --progress-port, so that it never collides with another on this machine.
+PROGRESS_URL = "https://torchjob-operator.torchjob-system.svc:8443"
 
 # Generic (dict) resources, as in scale_measure.py.
+TorchJobRes = create_namespaced_resource("torchjob.dev", "v1", "TorchJob", "torchjobs")
 SecretG = create_namespaced_resource("", "v1", "Secret", "secrets")
 NamespaceG = create_global_resource("", "v1", "Namespace", "namespaces")
 NodeG = create_global_resource("", "v1", "Node", "nodes")
@@ -81,7 +113,11 @@ KUBEFLOW_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 KUBEFLOW_NS = "kubeflow"
 KUBEFLOW_SECRET = "training-operator-webhook-cert"
 TORCHJOB_PTJ = "torchjob-ptj"  # torchjob serving PyTorchJobs (--pytorchjobs)
-COL = 14
+BEFORE = "torchjob (before)"  # torchjob from --baseline-src
+FLOOR = "writes floor"
+PHASES = ("api", "before", "torchjob", "floor", "ptj", "kubeflow")
+TORCHJOB_CRD, PYTORCHJOB_CRD = "torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"
+INSTALL_MANAGER = "torchjob-install"  # `torchjob install`'s field manager: the bench applies CRDs as it does
 
 
 # --------------------------------------------------------------------------------- objects
@@ -103,22 +139,6 @@ def pytorchjob(name: str, namespace: str) -> dict[str, Any]:
                 "Worker": {"replicas": 3, "restartPolicy": "Never", "template": template}}}}
 
 
-def operator_pods(jobs: int, namespace: str) -> list[dict[str, Any]]:
-    """The pods `torchjob operator` creates for these jobs, as its own render code makes them."""
-    from torchjob.core.topology import replicas
-    from torchjob.kube.objects import pods as kr
-    from torchjob.kube.served.kinds import read_torchjob
-
-    pods = []
-    for i in range(jobs):
-        job = read_torchjob(torchjob(f"j{i}", namespace))
-        for rid in replicas(job):
-            pod = kr.pod(job, rid, 0)
-            pod["metadata"].pop("ownerReferences", None)  # no such job (and no uid to point to)
-            pods.append(pod)
-    return pods
-
-
 def torchjob_running(obj: dict[str, Any]) -> bool:
     return bool((obj.get("status") or {}).get("state") == "Running")
 
@@ -126,6 +146,67 @@ def torchjob_running(obj: dict[str, Any]) -> bool:
 def pytorchjob_running(obj: dict[str, Any]) -> bool:
     conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Running" and c.get("status") == "True" for c in conditions)
+
+
+class Tree:
+    """A torchjob source tree, reached through its command line only (`python -m torchjob` with
+    PYTHONPATH=src in front; src None: the torchjob this Python imports)."""
+
+    def __init__(self, src: str | None) -> None:
+        self.src = str(Path(src).resolve()) if src else None
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.src:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (self.src, env.get("PYTHONPATH")) if p)
+        return env
+
+    def run(self, *args: str) -> str:
+        out = subprocess.run([sys.executable, *args], env=self.env(), capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} (PYTHONPATH={self.src}) failed:\n{out.stderr[-3000:]}")
+        return out.stdout
+
+    @functools.cached_property
+    def where(self) -> str:
+        """The torchjob package this tree's command runs (to say in the table which code ran)."""
+        return self.run("-c", "import os, torchjob; print(os.path.dirname(torchjob.__file__))").strip()
+
+    @functools.cached_property
+    def crds(self) -> dict[str, dict[str, Any]]:
+        """This tree's CRDs (TorchJob's, and its pytorchjobs.kubeflow.org), by name."""
+        out = self.run("-m", "torchjob", "install", "--dry-run", "--crd-only", "--kubeflow-api")
+        return {d["metadata"]["name"]: d for d in yaml.safe_load_all(out) if d and d.get("kind") ==
+                "CustomResourceDefinition"}
+
+    @functools.cached_property
+    def rendered(self) -> str:
+        """What `torchjob render --kube` says the operator creates for one bench job, named
+        ANY_NAME in ANY_NAMESPACE (JSON)."""
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump(torchjob(ANY_NAME, ANY_NAMESPACE), f)
+            f.flush()
+            objs = json.loads(self.run("-m", "torchjob", "render", "--kube", f.name, "-o", "json"))
+        kinds = sorted(o["kind"] for o in objs)
+        if kinds != ["Pod"] * 4 + ["Service"]:
+            raise RuntimeError(f"torchjob render --kube gave {kinds} for the bench's job, not 4 pods and a Service")
+        return json.dumps(objs)
+
+    def pods(self, jobs: int, namespace: str) -> list[dict[str, Any]]:
+        return [o for i in range(jobs) for o in objects(self.rendered, f"j{i}", namespace, None) if o["kind"] == "Pod"]
+
+
+def apply_crd(kubeconfig: str, crd: dict[str, Any]) -> str:
+    """Server-side apply a CRD, as `torchjob install` does (same field manager: one CRD of a name
+    replaces the other's fields); returns its resourceVersion."""
+    from lightkube import Client, codecs
+
+    client = Client(config=KubeConfig.from_file(kubeconfig), field_manager=INSTALL_MANAGER)
+    try:
+        got = client.apply(codecs.from_dict(crd), force=True)
+        return str(got.metadata.resourceVersion if got.metadata else "")
+    finally:
+        client.close()
 
 
 async def kubeflow_certs(client: AsyncClient) -> None:
@@ -146,39 +227,62 @@ async def kubeflow_certs(client: AsyncClient) -> None:
             (KUBEFLOW_CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
 
 
-async def use_pytorchjob_crd(client: AsyncClient, kubeconfig: str, crd: dict[str, Any]) -> None:
-    """Install this `pytorchjobs.kubeflow.org` CRD (torchjob's or Kubeflow's, one replacing the
-    other: server-side apply by the same manager), and wait until its objects are served by it."""
-    from torchjob.kube.objects.install import apply
-
-    await asyncio.to_thread(apply, [crd], kubeconfig)
+async def use_crd(client: AsyncClient, kubeconfig: str, crd: dict[str, Any], res: Any) -> None:
+    """Install this CRD (a tree's or Kubeflow's, one replacing the other: server-side apply by the
+    same manager), and wait until its objects are served by it."""
+    name = crd["metadata"]["name"]
+    try:
+        rv0 = getattr((await client.get(CustomResourceDefinition, name)).metadata, "resourceVersion", None)
+    except Exception:
+        rv0 = None
+    rv = await asyncio.to_thread(apply_crd, kubeconfig, crd)
     end = time.monotonic() + 60
     while True:
-        got = await client.get(CustomResourceDefinition, crd["metadata"]["name"])
+        got = await client.get(CustomResourceDefinition, name)
         conditions = (got.status.conditions if got.status else None) or []
         if any(c.type == "Established" and c.status == "True" for c in conditions):
             break
         if time.monotonic() > end:
-            raise RuntimeError(f"CRD {crd['metadata']['name']} not established after 60 s")
+            raise RuntimeError(f"CRD {name} not established after 60 s")
         await asyncio.sleep(0.2)
-    # The API server swaps a changed CRD's storage (schema, pruning) asynchronously.
-    await asyncio.sleep(3)
-    await wait_served(client, PyTorchJobRes)
+    if rv != rv0:  # the API server swaps a changed CRD's storage (schema, pruning) asynchronously
+        await asyncio.sleep(3)
+    await wait_served(client, res)
 
 
-async def main_async(args: argparse.Namespace, kubeconfig: str, kubeflow: bool) -> list[Result]:
-    from torchjob.kube.machinery.client import TorchJobRes
-    from torchjob.kube.objects.crd import crd
-    from torchjob.kube.objects.install import apply
-    from torchjob.kube.objects.kubeflow_crd import crd as torchjob_pytorchjob_crd
+async def memory_report(path: Path, op: subprocess.Popen[bytes], res: Result) -> None:
+    """Ask the operator run by bench/operator_memory.py where its memory is (SIGUSR1), and note it."""
+    path.unlink(missing_ok=True)
+    op.send_signal(signal.SIGUSR1)
+    end = time.monotonic() + 300
+    while not path.exists():
+        if time.monotonic() > end or op.poll() is not None:
+            res.notes.append(f"no memory report in {path}")
+            return
+        await asyncio.sleep(0.5)
+    data = json.loads(path.read_text())
+    parts = [f"memory (report in {path}): RSS {data['rss_mb']:.0f} MB at the end"]
+    for inf in data["informers"]:
+        fields = ", ".join(f"{k} {v:.1f}" for k, v in list(inf["by_field_mb"].items())[:8])
+        parts.append(f"{inf['kind']} cache {inf['objects']} objects, {inf['mb']:.1f} MB "
+                     f"({inf['bytes_per_object']:.0f} B each; MB by field: {fields})")
+    other = ", ".join(f"{t} {v['mb']:.1f}" for t, v in list(data["other_by_type"].items())[:6])
+    parts.append(f"other Python objects by type (MB): {other}")
+    res.notes.append("; ".join(parts))
 
-    await asyncio.to_thread(apply, [crd()], kubeconfig)
+
+# --------------------------------------------------------------------------------- phases
+
+
+async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str], last_clean: bool) -> list[Result]:
+    tree, baseline = Tree(args.src), Tree(args.baseline_src) if args.baseline_src else None
     # Long read timeout: deleting thousands of pods in one call takes more than lightkube's 10 s.
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-bench",
                          timeout=httpx.Timeout(120.0, connect=10.0))
     results: list[Result] = []
+    written: dict[str, Written] = {}  # what each torchjob phase's operator wrote
     try:
-        await wait_served(client, TorchJobRes)
+        await use_crd(client, kubeconfig, tree.crds[TORCHJOB_CRD], TorchJobRes)
         stamp = int(time.time())
         n_pods = args.jobs * 4
         nodes = [n async for n in client.list(NodeG, labels={"type": "kwok"})]
@@ -191,32 +295,71 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, kubeflow: bool) 
                                "scripts/dev-cluster.sh down, and run again")
 
         async def direct(ns: str) -> Result:
-            pods = [PodG.from_dict(p) for p in operator_pods(args.jobs, ns)]
+            pods = [PodG.from_dict(p) for p in tree.pods(args.jobs, ns)]
             return await measure(client, "API server", ns, n_pods, pods, args.concurrency, args.timeout)
 
         def torchjob_cmd(port: int, kubeflow_api: str) -> list[str]:
             return [sys.executable, "-m", "torchjob", "operator", "--kubeconfig", kubeconfig, "--no-leader-elect",
-                    "--metrics-port", str(port), "--workers", str(args.workers), "--kubeflow-api", kubeflow_api]
+                    "--metrics-port", str(port), "--workers", str(args.workers), "--kubeflow-api", kubeflow_api,
+                    "--progress-port", str(free_port()), "--progress-url", PROGRESS_URL]
 
-        async def torchjob_op(ns: str) -> Result:
+        async def torchjob_op(ns: str, name: str, code: Tree) -> Result:
+            await use_crd(client, kubeconfig, code.crds[TORCHJOB_CRD], TorchJobRes)
             port = free_port()
-            return await run_operator(client, "torchjob", torchjob_cmd(port, "off"), dict(os.environ),
-                                      f"http://127.0.0.1:{port}/readyz",
-                                      Path(f"/tmp/torchjob-bench-operator-{stamp}.log"), ns,
-                                      [TorchJobRes.from_dict(torchjob(f"j{i}", ns)) for i in range(args.jobs)],
-                                      TorchJobRes, torchjob_running, args)
+            seen = written[name] = Written()
+            label = name.split()[-1].strip("()")
+            log = Path(f"/tmp/torchjob-bench-operator-{label}-{stamp}.log")
+            cmd, after = torchjob_cmd(port, "off"), None
+            if args.profile_memory:  # the operator under bench/operator_memory.py, asked once all is Running
+                profile = Path(f"/tmp/torchjob-bench-memory-{label}-{stamp}.json")
+                cmd = [cmd[0], str(Path(__file__).with_name("operator_memory.py")), "--out", str(profile), "--",
+                       *cmd[1:]]
+                after = functools.partial(memory_report, profile)
+            res = await run_operator(client, name, cmd, code.env(), f"http://127.0.0.1:{port}/readyz", log, ns,
+                                     [TorchJobRes.from_dict(torchjob(f"j{i}", ns)) for i in range(args.jobs)],
+                                     TorchJobRes, torchjob_running, args, observe=seen, after=after)
+            await seen.count_events(client, ns, "TorchJob")
+            res.notes.append(f"ran {code.where}; wrote {fmt(seen.writes_per_job())} status writes and "
+                             f"{fmt(seen.events_per_job())} events per job")
+            return res
+
+        async def floor(ns: str) -> Result:
+            await use_crd(client, kubeconfig, tree.crds[TORCHJOB_CRD], TorchJobRes)
+            plan = Plan.of(written.get("torchjob") or written.get(BEFORE))
+            plan_file, rendered_file = Path(f"/tmp/torchjob-bench-floor-plan-{stamp}.json"), Path(
+                f"/tmp/torchjob-bench-floor-objects-{stamp}.json")
+            plan_file.write_text(json.dumps(dataclasses.asdict(plan)))
+            rendered_file.write_text(tree.rendered)
+            port = free_port()
+            cmd = [sys.executable, str(Path(__file__).with_name("scale_floor.py")), "--kubeconfig", kubeconfig,
+                   "--namespace", ns, "--workers", str(args.workers), "--port", str(port), "--plan", str(plan_file),
+                   "--rendered", str(rendered_file)]
+            log = Path(f"/tmp/torchjob-bench-floor-{stamp}.log")
+            res = await run_operator(client, FLOOR, cmd, dict(os.environ), f"http://127.0.0.1:{port}/readyz", log,
+                                     ns, [TorchJobRes.from_dict(torchjob(f"j{i}", ns)) for i in range(args.jobs)],
+                                     TorchJobRes, torchjob_running, args)
+            lines = log.read_text(errors="replace").strip().splitlines()
+            try:  # the writer's last line: what it wrote
+                made = json.loads(lines[-1])
+            except (IndexError, ValueError):
+                res.notes.append(f"the writer said nothing of its writes; see {log}")
+            else:
+                writes = ", ".join(f"{n} {what}" for what, n in sorted(made["writes"].items()))
+                res.notes.append(f"wrote {writes}; {made['source']}")
+                res.notes.extend(f"{n} x {err}" for err, n in made["errors"].items())
+            return res
 
         async def torchjob_pytorchjobs_op(ns: str) -> Result:
-            await use_pytorchjob_crd(client, kubeconfig, torchjob_pytorchjob_crd())
+            await use_crd(client, kubeconfig, tree.crds[PYTORCHJOB_CRD], PyTorchJobRes)
             port = free_port()
-            return await run_operator(client, TORCHJOB_PTJ, torchjob_cmd(port, "on"), dict(os.environ),
+            return await run_operator(client, TORCHJOB_PTJ, torchjob_cmd(port, "on"), tree.env(),
                                       f"http://127.0.0.1:{port}/readyz",
                                       Path(f"/tmp/torchjob-bench-operator-ptj-{stamp}.log"), ns,
                                       [PyTorchJobRes.from_dict(pytorchjob(f"j{i}", ns)) for i in range(args.jobs)],
                                       PyTorchJobRes, pytorchjob_running, args)
 
         async def kubeflow_op(ns: str) -> Result:
-            await use_pytorchjob_crd(client, kubeconfig, yaml.safe_load(KUBEFLOW_CRD.read_text()))
+            await use_crd(client, kubeconfig, yaml.safe_load(KUBEFLOW_CRD.read_text()), PyTorchJobRes)
             await ensure(client, NamespaceG.from_dict({"apiVersion": "v1", "kind": "Namespace",
                                                        "metadata": {"name": KUBEFLOW_NS}}))
             await ensure(client, SecretG.from_dict({"apiVersion": "v1", "kind": "Secret",
@@ -238,18 +381,22 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, kubeflow: bool) 
                 if not certs_were_there:
                     shutil.rmtree(KUBEFLOW_CERT_DIR.parent, ignore_errors=True)
 
-        phases: list[tuple[str, str, Callable[[str], Any], Any]] = [
-            ("API server", f"{n_pods} pods created directly", direct, None),
-            ("torchjob", f"torchjob operator, {args.jobs} TorchJobs", torchjob_op, TorchJobRes),
-        ]
-        if args.pytorchjobs:
-            phases.append((TORCHJOB_PTJ, f"torchjob operator --kubeflow-api on, {args.jobs} PyTorchJobs",
-                           torchjob_pytorchjobs_op, PyTorchJobRes))
-        if kubeflow:
-            phases.append(("kubeflow", f"Kubeflow training-operator {KUBEFLOW_VERSION}, {args.jobs} PyTorchJobs",
-                           kubeflow_op, PyTorchJobRes))
-        for name, what, phase, job_res in phases:
-            ns = f"bench-{name.split()[0].lower()}-{stamp}"
+        table: dict[str, tuple[str, str, Callable[[str], Any], Any]] = {
+            "api": ("API server", f"{n_pods} pods created directly", direct, None),
+            "before": (BEFORE, f"torchjob operator from {args.baseline_src}, {args.jobs} TorchJobs",
+                       lambda ns: torchjob_op(ns, BEFORE, baseline or tree), TorchJobRes),
+            "torchjob": ("torchjob", f"torchjob operator, {args.jobs} TorchJobs",
+                         lambda ns: torchjob_op(ns, "torchjob", tree), TorchJobRes),
+            "floor": (FLOOR, f"the operator's writes for {args.jobs} TorchJobs, made directly with "
+                             f"{args.workers} workers", floor, TorchJobRes),
+            "ptj": (TORCHJOB_PTJ, f"torchjob operator --kubeflow-api on, {args.jobs} PyTorchJobs",
+                    torchjob_pytorchjobs_op, PyTorchJobRes),
+            "kubeflow": ("kubeflow", f"Kubeflow training-operator {KUBEFLOW_VERSION}, {args.jobs} PyTorchJobs",
+                         kubeflow_op, PyTorchJobRes),
+        }
+        for n, key in enumerate(phases):
+            name, what, phase, job_res = table[key]
+            ns = f"bench-{key}-{stamp}"
             await client.create(NamespaceG.from_dict({"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": ns}}))
             print(f"[bench] {what} ...", file=sys.stderr, flush=True)
@@ -259,6 +406,8 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, kubeflow: bool) 
                 res = Result(name, n_pods, notes=[f"failed: {e}"])
             results.append(res)
             print(f"[bench]   {res.summary()}", file=sys.stderr, flush=True)
+            if n == len(phases) - 1 and not last_clean:
+                break  # the cluster goes with everything in it
             try:  # the next phase starts from free nodes, and no operator caches these objects
                 await clean(client, ns, job_res)
             except Exception as e:
@@ -273,68 +422,120 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, kubeflow: bool) 
 
 def report(args: argparse.Namespace, results: list[Result], kubeflow_note: str) -> None:
     n_pods = args.jobs * 4
-    print(f"\noperator at scale: {args.jobs} jobs x 4 replicas = {n_pods} pods; real kube-apiserver + kube-scheduler "
-          f"+ KWOK ({NODES} fake nodes), {os.cpu_count()} cores; operators run with {args.workers} workers")
+    sched = " (QPS 1000, no default spreading)" if args.fast_scheduler and not args.kubeconfig else ""
+    print(f"\noperator at scale: {args.jobs} jobs x 4 replicas = {n_pods} pods; real kube-apiserver + kube-scheduler"
+          f"{sched} + KWOK ({args.nodes} fake nodes), {os.cpu_count()} cores; operators run with {args.workers} "
+          "workers")
     rows: list[tuple[str, Callable[[Result], str]]] = [
         ("client's creates answered after (s)", lambda r: fmt(r.created_s)),
         ("every pod exists after (s)", lambda r: fmt(r.pods_s)),
         ("pods created per second", lambda r: fmt(r.pods_per_s, ".0f")),
         ("every pod Running after (s)", lambda r: fmt(r.pods_running_s)),
         ("every job Running after (s)", lambda r: fmt(r.jobs_running_s)),
+        ("jobs Running per second", lambda r: fmt(r.jobs_per_s, ".1f")),
         ("operator ready after start (s)", lambda r: fmt(r.ready_s)),
         ("operator RSS once ready (MB)", lambda r: fmt(r.rss_idle_mb, ".0f")),
         ("operator peak RSS (MB)", lambda r: fmt(r.rss_peak_mb, ".0f")),
         ("operator CPU until every pod exists (s)", lambda r: fmt(r.cpu_pods_s, ".1f")),
         ("operator CPU time, whole run (s)", lambda r: fmt(r.cpu_s, ".1f")),
     ]
-    print(f"  {'':40}" + "".join(f"{r.name:>{COL}}" for r in results))
+    col = max([14, *(len(r.name) + 2 for r in results)])
+    print(f"  {'':40}" + "".join(f"{r.name:>{col}}" for r in results))
     for label, get in rows:
-        print(f"  {label:40}" + "".join(f"{get(r):>{COL}}" for r in results))
+        print(f"  {label:40}" + "".join(f"{get(r):>{col}}" for r in results))
     by = {r.name: r for r in results}
     api, tj, tjp, kf = by.get("API server"), by.get("torchjob"), by.get(TORCHJOB_PTJ), by.get("kubeflow")
+    before, floor = by.get(BEFORE), by.get(FLOOR)
     print("ratios (same run)")
-    for op in (tj, tjp, kf):
+    for op in (before, tj, tjp, kf):
         if op is not None and api is not None:
-            print(f"  {op.name + ' pods/s / API server pods/s':56} {ratio(op.pods_per_s, api.pods_per_s)}")
-            print(f"  {op.name + ' / API server: time to every pod Running':56} "
+            print(f"  {op.name + ' pods/s / API server pods/s':60} {ratio(op.pods_per_s, api.pods_per_s)}")
+            print(f"  {op.name + ' / API server: time to every pod Running':60} "
                   f"{ratio(op.pods_running_s, api.pods_running_s)}")
+    if tj is not None and before is not None:
+        for label, now, then in (("pods/s", tj.pods_per_s, before.pods_per_s),
+                            ("jobs Running/s", tj.jobs_per_s, before.jobs_per_s),
+                            ("time to every job Running", tj.jobs_running_s, before.jobs_running_s),
+                            ("CPU until every pod exists", tj.cpu_pods_s, before.cpu_pods_s),
+                            ("CPU time", tj.cpu_s, before.cpu_s),
+                            ("peak RSS", tj.rss_peak_mb, before.rss_peak_mb)):
+            print(f"  {f'torchjob / {BEFORE}: {label}':60} {ratio(now, then)}")
+    for op in (before, tj):
+        if op is not None and floor is not None:
+            print(f"  {f'{op.name} / {FLOOR}: jobs Running/s':60} {ratio(op.jobs_per_s, floor.jobs_per_s)}")
+            print(f"  {f'{op.name} / {FLOOR}: pods/s':60} {ratio(op.pods_per_s, floor.pods_per_s)}")
     for a, b in ((tj, kf), (tjp, kf), (tjp, tj)):
         if a is not None and b is not None:
-            print(f"  {f'{a.name} / {b.name}: pods/s':56} {ratio(a.pods_per_s, b.pods_per_s)}")
-            print(f"  {f'{a.name} / {b.name}: time to every job Running':56} "
+            print(f"  {f'{a.name} / {b.name}: pods/s':60} {ratio(a.pods_per_s, b.pods_per_s)}")
+            print(f"  {f'{a.name} / {b.name}: time to every job Running':60} "
                   f"{ratio(a.jobs_running_s, b.jobs_running_s)}")
-            print(f"  {f'{a.name} / {b.name}: peak RSS':56} {ratio(a.rss_peak_mb, b.rss_peak_mb)}")
-            print(f"  {f'{a.name} / {b.name}: CPU time':56} {ratio(a.cpu_s, b.cpu_s)}")
-    if tj is not None:
-        met = tj.pods_per_s is not None and api is not None and api.pods_per_s is not None and (
+            print(f"  {f'{a.name} / {b.name}: peak RSS':60} {ratio(a.rss_peak_mb, b.rss_peak_mb)}")
+            print(f"  {f'{a.name} / {b.name}: CPU time':60} {ratio(a.cpu_s, b.cpu_s)}")
+    targets = []
+    if tj is not None and api is not None:
+        met = tj.pods_per_s is not None and api.pods_per_s is not None and (
             tj.pods_per_s >= 100 or tj.pods_per_s >= api.pods_per_s)
-        mem = f"{fmt(tj.rss_peak_mb, '.0f')} MB peak at {args.jobs} jobs"
+        targets.append(f">= 100 pods/s or the API server's own rate: {'met' if met else 'NOT met'}")
+    if tj is not None and floor is not None:
+        rel = tj.jobs_per_s / floor.jobs_per_s if tj.jobs_per_s and floor.jobs_per_s else None
+        targets.append(f">= 0.8x the writes floor's jobs Running/s: {fmt(rel)}, "
+                       + ("met" if rel is not None and rel >= 0.8 else "NOT met"))
+    if tj is not None:
+        mem = f"< 150 MB peak: {fmt(tj.rss_peak_mb, '.0f')} MB at {args.jobs} jobs"
         if args.jobs >= 1000 and tj.rss_peak_mb is not None:
             mem += ", met" if tj.rss_peak_mb < 150 else ", NOT met"
-        print(f"targets: >= 100 pods/s or the API server's own rate: {'met' if met else 'NOT met'}; "
-              f"< 150 MB at 1,000 jobs: {mem}")
+        targets.append(mem)
+    if tj is not None and tj.jobs_running_s is None:
+        targets.append("every job Running: NOT met")
+    if targets:
+        print("targets: " + "; ".join(targets))
     print(kubeflow_note)
     for r in results:
         for note in r.notes:
             print(f"  note ({r.name}): {note}")
 
 
+def interrupted(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--workers", type=int, default=4, help="operator workers (both operators)")
+    parser.add_argument("--workers", type=int, default=4, help="operator workers (every operator, and the floor's)")
     parser.add_argument("--concurrency", type=int, default=32, help="this client's creates in flight")
-    parser.add_argument("--timeout", type=float, default=900, help="per phase, seconds")
+    parser.add_argument("--timeout", type=float, help="per phase, seconds (default: 900, or a second per 20 pods)")
     parser.add_argument("--kubeflow", choices=["auto", "build", "no"], default="auto",
                         help="auto: measure the Kubeflow training-operator when built; build: build it first")
     parser.add_argument("--pytorchjobs", action="store_true",
                         help="also measure torchjob serving the same PyTorchJobs as the Kubeflow peer "
                              "(--kubeflow-api on, torchjob's pytorchjobs.kubeflow.org CRD)")
+    parser.add_argument("--src", help="the torchjob source tree measured as 'torchjob' (put first on PYTHONPATH; "
+                                      "default: the torchjob this Python imports)")
+    parser.add_argument("--baseline-src", help="also measure the operator of this source tree, as "
+                                               f"'{BEFORE}', in the same run (e.g. a worktree before a change)")
+    parser.add_argument("--phases", help=f"comma-separated, of {','.join(PHASES)} (run in that order); default: "
+                                         "api, before (with --baseline-src), torchjob, floor, ptj (with "
+                                         "--pytorchjobs), kubeflow (when built)")
+    parser.add_argument("--profile-memory", action="store_true",
+                        help="run torchjob's operators under bench/operator_memory.py and note where their memory "
+                             "is once every job is Running (its informer caches, by field)")
+    parser.add_argument("--fast-scheduler", action="store_true",
+                        help="the bench's own cluster's kube-scheduler with client QPS 1000 (default 50: it binds "
+                             "~50 pods/s) and no default topology spreading (with thousands of Services in a "
+                             "namespace it weighs every pod against every pod): for runs of many thousand jobs")
+    parser.add_argument("--nodes", type=int, default=4, help="KWOK fake nodes of the bench's own cluster")
     parser.add_argument("--kubeconfig", help="a cluster already up (with KWOK nodes, tainted kwok.x-k8s.io/node)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the bench's own cluster up")
     parser.add_argument("--cluster-dir", default=CLUSTER_DIR,
                         help=f"state dir of the bench's own cluster (default {CLUSTER_DIR})")
     args = parser.parse_args()
+    # Stopped (SIGTERM, or SIGINT, which a shell's background job ignores): the phase's operator and
+    # the bench's own cluster are stopped on the way out.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, interrupted)
+    if args.timeout is None:
+        args.timeout = max(900.0, args.jobs * 4 / 20)
 
     if args.kubeflow == "build" and not KUBEFLOW_BIN.exists():
         subprocess.run(["bash", str(REPO / "hack" / "kubeflow" / "build.sh")], check=True, stdout=subprocess.DEVNULL)
@@ -346,16 +547,42 @@ def main() -> None:
     else:
         kubeflow_note = (f"peer: the Kubeflow training-operator was not measured: no {KUBEFLOW_BIN} "
                          "(bash hack/kubeflow/build.sh, or --kubeflow build)")
+    if args.phases:
+        asked = [p.strip() for p in args.phases.split(",") if p.strip()]
+        unknown = [p for p in asked if p not in PHASES]
+        if unknown:
+            parser.error(f"--phases: no such phase {', '.join(unknown)} (of {', '.join(PHASES)})")
+        if "before" in asked and not args.baseline_src:
+            parser.error("--phases before needs --baseline-src")
+        if "kubeflow" in asked and not kubeflow:
+            parser.error(f"--phases kubeflow: {kubeflow_note}")
+        phases = [p for p in PHASES if p in asked]
+    else:
+        phases = ["api", *(["before"] if args.baseline_src else []), "torchjob", "floor",
+                  *(["ptj"] if args.pytorchjobs else []), *(["kubeflow"] if kubeflow else [])]
+    if "kubeflow" not in phases and kubeflow:
+        kubeflow_note = "peer: the Kubeflow training-operator was not measured (--phases)"
 
     kubeconfig = args.kubeconfig
     started = not kubeconfig
     # A cluster of its own (never the tests'), with room for every pod on the fake nodes: Kubeflow's
     # workers have an init container requesting 50m CPU and 10Mi, so room for that too.
-    per_node = math.ceil(args.jobs * 4 / NODES) + 10
+    per_node = math.ceil(args.jobs * 4 / args.nodes) + 10
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVCLUSTER_")}
-    env |= {"TORCHJOB_DEVCLUSTER_DIR": args.cluster_dir, "DEVCLUSTER_NODES": str(NODES),
+    env |= {"TORCHJOB_DEVCLUSTER_DIR": args.cluster_dir, "DEVCLUSTER_NODES": str(args.nodes),
             "DEVCLUSTER_NODE_PODS": str(max(110, per_node)), "DEVCLUSTER_NODE_CPU": str(max(32, per_node)),
             "DEVCLUSTER_NODE_MEMORY": f"{max(256, per_node)}Gi"}
+    if started and args.fast_scheduler:
+        config = Path(tempfile.gettempdir()) / f"torchjob-bench-scheduler-{os.getpid()}.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": f"{args.cluster_dir}/kube-scheduler.kubeconfig", "qps": 1000,
+                                 "burst": 2000},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [
+                {"name": "PodTopologySpread", "args": {"defaultingType": "List", "defaultConstraints": []}}]}],
+        }))
+        env["DEVCLUSTER_SCHEDULER_ARGS"] = f"--config={config}"
     if started:
         out = subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "up"], capture_output=True,
                              text=True, env=env)
@@ -364,7 +591,7 @@ def main() -> None:
         kubeconfig = out.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
     assert kubeconfig
     try:
-        results = asyncio.run(main_async(args, kubeconfig, kubeflow))
+        results = asyncio.run(main_async(args, kubeconfig, phases, last_clean=not started or args.keep_cluster))
     finally:
         if started and not args.keep_cluster:
             subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "down"], capture_output=True, env=env)

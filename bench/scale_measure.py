@@ -11,9 +11,10 @@ import math
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,12 @@ class Tracker:
     first `done`."""
 
     def __init__(self, client: AsyncClient, res: Any, namespace: str, want: int,
-                 done: Callable[[dict[str, Any]], bool]) -> None:
+                 done: Callable[[dict[str, Any]], bool],
+                 observe: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        """`observe(event, obj)` is called with every event after the first list (the bench counts a
+        job's status writes and keeps their bodies with it)."""
         self.client, self.res, self.namespace, self.want, self.is_done = client, res, namespace, want, done
+        self.observe = observe
         self.seen: dict[str, float] = {}
         self.done: dict[str, float] = {}
         self.all_seen, self.all_done = asyncio.Event(), asyncio.Event()
@@ -57,6 +62,8 @@ class Tracker:
         try:
             async for event, obj in self.client.watch(self.res, namespace=self.namespace, resource_version=rv):
                 now = time.perf_counter()
+                if self.observe is not None:
+                    self.observe(event, obj)
                 if event == "DELETED":
                     continue
                 name = obj["metadata"]["name"]
@@ -96,11 +103,17 @@ class Result:
     rss_peak_mb: float | None = None
     cpu_s: float | None = None
     cpu_pods_s: float | None = None  # operator CPU time until every pod exists
+    jobs: int = 0  # jobs the phase made (0: pods alone)
     notes: list[str] = field(default_factory=list)
 
     @property
     def pods_per_s(self) -> float | None:
         return self.pods / self.pods_s if self.pods_s else None
+
+    @property
+    def jobs_per_s(self) -> float | None:
+        """Jobs Running per second: every job Running after jobs_running_s."""
+        return self.jobs / self.jobs_running_s if self.jobs and self.jobs_running_s else None
 
     def summary(self) -> str:
         return (f"{self.name}: every pod after {fmt(self.pods_s)} s ({fmt(self.pods_per_s, '.0f')}/s), Running after "
@@ -154,12 +167,15 @@ def http_ok(url: str) -> bool:
         return False
 
 
-async def create_all(client: AsyncClient, objs: list[Any], concurrency: int) -> None:
+async def create_all(client: AsyncClient, objs: list[Any], concurrency: int,
+                     on_created: Callable[[Any], None] | None = None) -> None:
     sem = asyncio.Semaphore(concurrency)
 
     async def one(o: Any) -> None:
         async with sem:
-            await client.create(o)
+            created = await client.create(o)
+        if on_created is not None:
+            on_created(created)
 
     await asyncio.gather(*(one(o) for o in objs))
 
@@ -188,32 +204,51 @@ async def wait_served(client: AsyncClient, res: Any, timeout: float = 60) -> Non
             await asyncio.sleep(0.2)
 
 
+async def any_left(client: AsyncClient, res: Any, namespace: str) -> bool:
+    async for _ in client.list(res, namespace=namespace, chunk_size=1):
+        return True
+    return False
+
+
 async def clean(client: AsyncClient, namespace: str, job_res: Any | None) -> None:
-    """Delete what a phase made (the operator is stopped first): jobs, pods (grace 0), services."""
-    if job_res is not None:
-        await client.deletecollection(job_res, namespace=namespace)
-    await client.deletecollection(PodG, namespace=namespace, grace_period=0)
-    services = [s async for s in client.list(ServiceG, namespace=namespace)]
+    """Delete what a phase made (the operator is stopped first): jobs, pods (grace 0), services.
+    A deletecollection of tens of thousands of pods can outlast the API server's request timeout:
+    it is asked again until none is left."""
+    services = [s["metadata"]["name"] async for s in client.list(ServiceG, namespace=namespace)]
+    wait_s = 120 + len(services) / 10  # thousands of pods take the API server a while
+    end = time.monotonic() + wait_s
+    asked = 0.0
+    while True:
+        if time.monotonic() - asked > 30:
+            asked = time.monotonic()
+            try:
+                if job_res is not None:
+                    await client.deletecollection(job_res, namespace=namespace)
+                await client.deletecollection(PodG, namespace=namespace, grace_period=0)
+            except Exception as e:  # a timeout: what it did is done; the rest is asked again
+                print(f"[bench] deleting in {namespace}: {e!r}; again", file=sys.stderr, flush=True)
+        if not await any_left(client, PodG, namespace):
+            break
+        if time.monotonic() > end:
+            raise RuntimeError(f"pods of {namespace} still there after {wait_s:.0f} s")
+        await asyncio.sleep(1)
     sem = asyncio.Semaphore(32)
 
     async def delete(name: str) -> None:
         async with sem:
             await client.delete(ServiceG, name, namespace=namespace)
 
-    await asyncio.gather(*(delete(s["metadata"]["name"]) for s in services))
-    end = time.monotonic() + 120
-    while [p async for p in client.list(PodG, namespace=namespace)]:
-        if time.monotonic() > end:
-            raise RuntimeError(f"pods of {namespace} still there after 120 s")
-        await asyncio.sleep(0.5)
+    await asyncio.gather(*(delete(name) for name in services))
 
 
 # --------------------------------------------------------------------------------- phases
 
 
 async def measure(client: AsyncClient, name: str, namespace: str, n_pods: int, objs: list[Any],
-                  concurrency: int, timeout: float, jobs: Tracker | None = None, proc: Proc | None = None) -> Result:
-    """Create `objs` at once; wait until every pod (and job) is Running or the timeout."""
+                  concurrency: int, timeout: float, jobs: Tracker | None = None, proc: Proc | None = None,
+                  on_created: Callable[[Any], None] | None = None) -> Result:
+    """Create `objs` at once (`on_created` is given each object as the API server answers it); wait
+    until every pod (and job) is Running or the timeout."""
     res = Result(name, n_pods)
     pods = Tracker(client, PodG, namespace, n_pods, pod_running)
     await pods.start()
@@ -227,7 +262,7 @@ async def measure(client: AsyncClient, name: str, namespace: str, n_pods: int, o
 
     marker = asyncio.create_task(cpu_when_all_pods())
     t0 = time.perf_counter()
-    await create_all(client, objs, concurrency)
+    await create_all(client, objs, concurrency, on_created)
     res.created_s = time.perf_counter() - t0
     waits = [pods.all_seen.wait(), pods.all_done.wait(), *([jobs.all_done.wait()] if jobs else [])]
     try:
@@ -243,13 +278,18 @@ async def measure(client: AsyncClient, name: str, namespace: str, n_pods: int, o
                 res.notes.append(f"the watch of {t.res.__name__} failed: {t.error!r}")
     res.pods_s, res.pods_running_s = pods.last_seen(t0), pods.last_done(t0)
     res.jobs_running_s = jobs.last_done(t0) if jobs else None
+    res.jobs = jobs.want if jobs else 0
     return res
 
 
 async def run_operator(client: AsyncClient, name: str, cmd: list[str], env: dict[str, str], ready_url: str,
                        log_path: Path, namespace: str, jobs: list[Any], job_res: Any,
                        job_done: Callable[[dict[str, Any]], bool], args: argparse.Namespace,
-                       while_starting: Callable[[], Any] | None = None) -> Result:
+                       while_starting: Callable[[], Any] | None = None,
+                       observe: Callable[[str, dict[str, Any]], None] | None = None,
+                       after: Callable[[subprocess.Popen[bytes], Result], Awaitable[None]] | None = None) -> Result:
+    """Start the operator `cmd`, wait until it is ready, then measure it given `jobs`; `after` runs
+    once its numbers are read, while it still runs (the memory profile asks it for its report)."""
     n_pods = len(jobs) * 4
     with log_path.open("wb") as log:
         t_start = time.perf_counter()
@@ -272,7 +312,7 @@ async def run_operator(client: AsyncClient, name: str, cmd: list[str], env: dict
                 await helper
             await asyncio.sleep(1)
             idle = proc.rss_mb()
-            tracker = Tracker(client, job_res, namespace, len(jobs), job_done)
+            tracker = Tracker(client, job_res, namespace, len(jobs), job_done, observe)
             cpu0 = proc.cpu_s()
             res = await measure(client, name, namespace, n_pods, jobs, args.concurrency, args.timeout, tracker, proc)
             if res.cpu_pods_s is not None:
@@ -281,6 +321,8 @@ async def run_operator(client: AsyncClient, name: str, cmd: list[str], env: dict
             res.rss_peak_mb, res.cpu_s = proc.hwm_mb(), proc.cpu_s()
             if op.poll() is not None:
                 res.notes.append(f"{name} exited {op.returncode} during the run; see {log_path}")
+            elif after is not None:
+                await after(op, res)
             return res
         finally:
             sampler.cancel()
@@ -291,6 +333,7 @@ async def run_operator(client: AsyncClient, name: str, cmd: list[str], env: dict
                 except subprocess.TimeoutExpired:
                     op.kill()
                     op.wait()
+
 
 def fmt(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)

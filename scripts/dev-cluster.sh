@@ -54,6 +54,9 @@
 #   DEVCLUSTER_APISERVER_PORT secure port of kube-apiserver (default: a free port)
 #   DEVCLUSTER_TIMEOUT        seconds to wait for each component (default 90)
 #   DEVCLUSTER_APISERVER_ARGS extra kube-apiserver flags (word-split), e.g. --feature-gates=...
+#   DEVCLUSTER_SCHEDULER_ARGS extra kube-scheduler flags (word-split), e.g. --config=FILE (a
+#                             KubeSchedulerConfiguration; its clientConnection.kubeconfig must then be
+#                             $TORCHJOB_DEVCLUSTER_DIR/kube-scheduler.kubeconfig)
 #   DEVCLUSTER_KWOK_CONFIG    extra kwok config files (comma-separated), e.g. more Stages
 #                             (kwok.x-k8s.io/v1alpha1) for pods not owned by a Job
 #   DEVCLUSTER_KWOK_VERSION   sigs.k8s.io/kwok version to go-install (default v0.8.0)
@@ -502,6 +505,8 @@ cmd_up() {
         local sport; sport=$(free_port)
         echo "$sport" >"$STATE/kube-scheduler.port"
         write_kubeconfig "$STATE/kube-scheduler.kubeconfig" system:kube-scheduler "$sched_tok"
+        # shellcheck disable=SC2206 # intentional word splitting of user-supplied extra args
+        local sextra=(${DEVCLUSTER_SCHEDULER_ARGS:-})
         start_proc kube-scheduler "$BIN/kube-scheduler" \
             --kubeconfig="$STATE/kube-scheduler.kubeconfig" \
             --authentication-kubeconfig="$STATE/kube-scheduler.kubeconfig" \
@@ -509,7 +514,7 @@ cmd_up() {
             --authentication-skip-lookup=true \
             --bind-address=127.0.0.1 --secure-port="$sport" \
             --cert-dir="$STATE/pki/kube-scheduler" \
-            --leader-elect=false
+            --leader-elect=false "${sextra[@]}"
         wait_for kube-scheduler "kube-scheduler /healthz" curl -skf --max-time 2 "https://127.0.0.1:$sport/healthz"
     fi
 
