@@ -120,9 +120,16 @@ def held_for_quota(kube: Client, name: str, namespace: str) -> None:
     torchjob made no pod. Kueue's scheduler says why in QuotaReserved False, but may fail to write
     it: with waitForPodsReady its job controller adds the new Workload's PodsReady condition at the
     same moment, the scheduler's update conflicts, and it puts the Workload back among the
-    inadmissible ones without retrying the write (v0.13.2, scheduler.go requeueAndUpdate)."""
+    inadmissible ones without retrying the write (v0.13.2, scheduler.go requeueAndUpdate). On a
+    loaded machine its first answer can be "ClusterQueue  doesn't exist" (its cache has the
+    LocalQueue before the queue it points to): the quota's answer follows."""
     assert workload(kube, name, namespace) is not None
-    reserved = wl_conditions(kube, name, namespace).get("QuotaReserved")
+    end = time.monotonic() + 30
+    while True:
+        reserved = wl_conditions(kube, name, namespace).get("QuotaReserved")
+        if reserved is None or "doesn't exist" not in reserved["message"] or time.monotonic() > end:
+            break
+        time.sleep(0.2)
     if reserved is not None:
         assert reserved["status"] == "False" and "insufficient unused quota" in reserved["message"], reserved
     assert "Admitted" not in wl_conditions(kube, name, namespace) or \
