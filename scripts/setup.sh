@@ -8,4 +8,4 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test,audit]"
+.venv/bin/python -m pip install -q -e ".[test,audit,docs]"
