@@ -1,0 +1,127 @@
+"""The docs' commands and examples, run: each test reads the blocks that name it
+(`<!-- tested by: tests/docs/test_docs_run.py::NAME -->`) out of the pages and runs them as a
+user would, comparing what the page shows with what they print. The bundled DDP example runs
+once for all the pages that show it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.docs.blocks import REPO, Block, claimed_by
+from tests.docs.console import assert_shown, commands, run, sessions
+
+pytestmark = pytest.mark.e2e
+HERE = "tests/docs/test_docs_run.py"
+
+
+@dataclass(frozen=True)
+class Ran:
+    home: Path
+    code: int
+    output: str
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ran]:
+    """`torchjob run examples/ddp/job.yaml` (the quickstart's own command), once, in a store of its own."""
+    home = tmp_path_factory.mktemp("ddp-home")
+    code, out = run("torchjob run examples/ddp/job.yaml", home)
+    yield Ran(home, code, out)
+
+
+def _of(test: str, lang: str | None = None) -> list[Block]:
+    found = claimed_by(f"{HERE}::{test}")
+    return [b for b in found if lang is None or b.lang == lang]
+
+
+def _console(block: Block, home: Path, cwd: Path = REPO, ordered: bool = True,
+             fix: tuple[tuple[str, str], ...] = ()) -> None:
+    """Runs each `$ ` command of a console block and checks the page's lines are in what it printed."""
+    for command, shown in sessions(block.text):
+        code, out = run(command, home, cwd)
+        for pattern, repl in fix:
+            out, shown = re.sub(pattern, repl, out), re.sub(pattern, repl, shown)
+        try:
+            assert_shown(shown, out, home, ordered)
+        except AssertionError as e:
+            raise AssertionError(f"{block.where}: $ {command} (exit {code}):\n{e}") from None
+
+
+def test_the_two_commands(ddp: Ran) -> None:
+    blocks = _of("test_the_two_commands")
+    for b in (b for b in blocks if b.lang == "bash"):
+        assert commands(b.text) == ["bash scripts/quickstart.sh", "bash scripts/test.sh"], b.where
+    # the first runs the bundled example (its last line); the second is the test command CI runs,
+    # which builds these docs strictly and runs this very test (it cannot run itself here)
+    quickstart = (REPO / "scripts" / "quickstart.sh").read_text().strip().splitlines()
+    assert quickstart[-1] == "exec .venv/bin/torchjob run examples/ddp/job.yaml"
+    assert "bash scripts/setup.sh" in quickstart
+    assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
+    assert "mkdocs build --strict" in (REPO / "scripts" / "test.sh").read_text()
+    assert ddp.code == 0, ddp.output
+    outputs = [b for b in blocks if b.lang == "text"]
+    assert outputs
+    for b in outputs:  # three processes print at once: their lines interleave differently each run
+        assert_shown(b.text, ddp.output, ddp.home, ordered=False)
+
+
+def test_the_ddp_tutorial(ddp: Ran) -> None:
+    assert ddp.code == 0, ddp.output
+    for b in _of("test_the_ddp_tutorial"):
+        if b.lang == "yaml":
+            assert b.text.strip() == (REPO / "examples" / "ddp" / "job.yaml").read_text().strip(), b.where
+        elif b.lang == "console":
+            for command, shown in sessions(b.text):
+                if command == "torchjob run examples/ddp/job.yaml":  # the run the fixture made
+                    assert_shown(shown, ddp.output, ddp.home, ordered=False)
+                else:
+                    _console(Block(b.page, b.line, b.lang, f"$ {command}\n{shown}", b.claim), ddp.home)
+        elif b.lang == "text":
+            assert_shown(b.text, ddp.output, ddp.home, ordered=False)
+        else:
+            raise AssertionError(f"{b.where}: a {b.lang!r} block this test does not know how to run")
+
+
+def test_a_job_that_fails(tmp_path: Path) -> None:
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    blocks = _of("test_a_job_that_fails")
+    for b in (b for b in blocks if b.lang == "yaml"):
+        name = "ddp-broken.yaml" if "name: ddp-broken" in b.text else "job.yaml"
+        (tmp_path / name).write_text(b.text + "\n")
+    home = tmp_path / "home"
+    # which worker fails first, and so which one the root cause names, changes from run to run
+    which = ((r"worker-[01]", "worker-<i>"), (r"node rank [12]", "node rank <n>"))
+    for b in (b for b in blocks if b.lang == "console"):
+        _console(b, home, tmp_path, ordered=False, fix=which)
+
+
+def test_the_layout_names_what_exists() -> None:
+    for b in _of("test_the_layout_names_what_exists"):
+        base: Path | None = None
+        for line in b.text.splitlines():
+            m = re.match(r"^(\s*)(\S+)", line)
+            if not m:
+                continue
+            word = m[2]
+            if word.endswith("/") and not m[1]:
+                base = REPO / word
+                assert base.is_dir(), f"{b.where}: {word} is not a directory"
+            elif base is not None and (word.endswith("/") or word.endswith(".py")) and len(m[1]) <= 4:
+                assert (base / word).exists() or (REPO / "src" / "torchjob" / word).exists(), \
+                    f"{b.where}: {word} is named but {base / word} does not exist"
+
+
+def test_the_bench_tables_are_what_the_benches_print() -> None:
+    sources = "\n".join(p.read_text() for p in (REPO / "bench").glob("*.py"))
+    for b in _of("test_the_bench_tables_are_what_the_benches_print"):
+        for line in b.text.splitlines():
+            label = re.split(r"\s{2,}|:\s", line.strip())[0]
+            if not re.search(r"[a-z]{3}", label) or "/" in label or label.startswith(("peer", "targets")):
+                continue
+            assert label in sources, f"{b.where}: {label!r} is printed by no bench in bench/"
+
