@@ -63,19 +63,21 @@ def commands(text: str) -> list[str]:
     return out
 
 
-def argv(command: str) -> list[str]:
-    """`torchjob ...` as this interpreter's torchjob (the one under test), the rest as written."""
-    words = shlex.split(command, comments=True)
-    if words and words[0] == "torchjob":
-        return [sys.executable, "-m", "torchjob", *words[1:]]
-    return words
+def shim(directory: Path) -> Path:
+    """A `torchjob` on PATH that is this interpreter's (the tree under test), so that a page's
+    command runs as the user types it, through bash (pipes, `>`, `&&` as written)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / "torchjob"
+    exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m torchjob "$@"\n')
+    exe.chmod(0o755)
+    return directory
 
 
 def run(command: str, home: Path, cwd: Path = REPO, timeout: float = 180) -> tuple[int, str]:
     """Runs a command as a user would (stdin closed), stdout and stderr in one stream as a terminal shows."""
-    env = {**os.environ, "TORCHJOB_HOME": str(home), "COLUMNS": "200"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.run(argv(command), cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+    bin_dir = shim(home.parent / f"{home.name}-bin")
+    env = {**os.environ, "TORCHJOB_HOME": str(home), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
     return proc.returncode, proc.stdout
 

@@ -5,6 +5,8 @@ once for all the pages that show it."""
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,15 +41,17 @@ def _of(test: str, lang: str | None = None) -> list[Block]:
     return [b for b in found if lang is None or b.lang == lang]
 
 
-def _console(block: Block, home: Path, cwd: Path = REPO, ordered: bool = True,
+def _console(block: Block, home: Path, cwd: Path = REPO, ordered: bool | None = None,
              fix: tuple[tuple[str, str], ...] = ()) -> None:
-    """Runs each `$ ` command of a console block and checks the page's lines are in what it printed."""
+    """Runs each `$ ` command of a console block and checks the page's lines are in what it printed:
+    in order, except for `torchjob run` (its replicas print at once, interleaved differently each run)."""
     for command, shown in sessions(block.text):
         code, out = run(command, home, cwd)
+        in_order = not command.startswith("torchjob run") if ordered is None else ordered
         for pattern, repl in fix:
             out, shown = re.sub(pattern, repl, out), re.sub(pattern, repl, shown)
         try:
-            assert_shown(shown, out, home, ordered)
+            assert_shown(shown, out, home, in_order)
         except AssertionError as e:
             raise AssertionError(f"{block.where}: $ {command} (exit {code}):\n{e}") from None
 
@@ -125,3 +129,55 @@ def test_the_bench_tables_are_what_the_benches_print() -> None:
                 continue
             assert label in sources, f"{b.where}: {label!r} is printed by no bench in bench/"
 
+
+
+def _examples(tmp_path: Path) -> Path:
+    """A directory to run a page's commands in, with the repository's examples/ (what they name)."""
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    return tmp_path
+
+
+def _file_blocks(blocks: list[Block]) -> None:
+    """A yaml block is a file of examples/, as it is there; a diff block is the diff of two of them."""
+    files = {p.read_text().strip(): p for p in (REPO / "examples").rglob("*.yaml")}
+    for b in blocks:
+        if b.lang == "yaml":
+            assert b.text.strip() in files, f"{b.where}: this document is not a file of examples/ (as it is there)"
+        elif b.lang == "diff":
+            old, new = re.findall(r"^--- (\S+)\n\+\+\+ (\S+)", b.text, re.M)[0]
+            a, c = (REPO / old).read_text().splitlines(True), (REPO / new).read_text().splitlines(True)
+            assert b.text.strip() == "".join(difflib.unified_diff(a, c, old, new)).strip(), f"{b.where}: stale diff"
+
+
+def _run_page(test: str, tmp_path: Path) -> None:
+    blocks = _of(test)
+    _file_blocks(blocks)
+    cwd, home = _examples(tmp_path), tmp_path / "home"
+    for b in blocks:
+        if b.lang == "console":
+            _console(b, home, cwd)
+        elif b.lang not in ("yaml", "diff"):
+            raise AssertionError(f"{b.where}: a {b.lang!r} block this test does not know how to run")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the PVC's stand-in is mounted at /t9k/mnt: root (or user namespaces)")
+def test_coming_from_t9k(tmp_path: Path) -> None:
+    _run_page("test_coming_from_t9k", tmp_path)
+    assert (tmp_path / "mnist-pvc" / "model_state_dict.pt").is_file()
+    assert (tmp_path / "mnist-pvc" / "log" / "loss.txt").is_file()
+
+
+def test_coming_from_volcano(tmp_path: Path) -> None:
+    _run_page("test_coming_from_volcano", tmp_path)
+
+
+def test_coming_from_kubeflow(tmp_path: Path) -> None:
+    _run_page("test_coming_from_kubeflow", tmp_path)
+
+
+def test_coming_from_torchrun(tmp_path: Path) -> None:
+    _run_page("test_coming_from_torchrun", tmp_path)
+
+
+def test_coming_from_torchx(tmp_path: Path) -> None:
+    _run_page("test_coming_from_torchx", tmp_path)
