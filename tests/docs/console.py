@@ -54,12 +54,12 @@ def sessions(text: str) -> list[tuple[str, str]]:
 
 
 def commands(text: str) -> list[str]:
-    """A bash block's commands, one a line, trailing comments dropped."""
+    """A bash block's commands, one a line, as written (a trailing `  # comment` dropped)."""
     out = []
     for line in text.splitlines():
-        words = shlex.split(line, comments=True)
-        if words:
-            out.append(shlex.join(words))
+        line = re.sub(r"(^|\s+)#\s.*$", "", line).strip()
+        if line:
+            out.append(line)
     return out
 
 

@@ -181,3 +181,55 @@ def test_coming_from_torchrun(tmp_path: Path) -> None:
 
 def test_coming_from_torchx(tmp_path: Path) -> None:
     _run_page("test_coming_from_torchx", tmp_path)
+
+
+def test_the_torchjob_document(tmp_path: Path) -> None:
+    """The reference's document is a valid TorchJob whose every field reaches the plan."""
+    (block,) = _of("test_the_torchjob_document")
+    (tmp_path / "job.yaml").write_text(block.text + "\n")
+    code, out = run("torchjob validate job.yaml", tmp_path / "home", tmp_path)
+    assert code == 0 and "job.yaml: valid TorchJob 'my-job'" in out, out
+    code, out = run("torchjob render job.yaml -o json", tmp_path / "home", tmp_path)
+    assert code == 0, out
+    assert '"NCCL_DEBUG": "INFO"' in out and '"workingDir": "/path"' in out and '"WORLD_SIZE": "3"' in out
+    assert "--configmap my-scripts=PATH" in out  # the configMap volume needs its files: said, not dropped
+
+
+def test_reporting_progress(tmp_path: Path) -> None:
+    """The page's loop, with a made-up step, reports from a real replica to torchjob's endpoint."""
+    (block,) = _of("test_reporting_progress")
+    script = "import time\nsteps = 20\n\nclass _Loss:\n    def item(self) -> float:\n        return 0.5\n\n" \
+             "def train_one_step() -> _Loss:\n    time.sleep(0.05)\n    return _Loss()\n\n" + block.text + "\n"
+    (tmp_path / "train.py").write_text(script)
+    (tmp_path / "job.yaml").write_text(
+        "apiVersion: torchjob.dev/v1\nkind: TorchJob\nmetadata: {name: reports}\nspec:\n  pytorchReplicaSpecs:\n"
+        "    Master:\n      template:\n        spec:\n          containers:\n"
+        "            - {name: pytorch, command: [python, train.py]}\n")
+    home = tmp_path / "home"
+    code, out = run("torchjob run job.yaml", home, tmp_path)
+    assert code == 0, out
+    code, out = run("torchjob describe reports", home, tmp_path)
+    assert "step 20/20" in out and "loss=0.5" in out and "lr=0.01" in out, out
+
+
+def test_the_operator_offline(tmp_path: Path) -> None:
+    (block,) = _of("test_the_operator_offline")
+    cwd, home = _examples(tmp_path), tmp_path / "home"
+    outputs = {}
+    for command in commands(block.text):
+        code, out = run(command, home, cwd)
+        assert code == 0, f"{block.where}: {command}: {out}"
+        outputs[command] = out
+    import yaml
+
+    plain = list(yaml.safe_load_all((tmp_path / "torchjob.yaml").read_text()))
+    kinds = [o["kind"] for o in plain]
+    assert "CustomResourceDefinition" in kinds and "Deployment" in kinds and "ClusterRole" in kinds
+    more = list(yaml.safe_load_all((tmp_path / "with-kubeflow.yaml").read_text()))
+    crds = [o["metadata"]["name"] for o in more if o["kind"] == "CustomResourceDefinition"]
+    assert crds == ["torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"] or set(crds) == {
+        "torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"}
+    deployment = next(o for o in more if o["kind"] == "Deployment")
+    assert "--gang-scheduler-name=volcano" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    rendered = outputs["torchjob render --kube examples/ddp/job.yaml"]
+    assert "name: ddp-example-master-0" in rendered and "name: ddp-example-worker-1" in rendered
