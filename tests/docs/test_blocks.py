@@ -42,9 +42,20 @@ def test_the_blocks_of_tests_docs_are_all_run() -> None:
             path, _, name = b.claim.partition("::")
             source = (REPO / path).read_text(encoding="utf-8")
             fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
-            assert "claimed_by" in ast.unparse(fn), f"{b.where}: {b.claim} does not read the blocks it claims"
+            body = ast.unparse(fn)
+            reads = ("claimed_by(", "_of(", "_run_page(")  # tests/docs/test_docs_run.py's readers of claimed blocks
+            assert any(r in body for r in reads), f"{b.where}: {b.claim} does not read the blocks it claims"
 
 
 def test_the_readme_is_a_front_door() -> None:
     lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
     assert lines <= README_LIMIT, f"README.md has {lines} lines; the limit is {README_LIMIT}: move the rest to docs/"
+
+
+def test_the_readmes_links_lead_somewhere() -> None:
+    import re
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if "://" not in target:
+            assert (REPO / target).exists(), f"README.md links to {target}, which does not exist"

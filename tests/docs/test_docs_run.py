@@ -233,3 +233,7 @@ def test_the_operator_offline(tmp_path: Path) -> None:
     assert "--gang-scheduler-name=volcano" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     rendered = outputs["torchjob render --kube examples/ddp/job.yaml"]
     assert "name: ddp-example-master-0" in rendered and "name: ddp-example-worker-1" in rendered
+
+
+def test_moving_to_a_cluster(tmp_path: Path) -> None:
+    _run_page("test_moving_to_a_cluster", tmp_path)
