@@ -104,7 +104,7 @@ def assert_shown(shown: str, real: str, home: Path | None = None, ordered: bool 
                 raise AssertionError(f"shown but not printed (after line {pos}): {w!r}\nprinted:\n  "
                                      + "\n  ".join(got)) from None
         else:
-            assert pos < len(got) and got[pos] == w, (f"shown {w!r}, printed {got[pos] if pos < len(got) else 'nothing'!r}"
-                                                      "\nprinted:\n  " + "\n  ".join(got))
+            printed = got[pos] if pos < len(got) else "nothing"
+            assert printed == w, f"shown {w!r}, printed {printed!r}\nprinted:\n  " + "\n  ".join(got)
             pos += 1
         free = False
