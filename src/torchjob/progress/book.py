@@ -1,6 +1,7 @@
 """What a runtime keeps of one job's progress reports: the latest progress (percent, ETA, rate,
-metrics, and their downsampled history), when each replica attempt last reported (the fact `core` judges stalls by), and the job's
-rate limit. Thread-safe; times are given by the caller, so it can be tested without a clock."""
+metrics, and their downsampled history), when each replica attempt last reported (the fact `core`
+judges stalls by), and the job's rate limit. Thread-safe; times are given by the caller, so it can
+be tested without a clock."""
 
 from __future__ import annotations
 

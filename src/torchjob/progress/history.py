@@ -31,7 +31,7 @@ KUBE_SERIES = 8
 DIGITS = 5
 
 
-def number(text: str) -> float | None | bool:
+def number(text: str) -> float | bool | None:
     """A reported value as a chart's number: a float, None for NaN/inf (a gap), False when it is no
     number at all (no curve)."""
     try:
@@ -93,8 +93,8 @@ class History:
         values: dict[str, float | None] = {}
         for name, text in metrics.items():
             v = number(text)
-            if v is not False and self._admit(name):
-                values[name] = self._round(v)  # type: ignore[arg-type]
+            if v is not False and not isinstance(v, bool) and self._admit(name):
+                values[name] = self._round(v)
         if restart:
             cut = bisect.bisect_right(self.steps, step)
             del self.steps[cut:]

@@ -112,6 +112,8 @@ def make_app(source: Source, token: str, cookie: str) -> Starlette:
                 try:
                     rows = await run_in_threadpool(source.jobs)
                     out.append(("jobs", {"where": where(), "jobs": rows}))
+                    if source.problem:
+                        out.append(("problem", {"error": source.problem}))
                     if open_job:
                         ns, _, name = open_job.partition("/")
                         out.append(("job", await run_in_threadpool(source.job, _ns(ns), name)))

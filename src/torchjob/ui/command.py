@@ -4,16 +4,16 @@ uvicorn) is imported when the command runs."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from torchjob.runtime import Runtime
 
-F = TypeVar("F", bound=Callable[..., Any])
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def ui_command(kube_options: Callable[[F], F], runtime: Callable[..., Runtime[Any]]) -> click.Command:
+def ui_command(kube_options: Decorator, runtime: Callable[..., Runtime[Any]]) -> click.Command:
     """`torchjob ui`, acting through `runtime(**where)` (the CLI's runtime picker, with its --kube flags)."""
 
     @click.command(name="ui")

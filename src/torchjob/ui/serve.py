@@ -64,7 +64,7 @@ def serve(where: Where, runtime_for: Callable[[str | None], Runtime[Any]], host:
               "sees the URL (and its token) can suspend and delete your jobs", file=sys.stderr)
     bound = sock.getsockname()[1]
     token = secrets.token_hex(24)
-    app = make_app(Source(where, runtime_for), token, cookie=f"torchjob-ui-{bound}")
+    app = make_app(Source(where, runtime_for).start(), token, cookie=f"torchjob-ui-{bound}")
     url = url_of(host, bound, token)
     print(url, flush=True)  # the first line on stdout, for scripts and tests
     print(f"torchjob ui: serving {'this machine' if where.local else 'the cluster'}'s jobs at {url} "

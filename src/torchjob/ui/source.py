@@ -6,7 +6,6 @@ threads, one call at a time (the store's connection and the client are shared)."
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,12 +94,18 @@ class Source:
     """The dashboard's one way to the jobs. `runtime_for(namespace)` gives the runtime acting in
     that namespace (locally the one store, whatever the namespace)."""
 
-    def __init__(self, where: Where, runtime_for: Callable[[str | None], Runtime[Any]]) -> None:
+    def __init__(self, where: Where, runtime_for: Callable[[str | None], Runtime[Any]],
+                 refresh_s: float = 1.0) -> None:
         self.where = where
         self._runtime_for = runtime_for
         self._runtimes: dict[str | None, Runtime[Any]] = {}
         self._lock = threading.Lock()
-        self._jobs_cache: tuple[float, list[dict[str, Any]]] | None = None
+        self.refresh_s = refresh_s
+        self._rows: list[dict[str, Any]] | None = None
+        self._listed = threading.Condition()
+        self._stale = threading.Event()
+        self._lister: threading.Thread | None = None
+        self.problem: str | None = None  # why the last listing failed (RBAC, a cluster away)
 
     def _rt(self, namespace: str | None) -> Runtime[Any]:
         key = None if self.where.local else (namespace or self.where.namespace)
@@ -108,14 +113,38 @@ class Source:
             self._runtimes[key] = self._runtime_for(key)
         return self._runtimes[key]
 
-    def jobs(self, max_age_s: float = 0.5) -> list[dict[str, Any]]:
-        """Every job's row; one listing serves every page that asks within `max_age_s`."""
-        with self._lock:
-            now = time.monotonic()
-            if self._jobs_cache is None or now - self._jobs_cache[0] > max_age_s:
-                views = self._rt(self.where.namespace).list()
-                self._jobs_cache = (time.monotonic(), [row(v) for v in views])
-            return self._jobs_cache[1]
+    def start(self) -> Source:
+        """List the jobs in the background, every `refresh_s` (and at once after an action): every
+        page reads the latest listing instead of making one, so a page's first paint never waits
+        for a listing of a thousand jobs, however many pages are open."""
+        if self._lister is None:
+            self._lister = threading.Thread(target=self._list_forever, name="torchjob-ui-lister", daemon=True)
+            self._lister.start()
+        return self
+
+    def _list_forever(self) -> None:
+        lister = self._runtime_for(self.where.namespace)  # its own (store connection, client): no lock
+        while True:
+            try:
+                rows = [row(v) for v in lister.list()]
+                self.problem = None
+            except Exception as e:  # the cluster refused or went away: the pages say so, and it goes on
+                rows = self._rows or []
+                self.problem = e.render() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+            with self._listed:
+                self._rows = rows
+                self._listed.notify_all()
+            self._stale.wait(self.refresh_s)
+            self._stale.clear()
+
+    def jobs(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Every job's row, from the latest listing (the first one waited for)."""
+        self.start()
+        with self._listed:
+            self._listed.wait_for(lambda: self._rows is not None, timeout_s)
+            if self._rows is None:
+                raise TimeoutError(f"listing the jobs took over {timeout_s:g}s")
+            return self._rows
 
     def job(self, namespace: str, name: str) -> dict[str, Any]:
         with self._lock:
@@ -154,4 +183,4 @@ class Source:
         with self._lock:
             rt = self._rt(namespace or None)
             {"suspend": rt.suspend, "resume": rt.resume, "delete": rt.delete}[verb](name)
-            self._jobs_cache = None
+        self._stale.set()  # the jobs page shows it at once

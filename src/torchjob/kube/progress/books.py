@@ -7,8 +7,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from torchjob.kube.progress.view import BookKey, CachesView, Key
 from torchjob.api.status import JobStatus, MetricHistory
+from torchjob.kube.progress.view import BookKey, CachesView, Key
 from torchjob.progress.book import Book
 from torchjob.progress.history import KUBE_CAPACITY, KUBE_SERIES
 from torchjob.progress.server import Reporter

@@ -65,6 +65,7 @@
     source.onopen = () => { live.textContent = "live"; live.className = "on"; };
     source.onerror = () => { live.textContent = "reconnecting"; live.className = "off"; };
     source.addEventListener("jobs", (ev) => {
+      if (!performance.getEntriesByName("jobs-data").length) performance.mark("jobs-data");
       const data = JSON.parse(ev.data);
       ui.jobs = data.jobs; ui.where = data.where;
       showWhere();
@@ -124,6 +125,7 @@
         el("td", {}, j.reason || "")));
     }
     tbody.replaceChildren(frag);
+    if (!performance.getEntriesByName("jobs-rows").length) performance.mark("jobs-rows");
     document.getElementById("count").textContent = shown.length + " of " + ui.jobs.length + " jobs";
     if (ui.firstPaint === null) {
       // painted: the frame after the rows went in (measured from navigation start, in ms)
@@ -140,7 +142,7 @@
   function section(title, id, ...kids) { return el("section", { id }, el("h2", {}, title), ...kids); }
   function renderJob() {
     const j = ui.job;
-    if (!j) return;
+    if (!j || !location.hash.startsWith("#/job/")) return;
     if (!document.getElementById("job-root") || document.getElementById("job-root").dataset.name !== j.name) buildJob(j);
     fillJob(j);
   }
@@ -179,7 +181,7 @@
   }
   function kv(pairs) {
     return el("dl", { class: "kv" }, pairs.filter((p) => p[1] !== null && p[1] !== undefined && p[1] !== "")
-      .map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+      .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   }
   function table(heads, rows, testid) {
     return el("table", { "data-testid": testid }, el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))),
@@ -192,7 +194,7 @@
     document.getElementById("act-suspend").disabled = !running || j.suspended;
     document.getElementById("act-resume").disabled = !j.suspended;
     const p = j.progress || {};
-    fill("progress", j.progress ? el("div", {}, bar(j.percent, j.eta, true), kv([
+    fill("progress", j.progress ? el("div", {}, bar(j.percent, j.state === "Running" ? j.eta : null, true), kv([
       ["step", p.step !== undefined ? p.step + (p.total ? " / " + p.total : "") : null],
       ["rate", p.rate ? (p.rate >= 1 ? p.rate.toPrecision(3) + " steps/s" : (1 / p.rate).toPrecision(3) + " s/step") : null],
       ["ETA", p.etaSeconds !== undefined ? duration(p.etaSeconds) : null],
@@ -238,7 +240,6 @@
     const box = document.getElementById("charts");
     if (!h) { if (!box.firstChild) box.appendChild(el("p", { class: "muted", id: "no-metrics" }, "no metrics reported")); return; }
     document.getElementById("no-metrics")?.remove();
-    const width = Math.max(300, Math.min(640, box.clientWidth / (h.series.length > 1 ? 2 : 1) - 24));
     for (const s of h.series) {
       const xs = [], ys = [];
       h.steps.forEach((x, i) => { if (s.values[i] !== null) { xs.push(x); ys.push(s.values[i]); } });
@@ -247,7 +248,7 @@
       if (have) { have.setData(data); continue; }
       const holder = el("div", { class: "chart", "data-metric": s.name }, el("div", { class: "title" }, s.name));
       box.appendChild(holder);
-      ui.charts[s.name] = new uPlot({ width, height: 220, scales: { x: { time: false } },
+      ui.charts[s.name] = new uPlot({ width: Math.max(280, holder.clientWidth - 14), height: 220, scales: { x: { time: false } },
         series: [{ label: "step" }, { label: s.name, stroke: s.name.toLowerCase().includes("loss") ? "#e5534b" : "#3056d3", width: 1.5 }],
         axes: [{ label: "step" }, {}], legend: { show: true } }, data, holder);
     }
@@ -285,12 +286,17 @@
         const out = await api("api/jobs/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name) + "/log", {},
           { replica, attempt });
         if (out.text !== ui.log.text || sel.value !== ui.log.key) { ui.log.text = out.text; ui.log.key = sel.value; showLog(true); }
-      } catch (e) { ui.log.text = ""; document.getElementById("log").textContent = String(e.message); }
+      } catch (e) {
+        ui.log.text = "";
+        const pre = document.getElementById("log");
+        if (pre) pre.textContent = String(e.message);
+      }
     }
     if (document.getElementById("log")) logTimer = setTimeout(pollLog, 1000);
   }
   function showLog(fresh) {
     const pre = document.getElementById("log");
+    if (!pre) return;
     const lines = ui.log.text.split("\n");
     if (lines.length && lines[lines.length - 1] === "") lines.pop();
     const needle = ui.log.search;
