@@ -5,6 +5,7 @@ loss curve. The dashboard reads with the user's kubeconfig; nothing runs in the 
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,10 +15,7 @@ from lightkube.types import PatchType
 
 from tests.jobs import job_data
 from tests.ui.conftest import Dashboard, Page, wait
-from tests.ui.conftest import artifacts as _artifacts  # noqa: F401 (the browser tests' fixtures, by their names)
-from tests.ui.conftest import browser as _browser  # noqa: F401
-from tests.ui.conftest import dashboard as _dashboard  # noqa: F401
-from tests.ui.conftest import page as _page  # noqa: F401
+from tests.ui.test_docs_dashboard import block
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.served.kinds import TORCHJOB
 from torchjob.progress.book import Book
@@ -72,4 +70,24 @@ def test_the_dashboard_shows_a_cluster_job_its_percent_and_its_curve(
         progress.model_dump(mode="json", exclude_none=True))}, namespace=namespace, patch_type=PatchType.MERGE)
     wait(lambda: p.evaluate("tj.charts.loss.data[0].at(-1)") == STEPS, what="the new write, live")
     p.screenshot(path=str(artifacts / "kube-job-page.png"), full_page=True)
+    assert page.dialogs == [] and page.errors == []
+
+
+def test_every_namespace_as_the_guide_shows_it(kube: Client, kubeconfig: str, namespace: str, tmp_path: Any,
+                                              page: Page, dashboard: Any) -> None:
+    """docs/guide/dashboard.md's --kube block, as the page has it: the job shows with its namespace."""
+    (line,) = block("test_every_namespace_as_the_guide_shows_it").splitlines()
+    argv = shlex.split(line)
+    assert argv[:2] == ["torchjob", "ui"]
+    data = job_data("everywhere", workers=1, command=["python", "train.py"])
+    data["metadata"]["namespace"] = namespace
+    kube.create(TorchJobRes.from_dict(data))
+    d: Dashboard = dashboard(tmp_path, *argv[2:], env={"KUBECONFIG": kubeconfig})
+    p = page.page
+    p.goto(d.url)
+    row = p.locator('tr[data-job="everywhere"]', has_text=namespace)
+    row.wait_for(timeout=30_000)
+    assert p.locator("#where").inner_text() == "cluster, every namespace"
+    row.locator("a").click()
+    p.locator("#job-name", has_text="everywhere").wait_for()
     assert page.dialogs == [] and page.errors == []

@@ -116,10 +116,11 @@ def dashboard() -> Iterator[Callable[..., Dashboard]]:
 
 
 def seed_jobs(home: Path, n: int, steps: int = 100) -> None:
-    """`n` finished jobs in a store, each with progress and a loss history, written as the runtime
-    writes them (the store's own calls; the progress book's history)."""
+    """`n` jobs in a store, each with progress and a loss history, written as the runtime writes them
+    (the store's own calls; the progress book's history): of every six, two running (part done), three
+    succeeded, one failed (BackoffLimitExceeded)."""
     from torchjob.api.model import JobStatus
-    from torchjob.api.status import Condition, ConditionType
+    from torchjob.api.status import Condition, ConditionType, FailureInfo
     from torchjob.local.store import Store
     from torchjob.progress.book import Book
     from torchjob.progress.protocol import Report
@@ -130,15 +131,19 @@ def seed_jobs(home: Path, n: int, steps: int = 100) -> None:
         job = make_job(f"job-{i:04d}", uid=str(uuid.uuid4()))
         store.create_job(job, {})
         book = Book()
-        for s in range(1, steps + 1, max(1, steps // 20)):
+        kind = ("Running", "Succeeded", "Succeeded", "Running", "Succeeded", "Failed")[i % 6]
+        last = steps if kind == "Succeeded" else 1 + (i * 37) % (steps - 1)
+        for s in range(1, last + 1, max(1, steps // 20)):
             book.record("master-0", 0, Report(step=s, total=steps, percent=100.0 * s / steps,
                                               metrics={"loss": str(1 / s)}), now)
-        done = i % 3 != 0
-        conds = [Condition(type=ConditionType.CREATED, status="True", reason="Created", lastTransitionTime=now)]
-        if done:
-            conds.append(Condition(type=ConditionType.SUCCEEDED, status="True", reason="Succeeded",
-                                   lastTransitionTime=now))
-        store.set_status(job.name, JobStatus(conditions=conds, progress=book.progress(), restartCount=i % 2))
+        book.record("master-0", 0, Report(step=last, total=steps, percent=100.0 * last / steps,
+                                          metrics={"loss": str(1 / last)}), now)
+        conds = [Condition(type=ConditionType.CREATED, status="True", reason="Created", lastTransitionTime=now),
+                 Condition(type=ConditionType(kind), status="True", reason=kind, lastTransitionTime=now)]
+        failure = FailureInfo(reason="BackoffLimitExceeded", message="worker-1 exited 1", replica="worker-1",
+                              exitCode=1) if kind == "Failed" else None
+        store.set_status(job.name, JobStatus(conditions=conds, progress=book.progress(), restartCount=i % 2,
+                                             failure=failure))
     store.close()
 
 

@@ -197,7 +197,7 @@
     fill("progress", j.progress ? el("div", {}, bar(j.percent, j.state === "Running" ? j.eta : null, true), kv([
       ["step", p.step !== undefined ? p.step + (p.total ? " / " + p.total : "") : null],
       ["rate", p.rate ? (p.rate >= 1 ? p.rate.toPrecision(3) + " steps/s" : (1 / p.rate).toPrecision(3) + " s/step") : null],
-      ["ETA", p.etaSeconds !== undefined ? duration(p.etaSeconds) : null],
+      ["ETA", p.etaSeconds !== undefined && j.state === "Running" ? duration(p.etaSeconds) : null],
       ["metrics", (p.metrics || []).map((m) => m.name + "=" + m.value).join("  ")],
       ["last report", p.lastReportTime ? new Date(p.lastReportTime).toLocaleString() + (p.reporter ? " from " + p.reporter : "") : null],
     ])) : el("p", { class: "muted" }, "no progress reported (report it with torchjob.report)"));
