@@ -94,6 +94,8 @@ def test_a_reporting_job_its_percent_its_loss_curve_and_its_log(tmp_path: Path, 
     assert p.evaluate("[...document.querySelectorAll('.chart')].map(c => c.dataset.metric)") == ["loss", "lr"]
     hist = describe(home, "reporting")["status"]["progress"]["history"]  # describe -o json shows it too
     assert hist["steps"] == list(range(1, 61)) and hist["series"][0]["name"] == "loss"
+    text = torchjob(home, "describe", "reporting").stdout  # and describe draws each curve
+    assert "History:     60 points, steps 1-60\n  loss: █" in text and "1 -> 0.01667" in text, text
     # the log view shows the replica's line
     p.locator("#log .line", has_text="reported 60 steps").wait_for(timeout=30_000)
     p.fill("#log-search", "60 steps")
