@@ -70,6 +70,12 @@ def test_the_dashboard_shows_a_cluster_job_its_percent_and_its_curve(
         progress.model_dump(mode="json", exclude_none=True))}, namespace=namespace, patch_type=PatchType.MERGE)
     wait(lambda: p.evaluate("tj.charts.loss.data[0].at(-1)") == STEPS, what="the new write, live")
     p.screenshot(path=str(artifacts / "kube-job-page.png"), full_page=True)
+    # suspend through the page: with the user's kubeconfig, as `torchjob suspend --kube` does
+    p.click("#act-suspend")
+    p.click("#confirm-yes")
+    p.locator('[data-testid="done"]').wait_for()
+    stored_job = kube.get(TorchJobRes, "curves", namespace=namespace).to_dict()
+    assert stored_job["spec"]["runPolicy"]["suspend"] is True
     assert page.dialogs == [] and page.errors == []
 
 

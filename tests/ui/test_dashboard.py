@@ -187,3 +187,28 @@ def test_hostile_content_is_shown_as_text(tmp_path: Path, page: Page, artifacts:
     assert p.evaluate("window.pwned") is None
     assert p.locator("img[src=x], main script").count() == 0
     assert page.dialogs == [], page.dialogs
+
+
+def test_a_failed_job_shows_its_root_cause_with_torchs_traceback(tmp_path: Path, page: Page, artifacts: Path,
+                                                                 dashboard: Callable[..., Dashboard]) -> None:
+    home = tmp_path / "home"
+    data = job_data("broken", workers=0, command=[sys.executable, str(REPO / "tests" / "programs" / "ddp_step.py"),
+                                                  "--fail-replica", "master-0", "--raise"])
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert torchjob(home, "run", str(path)).returncode == 1
+    d = dashboard(home)
+    p = page.page
+    p.goto(d.url)
+    row = p.locator('tr[data-job="broken"]')
+    row.wait_for()
+    assert row.locator('[data-testid="state"]').inner_text() == "Failed"
+    assert row.locator("td").last.inner_text() != ""  # the failure's reason
+    row.locator("a").click()
+    cause = p.locator('[data-testid="root-cause"]')
+    cause.wait_for()
+    text = cause.inner_text()
+    assert "broken FAILED" in text and "RuntimeError: master-0 could not load its shard" in text, text
+    assert p.locator('[data-testid="timeline"] .tl-seg.bad').count() == 1
+    p.screenshot(path=str(artifacts / "failed-job.png"), full_page=True)
+    assert page.dialogs == [] and page.errors == []
