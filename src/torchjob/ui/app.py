@@ -108,26 +108,25 @@ def make_app(source: Source, token: str, cookie: str) -> Starlette:
         async def events() -> AsyncIterator[str]:
             sent: dict[str, str] = {}
             while not await request.is_disconnected():
-                out = []
+                out: list[tuple[str, Any]] = []
+                problem: str | None = None
                 try:
                     rows = await run_in_threadpool(source.jobs)
                     out.append(("jobs", {"where": where(), "jobs": rows}))
-                    if source.problem:
-                        out.append(("problem", {"error": source.problem}))
+                    problem = source.problem  # the latest listing's (RBAC, a cluster away), else none
                     if open_job:
                         ns, _, name = open_job.partition("/")
                         out.append(("job", await run_in_threadpool(source.job, _ns(ns), name)))
-                except UserError as e:
-                    out.append(("problem", {"error": e.render()}))
+                except UserError as e:  # the open job was deleted, say
+                    problem = e.render()
                 except Exception as e:
-                    out.append(("problem", {"error": f"{type(e).__name__}: {e}"}))
+                    problem = f"{type(e).__name__}: {e}"
+                out.append(("problem", {"error": problem}))  # sent when it changes: null clears the page's
                 for kind, data in out:
                     d = _digest(data)
                     if sent.get(kind) != d:
                         sent[kind] = d
                         yield f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
-                if not out or all(k != "problem" for k, _ in out):
-                    sent.pop("problem", None)
                 yield ": keep-alive\n\n"
                 await asyncio.sleep(PUSH_S)
 

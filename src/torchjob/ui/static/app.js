@@ -82,6 +82,7 @@
   }
   function showProblem(msg) {
     let box = document.getElementById("problem");
+    if (!msg) { if (box) box.remove(); return; }
     if (!box) { box = el("div", { id: "problem", class: "error" }); main.prepend(box); }
     box.textContent = msg;
   }
