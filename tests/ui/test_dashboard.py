@@ -212,3 +212,29 @@ def test_a_failed_job_shows_its_root_cause_with_torchs_traceback(tmp_path: Path,
     assert p.locator('[data-testid="timeline"] .tl-seg.bad').count() == 1
     p.screenshot(path=str(artifacts / "failed-job.png"), full_page=True)
     assert page.dialogs == [] and page.errors == []
+
+
+def test_the_api_answers_a_mistake_with_the_cli_s_message(tmp_path: Path, dashboard: Callable[..., Dashboard]) -> None:
+    seed_jobs(tmp_path, 2)  # job-0000 running (no supervisor), job-0001 succeeded
+    d = dashboard(tmp_path)
+
+    def call(path: str, method: str = "GET") -> tuple[int, dict[str, Any]]:
+        req = urllib.request.Request(d.base + path, method=method, headers={"X-Torchjob-Token": d.token})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    code, body = call("/api/jobs/-/nope")
+    assert code == 404 and body["error"].startswith("no job named 'nope'") and "job-0000" in body["error"]
+    code, body = call("/api/jobs/-/job-0001/suspend", "POST")
+    assert code == 409 and body["error"].startswith("job 'job-0001' has already succeeded"), body
+    code, body = call("/api/jobs/-/job-0001/resume", "POST")
+    assert code == 409, body
+    code, body = call("/api/jobs/-/job-0001/explode", "POST")
+    assert code == 404 and "suspend, resume or delete" in body["error"]
+    code, body = call("/api/jobs/-/job-0001/delete", "POST")
+    assert code == 200 and body == {"ok": True, "verb": "delete", "name": "job-0001"}
+    code, body = call("/api/jobs/-/job-0001")
+    assert code == 404
