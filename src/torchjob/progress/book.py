@@ -128,12 +128,13 @@ class Book:
         with self._lock:
             return self._last.get((replica, attempt))
 
-    def progress(self) -> Progress | None:
-        """The latest progress; None before the first report."""
+    def progress(self, history: bool = True) -> Progress | None:
+        """The latest progress (with its metric history unless `history` is False); None before the
+        first report."""
         with self._lock:
             if not self._progress.lastReportTime:
                 return None
             out = self._progress.model_copy(deep=True)
             # dumped when read (once per write interval), not at every report
-            out.history = self._history.dump() if self._history.points() else None
+            out.history = self._history.dump() if history and self._history.points() else None
             return out
