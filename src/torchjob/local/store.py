@@ -113,7 +113,10 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         if "history" not in {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}:  # a store made before it
-            self._db.execute("ALTER TABLE jobs ADD COLUMN history TEXT")
+            try:
+                self._db.execute("ALTER TABLE jobs ADD COLUMN history TEXT")
+            except sqlite3.OperationalError:  # another process added it first
+                pass
 
     def close(self) -> None:
         self._db.close()
