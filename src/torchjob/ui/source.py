@@ -123,9 +123,11 @@ class Source:
         return self
 
     def _list_forever(self) -> None:
-        lister = self._runtime_for(self.where.namespace)  # its own (store connection, client): no lock
+        lister: Runtime[Any] | None = None
         while True:
             try:
+                if lister is None:  # its own (store connection, client): no lock with the pages' calls
+                    lister = self._runtime_for(self.where.namespace)
                 rows = [row(v) for v in lister.list()]
                 self.problem = None
             except Exception as e:  # the cluster refused or went away: the pages say so, and it goes on

@@ -331,5 +331,6 @@
     else jobsPage();
   }
   window.addEventListener("hashchange", route);
+  setInterval(() => { if (document.getElementById("rows")) renderJobs(); }, 15000); // the ages move on
   route();
 })();
