@@ -238,3 +238,31 @@ def test_the_api_answers_a_mistake_with_the_cli_s_message(tmp_path: Path, dashbo
     assert code == 200 and body == {"ok": True, "verb": "delete", "name": "job-0001"}
     code, body = call("/api/jobs/-/job-0001")
     assert code == 404
+
+
+def test_a_newcomers_torch_job_run_then_seen(tmp_path: Path, page: Page, dashboard: Callable[..., Dashboard]) -> None:
+    """The way in the guide: a real torch.distributed job (gloo, a master and a worker) reporting through
+    torchjob.report, run to its end; then `torchjob ui` shows it: 100%, and its loss curve with every
+    point its history kept."""
+    home = tmp_path / "home"
+    data = job_data("first", workers=1, command=["python", str(REPO / "tests" / "programs" / "ddp_progress.py"),
+                                                 "--steps", "30", "--step-time", "0.1"])
+    path = tmp_path / "first.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc = torchjob(home, "run", str(path), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    hist = describe(home, "first")["status"]["progress"]["history"]
+    assert hist["series"][0]["name"] == "loss" and len(hist["steps"]) >= 2 and hist["steps"][-1] == 30
+    d = dashboard(home)
+    p = page.page
+    p.goto(d.url)
+    row = p.locator('tr[data-job="first"]')
+    row.wait_for()
+    assert row.locator('[data-testid="percent"]').inner_text() == "100%"
+    row.locator("a").click()
+    p.locator('.chart[data-metric="loss"] canvas').first.wait_for()
+    loss = hist["series"][0]["values"]
+    wait(lambda: p.evaluate("tj.charts.loss && tj.charts.loss.data[0].length") == sum(v is not None for v in loss),
+         what="every point of the history drawn")
+    assert p.locator('[data-testid="timeline"] .tl-seg.ok').count() == 2
+    assert page.dialogs == [] and page.errors == []
