@@ -169,10 +169,12 @@ def test_a_pod_refused_for_good_fails_the_job_at_once_with_the_servers_words_and
         async with running(api):
             failed = await until(lambda: condition(api, "Failed"))
             assert failed["reason"] == Reason.POD_REFUSED == "PodRefused"
-            assert "the API server refused pod demo-" in failed["message"]
+            assert "the API server refused pod demo-master-0," in failed["message"]
+            assert "refused too: demo-worker-0, demo-worker-1" in failed["message"]
             if message == POD_SECURITY:
                 assert "violates PodSecurity" in failed["message"]
-                assert ".template.spec.containers[pytorch].securityContext.allowPrivilegeEscalation" in failed["message"]
+                field = "Master.template.spec.containers[pytorch].securityContext.allowPrivilegeEscalation"
+                assert field in failed["message"]  # the master's: first in the plan
             else:
                 assert "denied the request: the label team is required" in failed["message"]
             assert status_of(api)["failure"]["reason"] == "PodRefused"

@@ -132,9 +132,9 @@ class ProgressLink:
 class PodRefused(Exception):
     """The API server refused one of the job's pods for good (core.refusals.judge_create)."""
 
-    def __init__(self, refusal: Refusal) -> None:
+    def __init__(self, refusal: Refusal, pod: str = "") -> None:
         super().__init__(refusal.message)
-        self.refusal = refusal
+        self.refusal, self.pod = refusal, pod
 
 
 class NameTaken(Exception):
@@ -371,8 +371,20 @@ class Reconciler:
                     assert_never(a)
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
-        await asyncio.gather(*(self._create_pod(job, a) for a in made
-                               if creates and kr.pod_name(job, a.replica) not in blocked))
+        done = await asyncio.gather(*(self._create_pod(job, a) for a in made
+                                      if creates and kr.pod_name(job, a.replica) not in blocked),
+                                    return_exceptions=True)
+        # A refusal for good first, and the first in the plan's order (the master's before a
+        # worker's), whichever answer came first: the job says the same thing every time.
+        refused = [e for e in done if isinstance(e, PodRefused)]
+        if refused:
+            first = refused[0].refusal
+            others = [e.pod for e in refused[1:]]
+            raise PodRefused(first if not others else Refusal(
+                first.reason, f"{first.message} (refused too: {', '.join(others)}; their templates may need the same)"))
+        for error in done:
+            if isinstance(error, BaseException):
+                raise error
 
     async def _create_pod(self, job: TorchJob, a: Create) -> None:
         o = self.pod_options
@@ -384,7 +396,7 @@ class Reconciler:
             refused = judge_create(status_code(e), api_message(e), job, a.replica.rtype, obj["metadata"]["name"])
             if refused is None:
                 raise  # it can pass (a quota): retried with a backoff
-            raise PodRefused(refused) from e
+            raise PodRefused(refused, obj["metadata"]["name"]) from e
 
     def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
         for p in pods:
