@@ -165,3 +165,68 @@ def test_a_pod_refused_by_an_exceeded_quota_is_retried_and_made_once_the_quota_f
         assert time.monotonic() < end, "the second pod was not made once the quota freed"
         time.sleep(0.2)
     assert not finished(wait_job(kube, "quota", ns, lambda s: True))
+
+
+# --- what the added containers run as, against the pod's own securityContext (no cluster) ---------
+
+
+def worker_init(pod_context: dict[str, Any] | None, **spec: Any) -> dict[str, Any]:
+    data = example("team-a")[1]
+    template = data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    template.pop("securityContext")
+    if pod_context is not None:
+        template["securityContext"] = pod_context
+    template.update(spec)
+    job = job_from_data({**data, "metadata": {**data["metadata"], "uid": "u"}})
+    return dict(kr.pod(job, ReplicaId("Worker", 0), 0)["spec"]["initContainers"][0])
+
+
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
+
+
+def test_the_added_container_runs_as_65532_where_the_pod_names_no_user() -> None:
+    init = worker_init(None)
+    assert init["securityContext"] == {**RESTRICTED, "runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    assert init["resources"] == {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                 "limits": {"cpu": "100m", "memory": "64Mi"}}
+
+
+def test_the_added_container_follows_the_pods_user_group_and_seccomp_profile() -> None:
+    localhost = {"type": "Localhost", "localhostProfile": "profiles/train.json"}
+    init = worker_init({"runAsUser": 2000, "runAsGroup": 3000, "seccompProfile": localhost})
+    assert init["securityContext"] == {**RESTRICTED, "runAsNonRoot": True}  # inherits 2000:3000 and Localhost
+    init = worker_init({"runAsGroup": 3000})  # a group but no user: the user is ours, the group the pod's
+    assert init["securityContext"]["runAsUser"] == 65532 and "runAsGroup" not in init["securityContext"]
+
+
+def test_a_pod_that_runs_as_root_keeps_its_added_container_startable() -> None:
+    init = worker_init({"runAsUser": 0})  # where the namespace allows it: no runAsNonRoot the kubelet would refuse
+    assert init["securityContext"] == {**RESTRICTED, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_a_windows_pod_gets_only_what_windows_has() -> None:
+    init = worker_init(None, os={"name": "windows"})
+    assert init["securityContext"] == {"runAsNonRoot": True}
+
+
+def test_tensorboard_runs_as_the_jobs_user_else_65532_with_a_writable_tmp() -> None:
+    from torchjob.kube.objects import tensorboard
+
+    job = example_job("team-a", "tb")
+    job = job.model_copy(update={"spec": job.spec.model_copy(update={"tensorboard": TensorBoardSpec(
+        logDirs=["t9k://pvc/runs/logs"])})})
+    deployment = next(o for o in tensorboard.objects(job, kr.owner_reference(job)) if o["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    (container,) = spec["containers"]
+    assert container["securityContext"] == RESTRICTED
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
+    plain = job_from_data({"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": "p"},
+                           "spec": {"tensorboard": {"logDirs": ["s3://b/logs"]}, "pytorchReplicaSpecs": {
+                               "Master": {"replicas": 1, "template": {"spec": {"containers": [
+                                   {"name": "pytorch", "image": "x"}]}}}}}})
+    board = next(o for o in tensorboard.objects(plain, {}) if o["kind"] == "Deployment")
+    assert board["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 65532

@@ -41,12 +41,12 @@ from torchjob.core.reconcile import (
     reconcile,
 )
 from torchjob.core.reconcile import refuse as refuse_unreadable
-from torchjob.core.refusals import judge_create
 from torchjob.core.topology import replicas
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
 from torchjob.kube.controller.observe import observe, observe_pod
-from torchjob.kube.machinery.client import Api, api_message, parse_time, status_code
+from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
+from torchjob.kube.machinery.client import Api, parse_time, status_code
 from torchjob.kube.machinery.informer import Informer, Key
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, tensorboard
@@ -127,14 +127,6 @@ class ProgressLink:
 
     books: Books
     trust: Trust
-
-
-class PodRefused(Exception):
-    """The API server refused one of the job's pods for good (core.refusals.judge_create)."""
-
-    def __init__(self, refusal: Refusal, pod: str = "") -> None:
-        super().__init__(refusal.message)
-        self.refusal, self.pod = refusal, pod
 
 
 class NameTaken(Exception):
@@ -374,17 +366,7 @@ class Reconciler:
         done = await asyncio.gather(*(self._create_pod(job, a) for a in made
                                       if creates and kr.pod_name(job, a.replica) not in blocked),
                                     return_exceptions=True)
-        # A refusal for good first, and the first in the plan's order (the master's before a
-        # worker's), whichever answer came first: the job says the same thing every time.
-        refused = [e for e in done if isinstance(e, PodRefused)]
-        if refused:
-            first = refused[0].refusal
-            others = [e.pod for e in refused[1:]]
-            raise PodRefused(first if not others else Refusal(
-                first.reason, f"{first.message} (refused too: {', '.join(others)}; their templates may need the same)"))
-        for error in done:
-            if isinstance(error, BaseException):
-                raise error
+        raise_first(done)
 
     async def _create_pod(self, job: TorchJob, a: Create) -> None:
         o = self.pod_options
@@ -393,10 +375,7 @@ class Reconciler:
         try:
             await self._create(obj)
         except ApiError as e:
-            refused = judge_create(status_code(e), api_message(e), job, a.replica.rtype, obj["metadata"]["name"])
-            if refused is None:
-                raise  # it can pass (a quota): retried with a backoff
-            raise PodRefused(refused, obj["metadata"]["name"]) from e
+            raise refusal_of(e, job, a.replica.rtype, obj["metadata"]["name"]) from e
 
     def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
         for p in pods:
