@@ -75,3 +75,33 @@ def test_a_restricted_job_trains_to_success_in_a_restricted_namespace(
         print(yaml.safe_dump({"init": init.securityContext.to_dict()}))
     finally:
         node.delete(Namespace, ns)
+
+
+def test_torchrun_runs_as_65532_with_a_read_only_root_and_no_home(
+        node_kubeconfig: str, node: Client, node_operator: Operator, tmp_path: Path) -> None:
+    """The page's job through torchrun (two processes a pod) as user 65532, HOME unset: torchrun needs
+    only the writable /tmp the template mounts (without it: `No usable temporary directory found`)."""
+    ns = f"restricted-{uuid.uuid4().hex[:6]}"
+    setup, job = (b.replace("team-a", ns) for b in blocks(PAGE, "test_a_restricted_job_trains_to_success_in_a_"
+                                                           "restricted_namespace"))
+    for obj in codecs.load_all_yaml(setup):
+        node.create(obj)
+    try:
+        data = yaml.safe_load(job)
+        data["metadata"]["name"] = "ddp-torchrun"
+        data["spec"]["nprocPerNode"] = "2"
+        for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+            pod = rspec["template"]["spec"]
+            pod["securityContext"].update(runAsUser=65532, runAsGroup=65532)
+            pod["containers"][0].pop("env")
+            pod["containers"][0]["command"] = ["torchrun", "examples/ddp/train.py", "--epochs", "1"]
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(data))
+        run = torchjob(node_kubeconfig, "run", str(path), "-n", ns, timeout=300)
+        assert run.returncode == 0, run.stdout + run.stderr
+        logs = torchjob(node_kubeconfig, "logs", "ddp-torchrun", "-n", ns)
+        assert "world size 4," in logs.stdout, logs.stdout
+        for rank in range(4):  # each process trained and ended with the weights DDP kept in step
+            assert re.search(rf"rank {rank} done: y = ", logs.stdout), logs.stdout
+    finally:
+        node.delete(Namespace, ns)
