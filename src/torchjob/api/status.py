@@ -74,6 +74,9 @@ class Reason(StrEnum):
     KUEUE_UNAVAILABLE = "KueueUnavailable"
     LOCAL_SETUP_FAILED = "LocalSetupFailed"
     SUPERVISOR_LOST = "SupervisorLost"
+    # the API server refused a pod for good: Pod Security, an admission webhook, a quota's or
+    # LimitRange's requirement (core.refusals)
+    POD_REFUSED = "PodRefused"
     # the operator's events
     QUEUED = "Queued"
     ADMITTED = "Admitted"
