@@ -589,9 +589,10 @@ def test_tensorboard_scheduler_is_warned_and_subpath_beside_sub_path_refused() -
     assert p.message == "is given beside subPath"
 
 
-def test_no_tensorboard_resources_no_container_resources() -> None:
+def test_without_tensorboard_resources_the_container_gets_the_default() -> None:
+    from torchjob.api.defaults import TENSORBOARD_RESOURCES
     from torchjob.kube.objects import tensorboard
 
     job = read(REFERENCE).job
     _, deployment = tensorboard.objects(job, {"kind": "TorchJob"})
-    assert "resources" not in deployment["spec"]["template"]["spec"]["containers"][0]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"] == TENSORBOARD_RESOURCES

@@ -19,6 +19,7 @@ from torchjob import __version__
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
+from torchjob.ui.command import ui_command
 
 if TYPE_CHECKING:
     from torchjob.api.model import JobStatus
@@ -361,6 +362,9 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
         kubeflow_api=KubeflowApi(kubeflow_api))
     configure_logging()
     asyncio.run(run_operator(config))
+
+
+cli.add_command(ui_command(kube_options, _runtime))  # torchjob ui: the web dashboard (src/torchjob/ui/)
 
 
 def main() -> None:
