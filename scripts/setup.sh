@@ -8,7 +8,7 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test,audit]"
+.venv/bin/python -m pip install -q -e ".[test,audit,docs]"
 # The dashboard's browser tests (tests/ui, bench/ui_first_paint.py) drive Debian's chromium through
 # Playwright's Python package (its own browser download is not used): installed once, as root.
 if ! command -v chromium >/dev/null 2>&1; then

@@ -78,6 +78,8 @@ def objects(job: TorchJob, owner: dict[str, Any]) -> list[dict[str, Any]]:
         "volumeMounts": [*({"name": f"logs-{i}", "mountPath": f"{MOUNT_ROOT}/{c}", "readOnly": True}
                            for i, c in enumerate(claims)), {"name": "tmp", "mountPath": TMP}],
     }
+    if tb.resources is not None:  # T9k's tensorboardSpec.resources: the document's, as written, replace the default
+        container["resources"] = tb.resources.model_dump(exclude_none=True)
     volumes = [*({"name": f"logs-{i}", "persistentVolumeClaim": {"claimName": c, "readOnly": True}}
                  for i, c in enumerate(claims)), {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}]
     deployment = {
