@@ -24,7 +24,12 @@
 #   scripts/dev-cluster.sh image SPEC.json
 #                                  build local images (hack/realnode/images.py) and load them
 #                                  into the real node's containerd (nothing can be pulled)
-#   scripts/dev-cluster.sh bin     print the dir of the built binaries (kubectl among them)
+#   scripts/dev-cluster.sh operator-image
+#                                  build localhost/torchjob-operator:dev from the repository as the
+#                                  Dockerfile describes (hack/operator_image.py; no Docker engine) and
+#                                  load it into the real node's containerd
+#   scripts/dev-cluster.sh helm    build Helm if needed (with `build` too) and print its path
+#   scripts/dev-cluster.sh bin     print the dir of the built binaries (kubectl and helm among them)
 #   scripts/dev-cluster.sh crds    print the paths of third-party CRDs the operator works with
 #                                  (Volcano and scheduler-plugins PodGroups, Kueue's Workloads
 #                                  and ResourceFlavors), taken from their
@@ -66,6 +71,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CP_SRC="$ROOT/hack/controlplane"
 KWOK_VERSION="${DEVCLUSTER_KWOK_VERSION:-v0.8.0}"
+# Helm (`go list -m -versions helm.sh/helm/v4` lists what the module proxy serves).
+HELM_VERSION="${DEVCLUSTER_HELM_VERSION:-v4.3.1}"
 
 log() { printf '[dev-cluster] %s\n' "$*" >&2; }
 die() { printf '[dev-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -192,9 +199,37 @@ cmd_build() {
         write_stamp kwok "$wstamp"
         log "built kwok in $((SECONDS - t0))s"
     fi
+    build_helm
     if real_node; then rn_build; fi
     exec 8>&- # the build lock
     log "binaries in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"
+}
+
+# Helm from its Go module, beside kubectl (the chart's tests and the in-cluster suite run it).
+build_helm() {
+    local hstamp t0
+    hstamp="$HELM_VERSION $(go env GOVERSION)"
+    stamp_ok helm "$hstamp" && return 0
+    log "go install helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+    t0=$SECONDS
+    # Outside any module; the version stamped as Helm's release builds stamp it.
+    (cd "$BIN" && CGO_ENABLED=0 GOBIN="$BIN" GOFLAGS= go install -trimpath \
+        -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+        "helm.sh/helm/v4/cmd/helm@$HELM_VERSION") || die "go install of helm failed (see above)"
+    write_stamp helm "$hstamp"
+    log "built helm in $((SECONDS - t0))s"
+}
+
+cmd_helm() { # build Helm alone if needed (the build lock held), print its path
+    command -v go >/dev/null || die "go not found in PATH (Go >= 1.26 needed to build helm)"
+    mkdir -p "$BIN"
+    if command -v flock >/dev/null; then
+        exec 8>"$BIN/.build.lock"
+        flock -w 3600 8 || die "could not get the build lock $BIN/.build.lock"
+    fi
+    build_helm
+    exec 8>&-
+    echo "$BIN/helm"
 }
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -726,5 +761,7 @@ case "${1:-}" in
     crds) cmd_crds ;;
     image) cmd_image "${2:-}" ;;
     bin) echo "$BIN" ;;
-    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds|image" ;;
+    helm) cmd_helm ;;
+    operator-image) cmd_operator_image ;;
+    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds|image|operator-image|helm|bin" ;;
 esac
