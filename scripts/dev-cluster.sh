@@ -58,6 +58,9 @@
 #                             (pods need a toleration); 0: no taint
 #   DEVCLUSTER_APISERVER_PORT secure port of kube-apiserver (default: a free port)
 #   DEVCLUSTER_TIMEOUT        seconds to wait for each component (default 90)
+#   DEVCLUSTER_AUDIT          1: kube-apiserver writes an audit log, $STATE/audit.log (JSON lines, level
+#                             Metadata, the requests of ServiceAccounts only: who called what, with
+#                             which verb and object name, and what it was answered)
 #   DEVCLUSTER_APISERVER_ARGS extra kube-apiserver flags (word-split), e.g. --feature-gates=...
 #   DEVCLUSTER_SCHEDULER_ARGS extra kube-scheduler flags (word-split), e.g. --config=FILE (a
 #                             KubeSchedulerConfiguration; its clientConnection.kubeconfig must then be
@@ -512,6 +515,19 @@ cmd_up() {
     echo "$port" >"$STATE/kube-apiserver.port"
     # shellcheck disable=SC2206 # intentional word splitting of user-supplied extra args
     local extra=(${DEVCLUSTER_APISERVER_ARGS:-})
+    if [[ "${DEVCLUSTER_AUDIT:-0}" == 1 ]]; then
+        cat >"$STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+EOF
+        extra+=(--audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$STATE/audit.log"
+            --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=0)
+    fi
     start_proc kube-apiserver "$apiserver" \
         --etcd-servers="http://127.0.0.1:$etcd_port" \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
@@ -730,6 +746,36 @@ cmd_restart_apiserver() {
     wait_for kube-apiserver "kube-apiserver /readyz" api GET /readyz
     disarm
     log "kube-apiserver restarted"
+}
+
+# The operator's image, as the Dockerfile describes it, built without a Docker engine on the node's
+# Debian root file system (hack/operator-image/build.py), cached by the content it is built from,
+# and imported into the real node's containerd when one is up in $STATE.
+cmd_operator_image() {
+    rn_need_root
+    rn_build_rootfs
+    local prefix src archive venv t0=$SECONDS
+    prefix=${DEVCLUSTER_OPERATOR_PYTHON:-}
+    if [[ -z "$prefix" ]]; then # the interpreter the node's virtualenv was made from
+        venv=$(rn_python_env) || exit 1
+        prefix=$(rn_python_prefix "$venv") || exit 1
+    fi
+    src=$(cd "$ROOT" && find src -type f -name '*.py' | LC_ALL=C sort)
+    # shellcheck disable=SC2086 # one path a line
+    archive="$RN_CACHE/operator-image-$(cd "$ROOT" && sha $src pyproject.toml README.md constraints/operator.txt Dockerfile \
+        hack/operator-image/build.py hack/realnode/images.py "$(rn_rootfs_tar)" <<<"$prefix").tar"
+    if [[ ! -s "$archive" ]]; then
+        rm -f "$RN_CACHE"/operator-image-*.tar
+        log "building localhost/torchjob-operator:dev (Python from $prefix)"
+        python3 "$ROOT/hack/operator-image/build.py" --rootfs "$(rn_rootfs_tar)" --python "$prefix" --out "$archive" >&2 \
+            || die "building the operator image failed (see above)"
+    fi
+    log "operator image: $archive ($(du -h "$archive" | cut -f1) uncompressed, built in $((SECONDS - t0))s)"
+    if [[ -S "$(rn_sock)" ]]; then
+        ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"
+        log "imported localhost/torchjob-operator:dev into the real node of $STATE"
+    fi
+    echo "$archive"
 }
 
 # The PodGroup CRDs as their projects publish them (the versions the module proxy serves here).

@@ -18,6 +18,7 @@ SPEC.json is a list of images:
       "files": [{"path": "/usr/local/bin/python", "text": "#!/bin/sh\\n...", "mode": 493},
                 {"path": "/opt/train.py", "source": "/host/path/train.py"}],
       "links": [{"path": "/bin/sh", "target": "busybox"}],
+      "layers": ["/host/path/layer.tar"],       # prebuilt layers, after the base one
       "config": {"Entrypoint": ["python"], "Cmd": [], "Env": ["A=b"], "WorkingDir": "/home"}}]
 
 Standard library only: it runs before the project's virtualenv exists.
@@ -107,6 +108,10 @@ def build(spec: list[dict[str, Any]], rootfs: Path | None, out: Path, venv: str)
                     base_digest = sha256_file(rootfs)
                     blobs[base_digest] = rootfs
                 layers.append(base_digest)
+            for prebuilt in image.get("layers", []):
+                digest = sha256_file(Path(prebuilt))
+                blobs.setdefault(digest, Path(prebuilt))
+                layers.append(digest)
             if image.get("python"):
                 image = {**image, "files": [*python_files(venv), *image.get("files", [])]}
             if image.get("files") or image.get("links"):

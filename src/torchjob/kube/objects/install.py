@@ -217,6 +217,10 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": labels},
+                # Only the leader is ready, so a new replica never is while the old leader runs: a
+                # rollout that waited for one would never end. The old replicas go at once (the
+                # leader gives its Lease up on SIGTERM) while the new ones start; jobs keep running.
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "100%"}},
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
@@ -241,14 +245,15 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
                 },
             },
         },
-        # Pods report progress here; only the leader is ready, so only it gets them.
+        # Pods report progress here; only the leader is ready, so only it gets them. Headless: the
+        # name resolves to the ready pod itself, with or without kube-proxy.
         {"apiVersion": "v1", "kind": "Service", "metadata": _meta(NAME, namespace, labels),
-         "spec": {"selector": labels, "ports": [{"name": "progress", "port": flags["progressPort"],
+         "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": "progress", "port": flags["progressPort"],
                                                   "targetPort": "progress"}]}},
         # /metrics of every replica (not only the leader's): a scraper's endpoints are the pods, ready or not
         {"apiVersion": "v1", "kind": "Service",
          "metadata": _meta(METRICS_SERVICE, namespace, {**labels, "app.kubernetes.io/component": "metrics"}),
-         "spec": {"selector": labels, "publishNotReadyAddresses": True,
+         "spec": {"clusterIP": "None", "selector": labels, "publishNotReadyAddresses": True,
                   "ports": [{"name": "http", "port": flags["metricsPort"], "targetPort": "http"}]}},
     ]
 
