@@ -72,15 +72,18 @@ def stage(prefix: Path, root: Path, spec: dict[str, Any]) -> None:
     (dest / "bin").mkdir(parents=True)
     shutil.copy2(prefix / "bin" / lib, dest / "bin" / lib)
     os.symlink(lib, dest / "bin" / "python3")
-    (dest / "lib").mkdir()
+    # The interpreter links libpython: in /usr/lib, where the loader looks without ld.so.cache
+    # (the base layer's cache does not list /usr/local/lib).
+    (root / "usr" / "lib").mkdir(parents=True)
     for so in (prefix / "lib").glob(f"libpython{version}*.so*"):
-        shutil.copy2(so, dest / "lib" / so.name, follow_symlinks=False)
+        shutil.copy2(so, root / "usr" / "lib" / so.name, follow_symlinks=False)
     shutil.copytree(prefix / "lib" / lib, dest / "lib" / lib, symlinks=True,
                     ignore=lambda d, names: [n for n in names if n in SKIP or n.startswith("config-")])
     site = dest / "lib" / lib / "site-packages"
     env = {**os.environ, "PIP_CONSTRAINT": str(REPO / spec["constraints"])}  # pip's build environment too
-    subprocess.run([str(prefix / "bin" / lib), "-m", "pip", "install", "--quiet", "--no-compile", "--no-warn-script-location",
-                    "--target", str(site), "-c", str(REPO / spec["constraints"]), str(REPO)],
+    subprocess.run([str(prefix / "bin" / lib), "-m", "pip", "install", "--quiet", "--no-compile",
+                    "--no-warn-script-location", "--target", str(site), "-c", str(REPO / spec["constraints"]),
+                    str(REPO)],
                    check=True, env=env)
     shutil.rmtree(site / "bin", ignore_errors=True)  # scripts whose first line names this machine's interpreter
     entry = dest / "bin" / spec["entrypoint"][0]

@@ -44,7 +44,8 @@ def blocks(lang: str) -> list[str]:
 
 def job(name: str, steps: int, step_time: float, kind: str = "TorchJob") -> dict[str, Any]:
     data = job_data(name, workers=1, restart_policy="Never",
-                    command=("python", "/opt/tests/ddp_progress.py", "--steps", str(steps), "--step-time", str(step_time)))
+                    command=("python", "/opt/tests/ddp_progress.py", "--steps", str(steps),
+                             "--step-time", str(step_time)))
     data["metadata"]["namespace"] = USERS
     for rspec in data["spec"]["pytorchReplicaSpecs"].values():
         rspec["template"]["spec"]["containers"][0]["image"] = TESTS_IMAGE
@@ -114,13 +115,19 @@ def test_install_as_the_docs_say(cluster: Cluster) -> None:
             x.metadata.name == "pytorchjobs.kubeflow.org" for x in c.client.list(CustomResourceDefinition)), 60)
     except ApiError:
         pass
+    for ns in (SYSTEM, USERS):  # left by an earlier run on a cluster kept up: the docs start from none
+        try:
+            c.client.delete(Namespace, ns)
+        except ApiError:
+            continue
+        wait_for(f"namespace {ns} gone", lambda n=ns: n not in {x.metadata.name for x in c.client.list(Namespace)}, 120)
     (image,), (commands,), (expected,) = blocks("sh")[:1], blocks("sh")[1:2], blocks("text")[:1]
     t0 = time.monotonic()
     built = c.run("bash", "-c", image, timeout=900)
     assert built.returncode == 0, built.stderr
     TIMINGS["operator-image"] = time.monotonic() - t0
-    images = c.run("ctr", "--address", str(Path(c.audit).parent / "realnode/containerd/containerd.sock"), "-n", "k8s.io",
-                   "images", "ls")
+    sock = Path(c.audit).parent / "realnode/containerd/containerd.sock"
+    images = c.run("ctr", "--address", str(sock), "-n", "k8s.io", "images", "ls")
     size = next(line.split()[3:5] for line in images.stdout.splitlines() if "localhost/torchjob-operator:dev" in line)
     print(f"operator image localhost/torchjob-operator:dev in containerd: {' '.join(size)}")
     bins = f"{Path(c.helm_bin).parent}"
@@ -133,7 +140,8 @@ def test_install_as_the_docs_say(cluster: Cluster) -> None:
     who = wait_for("two operator pods running, the leader alone Ready", lambda: the_one_ready(c), timeout=120)
     TIMINGS["install to a Ready leader"] = time.monotonic() - t0
     pod = c.client.get(Pod, who, namespace=SYSTEM)
-    assert pod.spec.serviceAccountName == install.NAME and pod.spec.containers[0].image.endswith("torchjob-operator:dev")
+    assert pod.spec.serviceAccountName == install.NAME
+    assert pod.spec.containers[0].image == "localhost/torchjob-operator:dev"
     c.client.create(Namespace(metadata=ObjectMeta(name=USERS)))
     assert shown == expected.strip(), f"the doc's output is not what helm printed:\n{shown}"
 
@@ -147,9 +155,11 @@ def test_a_torchjob_and_a_pytorchjob_run_and_report_progress_through_the_service
         wait_for(f"{kind} {name} Succeeded", lambda n=name, k=kind: state(c, n, k) == "Succeeded", timeout=180)
     # the reports reached the leader through the headless Service, TLS verified against the CA the
     # operator published in the namespace (the pods' helper refuses an unverified endpoint)
-    progress = wait_for("the last report written", lambda: (
-        p := (c.client.get(TorchJobRes, "tj", namespace=USERS).status or {}).get("progress")) and p.get("step") == 10 and p,
-        timeout=30)
+    def written() -> Any:
+        p = (c.client.get(TorchJobRes, "tj", namespace=USERS).status or {}).get("progress")
+        return p if p and p.get("step") == 10 else None
+
+    progress = wait_for("the last report written", written, timeout=30)
     assert progress["percent"] == 100.0, progress
     TIMINGS["a TorchJob and a PyTorchJob"] = time.monotonic() - t0
 
@@ -176,7 +186,8 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
     first = min(datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")) for e in writes)
     TIMINGS["failover: leader death -> new leader's first reconcile write"] = (first - died).total_seconds()
     creates = [e for e in c.audited() if e["verb"] == "create" and e["objectRef"].get("resource") == "pods"
-               and e["objectRef"].get("namespace") == USERS and str(e["objectRef"].get("name", "")).startswith("failover")]
+               and e["objectRef"].get("namespace") == USERS
+               and str(e["objectRef"].get("name", "")).startswith("failover")]
     assert len([e for e in creates if e["responseStatus"]["code"] == 201]) == 2, creates
     wait_for("a second replica again", lambda: the_one_ready(c), timeout=120)
 
@@ -189,7 +200,8 @@ def test_metrics_are_scraped_from_a_pod_through_the_service(cluster: Cluster, tm
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper", "namespace": USERS}},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
              "metadata": {"name": "torchjob-test-scraper"},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": install.METRICS_READER},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": install.METRICS_READER},
              "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": USERS}]},
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scrape", "namespace": USERS},
              "spec": {"serviceAccountName": "scraper", "restartPolicy": "Never", "containers": [{
@@ -223,7 +235,8 @@ def test_helm_upgrade_rolls_the_deployment_while_a_job_trains(cluster: Cluster) 
     c = cluster
     create(c, job("upgrade", 40, 0.4))
     wait_for("the job Running", lambda: state(c, "upgrade") == "Running", timeout=120)
-    before = {p.metadata.name: p.metadata.uid for p in c.client.list(Pod, namespace=USERS, labels={LABEL_JOB: "upgrade"})}
+    before = {p.metadata.name: p.metadata.uid for p in c.client.list(Pod, namespace=USERS,
+                                                                     labels={LABEL_JOB: "upgrade"})}
     old = {p.metadata.name for p in operator_pods(c)}
     t0 = time.monotonic()
     c.helm("upgrade", RELEASE, "charts/torchjob", "-n", SYSTEM, "--reuse-values", "--set", "operator.workers=6")
@@ -237,7 +250,8 @@ def test_helm_upgrade_rolls_the_deployment_while_a_job_trains(cluster: Cluster) 
     wait_for("the Deployment rolled, a new leader Ready", rolled, timeout=120)
     TIMINGS["helm upgrade -> new leader Ready"] = time.monotonic() - t0
     wait_for("the job Succeeded", lambda: state(c, "upgrade") == "Succeeded", timeout=180)
-    after = {p.metadata.name: p.metadata.uid for p in c.client.list(Pod, namespace=USERS, labels={LABEL_JOB: "upgrade"})}
+    after = {p.metadata.name: p.metadata.uid for p in c.client.list(Pod, namespace=USERS,
+                                                                    labels={LABEL_JOB: "upgrade"})}
     assert after == before  # the job's pods trained on, none made again
     deployment = c.client.get(Deployment, install.NAME, namespace=SYSTEM)
     assert deployment.metadata.generation == 2

@@ -36,7 +36,7 @@ def template(helm: str, *values: str, namespace: str = "torchjob-system") -> lis
     """`helm template` with `--set` values (a JSON value after `=` goes through --set-json)."""
     args = []
     for v in values:
-        key, _, value = v.partition("=")
+        _, _, value = v.partition("=")
         args += ["--set-json" if value[:1] in "[{\"" or value in ("true", "false") else "--set", v]
     out = subprocess.run([helm, "template", "torchjob", str(CHART), "-n", namespace, "--include-crds", *args],
                          capture_output=True, text=True, timeout=120)
@@ -98,8 +98,8 @@ SETTINGS: list[tuple[list[str], dict[str, Any]]] = [
 @pytest.mark.parametrize("values,kwargs", SETTINGS, ids=["defaults", "kubeflow", "watch-namespaces", "flags"])
 def test_chart_and_install_give_the_same_objects(helm: str, values: list[str], kwargs: dict[str, Any]) -> None:
     rendered = sorted((_strip(o) for o in template(helm, "image.tag=0.1.0", *values, namespace="ops")), key=_key)
-    installed = sorted((o for o in install.manifests(namespace="ops", **{"image": "torchjob/operator:0.1.0", **kwargs})
-                        if o["kind"] != "Namespace"), key=_key)
+    objs = install.manifests(namespace="ops", **{"image": "torchjob/operator:0.1.0", **kwargs})
+    installed = sorted((o for o in objs if o["kind"] != "Namespace"), key=_key)
     for o in rendered:  # the chart marks Kubeflow's CRD to outlive `helm uninstall`, as crds/ ones do
         o["metadata"].get("annotations", {}).pop("helm.sh/resource-policy", None)
         if o["metadata"].get("annotations") == {}:
@@ -108,7 +108,8 @@ def test_chart_and_install_give_the_same_objects(helm: str, values: list[str], k
     for r, i in zip(rendered, installed, strict=True):
         if r != i:
             chart, mine = json.dumps(r, sort_keys=True), json.dumps(i, sort_keys=True)
-            at = next((n for n, (a, b) in enumerate(zip(chart, mine)) if a != b), min(len(chart), len(mine)))
+            at = next((n for n, (a, b) in enumerate(zip(chart, mine, strict=False)) if a != b),
+                      min(len(chart), len(mine)))
             raise AssertionError(f"{_key(r)} differs at:\nchart:   ...{chart[at - 150:at + 150]}\n"
                                  f"install: ...{mine[at - 150:at + 150]}")
 
@@ -118,7 +119,8 @@ def test_watch_namespaces_gives_roles_there_and_no_cluster_wide_pod_rights(helm:
     cluster = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "torchjob-operator")
     assert not any(set(r.get("resources", [])) & {"pods", "services", "torchjobs", "configmaps", "events"}
                    for r in cluster["rules"])
-    roles = {o["metadata"]["namespace"] for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == "torchjob-operator"}
+    roles = {o["metadata"]["namespace"] for o in objs
+             if o["kind"] == "Role" and o["metadata"]["name"] == "torchjob-operator"}
     assert roles == {"a", "b", "torchjob-system"}  # the last: its Lease and TLS Secret
     command = next(o for o in objs if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["command"]
     assert [command[i + 1] for i, a in enumerate(command) if a == "--namespace"] == ["a", "b"]
@@ -142,7 +144,7 @@ def test_the_operator_pod_is_restricted_by_default(helm: str) -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert sc["readOnlyRootFilesystem"] is True
     assert c["resources"]["limits"]["memory"] and c["resources"]["requests"]["cpu"]
-    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"] and pod["automountServiceAccountToken"] is False
     assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
 
 
@@ -202,8 +204,8 @@ def test_the_names_install_pins_are_those_the_operator_uses() -> None:
     from torchjob.kube.progress.tls import SECRET
     from torchjob.kube.served.kubeflow_api import KUBEFLOW_LEASE
 
-    assert (install.LEASE, install.TLS_SECRET, install.CA_CONFIGMAP, install.KUBEFLOW_LEASE) == (
-        LEASE_NAME, SECRET, CA_CONFIGMAP, KUBEFLOW_LEASE[1])
+    pinned = (install.LEASE, install.TLS_SECRET, install.CA_CONFIGMAP, install.KUBEFLOW_LEASE)
+    assert pinned == (LEASE_NAME, SECRET, CA_CONFIGMAP, KUBEFLOW_LEASE[1])
 
 
 def test_more_operator_flags_reach_the_deployment() -> None:
@@ -217,3 +219,21 @@ def test_more_operator_flags_reach_the_deployment() -> None:
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["torchjob", "operator"]
     assert command[-2:] == ["--gang-scheduler-name=volcano", "--workers=8"]
+
+
+def test_the_values_reference_names_every_value() -> None:
+    def leaves(d: dict[str, Any], prefix: str = "") -> list[str]:
+        out = []
+        for k, v in d.items():
+            if isinstance(v, dict) and v and k not in ("resources", "securityContext", "labels"):
+                out += leaves(v, f"{prefix}{k}.")
+            else:
+                out.append(f"{prefix}{k}")
+        return out
+
+    page = (REPO / "docs" / "reference" / "helm-values.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [k for k in leaves(values) if f"`{k}`" not in page]
+    assert missing == [], f"docs/reference/helm-values.md lacks {missing}"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(schema["properties"]) - {"global"} == set(values)

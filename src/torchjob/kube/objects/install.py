@@ -86,7 +86,8 @@ LEASE_RULES: list[dict[str, Any]] = [
 ]
 # Serving Kubeflow's PyTorchJobs: the same verbs as on TorchJobs, and the owner's finalizers.
 KUBEFLOW_JOB_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [kubeflow_crd.GROUP], "resources": [kubeflow_crd.PLURAL], "verbs": ["list", "watch", "patch", "delete"]},
+    {"apiGroups": [kubeflow_crd.GROUP], "resources": [kubeflow_crd.PLURAL],
+     "verbs": ["list", "watch", "patch", "delete"]},
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/status"], "verbs": ["patch"]},
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/finalizers"], "verbs": ["update"]},
 ]
@@ -188,7 +189,8 @@ def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: 
     if crd_only:
         return crds
     command = operator_args(namespace, watch_namespaces, flags, args or (), kubeflow_api)
-    return [*crds, *_operator(image, namespace, replicas, command, watch_namespaces, {**OPERATOR_FLAGS, **(flags or {})}),
+    settings = {**OPERATOR_FLAGS, **(flags or {})}
+    return [*crds, *_operator(image, namespace, replicas, command, watch_namespaces, settings),
             *(o for o in kubeflow if o["kind"] != "CustomResourceDefinition")]
 
 
@@ -197,6 +199,14 @@ def manifests(image: str = DEFAULT_IMAGE, namespace: str = NAMESPACE, replicas: 
 SECURITY_CONTEXT: dict[str, Any] = {
     "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True,
     "runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}}
+# The in-cluster credentials, as the ServiceAccount admission plugin would mount them, said in the
+# pod itself: a cluster where that plugin is off (the dev cluster's) runs the operator too.
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_VOLUME: dict[str, Any] = {"name": "token", "projected": {"sources": [
+    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                  "fieldPath": "metadata.namespace"}}]}}]}}
 RESOURCES: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 
 
@@ -225,6 +235,7 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
                     "metadata": {"labels": labels},
                     "spec": {
                         "serviceAccountName": NAME,
+                        "automountServiceAccountToken": False,  # the token volume below, said explicitly
                         "containers": [{
                             "name": "operator",
                             "image": image,
@@ -233,14 +244,15 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
                             "ports": [{"name": "http", "containerPort": flags["metricsPort"]},
                                       {"name": "progress", "containerPort": flags["progressPort"]}],
                             # the TLS key is loaded from a private temp file: a writable /tmp
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                             {"name": "token", "mountPath": SA_DIR, "readOnly": True}],
                             "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
                             # only the leader is ready: the progress Service sends reports to it alone
                             "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2},
                             "resources": RESOURCES,
                             "securityContext": SECURITY_CONTEXT,
                         }],
-                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}, TOKEN_VOLUME],
                     },
                 },
             },
