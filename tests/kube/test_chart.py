@@ -192,7 +192,7 @@ def test_install_kubeflow_api_adds_the_crd_and_its_rbac_and_crd_only_gives_both_
     binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding" and kubeflow_part(o))
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "torchjob-operator", "namespace": "team"}]
     command = next(o for o in objs if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[command.index("--kubeflow-api") + 1] == "auto"
+    assert command[command.index("--kubeflow-api") + 1] == "on"
     assert [o["metadata"]["name"] for o in install.manifests(kubeflow_api=True, crd_only=True)] == [
         "torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"]
     assert [o["metadata"]["name"] for o in install.manifests(crd_only=True)] == ["torchjobs.torchjob.dev"]

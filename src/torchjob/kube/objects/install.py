@@ -92,7 +92,7 @@ KUBEFLOW_JOB_RULES: list[dict[str, Any]] = [
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/finalizers"], "verbs": ["update"]},
 ]
 KUBEFLOW_CLUSTER_RULES: list[dict[str, Any]] = [
-    # --kubeflow-api=auto reads who installed the CRD, and whether Kubeflow's training-operator holds
+    # --kubeflow-api (on or auto) reads who installed the CRD, and whether Kubeflow's training-operator holds
     # its Lease (kube/served/kubeflow_api.py): both by name
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
      "resourceNames": [kubeflow_crd.CRD_NAME], "verbs": ["get"]},
@@ -162,7 +162,7 @@ def operator_args(namespace: str, watch_namespaces: Sequence[str] = (), flags: d
         raise ValueError(f"unknown operator settings {unknown}: the known ones are {sorted(OPERATOR_FLAGS)}")
     # Without Kubeflow's API installed the operator does not look for it (no rule to read its CRD).
     cmd = ["torchjob", "operator", "--leader-elect", "--lease-namespace", namespace,
-           "--kubeflow-api", "auto" if kubeflow_api else "off"]
+           "--kubeflow-api", "on" if kubeflow_api else "off"]
     for ns in watch_namespaces:
         cmd += ["--namespace", ns]
     cmd += ["--metrics-port", str(f["metricsPort"]), "--metrics-auth" if f["metricsAuth"] else "--no-metrics-auth",
