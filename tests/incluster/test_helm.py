@@ -194,7 +194,6 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
 
 def test_metrics_are_scraped_from_a_pod_through_the_service(cluster: Cluster, tmp_path: Path) -> None:
     c = cluster
-    who = the_one_ready(c)
     scraper = {
         "apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper", "namespace": USERS}},
@@ -204,12 +203,15 @@ def test_metrics_are_scraped_from_a_pod_through_the_service(cluster: Cluster, tm
                          "name": install.METRICS_READER},
              "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": USERS}]},
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scrape", "namespace": USERS},
-             "spec": {"serviceAccountName": "scraper", "restartPolicy": "Never", "containers": [{
-                 "name": "scrape", "image": TESTS_IMAGE, "command": ["python", "-c", SCRAPE, who]}]}}]}
+             # its token mounted as the operator's is (the dev cluster runs no ServiceAccount admission)
+             "spec": {"serviceAccountName": "scraper", "restartPolicy": "Never", "volumes": [install.TOKEN_VOLUME],
+                      "containers": [{"name": "scrape", "image": TESTS_IMAGE, "command": ["python", "-c", SCRAPE],
+                                      "volumeMounts": [{"name": "token", "mountPath": install.SA_DIR}]}]}}]}
     (tmp_path / "scraper.yaml").write_text(yaml.safe_dump(scraper))
     c.kubectl("apply", "-f", str(tmp_path / "scraper.yaml"))
-    wait_for("the scrape done", lambda: c.client.get(Pod, "scrape", namespace=USERS).status.phase == "Succeeded",
-             timeout=90)
+    phase = wait_for("the scrape done", lambda: c.client.get(Pod, "scrape", namespace=USERS).status.phase
+                     in ("Succeeded", "Failed") and c.client.get(Pod, "scrape", namespace=USERS).status.phase, 90)
+    assert phase == "Succeeded", c.kubectl("logs", "scrape", "-n", USERS)
     text = c.kubectl("logs", "scrape", "-n", USERS)
     exposed = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*?)(?:_bucket|_sum|_count)?[{ ]", text, re.M))
     assert 'torchjob_job_progress_percent{job="tj",kind="TorchJob",namespace="team-a"} 100.0' in text, text[-3000:]

@@ -304,7 +304,9 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 
 @cli.command()
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: in-cluster, else ~/.kube/config.")
-@click.option("--namespace", default=None, help="Watch one namespace (default: all).")
+@click.option("--namespace", "namespaces", multiple=True, metavar="NAMESPACE",
+              help="Watch this namespace only; repeat it for several (default: all). The operator's roles may "
+                   "then be Roles in these namespaces (the chart's watchNamespaces).")
 @click.option("--workers", default=4, show_default=True, help="Concurrent reconciles.")
 @click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics, /healthz, /readyz.")
 @click.option("--metrics-auth/--no-metrics-auth", default=True, show_default=True,
@@ -338,7 +340,7 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--kubeflow-api", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Serve Kubeflow's kubeflow.org/v1 PyTorchJobs too. auto: when the cluster has their CRD as "
                    "`torchjob install --kubeflow-api` installs it and Kubeflow's training-operator holds no Lease.")
-def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, metrics_auth: bool,
+def operator(kubeconfig: str | None, namespaces: tuple[str, ...], workers: int, metrics_port: int, metrics_auth: bool,
              leader_elect: bool,
              lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
              gang_scheduler_name: str | None, force_delete_after: float, progress_port: int,
@@ -352,7 +354,10 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
     from torchjob.kube.machinery.logs import configure_logging
 
     config = OperatorConfig(
-        kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None, namespace=namespace, workers=workers,
+        kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None,
+        namespace=(None if not namespaces else namespaces[0] if len(namespaces) == 1
+                   else tuple(dict.fromkeys(namespaces))),
+        workers=workers,
         metrics_port=metrics_port, metrics_auth=metrics_auth, leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_duration_s=lease_duration, init_image=init_image, wait_for_master=wait_for_master,
