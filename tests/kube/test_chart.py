@@ -237,3 +237,16 @@ def test_the_values_reference_names_every_value() -> None:
     assert missing == [], f"docs/reference/helm-values.md lacks {missing}"
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert set(schema["properties"]) - {"global"} == set(values)
+
+
+def test_install_takes_the_charts_watch_namespaces_and_replicas(helm: str) -> None:
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "torchjob", "install", "--dry-run", "--namespace", "ops",
+                          "--image", "torchjob/operator:0.1.0", "--watch-namespace", "a", "--watch-namespace", "b",
+                          "--replicas", "2"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    cli = sorted((o for o in yaml.safe_load_all(out.stdout) if o["kind"] != "Namespace"), key=_key)
+    chart = sorted((_strip(o) for o in template(helm, "image.tag=0.1.0", "watchNamespaces=[\"a\",\"b\"]",
+                                                 "replicaCount=2", namespace="ops")), key=_key)
+    assert cli == chart

@@ -283,16 +283,22 @@ def resume(name: str, **where: Any) -> None:
 @click.option("--kubeflow-api", is_flag=True,
               help="Also Kubeflow's pytorchjobs.kubeflow.org CRD and its RBAC: the operator serves PyTorchJobs too.")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
+@click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NAMESPACE",
+              help="Reconcile the jobs of this namespace only (repeat it); the operator's rights there become "
+                   "Roles (the chart's watchNamespaces). Default: every namespace.")
+@click.option("--replicas", default=1, show_default=True, help="Operator replicas (one leads, the others wait).")
 @click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
               help="One more `torchjob operator` flag for the Deployment (repeat it), e.g. "
                    "--operator-arg=--gang-scheduler-name=volcano.")
 def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
-            kubeconfig: str | None, operator_args: tuple[str, ...]) -> None:
+            kubeconfig: str | None, watch_namespaces: tuple[str, ...], replicas: int,
+            operator_args: tuple[str, ...]) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster."""
     from torchjob.kube.objects.install import DEFAULT_IMAGE, apply, manifests
 
-    objs = manifests(image or DEFAULT_IMAGE, namespace, args=list(operator_args), kubeflow_api=kubeflow_api,
-                     crd_only=crd_only)
+    objs = manifests(image or DEFAULT_IMAGE, namespace, replicas=replicas, args=list(operator_args),
+                     kubeflow_api=kubeflow_api, crd_only=crd_only,
+                     watch_namespaces=tuple(dict.fromkeys(watch_namespaces)))
     if dry_run:
         import yaml
 
