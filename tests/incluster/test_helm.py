@@ -6,6 +6,7 @@ The tests run in order and share the installation (module order is the story of 
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -21,7 +22,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Pod
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import kill_container, running_container, wait_for
 from tests.e2e.images import TESTS_IMAGE
 from tests.incluster.conftest import RELEASE, SYSTEM, USERS, Cluster
 from tests.jobs import job_data
@@ -184,17 +185,49 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
     seen = watch.done()
     assert {n for n in seen if n.startswith("failover-")} == {"failover-master-0", "failover-worker-0"}
     assert all(len(uids) == 1 for n, uids in seen.items() if n.startswith("failover-")), seen  # none twice
-    # the new leader's first reconcile: its first write of the job's status, as the API server logged it
+    # the new leader reconciles from its caches' sync on (its log), and wrote the job's status (the audit)
+    TIMINGS["failover (deleted, grace 0): death -> new leader's caches synced, reconciling"] = (
+        synced_at(c, other, died) - died).total_seconds()
     writes = [e for e in since(c.audited()) if e["objectRef"].get("resource") == "torchjobs"
               and e["objectRef"].get("subresource") == "status" and e["objectRef"].get("name") == "failover"
               and other in str(e["user"].get("extra", {}))]
     first = min(datetime.fromisoformat(e["requestReceivedTimestamp"]) for e in writes)
-    TIMINGS["failover: leader death -> new leader's first reconcile write"] = (first - died).total_seconds()
+    TIMINGS["failover (deleted, grace 0): death -> new leader's first status write"] = (first - died).total_seconds()
     creates = [e for e in since(c.audited()) if e["verb"] == "create" and e["objectRef"].get("resource") == "pods"
                and e["objectRef"].get("namespace") == USERS
                and str(e["objectRef"].get("name", "")).startswith("failover")]
     assert len([e for e in creates if e["responseStatus"]["code"] == 201]) == 2, creates
     wait_for("a second replica again", lambda: the_one_ready(c), timeout=120)
+
+
+def test_a_crashed_leader_is_replaced_when_its_lease_expires(cluster: Cluster) -> None:
+    """A deleted pod is told SIGTERM first (even at grace 0), and the leader gives its Lease up; a crash
+    (SIGKILL of its process) gives nothing up: the Lease must expire (operator.leaseDuration)."""
+    c = cluster
+    identity = c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec.holderIdentity
+    pod = c.client.get(Pod, leader(c), namespace=SYSTEM)
+    died = datetime.now().astimezone()
+    kill_container(running_container(pod))
+    t0 = time.monotonic()
+    wait_for("another process leading", lambda: c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec
+             .holderIdentity not in (identity, None, ""), timeout=60, every=0.1)
+    TIMINGS["crash (SIGKILL): death -> Lease taken"] = time.monotonic() - t0
+    TIMINGS["crash (SIGKILL): death -> new leader's caches synced, reconciling"] = (
+        synced_at(c, leader(c), died) - died).total_seconds()
+    wait_for("two replicas again, one Ready", lambda: the_one_ready(c), timeout=120)
+
+
+def synced_at(c: Cluster, pod: str, after: datetime) -> datetime:
+    """When the pod's operator had its caches synced (its workers start reconciling then), after `after`."""
+    def synced() -> datetime | None:
+        for line in c.kubectl("logs", pod, "-n", SYSTEM).splitlines():
+            entry = json.loads(line) if line.startswith("{") else {}
+            at = datetime.fromisoformat(entry["ts"]) if "ts" in entry else None
+            if at is not None and at >= after and str(entry.get("msg", "")).startswith("caches synced"):
+                return at
+        return None
+
+    return wait_for(f"{pod}'s caches synced", synced, timeout=60)  # type: ignore[no-any-return]
 
 
 def test_metrics_are_scraped_from_a_pod_through_the_service(cluster: Cluster, tmp_path: Path) -> None:
