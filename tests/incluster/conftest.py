@@ -42,8 +42,10 @@ class Cluster:
         self.audit = STATE / "audit.log"
 
     def run(self, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                              env={**os.environ, "KUBECONFIG": self.kubeconfig}, stdin=subprocess.DEVNULL)
+        # this suite's cluster (the docs' `dev-cluster.sh operator-image` loads the image into its node)
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "TORCHJOB_DEVCLUSTER_DIR": str(STATE)}
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
+                              stdin=subprocess.DEVNULL)
 
     def helm(self, *args: str, timeout: float = 180) -> str:
         out = self.run(self.helm_bin, *args, timeout=timeout)
