@@ -200,23 +200,6 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
     wait_for("a second replica again", lambda: the_one_ready(c), timeout=120)
 
 
-def test_a_crashed_leader_is_replaced_when_its_lease_expires(cluster: Cluster) -> None:
-    """A deleted pod is told SIGTERM first (even at grace 0), and the leader gives its Lease up; a crash
-    (SIGKILL of its process) gives nothing up: the Lease must expire (operator.leaseDuration)."""
-    c = cluster
-    identity = c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec.holderIdentity
-    pod = c.client.get(Pod, leader(c), namespace=SYSTEM)
-    died = datetime.now().astimezone()
-    kill_container(running_container(pod))
-    t0 = time.monotonic()
-    wait_for("another process leading", lambda: c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec
-             .holderIdentity not in (identity, None, ""), timeout=60, every=0.1)
-    TIMINGS["crash (SIGKILL): death -> Lease taken"] = time.monotonic() - t0
-    TIMINGS["crash (SIGKILL): death -> new leader's caches synced, reconciling"] = (
-        synced_at(c, leader(c), died) - died).total_seconds()
-    wait_for("two replicas again, one Ready", lambda: the_one_ready(c), timeout=120)
-
-
 def synced_at(c: Cluster, pod: str, after: datetime) -> datetime:
     """When the pod's operator had its caches synced (its workers start reconciling then), after `after`."""
     def synced() -> datetime | None:
@@ -271,6 +254,23 @@ for ip in sorted({a[4][0] for a in socket.getaddrinfo(name, 8080, proto=socket.I
     req = urllib.request.Request(f"http://{ip}:8080/metrics", headers={"Authorization": "Bearer " + token})
     print(urllib.request.urlopen(req, timeout=10).read().decode())
 """
+
+
+def test_a_crashed_leader_is_replaced_when_its_lease_expires(cluster: Cluster) -> None:
+    """A deleted pod is told SIGTERM first (even at grace 0), and the leader gives its Lease up; a crash
+    (SIGKILL of its process) gives nothing up: the Lease must expire (operator.leaseDuration)."""
+    c = cluster
+    identity = c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec.holderIdentity
+    pod = c.client.get(Pod, leader(c), namespace=SYSTEM)
+    died = datetime.now().astimezone()
+    kill_container(running_container(pod))
+    t0 = time.monotonic()
+    wait_for("another process leading", lambda: c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec
+             .holderIdentity not in (identity, None, ""), timeout=60, every=0.1)
+    TIMINGS["crash (SIGKILL): death -> Lease taken"] = time.monotonic() - t0
+    TIMINGS["crash (SIGKILL): death -> new leader's caches synced, reconciling"] = (
+        synced_at(c, leader(c), died) - died).total_seconds()
+    wait_for("two replicas again, one Ready", lambda: the_one_ready(c), timeout=120)
 
 
 def test_helm_upgrade_rolls_the_deployment_while_a_job_trains(cluster: Cluster) -> None:
