@@ -284,8 +284,7 @@ def resume(name: str, **where: Any) -> None:
               help="Also Kubeflow's pytorchjobs.kubeflow.org CRD and its RBAC: the operator serves PyTorchJobs too.")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
 @click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NAMESPACE",
-              help="Reconcile the jobs of this namespace only (repeat it); the operator's rights there become "
-                   "Roles (the chart's watchNamespaces). Default: every namespace.")
+              help="Only this namespace's jobs (repeat it; default: all); the operator's rights there are Roles.")
 @click.option("--replicas", default=1, show_default=True, help="Operator replicas (one leads, the others wait).")
 @click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
               help="One more `torchjob operator` flag for the Deployment (repeat it), e.g. "
@@ -311,8 +310,7 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @cli.command()
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: in-cluster, else ~/.kube/config.")
 @click.option("--namespace", "namespaces", multiple=True, metavar="NAMESPACE",
-              help="Watch this namespace only; repeat it for several (default: all). The operator's roles may "
-                   "then be Roles in these namespaces (the chart's watchNamespaces).")
+              help="Watch this namespace only; repeat it for several (default: all).")
 @click.option("--workers", default=4, show_default=True, help="Concurrent reconciles.")
 @click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics, /healthz, /readyz.")
 @click.option("--metrics-auth/--no-metrics-auth", default=True, show_default=True,
@@ -361,8 +359,7 @@ def operator(kubeconfig: str | None, namespaces: tuple[str, ...], workers: int, 
 
     config = OperatorConfig(
         kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None,
-        namespace=(None if not namespaces else namespaces[0] if len(namespaces) == 1
-                   else tuple(dict.fromkeys(namespaces))),
+        namespace=namespaces[0] if len(set(namespaces)) == 1 else tuple(dict.fromkeys(namespaces)) or None,
         workers=workers,
         metrics_port=metrics_port, metrics_auth=metrics_auth, leader_elect=leader_elect,
         lease_namespace=lease_namespace,
