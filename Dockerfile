@@ -1,5 +1,7 @@
 # The operator image: torchjob and its runtime dependencies only (no torch).
 #   docker build -t torchjob/operator:0.1.0 .
+# Without a Docker engine, `scripts/dev-cluster.sh operator-image` builds the same image (hack/operator-image/build.py
+# reads this file; tests/kube/test_operator_image.py keeps the two together).
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY pyproject.toml README.md /src/

@@ -24,7 +24,12 @@
 #   scripts/dev-cluster.sh image SPEC.json
 #                                  build local images (hack/realnode/images.py) and load them
 #                                  into the real node's containerd (nothing can be pulled)
-#   scripts/dev-cluster.sh bin     print the dir of the built binaries (kubectl among them)
+#   scripts/dev-cluster.sh operator-image
+#                                  build localhost/torchjob-operator:dev from the repository as the
+#                                  Dockerfile describes (hack/operator_image.py; no Docker engine) and
+#                                  load it into the real node's containerd
+#   scripts/dev-cluster.sh helm    build Helm if needed (with `build` too) and print its path
+#   scripts/dev-cluster.sh bin     print the dir of the built binaries (kubectl and helm among them)
 #   scripts/dev-cluster.sh crds    print the paths of third-party CRDs the operator works with
 #                                  (Volcano and scheduler-plugins PodGroups, Kueue's Workloads
 #                                  and ResourceFlavors), taken from their
@@ -53,6 +58,9 @@
 #                             (pods need a toleration); 0: no taint
 #   DEVCLUSTER_APISERVER_PORT secure port of kube-apiserver (default: a free port)
 #   DEVCLUSTER_TIMEOUT        seconds to wait for each component (default 90)
+#   DEVCLUSTER_AUDIT          1: kube-apiserver writes an audit log, $STATE/audit.log (JSON lines, level
+#                             Metadata, the requests of ServiceAccounts only: who called what, with
+#                             which verb and object name, and what it was answered)
 #   DEVCLUSTER_APISERVER_ARGS extra kube-apiserver flags (word-split), e.g. --feature-gates=...
 #   DEVCLUSTER_SCHEDULER_ARGS extra kube-scheduler flags (word-split), e.g. --config=FILE (a
 #                             KubeSchedulerConfiguration; its clientConnection.kubeconfig must then be
@@ -66,6 +74,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CP_SRC="$ROOT/hack/controlplane"
 KWOK_VERSION="${DEVCLUSTER_KWOK_VERSION:-v0.8.0}"
+# Helm (`go list -m -versions helm.sh/helm/v4` lists what the module proxy serves).
+HELM_VERSION="${DEVCLUSTER_HELM_VERSION:-v4.3.1}"
 
 log() { printf '[dev-cluster] %s\n' "$*" >&2; }
 die() { printf '[dev-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -192,9 +202,37 @@ cmd_build() {
         write_stamp kwok "$wstamp"
         log "built kwok in $((SECONDS - t0))s"
     fi
+    build_helm
     if real_node; then rn_build; fi
     exec 8>&- # the build lock
     log "binaries in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"
+}
+
+# Helm from its Go module, beside kubectl (the chart's tests and the in-cluster suite run it).
+build_helm() {
+    local hstamp t0
+    hstamp="$HELM_VERSION $(go env GOVERSION)"
+    stamp_ok helm "$hstamp" && return 0
+    log "go install helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+    t0=$SECONDS
+    # Outside any module; the version stamped as Helm's release builds stamp it.
+    (cd "$BIN" && CGO_ENABLED=0 GOBIN="$BIN" GOFLAGS= go install -trimpath \
+        -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+        "helm.sh/helm/v4/cmd/helm@$HELM_VERSION") || die "go install of helm failed (see above)"
+    write_stamp helm "$hstamp"
+    log "built helm in $((SECONDS - t0))s"
+}
+
+cmd_helm() { # build Helm alone if needed (the build lock held), print its path
+    command -v go >/dev/null || die "go not found in PATH (Go >= 1.26 needed to build helm)"
+    mkdir -p "$BIN"
+    if command -v flock >/dev/null; then
+        exec 8>"$BIN/.build.lock"
+        flock -w 3600 8 || die "could not get the build lock $BIN/.build.lock"
+    fi
+    build_helm
+    exec 8>&-
+    echo "$BIN/helm"
 }
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -477,6 +515,19 @@ cmd_up() {
     echo "$port" >"$STATE/kube-apiserver.port"
     # shellcheck disable=SC2206 # intentional word splitting of user-supplied extra args
     local extra=(${DEVCLUSTER_APISERVER_ARGS:-})
+    if [[ "${DEVCLUSTER_AUDIT:-0}" == 1 ]]; then
+        cat >"$STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+EOF
+        extra+=(--audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$STATE/audit.log"
+            --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=0)
+    fi
     start_proc kube-apiserver "$apiserver" \
         --etcd-servers="http://127.0.0.1:$etcd_port" \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
@@ -697,6 +748,36 @@ cmd_restart_apiserver() {
     log "kube-apiserver restarted"
 }
 
+# The operator's image, as the Dockerfile describes it, built without a Docker engine on the node's
+# Debian root file system (hack/operator-image/build.py), cached by the content it is built from,
+# and imported into the real node's containerd when one is up in $STATE.
+cmd_operator_image() {
+    rn_need_root
+    rn_build_rootfs
+    local prefix src archive venv t0=$SECONDS
+    prefix=${DEVCLUSTER_OPERATOR_PYTHON:-}
+    if [[ -z "$prefix" ]]; then # the interpreter the node's virtualenv was made from
+        venv=$(rn_python_env) || exit 1
+        prefix=$(rn_python_prefix "$venv") || exit 1
+    fi
+    src=$(cd "$ROOT" && find src -type f -name '*.py' | LC_ALL=C sort)
+    # shellcheck disable=SC2086 # one path a line
+    archive="$RN_CACHE/operator-image-$(cd "$ROOT" && sha $src pyproject.toml README.md constraints/operator.txt Dockerfile \
+        hack/operator-image/build.py hack/realnode/images.py "$(rn_rootfs_tar)" <<<"$prefix").tar"
+    if [[ ! -s "$archive" ]]; then
+        rm -f "$RN_CACHE"/operator-image-*.tar
+        log "building localhost/torchjob-operator:dev (Python from $prefix)"
+        python3 "$ROOT/hack/operator-image/build.py" --rootfs "$(rn_rootfs_tar)" --python "$prefix" --out "$archive" >&2 \
+            || die "building the operator image failed (see above)"
+    fi
+    log "operator image: $archive ($(du -h "$archive" | cut -f1) uncompressed, built in $((SECONDS - t0))s)"
+    if [[ -S "$(rn_sock)" ]]; then
+        ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"
+        log "imported localhost/torchjob-operator:dev into the real node of $STATE"
+    fi
+    echo "$archive"
+}
+
 # The PodGroup CRDs as their projects publish them (the versions the module proxy serves here).
 THIRD_PARTY_CRDS=(
     "volcano.sh/volcano@v1.10.0 config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml"
@@ -726,5 +807,7 @@ case "${1:-}" in
     crds) cmd_crds ;;
     image) cmd_image "${2:-}" ;;
     bin) echo "$BIN" ;;
-    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds|image" ;;
+    helm) cmd_helm ;;
+    operator-image) cmd_operator_image ;;
+    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds|image|operator-image|helm|bin" ;;
 esac

@@ -171,8 +171,20 @@ rn_network_up() {
 {"cniVersion": "0.4.0", "name": "torchjob-dev",
  "plugins": [{"type": "bridge", "bridge": "$RN_BRIDGE", "isGateway": false, "ipMasq": false, "hairpinMode": true,
               "ipam": {"type": "host-local", "dataDir": "$(rn_state)/cni/ipam",
-                       "ranges": [[{"subnet": "$RN_SUBNET", "rangeStart": "$RN_NET.10", "gateway": "$RN_HOST"}]]}}]}
+                       "ranges": [[{"subnet": "$RN_SUBNET", "rangeStart": "$RN_NET.10", "gateway": "$RN_HOST"}]],
+                       "routes": [{"dst": "$RN_API_IP/32", "gw": "$RN_HOST"}]}}]}
 EOF
+    rn_api_service_up
+}
+
+# The `kubernetes` Service (its ClusterIP, which in-cluster clients are told) leads to the API
+# server, as kube-proxy would make it: pods route that one address to the host, which sends it to
+# the API server on loopback (its certificate names the address). Nothing else of the host opens.
+RN_API_IP=10.0.0.1 # the first address of dev-cluster.sh's --service-cluster-ip-range
+rn_api_service_up() {
+    sysctl -q -w "net.ipv4.conf.$RN_BRIDGE.route_localnet=1" >/dev/null
+    iptables -w -t nat -I PREROUTING -i "$RN_BRIDGE" -d "$RN_API_IP" -p tcp --dport 443 -j DNAT \
+        --to-destination "127.0.0.1:$(cat "$STATE/kube-apiserver.port")" -m comment --comment "$RN_COMMENT"
 }
 
 rn_base_spec() { # containerd's default OCI spec plus the read-only Python environment
@@ -420,6 +432,9 @@ rn_unmount_all() { # everything mounted under the state dir, deepest first (noth
 
 rn_network_down() {
     ip link del "$RN_BRIDGE" 2>/dev/null || true
+    local rule
+    iptables -w -t nat -S PREROUTING 2>/dev/null | grep -- "-i $RN_BRIDGE " | grep -- "$RN_COMMENT" \
+        | while read -r rule; do eval "iptables -w -t nat ${rule/-A/-D}" 2>/dev/null || true; done
     while iptables -w -D FORWARD -s "$RN_SUBNET" ! -d "$RN_SUBNET" -j DROP -m comment --comment "$RN_COMMENT" 2>/dev/null; do :; done
 }
 

@@ -3,7 +3,7 @@
 # torch.distributed over loopback, a real control plane, and real pods on a real node (root).
 #
 #   bash scripts/test.sh [PYTEST ARGS]   everything (what CI runs); builds what it needs first
-#   bash scripts/test.sh --quick [...]   the inner loop: no cluster suites (tests/kube, tests/e2e)
+#   bash scripts/test.sh --quick [...]   the inner loop: no cluster suites (tests/kube, tests/e2e, tests/incluster)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -11,7 +11,7 @@ if [[ "${1:-}" == --quick ]]; then quick=1; shift; fi
 bash scripts/setup.sh
 if ((quick)); then
     export TORCHJOB_KUBE_TESTS=0
-    set -- --ignore=tests/kube --ignore=tests/e2e "$@"
+    set -- --ignore=tests/kube --ignore=tests/e2e --ignore=tests/incluster "$@"
 else
     export TORCHJOB_KUBE_TESTS=1
     # The cluster suites' binaries (built from the Go module proxy once per machine, then cached)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-CLUSTER_SUITES = ("tests/kube/", "tests/e2e/")
+CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
 _skipped: list[str] = []
 
 

@@ -22,6 +22,7 @@ SPEC.json is a list of images:
       "links": [{"path": "/bin/sh", "target": "busybox"}],
       "dirs": ["/opt/data"],                    # made 0755 with every parent (an image's mode
                                                 # of a base directory, e.g. /root's 0700, too)
+      "layers": ["/host/path/layer.tar"],       # prebuilt layers, after the base one
       "config": {"Entrypoint": ["python"], "Cmd": [], "Env": ["A=b"], "WorkingDir": "/home"}}]
 
 Standard library only: it runs before the project's virtualenv exists.
@@ -116,6 +117,10 @@ def build(spec: list[dict[str, Any]], rootfs: Path | None, out: Path, venv: str,
                     base_digest = sha256_file(rootfs)
                     blobs[base_digest] = rootfs
                 layers.append(base_digest)
+            for prebuilt in image.get("layers", []):
+                digest = sha256_file(Path(prebuilt))
+                blobs.setdefault(digest, Path(prebuilt))
+                layers.append(digest)
             if image.get("python"):
                 image = {**image, "files": [*python_files(venv), *image.get("files", [])],
                          "dirs": [*([python_home] if python_home else []), *image.get("dirs", [])]}

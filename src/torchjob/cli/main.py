@@ -284,16 +284,21 @@ def resume(name: str, **where: Any) -> None:
 @click.option("--kubeflow-api", is_flag=True,
               help="Also Kubeflow's pytorchjobs.kubeflow.org CRD and its RBAC: the operator serves PyTorchJobs too.")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
+@click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NAMESPACE",
+              help="Only this namespace's jobs (repeat it; default: all); the operator's rights there are Roles.")
+@click.option("--replicas", default=1, show_default=True, help="Operator replicas (one leads, the others wait).")
 @click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
               help="One more `torchjob operator` flag for the Deployment (repeat it), e.g. "
                    "--operator-arg=--gang-scheduler-name=volcano.")
 def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
-            kubeconfig: str | None, operator_args: tuple[str, ...]) -> None:
+            kubeconfig: str | None, watch_namespaces: tuple[str, ...], replicas: int,
+            operator_args: tuple[str, ...]) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster."""
     from torchjob.kube.objects.install import DEFAULT_IMAGE, apply, manifests
 
-    objs = manifests(image or DEFAULT_IMAGE, namespace, args=list(operator_args), kubeflow_api=kubeflow_api,
-                     crd_only=crd_only)
+    objs = manifests(image or DEFAULT_IMAGE, namespace, replicas=replicas, args=list(operator_args),
+                     kubeflow_api=kubeflow_api, crd_only=crd_only,
+                     watch_namespaces=tuple(dict.fromkeys(watch_namespaces)))
     if dry_run:
         import yaml
 
@@ -305,7 +310,8 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 
 @cli.command()
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: in-cluster, else ~/.kube/config.")
-@click.option("--namespace", default=None, help="Watch one namespace (default: all).")
+@click.option("--namespace", "namespaces", multiple=True, metavar="NAMESPACE",
+              help="Watch this namespace only; repeat it for several (default: all).")
 @click.option("--workers", default=4, show_default=True, help="Concurrent reconciles.")
 @click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics, /healthz, /readyz.")
 @click.option("--metrics-auth/--no-metrics-auth", default=True, show_default=True,
@@ -339,7 +345,7 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 @click.option("--kubeflow-api", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Serve Kubeflow's kubeflow.org/v1 PyTorchJobs too. auto: when the cluster has their CRD as "
                    "`torchjob install --kubeflow-api` installs it and Kubeflow's training-operator holds no Lease.")
-def operator(kubeconfig: str | None, namespace: str | None, workers: int, metrics_port: int, metrics_auth: bool,
+def operator(kubeconfig: str | None, namespaces: tuple[str, ...], workers: int, metrics_port: int, metrics_auth: bool,
              leader_elect: bool,
              lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
              gang_scheduler_name: str | None, force_delete_after: float, progress_port: int,
@@ -353,7 +359,9 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
     from torchjob.kube.machinery.logs import configure_logging
 
     config = OperatorConfig(
-        kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None, namespace=namespace, workers=workers,
+        kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None,
+        namespace=namespaces[0] if len(set(namespaces)) == 1 else tuple(dict.fromkeys(namespaces)) or None,
+        workers=workers,
         metrics_port=metrics_port, metrics_auth=metrics_auth, leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_duration_s=lease_duration, init_image=init_image, wait_for_master=wait_for_master,

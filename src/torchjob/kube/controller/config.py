@@ -31,7 +31,7 @@ class PodOptions:
 @dataclass(frozen=True, kw_only=True)
 class OperatorConfig:
     kubeconfig: str | None = None  # None: in-cluster, else ~/.kube/config
-    namespace: str | None = None  # the one namespace watched (None: all)
+    namespace: str | tuple[str, ...] | None = None  # the namespace(s) watched (None: all)
     workers: int = 4  # concurrent reconciles per kind
     metrics_port: int = 8080  # /metrics, /healthz, /readyz
     metrics_auth: bool = True  # /metrics only for tokens allowed to get it (TokenReview + SubjectAccessReview)

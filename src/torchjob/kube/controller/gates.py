@@ -19,7 +19,7 @@ from torchjob.api.status import EventType, Reason
 from torchjob.core.reconcile import Refusal
 from torchjob.kube.machinery import client
 from torchjob.kube.machinery.client import Api, status_code
-from torchjob.kube.machinery.informer import Informer, Key, pod_summary
+from torchjob.kube.machinery.informer import Informer, Key, Namespaces, pod_summary
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, kueue
 from torchjob.kube.objects import pods as kr
@@ -50,7 +50,7 @@ class ThirdPartyWatches:
     """Informers on third-party kinds (Volcano PodGroups, Kueue Workloads), started from the first
     object of the kind this operator makes or finds: never without their CRD."""
 
-    def __init__(self, api: Api, namespace: str | None, on_change: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, api: Api, namespace: Namespaces, on_change: Callable[[dict[str, Any]], None]) -> None:
         self.api, self.namespace, self.on_change = api, namespace, on_change
         self.informers: dict[str, Informer] = {}
         self.tasks: list[asyncio.Task[None]] = []

@@ -110,8 +110,11 @@ def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
             "status": pod.get("status") or {}}
 
 
+Namespaces = str | tuple[str, ...] | None  # one, several (one list and watch each), or all (None)
+
+
 class Informer:
-    def __init__(self, api: Api, kind: str, namespace: str | None, on_change: Callable[[dict[str, Any]], None],
+    def __init__(self, api: Api, kind: str, namespace: Namespaces, on_change: Callable[[dict[str, Any]], None],
                  labels: dict[str, Any] | None = None,
                  transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         """`transform` trims each object before it is cached (controller-runtime's TransformFunc):
@@ -122,16 +125,23 @@ class Informer:
         self.cache: dict[Key, dict[str, Any]] = {}
         self.synced = asyncio.Event()
 
-    async def _relist(self) -> str:
-        items, rv = await self.api.list(self.kind, self.namespace, self.labels)
+    def _namespaces(self) -> tuple[str | None, ...]:
+        return self.namespace if isinstance(self.namespace, tuple) else (self.namespace,)
+
+    async def _relist(self, namespace: str | None = None) -> str:
+        """List one namespace (None: the only one watched, or all) and diff the cache's part for it."""
+        if namespace is None and len(self._namespaces()) == 1:
+            namespace = self._namespaces()[0]
+        items, rv = await self.api.list(self.kind, namespace, self.labels)
         fresh = {key_of(o): self.transform(o) for o in items}
-        gone = [o for k, o in self.cache.items() if k not in fresh]
+        mine = [k for k in self.cache if namespace is None or k[0] == namespace]
+        gone = [self.cache.pop(k) for k in mine if k not in fresh]
         # The same dict, refilled: readers hold it (progress reads the caches through a view of them).
-        self.cache.clear()
+        for k in mine:
+            self.cache.pop(k, None)
         self.cache.update(fresh)
         for obj in [*fresh.values(), *gone]:
             self.on_change(obj)
-        self.synced.set()
         return rv
 
     def remember(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -146,13 +156,18 @@ class Informer:
 
     async def run(self) -> None:
         # Retried: right after a CRD is created its list answers 429 while storage initialises.
-        await self.watch_from(await self._relist_retrying())
+        namespaces = self._namespaces()
+        rvs = [await self._relist_retrying(ns) for ns in namespaces]
+        await asyncio.gather(*(self.watch_from(rv, ns) for rv, ns in zip(rvs, namespaces, strict=True)))
 
-    async def watch_from(self, rv: str) -> None:
-        """Watch from resourceVersion `rv` forever, re-listing whenever the watch ends."""
+    async def watch_from(self, rv: str, namespace: str | None = None) -> None:
+        """Watch one namespace (None: the only one watched, or all) from resourceVersion `rv` forever,
+        re-listing it whenever the watch ends."""
+        if namespace is None and len(self._namespaces()) == 1:
+            namespace = self._namespaces()[0]
         while True:
             try:
-                async for kind, obj in self.api.watch(self.kind, self.namespace, rv, self.labels):
+                async for kind, obj in self.api.watch(self.kind, namespace, rv, self.labels):
                     data = self.transform(to_dict(obj))
                     rv = data["metadata"].get("resourceVersion", rv)
                     if kind == "DELETED":
@@ -168,13 +183,16 @@ class Informer:
                 code = status_code(e)
                 log.info("%s watch ended (%s); re-listing", self.kind, code or type(e).__name__)
                 await asyncio.sleep(0.2 if code == 410 else 1.0)
-                rv = await self._relist_retrying()
+                rv = await self._relist_retrying(namespace)
 
-    async def _relist_retrying(self) -> str:
+    async def _relist_retrying(self, namespace: str | None = None) -> str:
         delay = 0.5
         while True:
             try:
-                return await self._relist()
+                rv = await self._relist(namespace)
+                if not self.synced.is_set() and namespace == self._namespaces()[-1]:
+                    self.synced.set()  # every namespace listed once (they are listed in order)
+                return rv
             except asyncio.CancelledError:
                 raise
             except Exception as e:

@@ -1,4 +1,6 @@
-"""Prometheus gauges of each job's progress and of the time since its last report, at scrape time."""
+"""Prometheus gauges, at scrape time: each job's progress and the time since its last report, and
+from the operator's caches the jobs by state and their pods by phase (what the chart's Grafana
+dashboard draws)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,26 @@ class ProgressCollector(Collector):
                 since.add_metric([ns, name, kind], (now - p.lastReportTime).total_seconds())
         yield percent
         yield since
+        jobs = GaugeMetricFamily("torchjob_jobs", "Jobs by kind and state (the last true condition; Created: none yet)",
+                                 labels=["kind", "state"])
+        pods = GaugeMetricFamily("torchjob_job_pods", "Pods of jobs by kind and phase", labels=["kind", "phase"])
+        for caches in list(self.caches.values()):
+            kind = caches.kind.kind.rpartition("/")[2]
+            states: dict[str, int] = {}
+            for job in list(caches.jobs.values()):
+                conditions = (job.get("status") or {}).get("conditions") or []
+                state = next((c["type"] for c in reversed(conditions) if c.get("status") == "True"), "Created")
+                states[state] = states.get(state, 0) + 1
+            for state, n in sorted(states.items()):
+                jobs.add_metric([kind, state], n)
+            phases: dict[str, int] = {}
+            for pod in list(caches.pods.values()):
+                phase = (pod.get("status") or {}).get("phase") or "Pending"
+                phases[phase] = phases.get(phase, 0) + 1
+            for phase, n in sorted(phases.items()):
+                pods.add_metric([kind, phase], n)
+        yield jobs
+        yield pods
 
     def describe(self) -> list[Any]:
         return []
