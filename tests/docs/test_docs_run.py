@@ -231,7 +231,7 @@ def test_the_operator_offline(tmp_path: Path) -> None:
     assert crds == ["torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"] or set(crds) == {
         "torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"}
     deployment = next(o for o in more if o["kind"] == "Deployment")
-    assert "--gang-scheduler-name=volcano" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--gang-scheduler-name=volcano" in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     rendered = outputs["torchjob render --kube examples/ddp/job.yaml"]
     assert "name: ddp-example-master-0" in rendered and "name: ddp-example-worker-1" in rendered
 
