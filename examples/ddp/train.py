@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -17,6 +18,12 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+
+def say(line: str) -> None:
+    # One write per line: under torchrun several ranks share one stdout, and print() writes the
+    # text and its newline apart (PYTHONUNBUFFERED), so their lines would run into each other.
+    sys.stdout.write(line + "\n")
 
 
 def dataset(n: int = 2048) -> TensorDataset:
@@ -38,7 +45,7 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     if rank == 0:
-        print(f"world size {world}, master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+        say(f"world size {world}, master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
 
     data = dataset()
     sampler = DistributedSampler(data, num_replicas=world, rank=rank)
@@ -57,10 +64,10 @@ def main() -> None:
             opt.step()
             total += torch.tensor([loss.item() * len(x), len(x)])
         dist.all_reduce(total)  # the mean loss over every rank's shard
-        print(f"rank {rank} epoch {epoch + 1}/{args.epochs} loss {total[0] / total[1]:.4f}")
+        say(f"rank {rank} epoch {epoch + 1}/{args.epochs} loss {total[0] / total[1]:.4f}")
 
     w, b = model.module.weight.item(), model.module.bias.item()
-    print(f"rank {rank} done: y = {w:.3f}x {b:+.3f}")
+    say(f"rank {rank} done: y = {w:.3f}x {b:+.3f}")
     dist.destroy_process_group()
 
 
