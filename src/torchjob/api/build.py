@@ -50,7 +50,7 @@ class Shape:
 
 
 def parse_shape(j: str | None = None, nnodes: str | int | None = None, nproc_per_node: int | None = None,
-                flag: str = "-j") -> Shape:
+                flag: str = "-j", names: tuple[str, str] = ("--nnodes", "--nproc-per-node")) -> Shape:
     """`-j NxM`, `-j MIN:MAXxM`, or `--nnodes N|MIN:MAX` with `--nproc-per-node M`; raises UserError
     naming the flag, the reason and the fix."""
     if j is not None:
@@ -66,9 +66,11 @@ def parse_shape(j: str | None = None, nnodes: str | int | None = None, nproc_per
     text = str(nnodes if nnodes is not None else 1)
     lo_s, sep, hi_s = text.partition(":")
     if not (lo_s.isdigit() and (not sep or hi_s.isdigit())):
-        raise UserError(f"--nnodes {text!r} is not N or MIN:MAX", fix="e.g. --nnodes 2, or --nnodes 1:4 (elastic)")
+        raise UserError(f"{names[0]} {text!r} is not N or MIN:MAX", fix=f"e.g. {names[0]} 2, or 1:4 (elastic)")
     procs = 1 if nproc_per_node is None else nproc_per_node
-    return _checked("--nnodes/--nproc-per-node", text, int(lo_s) if sep else None, int(hi_s if sep else lo_s),
+    if isinstance(procs, bool) or not isinstance(procs, int):
+        raise UserError(f"{names[1]} {procs!r} is not a number of processes", fix=f"e.g. {names[1]} 4")
+    return _checked(f"{names[0]}/{names[1]}", text, int(lo_s) if sep else None, int(hi_s if sep else lo_s),
                     procs)
 
 
