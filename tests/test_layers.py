@@ -20,6 +20,8 @@ ALLOWED = {
     "local": {"api", "dialects", "core", "progress", "runtime", "console"},
     "kube": {"api", "dialects", "core", "progress", "runtime", "console", "__init__"},
     "cli": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "__init__"},
+    # the Python API (`import torchjob`): a face beside cli/, over the same runtimes
+    "sdk": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube"},
     "runtime.py": {"api", "core"},  # the interface both runtimes implement
     "console.py": {"api", "progress"},  # the terminal both runtimes write a job's lines and progress to
 }

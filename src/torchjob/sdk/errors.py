@@ -4,12 +4,20 @@ that ran and failed is a `JobFailed`, carrying its result and root cause."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from torchjob.api.errors import UserError
 
-if TYPE_CHECKING:
-    from torchjob.sdk.result import JobResult
+
+class _Outcome(Protocol):  # a JobResult (torchjob.sdk.result imports this module: no import back)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def root_cause(self) -> str | None: ...
 
 __all__ = ["JobFailed", "JobTimeout", "UnreturnableValue", "UnshippableFunction", "UserError"]
 
@@ -29,8 +37,8 @@ class JobFailed(Exception):
             error torch recorded where there is one.
     """
 
-    def __init__(self, result: JobResult) -> None:
-        self.result = result
+    def __init__(self, result: _Outcome) -> None:
+        self.result: Any = result
         self.root_cause = result.root_cause
         super().__init__(f"job {result.name} {result.state.lower()}" +
                          (f":\n{result.root_cause}" if result.root_cause else ""))
