@@ -117,7 +117,8 @@ def function_source(fn: Callable[..., Any]) -> str:
     if not isinstance(node, ast.FunctionDef) or node.name != fn.__name__:
         raise _refuse(fn, "its source does not define it with def (it was assigned another name?)")
     node.decorator_list = []
-    return "\n".join([*_preamble(fn), "", "", ast.unparse(node), ""])
+    # Annotations stay unevaluated (they may name types that live only where it was defined).
+    return "\n".join(["from __future__ import annotations", *_preamble(fn), "", "", ast.unparse(node), ""])
 
 
 def _json(what: str, value: object) -> str:
