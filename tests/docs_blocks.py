@@ -17,3 +17,15 @@ def blocks(page: str, test: str, lang: str | None = None) -> list[str]:
     found = [m["body"] for m in BLOCK.finditer(text) if m["test"] == test and (lang is None or m["lang"] == lang)]
     assert found, f"docs/{page} has no block tested by {test}"
     return found
+
+
+def console(block: str) -> list[tuple[str, str]]:
+    """A console block as (command, the output shown after it) pairs: `$ ` starts a command."""
+    out: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            out.append((line[2:], []))
+        else:
+            assert out, f"output before any command: {line!r}"
+            out[-1][1].append(line)
+    return [(cmd, "\n".join(shown)) for cmd, shown in out]

@@ -26,10 +26,20 @@ class QuickCommand(click.Command):
     """A command whose positionals may follow `--`; remembers where the first `--` was."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)
         if "--" in args:
             i = args.index("--")
             args = [*args[:i], "--", DASHDASH, *args[i + 1:]]
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            # A script's option before `--` (`train.py --epochs 2`): say where it goes, not "did you mean".
+            if e.option_name not in given or not any(a.endswith(".py") or Path(a).is_dir() for a in given):
+                raise
+            i = given.index(e.option_name)
+            fixed = " ".join([ctx.command_path, *given[:i], "--", *given[i:]])
+            raise UserError(f"{e.option_name} is not an option of {ctx.command_path}; the script's own options go "
+                            "after --", fix=fixed)
 
 
 def quick_options(f: F) -> F:
