@@ -4,10 +4,14 @@ runs cannot drift apart."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import sys
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
 BLOCK = re.compile(r"<!-- tested by: (?P<test>[^ ]+) -->\n```(?P<lang>[a-z]*)\n(?P<body>.*?)\n```", re.S)
 
 
@@ -29,3 +33,15 @@ def console(block: str) -> list[tuple[str, str]]:
             assert out, f"output before any command: {line!r}"
             out[-1][1].append(line)
     return [(cmd, "\n".join(shown)) for cmd, shown in out]
+
+
+def shell_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a shell in which `torchjob` is this tree's command (as a user's install is)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    exe = bin_ / "torchjob"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} -c "import sys; sys.argv[0] = \'torchjob\'; '
+                   f'from torchjob.cli.main import main; main()" "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO / "src"),
+            "TORCHJOB_HOME": str(tmp_path / "home")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap
 
 import torchjob
+from tests.docs_blocks import blocks, console, shell_env
 from tests.e2e.conftest import INIT_IMAGE, wait_for
 from tests.kube.conftest import REPO
 from torchjob.kube.machinery.client import TorchJobRes
@@ -105,3 +107,25 @@ def test_a_function_submitted_to_the_cluster_returns_its_value(node_kubeconfig: 
     assert configmap(node, "fn-code", ns) is not None
     handle.delete()
     wait_for("the function's ConfigMap to be collected", lambda: configmap(node, "fn-code", ns) is None, timeout=120)
+
+
+def test_the_kube_example_of_the_docs_runs(node_kubeconfig: str, ns: str, tmp_path: Path) -> None:
+    (block,) = blocks("guide/command-line.md", "tests/e2e/test_quick_real.py::test_the_kube_example_of_the_docs_runs")
+    shutil.copy(REPO / "examples" / "ddp" / "train.py", tmp_path / "train.py")
+    env = {**shell_env(tmp_path), "IMAGE": IMAGE, "NAMESPACE": ns, "KUBECONFIG": node_kubeconfig}
+    for cmd, _ in console(block):
+        proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+        assert proc.returncode == 0, (cmd, proc.stdout, proc.stderr)
+        assert re.search(r"torchjob: job train-\w+ succeeded", proc.stderr), proc.stderr
+
+
+def test_the_python_kube_example_of_the_docs_runs(node_kubeconfig: str, ns: str, tmp_path: Path) -> None:
+    (code,) = blocks("guide/python.md", "tests/e2e/test_quick_real.py::test_the_python_kube_example_of_the_docs_runs")
+    (tmp_path / "example.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "IMAGE": IMAGE, "NAMESPACE": ns,
+           "KUBECONFIG": node_kubeconfig}
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "configMap:" in proc.stdout and "/opt/torchjob/code" in proc.stdout
+    assert proc.stdout.rstrip().endswith("[]")  # deleted: the namespace has no job left

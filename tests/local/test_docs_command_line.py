@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import blocks, console
+from tests.docs_blocks import blocks, console, shell_env
 from tests.local.conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -26,14 +24,7 @@ def shell(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     shutil.copy(REPO / "examples" / "ddp" / "train.py", work / "train.py")
     shutil.copy(REPO / "examples" / "ddp" / "train.py", work / "mypkg" / "train.py")
     (work / "mypkg" / "__init__.py").write_text("")
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    exe = bin_ / "torchjob"
-    exe.write_text(f'#!/bin/sh\nexec {sys.executable} -c "import sys; sys.argv[0] = \'torchjob\'; '
-                   f'from torchjob.cli.main import main; main()" "$@"\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO / "src"),
-           "TORCHJOB_HOME": str(tmp_path / "home")}
+    env = shell_env(tmp_path)
     return work, env
 
 

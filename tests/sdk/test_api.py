@@ -125,7 +125,7 @@ def test_an_argument_that_is_not_json_is_refused_before_anything_starts(home: Pa
         torchjob.Job.from_function(all_reduce, args=(LOCK,))
     with pytest.raises(torchjob.UserError, match="nnodes/nproc_per_node '0' asks for 0"):
         torchjob.Job.from_function(all_reduce, args=("x",), nnodes=0)
-    with pytest.raises(torchjob.UserError, match="script 'missing.py' does not exist"):
+    with pytest.raises(torchjob.UserError, match=r"script 'missing\.py' does not exist"):
         torchjob.Job.from_script("missing.py")
     with pytest.raises(torchjob.UserError, match="a cluster needs an image"):
         torchjob.Job.from_function(all_reduce, args=("x",)).submit(kube=True)
