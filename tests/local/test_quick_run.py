@@ -120,3 +120,16 @@ def test_run_job_yaml_is_unchanged(torchjob: Torchjob) -> None:
     proc = torchjob("run", "examples/ddp/job.yaml", "-q")
     assert proc.returncode == 0, proc.stderr
     assert "job ddp-example succeeded" in proc.stderr
+
+
+def test_code_past_the_configmap_limit_is_refused_before_anything_is_made(torchjob: Torchjob, tmp_path: Path) -> None:
+    project = tmp_path / "big"
+    project.mkdir()
+    (project / "__main__.py").write_text("print('hi')\n")
+    (project / "weights.bin").write_bytes(os.urandom(1024 * 1024))
+    # No cluster is reachable here (KUBECONFIG names no file): the refusal comes before any request.
+    torchjob.env["KUBECONFIG"] = str(tmp_path / "no-kubeconfig")
+    proc = torchjob("run", "-j", "1x1", "--kube", "--image", "img", str(project))
+    assert proc.returncode == 2, proc.stderr
+    assert "is 1,048,588 bytes; code shipped in a ConfigMap may be at most 1,032,192 bytes" in proc.stderr
+    assert "Traceback" not in proc.stderr and "fix: put large files" in proc.stderr
