@@ -49,8 +49,10 @@ def quick_options(f: F) -> F:
                      help="With --dry-run: the format of the job printed.")(f)
     f = click.option("-e", "--env", "env", multiple=True, metavar="K=V", help="Set K=V in every process "
                      "(repeatable).")(f)
-    f = click.option("--image", default=None, help="The container image of every replica (required with --kube).")(f)
-    f = click.option("--name", default=None, help="The job's name (default: the script's, with a random suffix).")(f)
+    f = click.option("--image", default=None, metavar="IMAGE",
+                     help="The container image of every replica (required with --kube).")(f)
+    f = click.option("--name", default=None, metavar="NAME",
+                     help="The job's name (default: the script's, with a random suffix).")(f)
     f = click.option("-m", "--module", default=None, metavar="MODULE", help="Run a module, as python -m does.")(f)
     f = click.option("--nproc-per-node", type=int, default=None, metavar="M", help="Processes per replica.")(f)
     f = click.option("--nnodes", default=None, metavar="N|MIN:MAX", help="Replicas (nodes); MIN:MAX is elastic.")(f)
