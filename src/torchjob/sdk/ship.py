@@ -116,9 +116,14 @@ def function_source(fn: Callable[..., Any]) -> str:
     node = tree.body[0] if tree.body else None
     if not isinstance(node, ast.FunctionDef) or node.name != fn.__name__:
         raise _refuse(fn, "its source does not define it with def (it was assigned another name?)")
-    node.decorator_list = []
+    # The function's own text (its comments too), decorators blanked, at the line it has in its file
+    # where the preamble leaves room: a traceback from a replica points at the user's line numbers.
+    lines = source.splitlines()
+    body = [""] * (node.lineno - 1) + lines[node.lineno - 1:]
     # Annotations stay unevaluated (they may name types that live only where it was defined).
-    return "\n".join(["from __future__ import annotations", *_preamble(fn), "", "", ast.unparse(node), ""])
+    head = ["from __future__ import annotations", *_preamble(fn)]
+    pad = max(1, fn.__code__.co_firstlineno - 1 - len(head))
+    return "\n".join([*head, *[""] * pad, *body, ""])
 
 
 def _json(what: str, value: object) -> str:
