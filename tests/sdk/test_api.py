@@ -164,8 +164,12 @@ def test_a_failed_run_raises_job_failed_with_the_root_cause() -> None:
 
 
 def test_submit_wait_progress_logs_and_list() -> None:
+    from torchjob.local.prepare import supervisor_alive
+
     handle = torchjob.Job.from_function(reports, args=(20, 0.1), name="rep").submit()
     assert handle.name == "rep" and not handle.kube
+    pid = handle.describe().supervisor
+    assert pid and supervisor_alive(pid)
     end = time.monotonic() + 60
     while handle.progress() is None and time.monotonic() < end:
         time.sleep(0.2)
@@ -176,7 +180,13 @@ def test_submit_wait_progress_logs_and_list() -> None:
     result = handle.wait(timeout=120)
     assert result.ok and result.value == 20
     assert "[master-0]" in handle.logs() and "@@torchjob-result@@ 20" in handle.logs(replica="master-0")
+    assert handle.logs(follow=True) == handle.logs()  # a finished job: followed to its end at once
     assert [h.name for h in torchjob.list_jobs()] == ["rep"]
+    # Its supervisor (this process's child) ends with the job, and is not left a zombie that looks alive.
+    end = time.monotonic() + 30
+    while supervisor_alive(pid) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not supervisor_alive(pid)
     handle.delete()
     assert torchjob.list_jobs() == []
 

@@ -226,6 +226,9 @@ class LocalRuntime:
             _signal_supervisor(rec)
             end = time.monotonic() + wait_s
             while self.store.get(name) is not None and time.monotonic() < end:
+                if not supervisor_alive(rec.supervisor_pid):  # it ended (its job finished) before it saw the signal
+                    self.store.delete_job(name)
+                    return
                 time.sleep(0.05)
             if self.store.get(name) is not None:
                 raise UserError(f"job {name!r} is still stopping after {wait_s:g}s", fix="try again")

@@ -246,4 +246,15 @@ class Job:
             write_code(self.name, self._files)
         rt = LocalRuntime()
         rt.schedule(rt.dryrun(tj))
+        _reap(rt.store.get(self.name))
         return JobHandle(self.name, rt, function=function)
+
+
+def _reap(rec: Any) -> None:
+    """The detached supervisor is this process's child (unlike `torchjob submit`'s, which exits at once):
+    wait for it in the background, so that once it ends it is gone, not a zombie that looks alive."""
+    import threading
+
+    pid = rec.supervisor_pid if rec is not None else None
+    if pid:
+        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True, name=f"reap-{pid}").start()

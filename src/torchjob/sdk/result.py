@@ -91,6 +91,11 @@ class JobHandle:
         where = f"kube, namespace {self.namespace}" if self.kube else "local"
         return f"<JobHandle {self.name} ({where})>"
 
+    def describe(self) -> JobView:
+        """What `torchjob describe` shows: the job, its status, each replica's attempts with their exit
+        codes, its events, and the root cause of a failure."""
+        return self._rt.describe(self.name)
+
     def status(self) -> JobStatus:
         """The job's status now."""
         return self._rt.describe(self.name).status
