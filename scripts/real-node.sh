@@ -224,15 +224,18 @@ EOF
 }
 
 rn_import() { # <spec.json> <archive name>: build the spec's images (cached by content), import them
-    local spec=$1 archive sources
+    local spec=$1 archive sources home
+    # The interpreter's home, mounted at its own path: python images open the directories down to it
+    # to every user (a pyenv under /root, 0700 in Debian, is out of reach of a non-root pod).
+    home=$(rn_python_prefix "$(rn_python_env)")
     sources=$(python3 -c 'import json, sys
 print("\n".join(f["source"] for i in json.load(open(sys.argv[1])) for f in i.get("files", []) if "source" in f))' "$spec")
     # shellcheck disable=SC2086 # one path a line
-    archive="$RN_CACHE/$2-$(sha "$spec" "$(rn_rootfs_tar)" "$ROOT/hack/realnode/images.py" $sources).tar"
+    archive="$RN_CACHE/$2-$(sha "$spec" "$(rn_rootfs_tar)" "$ROOT/hack/realnode/images.py" <(echo "$home") $sources).tar"
     if [[ ! -s "$archive" ]]; then
         rm -f "$RN_CACHE/$2"-*.tar
         python3 "$ROOT/hack/realnode/images.py" --rootfs "$(rn_rootfs_tar)" --venv "$VENV_IN_CONTAINER" \
-            --out "$archive" "$spec" || die "building the images of $spec failed"
+            --python-home "$home" --out "$archive" "$spec" || die "building the images of $spec failed"
     fi
     local t0=$SECONDS
     ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"

@@ -8,4 +8,13 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test,audit]"
+.venv/bin/python -m pip install -q -e ".[test,audit,docs]"
+# The dashboard's browser tests (tests/ui, bench/ui_first_paint.py) drive Debian's chromium through
+# Playwright's Python package (its own browser download is not used): installed once, as root.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "scripts/setup.sh: no chromium: install Debian's chromium (apt-get install chromium) for tests/ui" >&2
+  fi
+fi

@@ -19,7 +19,8 @@ ALLOWED = {
     "progress": {"api"},
     "local": {"api", "dialects", "core", "progress", "runtime", "console"},
     "kube": {"api", "dialects", "core", "progress", "runtime", "console", "__init__"},
-    "cli": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "__init__"},
+    "cli": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "ui", "__init__"},
+    "ui": {"api", "progress", "runtime"},  # the dashboard: a face over the runtime interface, as cli/ is
     # the Python API (`import torchjob`): a face beside cli/, over the same runtimes
     "sdk": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube"},
     "runtime.py": {"api", "core"},  # the interface both runtimes implement

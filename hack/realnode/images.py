@@ -6,7 +6,7 @@ root file system `debootstrap` made) and one layer of files, written as a docker
 `ctr -n k8s.io images import` loads into containerd. Images that share the base layer share its
 blob, so one archive holds them all.
 
-    python3 images.py --rootfs BASE.tar --out ARCHIVE.tar [--venv /opt/torchjob/venv] SPEC.json
+    python3 images.py --rootfs BASE.tar --out ARCHIVE.tar [--venv /opt/torchjob/venv] [--python-home DIR] SPEC.json
 
 SPEC.json is a list of images:
 
@@ -14,10 +14,14 @@ SPEC.json is a list of images:
       "rootfs": true,                           # the base layer first (default false)
       "python": true,                           # `python`, `python3` and `torchrun` in
                                                 # /usr/local/bin run the virtualenv that the
-                                                # node mounts at --venv (default false)
+                                                # node mounts at --venv (default false), and
+                                                # the directories down to --python-home (where
+                                                # the node mounts the interpreter) open to all
       "files": [{"path": "/usr/local/bin/python", "text": "#!/bin/sh\\n...", "mode": 493},
                 {"path": "/opt/train.py", "source": "/host/path/train.py"}],
       "links": [{"path": "/bin/sh", "target": "busybox"}],
+      "dirs": ["/opt/data"],                    # made 0755 with every parent (an image's mode
+                                                # of a base directory, e.g. /root's 0700, too)
       "config": {"Entrypoint": ["python"], "Cmd": [], "Env": ["A=b"], "WorkingDir": "/home"}}]
 
 Standard library only: it runs before the project's virtualenv exists.
@@ -75,6 +79,11 @@ def file_layer(image: dict[str, Any], out: Path) -> None:
                 info.type, info.mode = tarfile.DIRTYPE, 0o755
                 entries.append((info, None))
 
+    for d in image.get("dirs", []):
+        # The directory and every parent, 0755: the node mounts the interpreter at its own path
+        # (the virtualenv's links name it), and a path under Debian's /root (0700: a pyenv's)
+        # cannot be entered by a non-root user (uid 1000, 65532). This layer's mode wins.
+        add_dirs(d.rstrip("/") + "/.")
     for f in image.get("files", []):
         data = Path(f["source"]).read_bytes() if "source" in f else f["text"].encode()
         mode = f.get("mode", 0o755 if "source" in f and Path(f["source"]).stat().st_mode & 0o111 else 0o644)
@@ -92,7 +101,7 @@ def file_layer(image: dict[str, Any], out: Path) -> None:
             tar.addfile(info, io.BytesIO(data) if data is not None else None)
 
 
-def build(spec: list[dict[str, Any]], rootfs: Path | None, out: Path, venv: str) -> None:
+def build(spec: list[dict[str, Any]], rootfs: Path | None, out: Path, venv: str, python_home: str | None = None) -> None:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmpdir:
         tmp = Path(tmpdir)
         base_digest = ""
@@ -108,7 +117,8 @@ def build(spec: list[dict[str, Any]], rootfs: Path | None, out: Path, venv: str)
                     blobs[base_digest] = rootfs
                 layers.append(base_digest)
             if image.get("python"):
-                image = {**image, "files": [*python_files(venv), *image.get("files", [])]}
+                image = {**image, "files": [*python_files(venv), *image.get("files", [])],
+                         "dirs": [*([python_home] if python_home else []), *image.get("dirs", [])]}
             if image.get("files") or image.get("links"):
                 layer = tmp / "layer.tar"
                 file_layer(image, layer)
@@ -144,10 +154,12 @@ def main() -> None:
     ap.add_argument("--rootfs", type=Path, help="the base layer: a tar of a root file system")
     ap.add_argument("--out", type=Path, required=True, help="the docker-archive tar to write")
     ap.add_argument("--venv", default="/opt/torchjob/venv", help="where the node mounts the virtualenv")
+    ap.add_argument("--python-home", help="where the node mounts the virtualenv's interpreter (its own path): "
+                    "python images get the directories down to it open to every user")
     ap.add_argument("spec", type=Path, help="JSON list of images (see the module's docstring)")
     args = ap.parse_args()
     try:
-        build(json.loads(args.spec.read_text()), args.rootfs, args.out.resolve(), args.venv)
+        build(json.loads(args.spec.read_text()), args.rootfs, args.out.resolve(), args.venv, args.python_home)
     except (OSError, KeyError, ValueError) as e:
         sys.exit(f"images.py: {e}")
 

@@ -152,6 +152,44 @@ def test_a_pod_refused_with_403_is_retried_with_backoff_and_said_in_an_event() -
     run(scenario)
 
 
+POD_SECURITY = ('pods "{pod}" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != '
+                'false (container "pytorch" must set securityContext.allowPrivilegeEscalation=false)')
+WEBHOOK = 'admission webhook "validate.kyverno.svc-fail" denied the request: the label team is required'
+
+
+@pytest.mark.parametrize("message", [POD_SECURITY, WEBHOOK], ids=["pod-security", "webhook"])
+def test_a_pod_refused_for_good_fails_the_job_at_once_with_the_servers_words_and_is_not_retried(
+        rounds: list[int], message: str) -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        for pod in PODS:  # each pod refused in its own words, as the API server does
+            api.fail(lambda c, pod=pod: c.verb == "create" and c.kind == "Pod" and c.name == pod, 403,
+                     message.format(pod=pod))
+        api.put(torchjob())
+        async with running(api):
+            failed = await until(lambda: condition(api, "Failed"))
+            assert failed["reason"] == Reason.POD_REFUSED == "PodRefused"
+            assert "the API server refused pod demo-master-0," in failed["message"]
+            assert "refused too: demo-worker-0, demo-worker-1" in failed["message"]
+            if message == POD_SECURITY:
+                assert "violates PodSecurity" in failed["message"]
+                field = "Master.template.spec.containers[pytorch].securityContext.allowPrivilegeEscalation"
+                assert field in failed["message"]  # the master's: first in the plan
+            else:
+                assert "denied the request: the label team is required" in failed["message"]
+            assert status_of(api)["failure"]["reason"] == "PodRefused"
+            event = await until(lambda: next((c for c in api.calls if c.verb == "event"
+                                              and c.body[1] == Reason.POD_REFUSED), None))
+            assert event.body[0] == "Warning" and event.body[2] == failed["message"]
+            await asyncio.sleep(0.3)  # the backoff's first retries would have come by now
+            creates = [c for c in api.calls if c.verb == "create" and c.kind == "Pod"]
+            assert len(creates) <= len(PODS)  # each pod asked for once at most: no retry storm
+            assert not any(c.verb == "event" and c.body[1] == Reason.RECONCILE_ERROR for c in api.calls)
+
+    run(scenario)
+    assert max(rounds) == 1
+
+
 def test_a_pod_that_exists_and_is_the_jobs_own_is_adopted_on_409() -> None:
     async def scenario() -> None:
         api = FakeApi()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, problems, read
@@ -548,3 +550,49 @@ def test_wrong_types_are_problems_not_crashes() -> None:
                             "spec.torchrunConfig.enabled"),
                            ("extraOptions: []", "extraOptions: [{a: 1}]", "spec.torchrunConfig.extraOptions[0]")]:
         assert [p.path for p in problems(edit(REFERENCE, old, new))] == [path]
+
+
+# T9k's user manual, "parallel training" (get-started/parallel-training.md, its job.yaml), as written there:
+# tensorboardSpec.resources (which T9k's TensorBoardSpec has) and the guide's `subpath` spelling.
+MANUAL = Path(__file__).resolve().parents[2] / "examples" / "t9k" / "parallel-training.yaml"
+
+
+def test_the_manuals_parallel_training_job_is_read() -> None:
+    from torchjob.kube.objects import tensorboard
+
+    loaded = read(MANUAL.read_text())
+    job = loaded.job
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 0)
+    assert job.spec.nprocPerNode == "4"
+    tb = job.spec.tensorboard
+    assert tb is not None and tb.logDirs == ["t9k://pvc/mnist/log"] and tb.image == "tensorflow/tensorflow:2.14.0"
+    assert tb.resources is not None and tb.resources.limits == {"cpu": 1, "memory": "1Gi"}
+    # on Kubernetes the TensorBoard container gets those resources
+    _, deployment = tensorboard.objects(job, {"kind": "TorchJob"})
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["resources"] == {"limits": {"cpu": 1, "memory": "1Gi"}}
+    assert any("spec.tensorboardSpec.logDir.pvc.0.subpath: read as subPath" in n for n in loaded.notes)
+
+
+def test_tensorboard_resources_are_checked_at_their_line() -> None:
+    text = edit(MANUAL.read_text(), "        memory: 1Gi\n", "        memory: 1Gi\n      limitz: {cpu: 1}\n")
+    p = problem_at(text, "spec.tensorboardSpec.resources.limitz", "limitz:")
+    assert "unknown field" in p.message
+
+
+def test_tensorboard_scheduler_is_warned_and_subpath_beside_sub_path_refused() -> None:
+    text = edit(MANUAL.read_text(), "    image: tensorflow/tensorflow:2.14.0\n",
+                "    image: tensorflow/tensorflow:2.14.0\n    scheduler: {t9kScheduler: {queue: default}}\n")
+    assert any("spec.tensorboardSpec.scheduler: ignored" in n for n in read(text).notes)
+    both = edit(MANUAL.read_text(), "        subpath: \n", "        subPath: [a]\n        subpath: \n")
+    p = problem_at(both, "spec.tensorboardSpec.logDir.pvc[0].subpath", "subpath:")
+    assert p.message == "is given beside subPath"
+
+
+def test_without_tensorboard_resources_the_container_gets_the_default() -> None:
+    from torchjob.api.defaults import TENSORBOARD_RESOURCES
+    from torchjob.kube.objects import tensorboard
+
+    job = read(REFERENCE).job
+    _, deployment = tensorboard.objects(job, {"kind": "TorchJob"})
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"] == TENSORBOARD_RESOURCES

@@ -29,6 +29,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.ui.conftest import artifacts, browser, dashboard, page  # noqa: F401 (test_ui_kube.py: a real browser)
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects.crd import CRD_NAME, crd
 from torchjob.kube.objects.install import apply

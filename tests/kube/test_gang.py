@@ -122,8 +122,11 @@ def test_t9k_tensorboard_becomes_a_deployment_and_service_on_the_claim() -> None
     assert c["image"] == tensorboard.DEFAULT_IMAGE
     assert c["command"][:3] == ["tensorboard", "--logdir_spec",
                                 "0:/tensorboard/runs/exp1,1:/tensorboard/runs/exp2,2:s3://bucket/logs"]
-    assert pod["volumes"] == [{"name": "logs-0", "persistentVolumeClaim": {"claimName": "runs", "readOnly": True}}]
-    assert c["volumeMounts"] == [{"name": "logs-0", "mountPath": "/tensorboard/runs", "readOnly": True}]
+    # the claim, and /tmp for a read-only root (docs/operator/restricted.md)
+    assert pod["volumes"] == [{"name": "logs-0", "persistentVolumeClaim": {"claimName": "runs", "readOnly": True}},
+                              {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}]
+    assert c["volumeMounts"] == [{"name": "logs-0", "mountPath": "/tensorboard/runs", "readOnly": True},
+                                 {"name": "tmp", "mountPath": "/tmp"}]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert kr.LABEL_JOB not in deployment["spec"]["template"]["metadata"]["labels"]  # not counted as a replica
     assert tensorboard.objects(job_from_data(job_data("demo", workers=1)), OWNER) == []

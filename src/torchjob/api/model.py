@@ -211,6 +211,9 @@ T9K_PVC = "t9k://pvc/"
 class TensorBoardSpec(Strict):
     image: str | None = None
     logDirs: list[str]  # local paths, or t9k://pvc/NAME/PATH resolved with --pvc NAME=PATH
+    # The TensorBoard container's requests and limits on Kubernetes (T9k's tensorboardSpec.resources);
+    # locally TensorBoard is a plain process and they are not applied.
+    resources: ResourceRequirements | None = None
 
     @staticmethod
     def on_claim(item: str) -> tuple[str, str] | None:

@@ -74,6 +74,9 @@ class Reason(StrEnum):
     KUEUE_UNAVAILABLE = "KueueUnavailable"
     LOCAL_SETUP_FAILED = "LocalSetupFailed"
     SUPERVISOR_LOST = "SupervisorLost"
+    # the API server refused a pod for good: Pod Security, an admission webhook, a quota's or
+    # LimitRange's requirement (core.refusals)
+    POD_REFUSED = "PodRefused"
     # the operator's events
     QUEUED = "Queued"
     ADMITTED = "Admitted"
@@ -140,6 +143,23 @@ class Metric(BaseModel):
     value: str = Field(description="Its latest value, as reported.")
 
 
+class MetricSeries(BaseModel):
+    """One metric's values along the history's steps (null: not reported there, or NaN)."""
+
+    name: str = Field(description="The metric's name.")
+    values: list[float | None] = Field(default_factory=list, description="One value per step of the history.")
+
+
+class MetricHistory(BaseModel):
+    """Every metric reported, over steps, bounded and downsampled (progress/history.py): each point
+    stands for `stride` steps; the curves the dashboard draws."""
+
+    stride: int = Field(1, description="Steps each point stands for (doubles as the job goes on).")
+    steps: list[int] = Field(default_factory=list, description="The step of each point, ascending.")
+    series: list[MetricSeries] = Field(default_factory=list, description="Each metric's values (loss first).")
+    omitted: int = Field(0, description="Metrics reported but not kept (past the history's number of series).")
+
+
 class Progress(BaseModel):
     """How far the job is, from the replicas' latest progress report. Written by the runtime (the
     local supervisor, the operator) as reports arrive, never by `core`."""
@@ -152,6 +172,7 @@ class Progress(BaseModel):
     metrics: list[Metric] = Field(default_factory=list, description="The latest metrics reported (loss, ...).")
     lastReportTime: datetime | None = Field(None, description="When the latest report arrived.")
     reporter: str | None = Field(None, description="The replica that sent the latest report.")
+    history: MetricHistory | None = Field(None, description="The metrics over steps, downsampled.")
 
 
 class JobStatus(BaseModel):

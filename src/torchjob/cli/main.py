@@ -20,6 +20,7 @@ from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
 from torchjob.cli.quick import QuickCommand, quick_options
+from torchjob.ui.command import ui_command
 
 if TYPE_CHECKING:
     from torchjob.runtime import Runtime
@@ -366,6 +367,9 @@ def operator(kubeconfig: str | None, namespace: str | None, workers: int, metric
         kubeflow_api=KubeflowApi(kubeflow_api))
     configure_logging()
     asyncio.run(run_operator(config))
+
+
+cli.add_command(ui_command(kube_options, _runtime))  # torchjob ui: the web dashboard (src/torchjob/ui/)
 
 
 def main() -> None:

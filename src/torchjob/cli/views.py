@@ -74,7 +74,7 @@ def _progress_lines(p: Progress | None) -> list[str]:
         out[-1] += f" (from {p.reporter})"
     if p.metrics:
         out.append("Metrics:     " + ", ".join(f"{m.name}={m.value}" for m in p.metrics))
-    return out
+    return out + show.history_lines(p.history)
 
 
 def list_jobs(views: list[JobView], fmt: str, dump: Dump, every_namespace: bool = False) -> None:

@@ -48,7 +48,7 @@ class Observed:
 class Refusal:
     """The runtime cannot run this job as written: a fact it learned. Core fails the job with it."""
 
-    reason: str  # a Reason: InvalidSpec | PodGroupUnavailable | KueueUnavailable | LocalSetupFailed
+    reason: str  # a Reason: InvalidSpec | PodRefused | PodGroupUnavailable | KueueUnavailable | LocalSetupFailed
     message: str
 
 

@@ -13,7 +13,7 @@ user guide (modules/jobs/pytorchtrainingjob.md) write it:
 - `runPolicy` (`backoffLimit`, `activeDeadlineSeconds`, `cleanUpPolicy`), `scheduler.t9kScheduler`,
   `runMode.debug` (a debug spec's `type` is the T9k type: it reaches every replica of that type,
   the master included), `runMode.pause` (-> suspend) and `tensorboardSpec` (`trainingLogFilesets`,
-  `logDir.pvc`/`.s3`) map to native fields.
+  `logDir.pvc`/`.s3`, `resources`) map to native fields.
 """
 
 from __future__ import annotations
@@ -220,19 +220,29 @@ def _sub_path(notes: Notes, sub: str, path: Path) -> str:
     return "/".join(parts)
 
 
-def _tensorboard(notes: Notes, spec: dict[str, Any], native_spec: dict[str, Any]) -> None:
+def _tensorboard(doc: Document, notes: Notes, spec: dict[str, Any], native_spec: dict[str, Any]) -> None:
     path: Path = ["spec", "tensorboardSpec"]
     tb = notes.section(spec, "tensorboardSpec", ["spec"])
     if not tb:
         return
-    notes.unknown(tb, {"trainingLogFilesets", "logDir", "image", "suspend"}, path)
+    # T9k's API reference (TensorBoardSpec): trainingLogFilesets, logDir, image, suspend, scheduler, resources.
+    notes.unknown(tb, {"trainingLogFilesets", "logDir", "image", "suspend", "scheduler", "resources"}, path)
     dirs = notes.strings(tb, "trainingLogFilesets", path)
     log_dir = notes.section(tb, "logDir", path)
     notes.unknown(log_dir, {"pvc", "s3", "http"}, [*path, "logDir"])
     for i, claim in notes.items(log_dir, "pvc", [*path, "logDir"]):
         cpath: Path = [*path, "logDir", "pvc", i]
-        notes.unknown(claim, {"name", "subPath"}, cpath)
+        notes.unknown(claim, {"name", "subPath", "subpath"}, cpath)
         name = notes.typed(claim, "name", cpath, str, "a claim name")
+        if "subpath" in claim:
+            # T9k's own getting-started job (parallel training) writes `subpath`; its API spells it
+            # subPath, and an API server that prunes unknown fields would drop it.
+            if "subPath" in claim:
+                notes.error([*cpath, "subpath"], "is given beside subPath", "keep subPath (the API's spelling)")
+            else:
+                notes.warn([*cpath, "subpath"], "read as subPath, the spelling of T9k's API (write subPath: an "
+                           "API server that prunes unknown fields would drop subpath)")
+                claim = {**claim, "subPath": claim["subpath"]}
         sub = claim.get("subPath")
         subs = [sub] if isinstance(sub, str) else notes.strings(claim, "subPath", cpath) or [""]
         dirs += [f"{T9K_PVC}{name}/{_sub_path(notes, s, cpath)}".rstrip("/") for s in subs] if name else []
@@ -248,7 +258,14 @@ def _tensorboard(notes: Notes, spec: dict[str, Any], native_spec: dict[str, Any]
         notes.warn([*path, "suspend"], "true: no TensorBoard is started")
         return
     image = notes.typed(tb, "image", path, str, "an image name")
-    native_spec["tensorboard"] = {"logDirs": dirs, **({"image": image} if image else {})}
+    sched = notes.section(tb, "scheduler", path)
+    notes.unknown(sched, {"t9kScheduler"}, [*path, "scheduler"])
+    if sched:
+        notes.warn([*path, "scheduler"], "ignored: the TensorBoard Deployment gets the cluster's default scheduler")
+    resources = notes.section(tb, "resources", path)  # a ResourceRequirements: the model checks its fields
+    doc.aliases.append((("spec", "tensorboard", "resources"), ("spec", "tensorboardSpec", "resources")))
+    native_spec["tensorboard"] = {"logDirs": dirs, **({"image": image} if image else {}),
+                                  **({"resources": copy.deepcopy(resources)} if resources else {})}
 
 
 def read(doc: Document) -> Converted:
@@ -291,7 +308,7 @@ def read(doc: Document) -> Converted:
     _run_mode(notes, spec, natives, native_spec, rp)
     if rp:
         native_spec["runPolicy"] = rp
-    _tensorboard(notes, spec, native_spec)
+    _tensorboard(doc, notes, spec, native_spec)
     notes.raise_if_any()
     native = {"apiVersion": NATIVE_API, "kind": NATIVE_KIND, "metadata": copy.deepcopy(data.get("metadata")),
               "spec": native_spec}

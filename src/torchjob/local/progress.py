@@ -18,6 +18,7 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+from torchjob.api.status import MetricHistory
 from torchjob.api.validate import digits
 from torchjob.local.files import private_dir
 from torchjob.progress.book import Book
@@ -39,11 +40,12 @@ def ca_bundle() -> str:
 class LocalEndpoint:
     """Receives one job's reports; `on_report(replica, attempt, first)` runs in the server's thread."""
 
-    def __init__(self, job: str, on_report: Callable[[str, int, bool], None]) -> None:
+    def __init__(self, job: str, on_report: Callable[[str, int, bool], None],
+                 history: MetricHistory | None = None) -> None:
         self.job = job
         self.on_report = on_report
         self.secret = secrets.token_bytes(32)
-        self.reports = Book()
+        self.reports = Book(saved=history)
         self.server = ProgressServer(("127.0.0.1", 0), self)
         self.server.max_per_source = None  # every replica reports from loopback
 

@@ -156,6 +156,8 @@ def warnings(job: TorchJob) -> list[str]:
     rp = job.run_policy
     if rp.schedulingPolicy is not None:
         out.append("runPolicy.schedulingPolicy is ignored locally (there is no scheduler)")
+    if job.spec.tensorboard is not None and job.spec.tensorboard.resources is not None:
+        out.append("tensorboard.resources is ignored locally (TensorBoard runs as a plain process)")
     return out
 
 

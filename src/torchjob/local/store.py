@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.status import MetricHistory
 from torchjob.local.files import private_dir, private_file
 
 SCHEMA = """
@@ -29,7 +30,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   dir TEXT NOT NULL,          -- logs and volumes
   created REAL NOT NULL,
   supervisor_pid INTEGER,
-  deleting INTEGER NOT NULL DEFAULT 0
+  deleting INTEGER NOT NULL DEFAULT 0,
+  history TEXT                -- status.progress.history, JSON: apart, so that `list` never reads it
 );
 CREATE TABLE IF NOT EXISTS attempts (
   job TEXT NOT NULL,
@@ -110,6 +112,11 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        if "history" not in {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}:  # a store made before it
+            try:
+                self._db.execute("ALTER TABLE jobs ADD COLUMN history TEXT")
+            except sqlite3.OperationalError:  # another process added it first
+                pass
 
     def close(self) -> None:
         self._db.close()
@@ -145,12 +152,18 @@ class Store:
         assert rec is not None
         return rec
 
-    def get(self, name: str) -> JobRecord | None:
+    def get(self, name: str, history: bool = True) -> JobRecord | None:
+        """One job; with its metric history in status.progress unless `history` is False."""
         row = self._db.execute(
-            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting FROM jobs WHERE name=?",
-            (name,),
+            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting, history FROM jobs "
+            "WHERE name=?", (name,),
         ).fetchone()
-        return self._record(row) if row else None
+        if not row:
+            return None
+        rec = self._record(row[:9])
+        if history and row[9] and rec.status.progress is not None:
+            rec.status.progress.history = MetricHistory.model_validate_json(row[9])
+        return rec
 
     def all_jobs(self) -> list[JobRecord]:
         rows = self._db.execute(
@@ -168,7 +181,14 @@ class Store:
         )
 
     def set_status(self, name: str, status: JobStatus) -> None:
-        self._db.execute("UPDATE jobs SET status=? WHERE name=?", (status.model_dump_json(), name))
+        """The status; its progress's metric history, when it has one, into its own column."""
+        p = status.progress
+        if p is None or p.history is None:
+            self._db.execute("UPDATE jobs SET status=? WHERE name=?", (status.model_dump_json(), name))
+            return
+        bare = status.model_copy(update={"progress": p.model_copy(update={"history": None})})
+        self._db.execute("UPDATE jobs SET status=?, history=? WHERE name=?",
+                         (bare.model_dump_json(), p.history.model_dump_json(), name))
 
     def set_job(self, job: TorchJob) -> None:
         spec = job.model_copy(update={"status": None})

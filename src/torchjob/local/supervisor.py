@@ -97,7 +97,8 @@ class Supervisor:
             specs = render(self.job, placement(self.job, self.opts), self.opts, self.dir)
             self.specs = {s.name: s for s in specs}
             self._start_watchdog()
-            self.endpoint = LocalEndpoint(self.name, self._on_report).start()
+            saved = self.job.status.progress if self.job.status else None  # its history goes on
+            self.endpoint = LocalEndpoint(self.name, self._on_report, saved.history if saved else None).start()
             self.created_mount_points = volumes.prepare(
                 self.job, self.dir, self.opts.configmaps, [m for s in specs for m in s.mounts]
             )

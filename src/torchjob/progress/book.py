@@ -1,6 +1,7 @@
 """What a runtime keeps of one job's progress reports: the latest progress (percent, ETA, rate,
-metrics), when each replica attempt last reported (the fact `core` judges stalls by), and the job's
-rate limit. Thread-safe; times are given by the caller, so it can be tested without a clock."""
+metrics, and their downsampled history), when each replica attempt last reported (the fact `core`
+judges stalls by), and the job's rate limit. Thread-safe; times are given by the caller, so it can
+be tested without a clock."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections import deque
 from datetime import datetime
 
 from torchjob.api.model import Metric, Progress
+from torchjob.api.status import MetricHistory
+from torchjob.progress.history import LOCAL_CAPACITY, LOCAL_SERIES, History
 from torchjob.progress.protocol import Report
 
 RATE_WINDOW_S = 60.0  # the rate is the steps made over about this long
@@ -44,12 +47,18 @@ class RateLimit:
 
 
 class Book:
-    def __init__(self) -> None:
+    """`capacity`, `max_series`: the history's bounds (the runtime's: the store keeps more than a
+    Kubernetes status); `saved`: the history a runtime stored before (an operator restarted), to go on from."""
+
+    def __init__(self, capacity: int = LOCAL_CAPACITY, max_series: int = LOCAL_SERIES,
+                 saved: MetricHistory | None = None) -> None:
         self._lock = threading.Lock()
         self._last: dict[tuple[str, int], datetime] = {}  # (replica, attempt) -> last report
         self._progress = Progress()
         self._steps: deque[tuple[datetime, int]] = deque()  # (when, step) of the recent reports
         self._metrics: dict[str, str] = {}
+        self._history = History.load(saved, capacity, max_series)
+        self._reports = 0  # reports with metrics: their x when the job reports no step
         self.version = 0  # bumped by every accepted report: writers compare it to what they wrote
         self.limit = RateLimit()
         self._admitted: dict[tuple[str, int], float] = {}  # (replica, attempt) -> when last let through
@@ -73,6 +82,7 @@ class Book:
         `core` starts its clock)."""
         with self._lock:
             first = (replica, attempt) not in self._last
+            restart = False
             self._last[(replica, attempt)] = at
             self.version += 1
             p = self._progress.model_copy()
@@ -86,12 +96,17 @@ class Book:
                     # the step went back, from the same reporter or in a new attempt (whichever replica
                     # reports first after a restart): a restart from a checkpoint, the rate starts again
                     self._steps.clear()
+                    restart = True
                 p.step = report.step
                 self._steps.append((at, report.step))
                 while len(self._steps) > 2 and (at - self._steps[0][0]).total_seconds() > RATE_WINDOW_S:
                     self._steps.popleft()
                 p.rate = self._rate()
             self._metrics.update(report.metrics)
+            if report.metrics or restart:
+                self._reports += bool(report.metrics)
+                x = report.step if report.step is not None else p.step if p.step is not None else self._reports
+                self._history.record(x, report.metrics, restart)
             p.metrics = [Metric(name=k, value=v) for k, v in self._metrics.items()]
             if report.eta_seconds is not None:
                 p.etaSeconds = report.eta_seconds
@@ -113,7 +128,13 @@ class Book:
         with self._lock:
             return self._last.get((replica, attempt))
 
-    def progress(self) -> Progress | None:
-        """The latest progress; None before the first report."""
+    def progress(self, history: bool = True) -> Progress | None:
+        """The latest progress (with its metric history unless `history` is False); None before the
+        first report."""
         with self._lock:
-            return self._progress.model_copy(deep=True) if self._progress.lastReportTime else None
+            if not self._progress.lastReportTime:
+                return None
+            out = self._progress.model_copy(deep=True)
+            # dumped when read (once per write interval), not at every report
+            out.history = self._history.dump() if history and self._history.points() else None
+            return out

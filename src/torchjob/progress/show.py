@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from torchjob.api.model import Progress
+from torchjob.api.status import MetricHistory
 
 
 def duration(seconds: float | None) -> str:
@@ -57,3 +58,34 @@ def summary(p: Progress, now: datetime | None = None) -> str:
     if now is not None and p.lastReportTime is not None:
         parts.append(f"last report {duration((now - p.lastReportTime).total_seconds())} ago")
     return " · ".join(parts) or "-"
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None], width: int = 24) -> str:
+    """The curve in block characters: `width` samples, evenly spaced; a gap as a space."""
+    if not values:
+        return ""
+    picked = [values[round(i * (len(values) - 1) / max(1, width - 1))] for i in range(min(width, len(values)))]
+    nums = [v for v in picked if v is not None]
+    if not nums:
+        return " " * len(picked)
+    low, high = min(nums), max(nums)
+    span = (high - low) or 1.0
+    return "".join(" " if v is None else SPARKS[round((v - low) / span * (len(SPARKS) - 1))] for v in picked)
+
+
+def history_lines(h: MetricHistory | None) -> list[str]:
+    """describe's History block: each metric's curve over the kept steps, loss first."""
+    if h is None or not h.steps:
+        return []
+    head = (f"History:     {len(h.steps)} points, steps {h.steps[0]}-{h.steps[-1]}"
+            + (f", one per {h.stride} steps" if h.stride > 1 else "")
+            + (f", {h.omitted} metrics not kept" if h.omitted else ""))
+    out = [head]
+    for s in h.series:
+        nums = [v for v in s.values if v is not None]
+        ends = f" {nums[0]:.4g} -> {nums[-1]:.4g}" if nums else ""
+        out.append(f"  {s.name}: {sparkline(s.values)}{ends}")
+    return out

@@ -45,6 +45,7 @@ from torchjob.core.topology import replicas
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
 from torchjob.kube.controller.observe import observe, observe_pod
+from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
 from torchjob.kube.machinery.client import Api, parse_time, status_code
 from torchjob.kube.machinery.informer import Informer, Key
 from torchjob.kube.machinery.queue import WorkQueue
@@ -215,12 +216,12 @@ class Reconciler:
         blocked = await self._clear_stale(job, stale)
         try:
             await self._apply(job, plan, blocked, creates=creates)
-        except ApiError as e:
-            if status_code(e) != 422:
-                raise
-            # The API server refuses the pod we rendered from the user's template: a mistake of
-            # theirs, so the job fails with the server's words instead of retrying forever.
-            self.learn(key, Refusal(Reason.INVALID_SPEC, f"a pod of this job is invalid: {e}"))
+        except PodRefused as e:
+            # The API server refuses a pod for a reason retrying cannot cure (invalid, Pod Security,
+            # a webhook's denial: core.refusals): a fact of the job, which fails in the next round
+            # with the server's words, instead of being retried forever.
+            log.warning("%s/%s: %s", key[0], key[1], e.refusal.message)
+            self.learn(key, e.refusal)
             return
         if job.spec.tensorboard is not None and not plan.status.finished and key not in self.boards:
             await self._create_tensorboard(raw, job, key)
@@ -362,10 +363,19 @@ class Reconciler:
                     assert_never(a)
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
+        done = await asyncio.gather(*(self._create_pod(job, a) for a in made
+                                      if creates and kr.pod_name(job, a.replica) not in blocked),
+                                    return_exceptions=True)
+        raise_first(done)
+
+    async def _create_pod(self, job: TorchJob, a: Create) -> None:
         o = self.pod_options
-        await asyncio.gather(*(self._create(kr.pod(job, a.replica, a.attempt, init_image=o.init_image,
-                                                   wait=o.wait_for_master, progress_url=o.progress_url))
-                               for a in made if creates and kr.pod_name(job, a.replica) not in blocked))
+        obj = kr.pod(job, a.replica, a.attempt, init_image=o.init_image, wait=o.wait_for_master,
+                     progress_url=o.progress_url)
+        try:
+            await self._create(obj)
+        except ApiError as e:
+            raise refusal_of(e, job, a.replica.rtype, obj["metadata"]["name"]) from e
 
     def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
         for p in pods:

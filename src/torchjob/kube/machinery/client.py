@@ -80,6 +80,13 @@ def status_code(e: Exception) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def api_message(e: Exception) -> str:
+    """The API server's own words for a failed call (its Status message), else the error's."""
+    if isinstance(e, ApiError) and e.status is not None and e.status.message:
+        return str(e.status.message)
+    return str(e)
+
+
 class Api:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client

@@ -8,11 +8,12 @@ backoffLimit (Kubeflow's ExitCode restarts were never counted: its #2045).
 
 from __future__ import annotations
 
+import copy
 import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from torchjob.api.defaults import INIT_IMAGE
+from torchjob.api.defaults import ADDED_USER, INIT_IMAGE, INIT_RESOURCES
 from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import SERVED_AS, reserved_meta, training_container
@@ -162,7 +163,37 @@ def selector(job: TorchJob) -> dict[str, str]:
     return {LABEL_JOB: job.name}
 
 
-def wait_for_master(job: TorchJob, where: Placement, image: str) -> dict[str, Any]:
+def added_security(pod_context: Mapping[str, Any] | None, *, windows: bool = False) -> dict[str, Any]:
+    """The securityContext of a container torchjob adds to a pod: what Pod Security `restricted`
+    asks of it (no privilege escalation, every capability dropped, RuntimeDefault seccomp, a non-root
+    user) and a read-only root. It never contradicts the pod's own securityContext: where the pod
+    names a user (and group), the container runs as the pod says, one identity per pod, as a
+    platform's policy sees it (runAsNonRoot only when that user is not root: the kubelet would refuse
+    to start it otherwise); where it names none, as ADDED_USER. A seccomp profile the pod sets is
+    inherited, not overridden. A Windows pod gets only what Windows has (the rest is refused there)."""
+    pod_context = pod_context or {}
+    if windows:
+        return {"runAsNonRoot": True} if pod_context.get("runAsUser") != 0 else {}
+    sc: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                          "readOnlyRootFilesystem": True}
+    user = pod_context.get("runAsUser")
+    if user is None:
+        sc["runAsUser"] = ADDED_USER
+        if pod_context.get("runAsGroup") is None:
+            sc["runAsGroup"] = ADDED_USER
+    if user != 0:
+        sc["runAsNonRoot"] = True
+    if "seccompProfile" not in pod_context:
+        sc["seccompProfile"] = {"type": "RuntimeDefault"}
+    return sc
+
+
+def is_windows(spec: Mapping[str, Any]) -> bool:
+    return bool((spec.get("os") or {}).get("name") == "windows")
+
+
+def wait_for_master(job: TorchJob, where: Placement, image: str,
+                    pod_context: Mapping[str, Any] | None = None, windows: bool = False) -> dict[str, Any]:
     """Waits until the master's port accepts connections, not only until its name resolves
     (pytorch-operator #333: DNS answers before the master listens); with `waitForMaster.timeoutSeconds`
     it gives up after that long and the worker fails (Volcano's `--wait-master-timeout`). It probes
@@ -191,7 +222,9 @@ def wait_for_master(job: TorchJob, where: Placement, image: str) -> dict[str, An
                      'echo "gave up waiting for $host $port after ${timeout}s"; exit 1; fi')
     lines += ['  echo "waiting for $host $port"; sleep 1', "done"]
     return {"name": WAIT_CONTAINER, "image": wait.image if wait and wait.image else image,
-            "command": ["sh", "-c", "\n".join(lines)]}
+            "command": ["sh", "-c", "\n".join(lines)],
+            "securityContext": added_security(pod_context, windows=windows),
+            "resources": copy.deepcopy(INIT_RESOURCES)}
 
 
 def waits_for_master(job: TorchJob, rid: ReplicaId, meta: dict[str, Any], default: bool) -> bool:
@@ -265,7 +298,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
     spec["hostname"] = pod_name(job, rid)
     spec["subdomain"] = job.name
     if waits_for_master(job, rid, meta, wait):
-        spec["initContainers"] = [wait_for_master(job, where, init_image), *spec.get("initContainers", [])]
+        init = wait_for_master(job, where, init_image, spec.get("securityContext"), is_windows(spec))
+        spec["initContainers"] = [init, *spec.get("initContainers", [])]
     if skip_init:
         spec.pop("initContainers", None)
     # The template's own labels and annotations, less those torchjob sets (validate() refuses them; a

@@ -3,10 +3,14 @@ them: the last report of each running replica attempt."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
+from torchjob.api.status import JobStatus, MetricHistory
 from torchjob.kube.progress.view import BookKey, CachesView, Key
 from torchjob.progress.book import Book
+from torchjob.progress.history import KUBE_CAPACITY, KUBE_SERIES
 from torchjob.progress.server import Reporter
 
 
@@ -20,9 +24,12 @@ class Books:
         key = (reporter.plural, reporter.namespace, reporter.job)
         book = self.books.get(key)
         if book is None:
-            if (reporter.namespace, reporter.job) not in caches[reporter.plural].jobs:
+            kind = caches[reporter.plural]
+            raw = kind.jobs.get((reporter.namespace, reporter.job))
+            if raw is None:
                 return None
-            book = self.books.setdefault(key, Book())
+            # the history goes on from the one in the job's status (this operator may have restarted)
+            book = self.books.setdefault(key, Book(KUBE_CAPACITY, KUBE_SERIES, saved_history(kind.kind.status_of, raw)))
         return book
 
     def last_report(self, plural: str, key: Key, replica: str, attempt: int) -> datetime | None:
@@ -33,3 +40,11 @@ class Books:
     def forget(self, plural: str, key: Key) -> None:
         self.books.pop((plural, *key), None)
         self.written.pop((plural, *key), None)
+
+
+def saved_history(status_of: Callable[[dict[str, Any]], JobStatus], raw: dict[str, Any]) -> MetricHistory | None:
+    try:
+        progress = status_of(raw).progress
+    except ValueError:  # a status this operator cannot read: the history starts afresh
+        return None
+    return progress.history if progress is not None else None

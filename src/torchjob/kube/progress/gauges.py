@@ -24,7 +24,7 @@ class ProgressCollector(Collector):
                                   "Seconds since a job's latest progress report", labels=["namespace", "job", "kind"])
         now = datetime.now(UTC)
         for (plural, ns, name), book in list(self.books.books.items()):
-            p = book.progress()
+            p = book.progress(history=False)  # a scrape reads two numbers of each job
             caches = self.caches.get(plural)
             if p is None or caches is None:
                 continue

@@ -1,0 +1,148 @@
+"""The dashboard's web app (Starlette, an ASGI toolkit; uvicorn serves it): one page of static
+files shipped in the package, a JSON API over `Source`, and one Server-Sent Events stream per page
+that pushes the jobs (and the open job) when they change, so that no page reloads or polls.
+
+Every request carries the token the URL was printed with (`?token=`, the `X-Torchjob-Token`
+header, or the cookie the first page sets), as Jupyter's does: other users of the machine can
+reach 127.0.0.1. A state-changing request (POST) must carry it in the header: a cookie alone, which
+a browser also sends from another site's form, is not enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from torchjob.api.errors import UserError
+from torchjob.ui.source import Source
+
+STATIC = resources.files("torchjob.ui") / "static"
+ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "uPlot.iife.min.js": "text/javascript",
+          "uPlot.min.css": "text/css"}
+PUSH_S = 1.0  # how often a stream looks for changes
+# the page's rules: its own scripts only (no inline script, no eval), so injected markup cannot run
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def make_app(source: Source, token: str, cookie: str) -> Starlette:
+    def allowed(request: Request, header_only: bool = False) -> bool:
+        given = request.headers.get("x-torchjob-token")
+        if given is None and not header_only:
+            given = request.query_params.get("token") or request.cookies.get(cookie)
+        return given is not None and secrets.compare_digest(given, token)
+
+    def guarded(handler: Callable[[Request], Awaitable[Response]], header_only: bool = False,
+                ) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            if not allowed(request, header_only):
+                return JSONResponse({"error": "a token is needed: open the URL `torchjob ui` printed"}, 403)
+            try:
+                response = await handler(request)
+            except UserError as e:
+                response = JSONResponse({"error": e.render()}, 404 if "no job named" in e.message else 409)
+            except Exception as e:  # a cluster that refused (RBAC), or went away: the page says so
+                response = JSONResponse({"error": f"{type(e).__name__}: {e}"}, 502)
+            response.headers["Content-Security-Policy"] = CSP
+            response.headers["X-Content-Type-Options"] = "nosniff"
+            response.headers["Cache-Control"] = "no-store"
+            return response
+        return run
+
+    async def index(request: Request) -> Response:
+        response = Response((STATIC / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
+        response.set_cookie(cookie, token, httponly=True, samesite="strict")
+        return response
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in ASSETS:
+            return JSONResponse({"error": "no such file"}, 404)
+        return FileResponse(str(STATIC / name), media_type=ASSETS[name])
+
+    async def jobs(request: Request) -> Response:
+        return JSONResponse({"where": where(), "jobs": await run_in_threadpool(source.jobs)})
+
+    def where() -> dict[str, Any]:
+        w = source.where
+        return {"local": w.local, "namespace": w.namespace, "context": w.context}
+
+    async def job(request: Request) -> Response:
+        ns, name = request.path_params["ns"], request.path_params["name"]
+        return JSONResponse(await run_in_threadpool(source.job, _ns(ns), name))
+
+    async def log(request: Request) -> Response:
+        ns, name = request.path_params["ns"], request.path_params["name"]
+        attempt = request.query_params.get("attempt")
+        out = await run_in_threadpool(source.log, _ns(ns), name, request.query_params.get("replica", ""),
+                                      int(attempt) if attempt and attempt.isdigit() else None)
+        return JSONResponse(out)
+
+    async def act(request: Request) -> Response:
+        ns, name, verb = request.path_params["ns"], request.path_params["name"], request.path_params["verb"]
+        if verb not in ("suspend", "resume", "delete"):
+            return JSONResponse({"error": f"no action {verb!r}: suspend, resume or delete"}, 404)
+        await run_in_threadpool(source.act, _ns(ns), name, verb)
+        return JSONResponse({"ok": True, "verb": verb, "name": name})
+
+    async def stream(request: Request) -> Response:
+        """`event: jobs` with every row, and with ?job=NS/NAME `event: job` with that job's page,
+        each when it changed (and at once on connecting)."""
+        open_job = request.query_params.get("job")
+
+        async def events() -> AsyncIterator[str]:
+            sent: dict[str, str] = {}
+            while not await request.is_disconnected():
+                out: list[tuple[str, Any]] = []
+                problem: str | None = None
+                try:
+                    rows = await run_in_threadpool(source.jobs)
+                    out.append(("jobs", {"where": where(), "jobs": rows}))
+                    problem = source.problem  # the latest listing's (RBAC, a cluster away), else none
+                    if open_job:
+                        ns, _, name = open_job.partition("/")
+                        out.append(("job", await run_in_threadpool(source.job, _ns(ns), name)))
+                except UserError as e:  # the open job was deleted, say
+                    problem = e.render()
+                except Exception as e:
+                    problem = f"{type(e).__name__}: {e}"
+                out.append(("problem", {"error": problem}))  # sent when it changes: null clears the page's
+                for kind, data in out:
+                    d = _digest(data)
+                    if sent.get(kind) != d:
+                        sent[kind] = d
+                        yield f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
+                yield ": keep-alive\n\n"
+                await asyncio.sleep(PUSH_S)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    routes = [
+        Route("/", guarded(index)),
+        Route("/static/{name}", guarded(asset)),
+        Route("/api/jobs", guarded(jobs)),
+        Route("/api/stream", guarded(stream)),
+        Route("/api/jobs/{ns}/{name}", guarded(job)),
+        Route("/api/jobs/{ns}/{name}/log", guarded(log)),
+        Route("/api/jobs/{ns}/{name}/{verb}", guarded(act, header_only=True), methods=["POST"]),
+    ]
+    return Starlette(routes=routes)
+
+
+def _ns(ns: str) -> str:
+    return "" if ns == "-" else ns  # "-": a local job (no namespace)

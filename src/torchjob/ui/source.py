@@ -1,0 +1,188 @@
+"""What the dashboard shows, as plain JSON-able data, read through the runtime interface (the same
+calls `list`, `describe`, `logs`, `suspend`, `resume` and `delete` make): the local store, or with
+--kube the cluster as the user's own kubeconfig lets them see it. Blocking; the server runs it in
+threads, one call at a time (the store's connection and the client are shared)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchjob.api.errors import UserError
+from torchjob.api.model import TorchJob
+from torchjob.progress.history import first_is_loss
+from torchjob.runtime import JobView, Runtime
+
+LOG_BYTES = 256 * 1024  # the log view shows a replica's last this much (search and follow work on it)
+
+
+def _ts(dt: Any) -> float | None:
+    return dt.timestamp() if dt is not None else None
+
+
+def row(v: JobView) -> dict[str, Any]:
+    """One line of the jobs page."""
+    st, p = v.status, v.status.progress
+    return {
+        "name": v.name, "namespace": v.namespace or "", "state": str(st.state),
+        "percent": p.percent if p else None, "step": p.step if p else None, "total": p.total if p else None,
+        "eta": p.etaSeconds if p else None,
+        "metrics": [{"name": m.name, "value": m.value} for m in (p.metrics if p else [])][:4],
+        "replicas": sum(v.replicas.values()), "restarts": st.restartCount, "created": v.created,
+        "reason": st.failure.reason if st.failure else None,
+        "suspended": bool(v.job.run_policy.suspend),
+    }
+
+
+def _spec(job: TorchJob) -> list[dict[str, Any]]:
+    out = []
+    for rtype, spec in job.spec.pytorchReplicaSpecs.items():
+        c = spec.template.spec.containers[0] if spec.template.spec.containers else None
+        out.append({"type": str(rtype), "replicas": job.replica_count(rtype),
+                    "restartPolicy": str(spec.restartPolicy) if spec.restartPolicy else None,
+                    "image": c.image if c else None, "command": [*(c.command or []), *(c.args or [])] if c else []})
+    return out
+
+
+def detail(v: JobView) -> dict[str, Any]:
+    """The job page."""
+    st, p = v.status, v.status.progress
+    document = v.job.model_dump(mode="json", exclude_none=True, exclude={"status"})
+    rp = v.job.run_policy
+    return {
+        **row(v),
+        "uid": v.uid,
+        "spec": _spec(v.job),
+        "runPolicy": rp.model_dump(mode="json", exclude_none=True),
+        "progress": p.model_dump(mode="json", exclude_none=True, exclude={"history"}) if p else None,
+        "history": _history(p.history if p else None),
+        "attempts": [{"replica": a.replica, "attempt": a.attempt, "started": a.started, "ended": a.ended,
+                      "exit_code": a.exit_code, "reason": a.reason, "pod": a.pod, "pid": a.pid,
+                      "waiting": a.waiting} for a in v.attempts],
+        "conditions": [{"type": str(c.type), "status": str(c.status), "reason": c.reason, "message": c.message,
+                        "time": _ts(c.lastTransitionTime)} for c in st.conditions],
+        "events": [{"type": e.type, "reason": e.reason, "message": e.message, "time": e.time} for e in v.events],
+        "rootCause": v.root_cause,
+        "startTime": _ts(st.startTime), "completionTime": _ts(st.completionTime),
+        "document": yaml.safe_dump(document, sort_keys=False),
+    }
+
+
+def _history(h: Any) -> dict[str, Any] | None:
+    if h is None or not h.steps:
+        return None
+    order = first_is_loss([s.name for s in h.series])
+    by_name = {s.name: s.values for s in h.series}
+    return {"stride": h.stride, "steps": h.steps, "omitted": h.omitted,
+            "series": [{"name": n, "values": by_name[n]} for n in order]}
+
+
+@dataclass(frozen=True)
+class Where:
+    local: bool
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None  # with --kube: one namespace, "*" for all, None for the context's
+
+
+class Source:
+    """The dashboard's one way to the jobs. `runtime_for(namespace)` gives the runtime acting in
+    that namespace (locally the one store, whatever the namespace)."""
+
+    def __init__(self, where: Where, runtime_for: Callable[[str | None], Runtime[Any]],
+                 refresh_s: float = 1.0) -> None:
+        self.where = where
+        self._runtime_for = runtime_for
+        self._runtimes: dict[str | None, Runtime[Any]] = {}
+        self._lock = threading.Lock()
+        self.refresh_s = refresh_s
+        self._rows: list[dict[str, Any]] | None = None
+        self._listed = threading.Condition()
+        self._stale = threading.Event()
+        self._lister: threading.Thread | None = None
+        self.problem: str | None = None  # why the last listing failed (RBAC, a cluster away)
+
+    def _rt(self, namespace: str | None) -> Runtime[Any]:
+        key = None if self.where.local else (namespace or self.where.namespace)
+        if key not in self._runtimes:
+            self._runtimes[key] = self._runtime_for(key)
+        return self._runtimes[key]
+
+    def start(self) -> Source:
+        """List the jobs in the background, every `refresh_s` (and at once after an action): every
+        page reads the latest listing instead of making one, so a page's first paint never waits
+        for a listing of a thousand jobs, however many pages are open."""
+        if self._lister is None:
+            self._lister = threading.Thread(target=self._list_forever, name="torchjob-ui-lister", daemon=True)
+            self._lister.start()
+        return self
+
+    def _list_forever(self) -> None:
+        lister: Runtime[Any] | None = None
+        while True:
+            try:
+                if lister is None:  # its own (store connection, client): no lock with the pages' calls
+                    lister = self._runtime_for(self.where.namespace)
+                rows = [row(v) for v in lister.list()]
+                self.problem = None
+            except Exception as e:  # the cluster refused or went away: the pages say so, and it goes on
+                rows = self._rows or []
+                self.problem = e.render() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+            with self._listed:
+                self._rows = rows
+                self._listed.notify_all()
+            self._stale.wait(self.refresh_s)
+            self._stale.clear()
+
+    def jobs(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Every job's row, from the latest listing (the first one waited for)."""
+        self.start()
+        with self._listed:
+            self._listed.wait_for(lambda: self._rows is not None, timeout_s)
+            if self._rows is None:
+                raise TimeoutError(f"listing the jobs took over {timeout_s:g}s")
+            return self._rows
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            return detail(self._rt(namespace or None).describe(name))
+
+    def log(self, namespace: str, name: str, replica: str, attempt: int | None) -> dict[str, Any]:
+        """A replica attempt's output, its last LOG_BYTES."""
+        with self._lock:
+            rt = self._rt(namespace or None)
+            if self.where.local:
+                return self._local_log(rt.describe(name), replica, attempt)
+            lines: list[str] = []
+            rt.logs(name, replica, attempt, False, lines.append)
+            prefix = f"[{replica}] "
+            text = "\n".join(line.removeprefix(prefix) for line in lines)
+            return {"text": text[-LOG_BYTES:], "truncated": len(text) > LOG_BYTES}
+
+    @staticmethod
+    def _local_log(v: JobView, replica: str, attempt: int | None) -> dict[str, Any]:
+        mine = [a for a in v.attempts if a.replica == replica and (attempt is None or a.attempt == attempt)]
+        if not mine:
+            raise UserError(f"job {v.name!r} has no replica {replica!r}" +
+                            (f" attempt {attempt}" if attempt is not None else ""),
+                            fix="pick one of the replicas the job page lists")
+        chosen = max(mine, key=lambda a: a.attempt)
+        if not chosen.log or not Path(chosen.log).exists():
+            return {"text": "", "truncated": False, "gone": True}
+        with Path(chosen.log).open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - LOG_BYTES))
+            data = f.read()
+        return {"text": data.decode("utf-8", "replace"), "truncated": size > LOG_BYTES}
+
+    def act(self, namespace: str, name: str, verb: str) -> None:
+        with self._lock:
+            rt = self._rt(namespace or None)
+            {"suspend": rt.suspend, "resume": rt.resume, "delete": rt.delete}[verb](name)
+        self._stale.set()  # the jobs page shows it at once

@@ -1,0 +1,336 @@
+// torchjob's dashboard. No framework and no build step: the DOM is built with createElement and
+// every value from a job (names, metrics, events, logs) goes in as text, never as markup.
+"use strict";
+(function () {
+  const TOKEN = new URLSearchParams(location.search).get("token") || "";
+  const main = document.getElementById("main");
+  const live = document.getElementById("live");
+  const STATES = ["Running", "Pending", "Created", "Restarting", "Suspended", "Succeeded", "Failed"];
+  const ui = { jobs: [], where: null, filter: { state: "", name: "" }, charts: {}, firstPaint: null,
+               job: null, log: { key: "", text: "", follow: true, search: "" } };
+  window.tj = ui; // for the tests (and the curious): what the page holds and drew
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") e.className = v;
+      else if (k === "style") e.setAttribute("style", v);
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const kid of kids.flat()) {
+      if (kid === null || kid === undefined || kid === false) continue;
+      e.appendChild(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    }
+    return e;
+  }
+  const q = (path, params) => {
+    const u = new URL(path, location.href);
+    u.search = new URLSearchParams({ ...(params || {}), token: TOKEN }).toString();
+    return u.toString();
+  };
+  async function api(path, opts, params) {
+    const r = await fetch(q(path, params), { ...(opts || {}), headers: { "X-Torchjob-Token": TOKEN } });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(body.error || ("HTTP " + r.status));
+    return body;
+  }
+  const nsOf = (j) => j.namespace || "-";
+  const jobHash = (j) => "#/job/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name);
+
+  function duration(s) {
+    if (s === null || s === undefined) return "-";
+    s = Math.max(0, Math.round(s));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d" + Math.floor((s % 86400) / 3600) + "h";
+  }
+  const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "-");
+  const stateBadge = (s) => el("span", { class: "state " + s, "data-testid": "state" }, s);
+  function bar(pct, eta, big) {
+    const p = pct === null || pct === undefined ? null : Math.max(0, Math.min(100, pct));
+    return el("span", { class: "progress" },
+      el("span", { class: "bar" + (big ? " big" : "") }, el("i", { style: "width:" + (p || 0) + "%" })),
+      el("span", { class: "pct", "data-testid": "percent" }, p === null ? "-" : (Math.round(p * 10) / 10) + "%"),
+      eta !== null && eta !== undefined ? el("span", { class: "eta" }, "ETA " + duration(eta)) : null);
+  }
+
+  // --- live updates: one Server-Sent Events stream per page --------------------------------------
+  let source = null;
+  function connect(jobKey) {
+    if (source) source.close();
+    source = new EventSource(q("api/stream", jobKey ? { job: jobKey } : {}));
+    source.onopen = () => { live.textContent = "live"; live.className = "on"; };
+    source.onerror = () => { live.textContent = "reconnecting"; live.className = "off"; };
+    source.addEventListener("jobs", (ev) => {
+      if (!performance.getEntriesByName("jobs-data").length) performance.mark("jobs-data");
+      const data = JSON.parse(ev.data);
+      ui.jobs = data.jobs; ui.where = data.where;
+      showWhere();
+      if (!jobKey) renderJobs();
+    });
+    source.addEventListener("job", (ev) => { ui.job = JSON.parse(ev.data); renderJob(); });
+    source.addEventListener("problem", (ev) => showProblem(JSON.parse(ev.data).error));
+  }
+  function showWhere() {
+    const w = ui.where || {};
+    document.getElementById("where").textContent = w.local ? "this machine's jobs" :
+      "cluster" + (w.context ? " " + w.context : "") + (w.namespace === "*" ? ", every namespace" :
+        w.namespace ? ", namespace " + w.namespace : ", the context's namespace");
+  }
+  function showProblem(msg) {
+    let box = document.getElementById("problem");
+    if (!msg) { if (box) box.remove(); return; }
+    if (!box) { box = el("div", { id: "problem", class: "error" }); main.prepend(box); }
+    box.textContent = msg;
+  }
+
+  // --- the jobs page ------------------------------------------------------------------------------
+  function jobsPage() {
+    ui.job = null; ui.charts = {};
+    main.replaceChildren(
+      el("div", { class: "filters" },
+        el("select", { id: "f-state", "aria-label": "state", onchange: (e) => { ui.filter.state = e.target.value; renderJobs(); } },
+          el("option", { value: "" }, "every state"), STATES.map((s) => el("option", { value: s }, s))),
+        el("input", { id: "f-name", placeholder: "filter by name", "aria-label": "name",
+          oninput: (e) => { ui.filter.name = e.target.value; renderJobs(); } }),
+        el("span", { class: "count", id: "count" })),
+      el("table", { id: "jobs" },
+        el("thead", {}, el("tr", {}, ["Name", "Namespace", "State", "Progress", "Replicas", "Restarts", "Age",
+          "Reason"].map((h) => el("th", { class: "col-" + h.toLowerCase() }, h)))),
+        el("tbody", { id: "rows" })));
+    document.getElementById("f-state").value = ui.filter.state;
+    document.getElementById("f-name").value = ui.filter.name;
+    connect(null);
+  }
+  function renderJobs() {
+    const tbody = document.getElementById("rows");
+    if (!tbody) return;
+    const f = ui.filter, name = f.name.toLowerCase();
+    const shown = ui.jobs.filter((j) => (!f.state || j.state === f.state) && (!name || j.name.toLowerCase().includes(name)));
+    const kube = ui.where && !ui.where.local;
+    document.querySelectorAll(".col-namespace").forEach((c) => { c.hidden = !kube; });
+    const now = Date.now() / 1000;
+    const frag = document.createDocumentFragment();
+    for (const j of shown) {
+      frag.appendChild(el("tr", { "data-job": j.name },
+        el("td", {}, el("a", { href: jobHash(j) }, j.name)),
+        kube ? el("td", {}, j.namespace) : null,
+        el("td", {}, stateBadge(j.state)),
+        el("td", {}, bar(j.percent, j.state === "Running" ? j.eta : null)),
+        el("td", { class: "num" }, j.replicas),
+        el("td", { class: "num" }, j.restarts),
+        el("td", { class: "num" }, j.created ? duration(now - j.created) : "-"),
+        el("td", {}, j.reason || "")));
+    }
+    tbody.replaceChildren(frag);
+    if (!performance.getEntriesByName("jobs-rows").length) performance.mark("jobs-rows");
+    document.getElementById("count").textContent = shown.length + " of " + ui.jobs.length + " jobs";
+    if (ui.firstPaint === null) {
+      // painted: the frame after the rows went in (measured from navigation start, in ms)
+      requestAnimationFrame(() => setTimeout(() => { ui.firstPaint = performance.now(); }, 0));
+    }
+  }
+
+  // --- the job page -------------------------------------------------------------------------------
+  function jobPage(ns, name) {
+    ui.job = null; ui.charts = {}; ui.log = { key: "", text: "", follow: true, search: "" };
+    main.replaceChildren(el("h1", {}, name), el("p", { class: "muted" }, "loading…"));
+    connect(ns + "/" + name);
+  }
+  function section(title, id, ...kids) { return el("section", { id }, el("h2", {}, title), ...kids); }
+  function renderJob() {
+    const j = ui.job;
+    if (!j || !location.hash.startsWith("#/job/")) return;
+    if (!document.getElementById("job-root") || document.getElementById("job-root").dataset.name !== j.name) buildJob(j);
+    fillJob(j);
+  }
+  function buildJob(j) {
+    main.replaceChildren(el("div", { id: "job-root", "data-name": j.name },
+      el("h1", {}, el("span", { id: "job-name" }, j.name), el("span", { id: "job-state" }),
+        el("span", { class: "actions" },
+          el("button", { id: "act-suspend", onclick: () => ask("suspend") }, "Suspend"),
+          el("button", { id: "act-resume", onclick: () => ask("resume") }, "Resume"),
+          el("button", { id: "act-delete", class: "danger", onclick: () => ask("delete") }, "Delete"))),
+      el("div", { id: "confirm-box" }),
+      section("Progress", "progress"),
+      section("Metrics", "metrics", el("div", { class: "grid", id: "charts" })),
+      section("Root cause", "root-cause"),
+      section("Replica attempts", "attempts"),
+      section("Conditions", "conditions"),
+      section("Events", "events"),
+      section("Logs", "logs", logBar(), el("pre", { id: "log" })),
+      section("Spec", "spec"),
+      section("Document", "document", el("pre", { id: "doc" }))));
+    pollLog();
+  }
+  function ask(verb) {
+    const j = ui.job, box = document.getElementById("confirm-box");
+    box.replaceChildren(el("div", { class: "confirm", "data-testid": "confirm" },
+      el("span", {}, verb[0].toUpperCase() + verb.slice(1) + " job " + j.name + "?"),
+      el("button", { class: verb === "delete" ? "danger" : "go", id: "confirm-yes", onclick: async () => {
+        box.replaceChildren(el("span", { class: "muted" }, verb + "…"));
+        try {
+          await api("api/jobs/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name) + "/" + verb, { method: "POST" });
+          box.replaceChildren(el("span", { class: "muted", "data-testid": "done" }, "asked to " + verb));
+          if (verb === "delete") location.hash = "#/";
+        } catch (e) { box.replaceChildren(el("div", { class: "error" }, String(e.message))); }
+      } }, "Yes, " + verb),
+      el("button", { onclick: () => box.replaceChildren() }, "Cancel")));
+  }
+  function kv(pairs) {
+    return el("dl", { class: "kv" }, pairs.filter((p) => p[1] !== null && p[1] !== undefined && p[1] !== "")
+      .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  }
+  function table(heads, rows, testid) {
+    return el("table", { "data-testid": testid }, el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c) => el("td", {}, c))))));
+  }
+  function fill(id, ...kids) { const s = document.getElementById(id); s.replaceChildren(s.firstChild, ...kids); }
+  function fillJob(j) {
+    document.getElementById("job-state").replaceChildren(stateBadge(j.state));
+    const running = !["Succeeded", "Failed"].includes(j.state);
+    document.getElementById("act-suspend").disabled = !running || j.suspended;
+    document.getElementById("act-resume").disabled = !j.suspended;
+    const p = j.progress || {};
+    fill("progress", j.progress ? el("div", {}, bar(j.percent, j.state === "Running" ? j.eta : null, true), kv([
+      ["step", p.step !== undefined ? p.step + (p.total ? " / " + p.total : "") : null],
+      ["rate", p.rate ? (p.rate >= 1 ? p.rate.toPrecision(3) + " steps/s" : (1 / p.rate).toPrecision(3) + " s/step") : null],
+      ["ETA", p.etaSeconds !== undefined && j.state === "Running" ? duration(p.etaSeconds) : null],
+      ["metrics", (p.metrics || []).map((m) => m.name + "=" + m.value).join("  ")],
+      ["last report", p.lastReportTime ? new Date(p.lastReportTime).toLocaleString() + (p.reporter ? " from " + p.reporter : "") : null],
+    ])) : el("p", { class: "muted" }, "no progress reported (report it with torchjob.report)"));
+    drawCharts(j.history);
+    fill("root-cause", j.rootCause ? el("pre", { "data-testid": "root-cause" }, j.rootCause) : el("p", { class: "muted" }, "no failure"));
+    fill("attempts", timeline(j), table(["Replica", "Attempt", "Started", "Ended", "Exit code", "Reason"],
+      j.attempts.map((a) => [a.replica, a.attempt, when(a.started), when(a.ended),
+        a.exit_code === null ? "-" : a.exit_code, (a.reason || "") + (a.waiting ? " (" + a.waiting + ")" : "")]), "attempts"));
+    fill("conditions", table(["Type", "Status", "Reason", "Message", "Since"],
+      j.conditions.map((c) => [c.type, c.status, c.reason || "", c.message || "", when(c.time)]), "conditions"));
+    fill("events", table(["Time", "Type", "Reason", "Message"],
+      j.events.map((e) => [when(e.time), e.type, e.reason, e.message]), "events"));
+    fill("spec", table(["Replica type", "Replicas", "Restart policy", "Image", "Command"],
+      j.spec.map((s) => [s.type, s.replicas, s.restartPolicy || "-", s.image || "-", s.command.join(" ")]), "spec"),
+      kv(Object.entries(j.runPolicy).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : String(v)])));
+    document.getElementById("doc").textContent = j.document;
+    fillReplicas(j);
+  }
+  function timeline(j) {
+    const as = j.attempts.filter((a) => a.started);
+    if (!as.length) return el("p", { class: "muted" }, "no replica has started");
+    const now = Date.now() / 1000;
+    const t0 = Math.min(...as.map((a) => a.started));
+    const t1 = Math.max(...as.map((a) => a.ended || now), t0 + 1);
+    const replicas = [...new Set(as.map((a) => a.replica))];
+    return el("div", { class: "timeline", "data-testid": "timeline" },
+      replicas.map((r) => el("div", { class: "tl-row" }, el("span", { class: "tl-name" }, r),
+        el("div", { class: "tl-track" }, as.filter((a) => a.replica === r).map((a) => {
+          const cls = a.ended === null ? "run" : a.exit_code === 0 ? "ok" : a.exit_code === null ? "other" : "bad";
+          const left = ((a.started - t0) / (t1 - t0)) * 100, width = (((a.ended || now) - a.started) / (t1 - t0)) * 100;
+          return el("div", { class: "tl-seg " + cls, style: "left:" + left + "%;width:" + width + "%",
+            title: r + " attempt " + a.attempt + ": " + when(a.started) + " - " + (a.ended ? when(a.ended) : "running") +
+              (a.exit_code !== null ? ", exit " + a.exit_code : "") + (a.reason ? ", " + a.reason : "") });
+        })))),
+      el("div", { class: "tl-axis" }, el("span", {}, when(t0)), el("span", {}, duration(t1 - t0))));
+  }
+
+  // --- metric curves (uPlot) -----------------------------------------------------------------------
+  function drawCharts(h) {
+    const box = document.getElementById("charts");
+    if (!h) { if (!box.firstChild) box.appendChild(el("p", { class: "muted", id: "no-metrics" }, "no metrics reported")); return; }
+    document.getElementById("no-metrics")?.remove();
+    for (const s of h.series) {
+      const xs = [], ys = [];
+      h.steps.forEach((x, i) => { if (s.values[i] !== null) { xs.push(x); ys.push(s.values[i]); } });
+      const data = [xs, ys];
+      const have = ui.charts[s.name];
+      if (have) { have.setData(data); continue; }
+      const holder = el("div", { class: "chart", "data-metric": s.name }, el("div", { class: "title" }, s.name));
+      box.appendChild(holder);
+      ui.charts[s.name] = new uPlot({ width: Math.max(280, holder.clientWidth - 14), height: 220, scales: { x: { time: false } },
+        series: [{ label: "step" }, { label: s.name, stroke: s.name.toLowerCase().includes("loss") ? "#e5534b" : "#3056d3", width: 1.5 }],
+        axes: [{ label: "step" }, {}], legend: { show: true } }, data, holder);
+    }
+    if (h.omitted) box.setAttribute("title", h.omitted + " more metrics were reported but not kept");
+  }
+
+  // --- logs ---------------------------------------------------------------------------------------
+  function logBar() {
+    return el("div", { class: "logbar" },
+      el("select", { id: "log-replica", "aria-label": "replica", onchange: () => { ui.log.key = ""; pollLog(true); } }),
+      el("label", {}, el("input", { type: "checkbox", id: "log-follow", checked: true,
+        onchange: (e) => { ui.log.follow = e.target.checked; } }), " follow"),
+      el("input", { id: "log-search", placeholder: "search the log", oninput: (e) => { ui.log.search = e.target.value; showLog(); } }),
+      el("span", { class: "count", id: "log-count" }));
+  }
+  function fillReplicas(j) {
+    const sel = document.getElementById("log-replica");
+    const opts = j.attempts.map((a) => a.replica + "/" + a.attempt);
+    const have = [...sel.options].map((o) => o.value);
+    if (opts.join() === have.join()) return;
+    const keep = sel.value;
+    sel.replaceChildren(...opts.map((o) => el("option", { value: o }, o.replace("/", " attempt "))));
+    // the latest attempt of the first replica, unless one was picked
+    sel.value = opts.includes(keep) ? keep : (opts.filter((o) => o.startsWith((j.attempts[0] || {}).replica + "/")).pop() || "");
+    if (sel.value !== keep) pollLog(true);
+  }
+  let logTimer = null;
+  async function pollLog(now) {
+    clearTimeout(logTimer);
+    const j = ui.job, sel = document.getElementById("log-replica");
+    if (!sel) return;
+    if (j && sel.value && (now || ui.log.follow || !ui.log.text)) {
+      const [replica, attempt] = sel.value.split("/");
+      try {
+        const out = await api("api/jobs/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name) + "/log", {},
+          { replica, attempt });
+        if (out.text !== ui.log.text || sel.value !== ui.log.key) { ui.log.text = out.text; ui.log.key = sel.value; showLog(true); }
+      } catch (e) {
+        ui.log.text = "";
+        const pre = document.getElementById("log");
+        if (pre) pre.textContent = String(e.message);
+      }
+    }
+    if (document.getElementById("log")) logTimer = setTimeout(pollLog, 1000);
+  }
+  function showLog(fresh) {
+    const pre = document.getElementById("log");
+    if (!pre) return;
+    const lines = ui.log.text.split("\n");
+    if (lines.length && lines[lines.length - 1] === "") lines.pop();
+    const needle = ui.log.search;
+    const frag = document.createDocumentFragment();
+    let hits = 0;
+    for (const line of lines) {
+      if (needle && !line.toLowerCase().includes(needle.toLowerCase())) continue;
+      hits++;
+      const div = el("div", { class: "line" });
+      if (needle) {
+        const low = line.toLowerCase(), n = needle.toLowerCase();
+        let at = 0, i;
+        while ((i = low.indexOf(n, at)) !== -1) {
+          div.appendChild(document.createTextNode(line.slice(at, i)));
+          div.appendChild(el("mark", {}, line.slice(i, i + n.length)));
+          at = i + n.length;
+        }
+        div.appendChild(document.createTextNode(line.slice(at)));
+      } else div.textContent = line;
+      frag.appendChild(div);
+    }
+    pre.replaceChildren(frag);
+    document.getElementById("log-count").textContent = needle ? hits + " matching lines" : lines.length + " lines";
+    if (fresh && ui.log.follow) pre.scrollTop = pre.scrollHeight;
+  }
+
+  // --- routes -------------------------------------------------------------------------------------
+  function route() {
+    const m = location.hash.match(/^#\/job\/([^/]+)\/(.+)$/);
+    if (m) jobPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
+    else jobsPage();
+  }
+  window.addEventListener("hashchange", route);
+  setInterval(() => { if (document.getElementById("rows")) renderJobs(); }, 15000); // the ages move on
+  route();
+})();
