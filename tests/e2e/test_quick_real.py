@@ -32,7 +32,8 @@ from helper import greeting
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
-print(f"{greeting()} rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())} {sys.argv[1:]}")
+sys.stdout.write(f"{greeting()} rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())} {sys.argv[1:]}\\n")
+sys.stdout.flush()  # one write per line: the processes of a pod share its output
 dist.destroy_process_group()
 """
 
@@ -90,7 +91,10 @@ def train(steps: int) -> dict[str, Any]:
     dist.init_process_group("gloo")
     t = torch.ones(1) * (dist.get_rank() + 1)
     dist.all_reduce(t)
-    print(f"rank {dist.get_rank()} sum {int(t.item())}", flush=True)
+    import sys
+
+    sys.stdout.write(f"rank {dist.get_rank()} sum {int(t.item())}\n")  # one write: the processes share the output
+    sys.stdout.flush()
     out = {"world": dist.get_world_size(), "sum": int(t.item()), "steps": steps}
     dist.destroy_process_group()
     return out

@@ -22,7 +22,9 @@ import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())} args {sys.argv[1:]}", flush=True)
+# one write per line: the processes of a replica share its output, and print's two writes interleave
+sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())} args {sys.argv[1:]}\\n")
+sys.stdout.flush()
 dist.destroy_process_group()
 """
 
@@ -35,7 +37,7 @@ def script(tmp_path: Path) -> Path:
 
 
 def ranks(out: str) -> list[int]:
-    return sorted(int(m) for m in re.findall(r"\] rank (\d+) of", out))
+    return sorted(int(m) for m in re.findall(r"rank (\d+) of", out))
 
 
 def test_run_j_1x2_runs_two_processes_through_torchrun(torchjob: Torchjob, script: Path) -> None:

@@ -36,7 +36,10 @@ def all_reduce(tag: str, scale: int = 1) -> dict[str, Any]:
     dist.init_process_group("gloo")
     t = torch.ones(1) * (dist.get_rank() + 1)
     dist.all_reduce(t)
-    print(f"rank {dist.get_rank()} sum {int(t.item())}", flush=True)
+    import sys
+
+    sys.stdout.write(f"rank {dist.get_rank()} sum {int(t.item())}\n")  # one write: the processes share the output
+    sys.stdout.flush()
     out = {"world": dist.get_world_size(), "sum": int(t.item()) * scale * SCALE, "tag": tag,
            "pi": round(math.pi, 2), "rank": dist.get_rank()}
     dist.destroy_process_group()
