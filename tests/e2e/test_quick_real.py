@@ -32,7 +32,8 @@ from helper import greeting
 dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
-sys.stdout.write(f"{greeting()} rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())} {sys.argv[1:]}\\n")
+rank, world = dist.get_rank(), dist.get_world_size()
+sys.stdout.write(f"{greeting()} rank {rank} of {world} sum {int(t.item())} {sys.argv[1:]}\\n")
 sys.stdout.flush()  # one write per line: the processes of a pod share its output
 dist.destroy_process_group()
 """
