@@ -239,12 +239,11 @@ class Job:
             krt.schedule(plan)
             ns = namespace or krt.kube.namespace or "default"
             return JobHandle(self.name, krt, kube=True, namespace=ns, function=function)
-        from torchjob.local.local_runtime import LocalRuntime
-        from torchjob.sdk.local import write_code
+        from torchjob.sdk.local import local_runtime, write_code
 
         if self._files is not None:
             write_code(self.name, self._files)
-        rt = LocalRuntime()
+        rt = local_runtime()
         rt.schedule(rt.dryrun(tj))
         _reap(rt.store.get(self.name))
         return JobHandle(self.name, rt, function=function)

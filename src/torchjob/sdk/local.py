@@ -17,6 +17,19 @@ from torchjob.local.local_runtime import LocalRuntime
 from torchjob.local.store import home
 from torchjob.runtime import JobView, no_output
 
+_RUNTIMES: dict[str, LocalRuntime] = {}
+
+
+def local_runtime() -> LocalRuntime:
+    """This process's local runtime for the current TORCHJOB_HOME: one store (one SQLite connection) per
+    process and home. A store opened again would open and close the database file, which releases every
+    POSIX lock this process's SQLite holds on it (as closing any descriptor of a file does), and another
+    process's write then fails with `disk I/O error`."""
+    key = str(home())
+    if key not in _RUNTIMES:
+        _RUNTIMES[key] = LocalRuntime()
+    return _RUNTIMES[key]
+
 
 def code_dir(name: str) -> Path:
     """Where a local function job's files are written: TORCHJOB_HOME/code/NAME (written again on each run)."""
@@ -48,7 +61,7 @@ def in_notebook() -> bool:
 def run_local(job: TorchJob, quiet: bool) -> JobView:
     """Run in the foreground: on a terminal as `torchjob run` does; in a notebook, the output as plain
     text in the cell and the progress as an HTML bar that updates in place."""
-    rt = LocalRuntime()
+    rt = local_runtime()
     plan = rt.dryrun(job)
     if not in_notebook():
         return rt.run(plan, quiet)

@@ -174,7 +174,7 @@ def list_jobs(*, kube: bool = False, namespace: str | None = None, all_namespace
         krt = KubeRuntime(kubeconfig, context, "*" if all_namespaces else namespace)
         return [JobHandle(v.name, KubeRuntime(kubeconfig, context, v.namespace), kube=True, namespace=v.namespace)
                 for v in krt.list()]
-    from torchjob.local.local_runtime import LocalRuntime
+    from torchjob.sdk.local import local_runtime
 
-    rt = LocalRuntime()
+    rt = local_runtime()
     return [JobHandle(v.name, rt) for v in rt.list()]
