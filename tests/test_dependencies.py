@@ -26,7 +26,10 @@ RUNTIME = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]
 ADVISORIES: dict[str, list[tuple[str, str]]] = {
     "cryptography": [("CVE-2024-26130", "42.0.4"), ("GHSA-537c-gmf6-5ccf", "48.0.1")],
 }
-OPTIONAL_IMPORTS = {"certifi"}  # imported under `except ImportError` (a CA bundle when there is one)
+# certifi: imported under `except ImportError` (a CA bundle when there is one); torch: by the runner of a
+# shipped function, under `except ImportError` (torch's error file when the image has torch); IPython: by the
+# notebook console, only inside a Jupyter kernel, where IPython is.
+OPTIONAL_IMPORTS = {"certifi", "torch", "IPython"}
 
 
 def floor(spec: SpecifierSet) -> Version | None:

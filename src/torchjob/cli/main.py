@@ -19,10 +19,10 @@ from torchjob import __version__
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
+from torchjob.cli.quick import QuickCommand, quick_options
 from torchjob.ui.command import ui_command
 
 if TYPE_CHECKING:
-    from torchjob.api.model import JobStatus
     from torchjob.runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -115,45 +115,50 @@ def cli() -> None:
     """Run PyTorch distributed training jobs (TorchJob documents) on this machine."""
 
 
-@cli.command()
-@click.argument("job_file", metavar="JOB.yaml")
+TARGET = click.argument("target", nargs=-1, metavar="JOB.yaml | [-j NxM] SCRIPT [-- ARGS] | -m MODULE | -- COMMAND")
+
+
+def _plan(target: tuple[str, ...], runtimes: tuple[str, ...], where: dict[str, Any]) -> Any:
+    from torchjob.cli import quick
+
+    return quick.plan(target, where, lambda path: _load(path, runtimes), _runtime, lambda s: click.echo(s, err=True),
+                      _dump)
+
+
+@cli.command(cls=QuickCommand)
+@TARGET
+@quick_options
 @local_options
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
 @kube_options
 @RUNTIME
-def run(job_file: str, quiet: bool, runtimes: tuple[str, ...], **where: Any) -> None:
-    """Run a job in the foreground until it ends; exit 0 when it succeeded."""
-    rt = _runtime(**where)
-    job = rt.run(rt.dryrun(_load(job_file, runtimes)), quiet)
+def run(target: tuple[str, ...], quiet: bool, runtimes: tuple[str, ...], **where: Any) -> None:
+    """Run a job in the foreground until it ends; exit 0 when it succeeded. The job is a document
+    (any dialect), or built from torchrun-style flags: `torchjob run -j 2x4 train.py -- --lr 0.1`."""
+    planned = _plan(target, runtimes, where)
+    if planned is None:
+        return
+    from torchjob.cli import views
+
+    rt, made = planned
+    job = rt.run(made, quiet)
     if not job.status.is_true(ConditionType.SUCCEEDED) and job.root_cause:
         click.echo(job.root_cause, err=True)
-    _outcome(job.name, job.status, rt.flags)
+    views.outcome(job.name, job.status, rt.flags)
 
 
-def _outcome(name: str, st: JobStatus, flags: str) -> None:
-    """The last line of `run`, the same for both runtimes; exits non-zero unless the job succeeded."""
-    took = ""
-    if st.startTime and st.completionTime:
-        took = f" in {(st.completionTime - st.startTime).total_seconds():.1f}s"
-    restarts = f", {st.restartCount} restart{'s' if st.restartCount != 1 else ''}" if st.restartCount else ""
-    if st.is_true(ConditionType.SUCCEEDED):
-        click.echo(f"torchjob: job {name} succeeded{took}{restarts}", err=True)
-        return
-    click.echo(f"torchjob: job {name} {st.state.lower()}{took}{restarts}; "
-               f"see `torchjob describe{flags} {name}` and `torchjob logs{flags} {name}`", err=True)
-    stopped_by = st.failure.signal if st.failure and st.failure.reason == "Terminated" else None
-    sys.exit({"SIGINT": 130, "SIGTERM": 143}.get(stopped_by or "", 1))
-
-
-@cli.command()
-@click.argument("job_file", metavar="JOB.yaml")
+@cli.command(cls=QuickCommand)
+@TARGET
+@quick_options
 @local_options
 @kube_options
 @RUNTIME
-def submit(job_file: str, runtimes: tuple[str, ...], **where: Any) -> None:
-    """Start a job detached; follow it with `torchjob logs NAME -f`."""
-    rt = _runtime(**where)
-    click.echo(rt.schedule(rt.dryrun(_load(job_file, runtimes))))
+def submit(target: tuple[str, ...], runtimes: tuple[str, ...], **where: Any) -> None:
+    """Start a job detached (a document, or built from flags as for `run`); follow it with
+    `torchjob logs NAME -f`."""
+    planned = _plan(target, runtimes, where)
+    if planned is not None:
+        click.echo(planned[0].schedule(planned[1]))
 
 
 @cli.command()

@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import shlex
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import click
+
 from torchjob.api.model import JobStatus, Progress
 from torchjob.api.pod import training_container
+from torchjob.api.status import ConditionType
 from torchjob.progress import show
 from torchjob.runtime import DryRun, JobView
 
@@ -161,3 +165,18 @@ def plan(p: DryRun, fmt: str, dump: Dump) -> None:
             dump(data, fmt)
     else:
         print(p.text())
+
+
+def outcome(name: str, st: JobStatus, flags: str) -> None:
+    """The last line of `run`, the same for both runtimes; exits non-zero unless the job succeeded."""
+    took = ""
+    if st.startTime and st.completionTime:
+        took = f" in {(st.completionTime - st.startTime).total_seconds():.1f}s"
+    restarts = f", {st.restartCount} restart{'s' if st.restartCount != 1 else ''}" if st.restartCount else ""
+    if st.is_true(ConditionType.SUCCEEDED):
+        click.echo(f"torchjob: job {name} succeeded{took}{restarts}", err=True)
+        return
+    click.echo(f"torchjob: job {name} {st.state.lower()}{took}{restarts}; "
+               f"see `torchjob describe{flags} {name}` and `torchjob logs{flags} {name}`", err=True)
+    stopped_by = st.failure.signal if st.failure and st.failure.reason == "Terminated" else None
+    sys.exit({"SIGINT": 130, "SIGTERM": 143}.get(stopped_by or "", 1))

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,16 +125,19 @@ class LocalRuntime:
         self.store.set_supervisor(job.name, proc.pid)
         return f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f"
 
-    def run(self, plan: LocalPlan, quiet: bool = False) -> JobView:
-        """Run in the foreground, streaming output; returns the final view."""
+    def run(self, plan: LocalPlan, quiet: bool = False,
+            console: Callable[[Path], Console] | None = None) -> JobView:
+        """Run in the foreground, streaming output; returns the final view. `console` makes the console
+        from the job's combined log (the Python API's, in a notebook); default: this terminal's."""
         job = self._create(plan)
         rec = self._record(job.name)
         private_file(rec.dir / "job.log").close()  # the console appends to it, keeping its mode
-        console = Console(rec.dir / "job.log", out=None if quiet else sys.stdout, err=sys.stderr)
+        shown = console(rec.dir / "job.log") if console is not None else \
+            Console(rec.dir / "job.log", out=None if quiet else sys.stdout, err=sys.stderr)
         try:
-            status = Supervisor(self.store, job.name, console).run()
+            status = Supervisor(self.store, job.name, shown).run()
         finally:
-            console.close()
+            shown.close()
         final = self.store.get(job.name)
         if final is None:  # removed at the end (ttlSecondsAfterFinished: 0)
             rec.status = status
@@ -222,6 +226,9 @@ class LocalRuntime:
             _signal_supervisor(rec)
             end = time.monotonic() + wait_s
             while self.store.get(name) is not None and time.monotonic() < end:
+                if not supervisor_alive(rec.supervisor_pid):  # it ended (its job finished) before it saw the signal
+                    self.store.delete_job(name)
+                    return
                 time.sleep(0.05)
             if self.store.get(name) is not None:
                 raise UserError(f"job {name!r} is still stopping after {wait_s:g}s", fix="try again")

@@ -19,6 +19,7 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.pod import training_index
 from torchjob.dialects.convert import explicit
+from torchjob.kube.clientside.code import with_code
 from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, parse_time, status_code, to_dict
 from torchjob.kube.objects import kueue
 from torchjob.kube.objects.pods import (
@@ -84,12 +85,19 @@ def _ns(kube: Client, namespace: str | None) -> str:
     return namespace or kube.namespace or "default"
 
 
-def submit(kube: Client, job: TorchJob, namespace: str | None) -> str:
-    data = explicit(job)
-    ns = _ns(kube, namespace)
-    data["metadata"]["namespace"] = ns
+def submit(kube: Client, job: TorchJob, namespace: str | None, code: dict[str, bytes] | None = None) -> str:
+    data = explicit(job)  # created after its code's ConfigMap, when it ships code
+    ns = data["metadata"]["namespace"] = _ns(kube, namespace)
+    if code is not None:
+        with_code(kube, job, ns, code, lambda: _create(kube, job, data, ns))
+    else:
+        _create(kube, job, data, ns)
+    return ns
+
+
+def _create(kube: Client, job: TorchJob, data: dict[str, Any], ns: str) -> str:
     try:
-        kube.create(TorchJobRes.from_dict(data))
+        return str(kube.create(TorchJobRes.from_dict(data)).metadata.uid)
     except ApiError as e:
         if status_code(e) == 409:
             there = status_of(get(kube, job.name, ns))
@@ -98,7 +106,6 @@ def submit(kube: Client, job: TorchJob, namespace: str | None) -> str:
             raise UserError(f"a job named {job.name!r} in {ns} has already {there.state.lower()}",
                             fix=f"delete it first (torchjob delete --kube {job.name}), or change metadata.name")
         raise UserError(f"the API server refused the job: {e}")
-    return ns
 
 
 def get(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
@@ -315,6 +322,7 @@ class KubePlan:
         self.notes: list[str] = []
         self.hint: str | None = None
         self.objects = manifests(as_torchjob(job), progress_url=DEFAULT_PROGRESS_URL)  # as the operator makes them
+        self.code: dict[str, bytes] | None = None  # its code's ConfigMap's data, when it ships code
 
     def data(self) -> Any:
         return self.objects
@@ -345,7 +353,7 @@ class KubeRuntime:
         return KubePlan(job)
 
     def schedule(self, plan: KubePlan) -> str:
-        ns = submit(self.kube, plan.job, self.namespace)
+        ns = submit(self.kube, plan.job, self.namespace, plan.code)
         return f"job {plan.job.name} submitted to {ns}; follow it with: torchjob describe --kube {plan.job.name}"
 
     def run(self, plan: KubePlan, quiet: bool = False) -> JobView:
@@ -356,7 +364,7 @@ class KubeRuntime:
         from torchjob.console import Console
 
         name = plan.job.name
-        ns = submit(self.kube, plan.job, self.namespace)
+        ns = submit(self.kube, plan.job, self.namespace, plan.code)
         print(f"torchjob: job {name} created in {ns}", file=sys.stderr, flush=True)
         console = Console(None)
         try:

@@ -1,0 +1,180 @@
+"""What a job gives back (`JobResult`) and the handle on a submitted job (`JobHandle`), the same for a
+job on this machine and one on a cluster."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torchjob.api.model import JobStatus, Progress
+from torchjob.sdk.errors import JobFailed, JobTimeout, UnreturnableValue
+from torchjob.sdk.ship import value_in
+
+if TYPE_CHECKING:
+    from torchjob.runtime import JobView, Runtime
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A job's outcome.
+
+    Attributes:
+        name: the job's name.
+        state: "Succeeded", "Failed", "Running", "Suspended", ... (`JobStatus.state`).
+        status: the full status (conditions, replica counts, progress, failure).
+        root_cause: the first failure, torchrun-style (None when it succeeded).
+
+    Example:
+        >>> result = torchjob.Job.from_function(train, args=(3,), nproc_per_node=2).run()
+        >>> result.ok, result.value
+        (True, {'loss': 0.01})
+    """
+
+    name: str
+    state: str
+    status: JobStatus
+    root_cause: str | None = None
+    has_value: bool = False
+    returned: Any = None
+    unreturnable: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the job succeeded."""
+        return self.state == "Succeeded"
+
+    @property
+    def value(self) -> Any:
+        """What the function returned on rank 0 (a job built with `Job.from_function`), read back as JSON;
+        None for a job without a function, or one that has not returned."""
+        return self.returned
+
+    def check(self) -> JobResult:
+        """This result, or the typed error of a failed job (`UnreturnableValue`, `JobFailed`)."""
+        if self.unreturnable is not None:
+            raise UnreturnableValue(self)
+        if not self.ok:
+            raise JobFailed(self)
+        return self
+
+
+def result_of(view: JobView, output: str | None) -> JobResult:
+    """A view of a job and (for a function's job) its output, as a JobResult."""
+    found, value, why = value_in(output) if output is not None else (False, None, None)
+    root = view.root_cause
+    if why is not None:
+        root = f"{why}\n{root}" if root else why
+    return JobResult(view.name, view.status.state, view.status, None if view.status.state == "Succeeded" else root,
+                     found, value, why)
+
+
+class JobHandle:
+    """A submitted job: wait for it, read its state, progress and logs, suspend, resume or delete it.
+
+    Example:
+        >>> handle = job.submit()                     # or job.submit(kube=True, namespace="team-a")
+        >>> handle.progress()                         # percent, step, ETA, metrics (None before a report)
+        >>> result = handle.wait(timeout=600)
+        >>> print(handle.logs(replica="master-0"))
+    """
+
+    def __init__(self, name: str, runtime: Runtime[Any], *, kube: bool = False, namespace: str | None = None,
+                 function: bool = False) -> None:
+        self.name = name
+        self.kube = kube
+        self.namespace = namespace
+        self._rt = runtime
+        self._function = function
+
+    def __repr__(self) -> str:
+        where = f"kube, namespace {self.namespace}" if self.kube else "local"
+        return f"<JobHandle {self.name} ({where})>"
+
+    def describe(self) -> JobView:
+        """What `torchjob describe` shows: the job, its status, each replica's attempts with their exit
+        codes, its events, and the root cause of a failure."""
+        return self._rt.describe(self.name)
+
+    def status(self) -> JobStatus:
+        """The job's status now."""
+        return self._rt.describe(self.name).status
+
+    @property
+    def state(self) -> str:
+        """"Created", "Running", "Succeeded", "Failed", "Suspended", ..."""
+        return self.status().state
+
+    def progress(self) -> Progress | None:
+        """The job's latest progress (percent, step, rate, ETA, metrics) as its replicas report it with
+        `torchjob.report.report`; None before the first report."""
+        return self.status().progress
+
+    def wait(self, timeout: float | None = None, *, check: bool = False, poll_s: float = 0.5) -> JobResult:
+        """Block until the job ends (succeeds or fails) and return its result.
+
+        Args:
+            timeout: seconds to wait at most (None: as long as it takes); past it, `JobTimeout` is raised
+                and the job goes on.
+            check: raise `JobFailed` (or `UnreturnableValue`) when the job did not succeed.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self._rt.describe(self.name)
+            if view.status.finished:
+                break
+            if end is not None and time.monotonic() >= end:
+                raise JobTimeout(f"job {self.name} is still {view.status.state.lower()} after {timeout:g}s")
+            time.sleep(poll_s)
+        result = result_of(view, self.logs() if self._function else None)
+        return result.check() if check else result
+
+    def logs(self, replica: str | None = None, *, follow: bool = False) -> str:
+        """The job's output: every replica's lines prefixed (`[worker-1] ...`), or one replica's
+        (`replica="master-0"`). With `follow`, also print them as they come until the job ends."""
+        lines: list[str] = []
+
+        def say(line: str) -> None:
+            lines.append(line)
+            if follow:
+                print(line, flush=True)
+
+        if self.kube:
+            self._rt.logs(self.name, replica, None, follow, say)
+            return "\n".join(lines) + ("\n" if lines else "")
+        from torchjob.sdk.local import read_logs
+
+        return read_logs(self._rt, self.name, replica, follow, say)
+
+    def suspend(self) -> None:
+        """Stop every replica; `resume` starts them again."""
+        self._rt.suspend(self.name)
+
+    def resume(self) -> None:
+        """Start a suspended job's replicas again."""
+        self._rt.resume(self.name)
+
+    def delete(self) -> None:
+        """Stop the job if it runs, and remove it (its record and logs; on a cluster, its pods and its code's
+        ConfigMap)."""
+        self._rt.delete(self.name)
+
+
+def list_jobs(*, kube: bool = False, namespace: str | None = None, all_namespaces: bool = False,
+              kubeconfig: str | None = None, context: str | None = None) -> list[JobHandle]:
+    """Every job: on this machine (newest last), or with `kube=True` in a namespace of the cluster
+    (`all_namespaces=True`: in every one). Each is a handle; `handle.state` reads its state.
+
+    Example:
+        >>> [(h.name, h.state) for h in torchjob.list_jobs()]
+    """
+    if kube:
+        from torchjob.kube.clientside.kube_runtime import KubeRuntime
+
+        krt = KubeRuntime(kubeconfig, context, "*" if all_namespaces else namespace)
+        return [JobHandle(v.name, KubeRuntime(kubeconfig, context, v.namespace), kube=True, namespace=v.namespace)
+                for v in krt.list()]
+    from torchjob.sdk.local import local_runtime
+
+    rt = local_runtime()
+    return [JobHandle(v.name, rt) for v in rt.list()]

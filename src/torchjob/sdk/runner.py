@@ -1,0 +1,42 @@
+"""Runs a function that torchjob shipped (torchjob.sdk.ship), in every process of a job: reads
+function.py and call.json beside it, calls the function, and on rank 0 prints what it returned as one
+JSON line. Standard library only (the image may not have torchjob); torch's error recording is used
+when torch is there, so that a failure's traceback is the job's root cause."""
+
+import json
+import os
+import sys
+
+RESULT_MARK = "@@torchjob-result@@"
+UNRETURNABLE_MARK = "@@torchjob-unreturnable@@"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main() -> None:
+    with open(os.path.join(HERE, "call.json")) as f:
+        call = json.load(f)
+    path = os.path.join(HERE, "function.py")
+    with open(path) as f:
+        namespace: dict[str, object] = {"__name__": "__torchjob_function__", "__file__": path}
+        exec(compile(f.read(), path, "exec"), namespace)
+    fn = namespace[call["function"]]
+    assert callable(fn)
+    value = fn(*call["args"], **call["kwargs"])
+    if os.environ.get("RANK", "0") != "0":
+        return
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError) as e:
+        why = f"{call['function']} returned a {type(value).__name__}, which cannot travel back as JSON: {e}"
+        print(f"{UNRETURNABLE_MARK} {why}", file=sys.stderr, flush=True)
+        raise TypeError(why) from None
+    print(f"{RESULT_MARK} {text}", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import record
+    except ImportError:
+        main()
+    else:
+        record(main)()

@@ -1,0 +1,105 @@
+"""Building a job from torchrun-style input (`torchjob.api.build`, pure): the shape, the entry, the
+code's ConfigMap volume and its size limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchjob.api.build import (
+    CODE_DIR,
+    CODE_LIMIT,
+    CODE_MARGIN,
+    Entry,
+    JobSpec,
+    Shape,
+    build_job,
+    code_volume,
+    collect,
+    default_name,
+    parse_shape,
+)
+from torchjob.api.errors import UserError
+from torchjob.core.topology import elastic_bounds, replicas
+
+
+@pytest.mark.parametrize("j,shape", [("1x1", Shape(1, 1)), ("2x4", Shape(2, 4)), ("1:4x8", Shape(4, 8, 1)),
+                                     ("3:3x1", Shape(3, 1, 3)), (" 2x2 ", Shape(2, 2))])
+def test_j_is_read_as_torchx_writes_it(j: str, shape: Shape) -> None:
+    assert parse_shape(j) == shape
+
+
+@pytest.mark.parametrize("j,words", [("0x2", "at least one"), ("2x0", "at least one"), ("2x", "is not NxM"),
+                                     ("x2", "is not NxM"), ("2", "is not NxM"), ("3:2x1", "between 1 and"),
+                                     ("0:2x1", "between 1 and"), ("axb", "is not NxM")])
+def test_a_bad_j_names_the_flag_and_a_fix(j: str, words: str) -> None:
+    with pytest.raises(UserError) as e:
+        parse_shape(j)
+    assert words in e.value.message and "-j" in e.value.message and e.value.fix
+
+
+def test_nnodes_and_nproc_per_node_are_the_long_form() -> None:
+    assert parse_shape(None, "2", 3) == Shape(2, 3)
+    assert parse_shape(None, "1:3", 2) == Shape(3, 2, 1)
+    with pytest.raises(UserError, match="say the same thing twice"):
+        parse_shape("2x2", "2", None)
+    with pytest.raises(UserError, match="nnodes"):
+        parse_shape(None, "two", 1, names=("nnodes", "nproc_per_node"))
+
+
+def test_the_first_replica_is_the_master_and_torchrun_runs_m_processes() -> None:
+    job = build_job(JobSpec(Entry(script="train.py", args=("--lr", "0.1")), Shape(3, 4), name="t",
+                            env={"A": "b"}, image="img", working_dir="/w"))
+    assert [r.name for r in replicas(job)] == ["master-0", "worker-0", "worker-1"]
+    c = job.spec.pytorchReplicaSpecs["Master"].template.spec.containers[0]
+    assert c.command == ["torchrun", "train.py", "--lr", "0.1"] and c.image == "img" and c.workingDir == "/w"
+    assert [(e.name, e.value) for e in c.env or []] == [("A", "b")]
+    assert job.spec.nprocPerNode == "4" and job.spec.elasticPolicy is None
+
+
+def test_elastic_is_workers_only_with_a_c10d_rendezvous() -> None:
+    job = build_job(JobSpec(Entry(module="pkg.train"), Shape(4, 2, 1), name="el"))
+    assert set(job.spec.pytorchReplicaSpecs) == {"Worker"} and job.replica_count("Worker") == 4
+    assert elastic_bounds(job) == (1, 4)
+    c = job.spec.pytorchReplicaSpecs["Worker"].template.spec.containers[0]
+    assert c.command == ["torchrun", "-m", "pkg.train"]
+
+
+def test_a_command_runs_through_torchrun_without_python() -> None:
+    assert Entry(command=("bash", "run.sh")).argv() == ["torchrun", "--no-python", "bash", "run.sh"]
+    assert Entry(command=("torchrun", "x.py")).argv() == ["torchrun", "x.py"]
+
+
+def test_code_travels_in_a_configmap_mounted_as_the_working_directory() -> None:
+    code = code_volume("j", ["train.py", "pkg/model.py", "pkg.model.py"], "train.py")
+    assert code.configmap == "j-code"
+    keys = [k for k, _ in code.items]
+    assert len(set(keys)) == 3 and all("/" not in k for k in keys)
+    job = build_job(JobSpec(Entry(script="train.py"), Shape(1, 2), name="j", image="img", code=code))
+    pod = job.spec.pytorchReplicaSpecs["Master"].template.spec
+    c = pod.containers[0]
+    assert c.command == ["torchrun", f"{CODE_DIR}/train.py"] and c.workingDir == CODE_DIR
+    assert pod.volumes[0].configMap.name == "j-code"
+    assert [(i.key, i.path) for i in pod.volumes[0].configMap.items] == list(code.items)
+
+
+def test_collect_skips_caches_and_refuses_past_the_configmap_limit(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "__main__.py").write_text("print(1)\n")
+    (tmp_path / "pkg" / "m.py").write_text("x = 1\n")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0")
+    assert set(collect(tmp_path)) == {"__main__.py", "pkg/m.py"}
+    (tmp_path / "big.bin").write_bytes(b"\0" * (CODE_LIMIT - CODE_MARGIN))
+    with pytest.raises(UserError, match="at most") as e:
+        collect(tmp_path)
+    assert "1 MiB" in e.value.message and e.value.fix
+    with pytest.raises(UserError, match="does not exist"):
+        collect(tmp_path / "nope.py")
+
+
+def test_default_names_are_dns_labels_that_differ() -> None:
+    a, b = default_name(Entry(script="My_Train.py")), default_name(Entry(script="My_Train.py"))
+    assert a != b and a.startswith("my-train-")
+    assert default_name(Entry(script="1.py")).startswith("job-1-")

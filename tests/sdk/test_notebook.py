@@ -1,0 +1,48 @@
+"""A function defined in a notebook cell runs as a job from the notebook: the cells of
+docs/tutorials/notebook.md, executed by a real Jupyter kernel (ipykernel, driven by nbclient)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.docs_blocks import blocks
+from tests.local.conftest import REPO
+
+pytestmark = pytest.mark.e2e
+PAGE = "tutorials/notebook.md"
+TEST = "tests/sdk/test_notebook.py::test_a_function_from_a_notebook_cell_runs_in_a_real_kernel"
+
+
+def outputs(nb: Any, kind: str) -> list[dict[str, Any]]:
+    return [o for cell in nb.cells for o in cell.get("outputs", []) if o["output_type"] == kind]
+
+
+def test_a_function_from_a_notebook_cell_runs_in_a_real_kernel(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "src"))  # the kernel imports this tree's torchjob
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code) for code in blocks(PAGE, TEST, "python")]
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    (tmp_path / "ran.ipynb").write_text(nbformat.writes(nb))  # to look at when it fails
+
+    assert outputs(nb, "error") == []
+    streamed = "".join(o["text"] for o in outputs(nb, "stream"))
+    assert "[master-0] " in streamed and "torchjob: the master replica succeeded" in streamed, streamed
+    # the value rank 0 returned, as the cell's result
+    (value,) = [o["data"]["text/plain"] for o in outputs(nb, "execute_result")]
+    assert value == "{'world': 2, 'weight': -0.225}"
+    # one progress display, updated in place: HTML with a <progress> bar, and a text form
+    shown = outputs(nb, "display_data")
+    assert len(shown) == 1, shown
+    html, text = shown[0]["data"]["text/html"], shown[0]["data"]["text/plain"]
+    assert "<progress" in html and "15/15" in html and "loss" in html, html
+    assert "15/15" in text
+    # a cell is not a terminal: no escape codes anywhere in what the notebook keeps
+    assert "\x1b" not in json.dumps(nb.cells[1]["outputs"])
