@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,20 @@ def test_a_torchjob_home_made_before_is_made_private_and_a_named_one_is_left_as_
         assert oct(fresh.stat().st_mode & 0o777) == "0o700"
     finally:
         os.umask(old)
+
+
+def test_a_second_store_in_one_process_never_opens_the_existing_database(tmp_path: Path, monkeypatch: Any) -> None:
+    """Closing any descriptor of state.db drops every POSIX lock this process holds on it, the first
+    Store's SQLite connection's too; so a Store opened on an existing database (the SDK and the
+    dashboard open several) only tightens its mode, and still makes it private."""
+    from torchjob.local import store as store_module
+
+    first = store_module.Store(tmp_path)
+    (tmp_path / "state.db").chmod(0o644)
+    opened: list[Path] = []
+    real = store_module.private_file
+    monkeypatch.setattr(store_module, "private_file", lambda p: opened.append(p) or real(p))
+    second = store_module.Store(tmp_path)
+    assert opened == []
+    assert (tmp_path / "state.db").stat().st_mode & 0o777 == 0o600
+    assert second.all_jobs() == first.all_jobs() == []

@@ -44,6 +44,11 @@ def private_file(path: Path) -> BinaryIO:
     return os.fdopen(fd, "ab")
 
 
+def tighten_file(path: Path) -> None:
+    """An existing file of ours made 0600, without opening it (see Store: a close drops locks)."""
+    _tighten(path, FILE_MODE)
+
+
 def _tighten(path: Path, mode: int) -> None:
     try:
         st = path.stat()

@@ -18,7 +18,7 @@ from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import MetricHistory
-from torchjob.local.files import private_dir, private_file
+from torchjob.local.files import private_dir, private_file, tighten_file
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -107,7 +107,13 @@ class Store:
         private_dir(self.root, tighten=self.root == Path.home() / ".torchjob")
         private_dir(self.root / "jobs")
         self.path = self.root / "state.db"
-        private_file(self.path).close()  # before SQLite makes it: its -wal and -shm files take its mode
+        # Made before SQLite makes it (its -wal and -shm files take its mode); an existing one is never
+        # opened here: closing any descriptor of it would drop this process's POSIX locks on it, those
+        # of another Store's SQLite connection too ("disk I/O error" seen with two Stores in one process).
+        if self.path.exists():
+            tighten_file(self.path)
+        else:
+            private_file(self.path).close()
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
