@@ -106,3 +106,26 @@ def test_a_second_store_in_one_process_never_opens_the_existing_database(tmp_pat
     assert opened == []
     assert (tmp_path / "state.db").stat().st_mode & 0o777 == 0o600
     assert second.all_jobs() == first.all_jobs() == []
+
+
+def test_a_signal_sent_to_a_supervisor_just_started_waits_for_its_handler(tmp_path: Path) -> None:
+    """`torchjob suspend` right after `submit` signals the detached supervisor (SIGUSR1) perhaps before it
+    has installed its handler: it used to die of it (SIGUSR1's default action) and the job was lost."""
+    import signal
+
+    from torchjob.api.load import job_from_data
+    from torchjob.local.prepare import supervisor_alive
+
+    store = Store(tmp_path / "home")
+    runtime = LocalRuntime(LocalOptions(), store)
+    runtime.schedule(runtime.dryrun(job_from_data(job_data("early", workers=0, command=["sleep", "30"]))))
+    rec = store.get("early")
+    assert rec is not None and rec.supervisor_pid
+    os.kill(rec.supervisor_pid, signal.SIGUSR1)  # at once: the interpreter is still starting
+    try:
+        time.sleep(3)
+        assert supervisor_alive(rec.supervisor_pid)
+        view = runtime.describe("early")
+        assert "SupervisorLost" not in str(view)
+    finally:
+        runtime.delete("early")

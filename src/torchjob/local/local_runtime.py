@@ -118,10 +118,16 @@ class LocalRuntime:
         rec = self._record(job.name)
         log = private_file(rec.dir / "supervisor.log")
         env = {**os.environ, "TORCHJOB_HOME": str(self.store.root)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "torchjob.local.daemon", job.name],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env, cwd=plan.opts.cwd,
-        )
+        # Started with SIGUSR1 blocked (a child inherits the mask), so that a `suspend` or `delete` signalled
+        # before the supervisor's handler is in place waits for it instead of killing it (SIGUSR1's default).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "torchjob.local.daemon", job.name],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env, cwd=plan.opts.cwd,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self.store.set_supervisor(job.name, proc.pid)
         return f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f"
 

@@ -303,6 +303,9 @@ class Supervisor:
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(sig, handler)
+        # A detached supervisor starts with SIGUSR1 blocked (LocalRuntime.schedule): one sent before the
+        # handler was in place (a `suspend` right after `submit`) waited, and is delivered now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
 
     def _start_watchdog(self) -> None:
         grace = max([s.grace_period_s for s in self.specs.values()] or [30.0])
