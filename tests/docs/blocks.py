@@ -66,3 +66,14 @@ def claimed_by(test: str) -> list[Block]:
     found = [b for b in every_block() if b.claim == test]
     assert found, f"no block of the docs is claimed by {test}"
     return found
+
+
+def tested(page: str | Path, test: str, lang: str | None = None) -> list[str]:
+    """The texts of docs/PAGE's blocks claimed by `test` (its full id, or only its function name), in
+    page order: what a test elsewhere reads and runs, so that the page and the test cannot drift."""
+    path = page if isinstance(page, Path) else REPO / "docs" / page
+    found = [b.text for b in blocks_of(path)
+             if b.claim is not None and (b.claim == test or b.claim.endswith(f"::{test}"))
+             and (lang is None or b.lang == lang)]
+    assert found, f"{path.relative_to(REPO)} has no block tested by {test}"
+    return found

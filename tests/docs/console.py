@@ -68,7 +68,9 @@ def shim(directory: Path) -> Path:
     command runs as the user types it, through bash (pipes, `>`, `&&` as written)."""
     directory.mkdir(parents=True, exist_ok=True)
     exe = directory / "torchjob"
-    exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m torchjob "$@"\n')
+    # argv[0] `torchjob`, as an installed command's: click names the program by it in its messages
+    exe.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c "import sys; sys.argv[0] = \'torchjob\'; '
+                   f'from torchjob.cli.main import main; main()" "$@"\n')
     exe.chmod(0o755)
     return directory
 
@@ -108,3 +110,11 @@ def assert_shown(shown: str, real: str, home: Path | None = None, ordered: bool 
             assert printed == w, f"shown {w!r}, printed {printed!r}\nprinted:\n  " + "\n  ".join(got)
             pos += 1
         free = False
+
+
+def shell_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a shell in which `torchjob` is this tree's command (as a user's install is),
+    with its own TORCHJOB_HOME."""
+    bin_dir = shim(tmp_path / "bin")
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO / "src"),
+            "TORCHJOB_HOME": str(tmp_path / "home")}

@@ -18,7 +18,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import ConfigMap
 
 import torchjob
-from tests.docs_blocks import blocks, console, shell_env
+from tests.docs.blocks import tested as blocks
+from tests.docs.console import sessions as console
+from tests.docs.console import shell_env
 from tests.e2e.conftest import INIT_IMAGE, wait_for
 from tests.kube.conftest import REPO
 from torchjob.kube.machinery.client import TorchJobRes

@@ -18,9 +18,9 @@ from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Pod, ResourceQuota
 
+from tests.docs.blocks import tested as blocks
 from tests.e2e.conftest import pods, torchjob
 from tests.kube.conftest import REPO, Operator
-from tests.kube.pages import blocks
 
 pytestmark = pytest.mark.kube
 PAGE = REPO / "docs" / "operator" / "restricted.md"

@@ -21,8 +21,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Namespace, Pod, ResourceQuota
 from lightkube.types import PatchType
 
+from tests.docs.blocks import tested as blocks
 from tests.kube.conftest import Operator, finished, wait_job
-from tests.kube.pages import blocks
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TensorBoardSpec, TorchJob
 from torchjob.core.topology import ReplicaId

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import blocks, console, shell_env
+from tests.docs.blocks import tested as blocks
+from tests.docs.console import sessions as console
+from tests.docs.console import shell_env
 from tests.local.conftest import REPO
 
 pytestmark = pytest.mark.e2e

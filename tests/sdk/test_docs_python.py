@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import blocks
+from tests.docs.blocks import tested as blocks
 from tests.local.conftest import REPO
 
 pytestmark = pytest.mark.e2e
