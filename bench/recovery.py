@@ -115,9 +115,9 @@ def measure(d: Path, kill: Callable[[list[Line]], float],
     world = 4
     wait(f"every rank past step {KILL_AT}",
          lambda: len([s for s in last_steps(read_lines(d)).values() if s > KILL_AT]) >= world, timeout)
-    before = read_lines(d)
-    t_kill = kill(before)
-    k = max(last_steps(before).values())
+    t_kill = kill(read_lines(d))
+    # what the ranks logged until the kill had landed (it is not instant: ctr, a process group)
+    k = max(last_steps([ln for ln in read_lines(d) if ln.t <= time.time()]).values())
     target = k + 1
 
     def recovered() -> tuple[float, int] | None:
@@ -127,8 +127,11 @@ def measure(d: Path, kill: Callable[[list[Line]], float],
             return None
         w = int(joined[-1].rest)
         past: dict[int, float] = {}
+        started: set[int] = set()  # a rank counts once a process started after the kill trains
         for ln in after:
-            if ln.what == "step" and int(ln.rest) > target and ln.rank not in past:
+            if ln.what == "start":
+                started.add(ln.rank)
+            if ln.what == "step" and ln.rank in started and int(ln.rest) > target and ln.rank not in past:
                 past[ln.rank] = ln.t
         if all(r in past for r in range(w)):
             return max(past[r] for r in range(w)), w
@@ -154,16 +157,20 @@ def local_job(name: str, d: Path, elastic: bool) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "pytorch", "workingDir": str(PROGRAM.parent)}
     specs: dict[str, Any] = {}
     spec: dict[str, Any] = {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": specs}
+
+    def replica(n: int) -> dict[str, Any]:
+        return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+
     if elastic:
         container["command"] = ["torchrun", *cmd]
-        specs["Worker"] = {"replicas": 4, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+        specs["Worker"] = replica(4)
         spec["nprocPerNode"] = 1
         spec["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 3,
                                  "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]}
     else:
         container["command"] = ["python", *cmd]
-        specs["Master"] = {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
-        specs["Worker"] = {"replicas": 3, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+        specs["Master"] = replica(1)
+        specs["Worker"] = replica(3)
     return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name}, "spec": spec}
 
 
@@ -223,6 +230,7 @@ INIT_IMAGE = "localhost/torchjob-e2e:dev"
 # (pkg/controller.v1/pytorch/initcontainer.go); nothing can be pulled here, so a stand-in of that
 # name answers `nslookup` with getent, as alpine's busybox would.
 ALPINE = "docker.io/library/alpine:3.10"
+KUBEFLOW_BACKOFF = 20
 HOST_DIR = Path("/tmp/torchjob-bench-recovery-data")
 KUBEFLOW_VERSION = "v1.8.1"
 CACHE = Path(os.environ.get("TORCHJOB_CACHE", Path.home() / ".cache" / "torchjob"))
@@ -247,7 +255,8 @@ def free_port() -> int:
 def images() -> list[dict[str, Any]]:
     nslookup = '#!/bin/sh\nexec getent hosts "$1"\n'
     return [{"name": IMAGE, "rootfs": True, "python": True,
-             "files": [{"path": "/opt/bench/steps.py", "source": str(PROGRAM)}], "config": {"WorkingDir": "/opt/bench"}},
+             "files": [{"path": "/opt/bench/steps.py", "source": str(PROGRAM)}],
+             "config": {"WorkingDir": "/opt/bench"}},
             {"name": ALPINE, "rootfs": True, "files": [{"path": "/usr/bin/nslookup", "text": nslookup, "mode": 0o755}]}]
 
 
@@ -272,6 +281,10 @@ def node_job(kind: str, name: str, ns: str, elastic: bool, sub: str) -> dict[str
         specs["Master"] = {"replicas": 1, "restartPolicy": "OnFailure", "template": template()}
         specs["Worker"] = {"replicas": 3, "restartPolicy": "OnFailure", "template": template()}
     if kind == "kubeflow":
+        # Kubeflow counts every container restart of an OnFailure job against backoffLimit, and the
+        # peers' gloo errors that follow a kill restart too: backoffLimit 3 fails the job at the
+        # first kill (seen here), so its job gets room for them.
+        spec["runPolicy"]["backoffLimit"] = KUBEFLOW_BACKOFF
         if elastic:
             spec["elasticPolicy"]["nProcPerNode"] = 1
             del spec["nprocPerNode"]
@@ -301,7 +314,7 @@ class PodClock:
             now = time.time()
             try:
                 listed = list(self.client.list(Pod, namespace=self.ns, labels={self.label: None}))
-            except Exception:  # noqa: BLE001 - a poll that failed is the next poll's to make
+            except Exception:
                 time.sleep(0.1)
                 continue
             alive = set()
@@ -312,6 +325,11 @@ class PodClock:
                 s = self.seen.setdefault(uid, {"made": now})
                 if p.metadata.deletionTimestamp and "deleting" not in s:
                     s["deleting"] = now
+                if p.spec and p.spec.nodeName and "bound" not in s:
+                    s["bound"] = now
+                for ic in (p.status.initContainerStatuses or []) if p.status else []:
+                    if ic.state and ic.state.terminated and "init done" not in s:
+                        s["init done"] = now
                 for cs in (p.status.containerStatuses or []) if p.status else []:
                     if cs.name != "pytorch":
                         continue
@@ -321,6 +339,7 @@ class PodClock:
                         s["dead"] = now
                     if cs.restartCount and "restarted" not in s:
                         s["restarted"] = now
+                    s["restarts"] = max(s.get("restarts", 0), cs.restartCount or 0)
             for uid, s in self.seen.items():
                 if uid not in alive and "gone" not in s:
                     s["gone"] = now
@@ -335,11 +354,24 @@ class PodClock:
         dead = [s["dead"] for s in old.values() if "dead" in s and s["dead"] > t_kill]
         if dead:
             out["killed container seen dead"] = min(dead) - t_kill
+        deleting = [s["deleting"] for s in old.values() if "deleting" in s and s["deleting"] > t_kill]
+        if deleting:
+            out["old pods deleted (first)"] = min(deleting) - t_kill
         gone = [s["gone"] for s in old.values() if "gone" in s and s["gone"] > t_kill]
         if gone:
             out["old pods gone"] = max(gone) - t_kill
         if new:
             out["new pods made"] = max(s["made"] for s in new.values()) - t_kill
+            out["new pods made (first)"] = min(s["made"] for s in new.values()) - t_kill
+            bound = [s.get("bound", 0) for s in new.values()]
+            if all(bound):
+                out["new pods bound"] = max(bound) - t_kill
+            init = [s["init done"] for s in new.values() if "init done" in s]
+            if init:
+                out["workers' wait-for-master done"] = max(init) - t_kill
+            for u, s in new.items():
+                if self.names.get(u, "").endswith("master-0") and "running" in s:
+                    out["new master running"] = s["running"] - t_kill
             run = [s.get("running", 0) for s in new.values()]
             if all(run):
                 out["new pods' containers running"] = max(run) - t_kill
@@ -383,7 +415,7 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
         return t
 
     try:
-        recovery, stages, k, t_kill = measure(d, kill, timeout=400)
+        recovery, stages, k, t_kill = measure(d, kill, timeout=600)
         assert clock is not None
         stages.update(clock.stages(t_kill))
 
@@ -398,7 +430,17 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
         st = client.get(res, name, namespace=ns).status or {}
         restarts = st.get("restartCount")
         note = f"k={k}, {end}" + (f", restartCount {restarts}" if restarts is not None else "")
+        in_place = sum(int(s.get("restarts", 0)) for s in clock.seen.values())
+        if in_place:
+            note += f", {in_place} container restarts in place"
         return Trial(runtime, kind, recovery, stages, note)
+    except TimeoutError as e:
+        seen = [(p.metadata.name, p.status.phase if p.status else None,
+                 [(c.name, c.restartCount) for c in (p.status.containerStatuses or [])] if p.status else None)
+                for p in client.list(Pod, namespace=ns)]
+        tail = "\n".join(f"{ln.t:.3f} rank {ln.rank} {ln.what} {ln.rest}" for ln in read_lines(d)[-12:])
+        note = f"no recovery: {e}; pods {seen}; last lines:\n{tail}"
+        return Trial(runtime, kind, float("nan"), {}, note)
     finally:
         client.delete(Namespace, ns)
         shutil.rmtree(d, ignore_errors=True)
@@ -409,7 +451,7 @@ class Node:
     """The real-node cluster with both operators running as processes on the host: torchjob's
     (TorchJobs) and Kubeflow's (PyTorchJobs, its own CRD); each sees only its own kind."""
 
-    def __init__(self, kubeconfig: str | None, logs: Path) -> None:
+    def __init__(self, kubeconfig: str | None, logs: Path, src: Path, kubeflow: bool) -> None:
         from lightkube import Client, KubeConfig
 
         self.started = kubeconfig is None
@@ -427,7 +469,7 @@ class Node:
             raise RuntimeError(f"dev-cluster.sh image failed:\n{built.stderr[-3000:]}")
         self.client = Client(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-bench")
         HOST_DIR.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        env = {**os.environ, "PYTHONPATH": str(src)}
         self.procs: list[subprocess.Popen[bytes]] = []
         run = subprocess.run([PYTHON, "-m", "torchjob", "install", "--crd-only", "--kubeconfig", kubeconfig],
                              capture_output=True, text=True, env=env, timeout=120)
@@ -440,7 +482,7 @@ class Node:
              "--init-image", INIT_IMAGE, "--metrics-port", str(free_port()), "--workers", "4",
              "--progress-port", str(port), "--progress-url", f"https://{host}:{port}"],
             stdout=(logs / "torchjob-operator.log").open("ab"), stderr=subprocess.STDOUT, env=env))
-        self.kubeflow = KUBEFLOW_BIN.exists()
+        self.kubeflow = kubeflow and KUBEFLOW_BIN.exists()
         if self.kubeflow:
             self.start_kubeflow(logs)
 
@@ -529,6 +571,9 @@ def main() -> None:
     parser.add_argument("--kubeconfig", help="a real-node cluster already up (its containerd under "
                                              "TORCHJOB_E2E_DEVCLUSTER_DIR)")
     parser.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()), help="where the trials' logs go")
+    parser.add_argument("--no-kubeflow", action="store_true", help="on the node, torchjob alone")
+    parser.add_argument("--src", type=Path, default=REPO / "src",
+                        help="the torchjob source tree whose operator runs (another tree's: before/after)")
     args = parser.parse_args()
     if not (args.local or args.node):
         args.local = True
@@ -545,10 +590,12 @@ def main() -> None:
                     trials.append(t)
     if args.node:
         logs = Path(tempfile.mkdtemp(prefix="recovery-node-", dir=args.keep))
-        node = Node(args.kubeconfig, logs)
+        node = Node(args.kubeconfig, logs, args.src, not args.no_kubeflow)
         try:
             rts = ["torchjob-operator", "kubeflow-v1.8.1"] if node.kubeflow else ["torchjob-operator"]
-            if node.kubeflow:
+            if args.no_kubeflow:
+                pass
+            elif node.kubeflow:
                 peers.append(("torchjob-operator", "kubeflow-v1.8.1", 0.5))
             else:
                 print(f"no Kubeflow training-operator at {KUBEFLOW_BIN}: bash hack/kubeflow/build.sh builds it")

@@ -27,9 +27,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--step-time", type=float, default=0.2)
     parser.add_argument("--dir", required=True)
+    # torch's default (30 min for gloo) would leave a peer of a killed rank hanging that long in its
+    # collective where no runtime stops it; a short one lets every runtime's restart be timed
+    parser.add_argument("--timeout", type=float, default=30)
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
-    out = open(os.path.join(args.dir, f"rank-{RANK}.log"), "a", buffering=1)
+    out = open(os.path.join(args.dir, f"rank-{RANK}.log"), "a", buffering=1)  # noqa: SIM115 - for the run
 
     def say(what: str, when: float | None = None) -> None:
         line = f"@{time.time() if when is None else when:.3f} rank {RANK} {what}"
@@ -44,7 +47,7 @@ def main() -> None:
     import torch.distributed as dist
 
     say("imported")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     world = dist.get_world_size()
     say(f"joined {world}")
     ckpt = os.path.join(args.dir, "step")
