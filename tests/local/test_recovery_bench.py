@@ -36,3 +36,12 @@ def test_the_pages_recovery_command_runs() -> None:
     assert set(rows) == {"torchjob", "torchrun"}, run.stdout
     assert "exit 0" in rows["torchjob"] and "exit 0" in rows["torchrun"], run.stdout  # both trained to the end
     assert re.search(r"torchjob / torchrun \(ddp\): [\d.]+x", run.stdout), run.stdout
+    # the output the page shows is this command's: the same table, line for line in shape
+    shown = re.search(r"```text\n(?P<out>Recovery: from.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+    assert shown, "the page's output block"
+    printed = run.stdout[run.stdout.index("Recovery: from"):]
+
+    def shape(text: str) -> list[str]:
+        return [re.sub(r"[\d.]+", "N", line.split("  ")[0]) for line in text.strip().splitlines()]
+
+    assert shape(shown["out"]) == shape(printed), (shown["out"], printed)
