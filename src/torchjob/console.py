@@ -10,6 +10,7 @@ kept in view below the streamed lines: percent, step, rate, ETA and the latest m
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -91,14 +92,29 @@ class Console:
             p = self._prefixes[replica] = text.encode()
         return p
 
+    def _to_log(self, data: bytes) -> None:
+        """Into the job's combined log, unless it cannot be written (a full disk): then it is given up
+        and said once on stderr; the console goes on (the caller holds the lock)."""
+        if self._log is None:
+            return
+        try:
+            self._log.write(data)
+            self._log.flush()
+        except OSError as e:
+            log, self._log = self._log, None
+            with contextlib.suppress(OSError):
+                log.close()
+            if self._err is not None:
+                self._err.write(f"torchjob: the job's log could not be written ({e.strerror or e}): "
+                                "what follows is shown here but not kept\n")
+                self._err.flush()
+
     def line(self, replica: str, data: bytes) -> None:
         if not data.endswith(b"\n"):
             data += b"\n"
         with self._lock:
             self._write_out(self._prefix(replica) + data)
-            if self._log is not None:
-                self._log.write(f"[{replica}] ".encode() + data)
-                self._log.flush()
+            self._to_log(f"[{replica}] ".encode() + data)
 
     def note(self, message: str, warning: bool = False) -> None:
         """torchjob's own line (a state change, an event)."""
@@ -113,9 +129,7 @@ class Console:
                 else:
                     self._err.write(f"{head}: {message}\n")
                     self._err.flush()
-            if self._log is not None:
-                self._log.write(f"torchjob {stamp}: {message}\n".encode())
-                self._log.flush()
+            self._to_log(f"torchjob {stamp}: {message}\n".encode())
 
     def block(self, text: str) -> None:
         with self._lock:
@@ -124,9 +138,7 @@ class Console:
             elif self._err is not None:
                 self._err.write(text + "\n")
                 self._err.flush()
-            if self._log is not None:
-                self._log.write(text.encode() + b"\n")
-                self._log.flush()
+            self._to_log(text.encode() + b"\n")
 
     def close(self) -> None:
         with self._lock:
@@ -134,5 +146,6 @@ class Console:
                 self._live.stop()  # the bar's last state stays on the screen
                 self._live = None
             if self._log is not None:
-                self._log.close()
+                with contextlib.suppress(OSError):  # a full disk: said when it was met
+                    self._log.close()
                 self._log = None

@@ -294,3 +294,33 @@ def test_the_view_progress_reads_sees_what_the_informers_list_and_watch() -> Non
             await asyncio.gather(task, return_exceptions=True)
 
     run(scenario)
+
+
+def test_a_gang_restart_deletes_the_running_peers_with_a_short_grace_unless_the_job_sets_one() -> None:
+    # A peer of a failed rank hangs in its collective; its container's PID 1 ignores SIGTERM, so the
+    # pod's default 30 s grace would hold its name (and the replacement) that long.
+    async def scenario(grace: int | None) -> list[Any]:
+        api = FakeApi()
+        data = torchjob(restart_policy="OnFailure", restart_scope=None)
+        if grace is not None:
+            for spec in data["spec"]["pytorchReplicaSpecs"].values():
+                spec["template"]["spec"]["terminationGracePeriodSeconds"] = grace
+        api.put(data)
+        async with running(api):
+            await until(lambda: len(api.named("Pod", NS)) == 3)
+            for pod in PODS:
+                api.kubelet(pod, NS, "Running")
+            await until(lambda: condition(api, "Running"))
+            api.kubelet("demo-worker-1", NS, "Failed", exit_code=137)
+            def peers() -> list[Any]:
+                return [c.body for c in api.calls if c.verb == "delete" and c.kind == "Pod"
+                        and c.name in ("demo-master-0", "demo-worker-0")]
+
+            await until(lambda: len(peers()) == 2)
+            return peers()
+
+    async def both() -> None:
+        assert await scenario(None) == [reconciler_module.RESTART_GRACE_S] * 2
+        assert await scenario(20) == [20, 20]  # the job's own grace holds
+
+    run(both)

@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from tests.jobs import make_job
+from tests.jobs import job_data, make_job
+from torchjob.api.load import job_from_data
 from torchjob.core.reconcile import Phase
 from torchjob.core.topology import ReplicaId
 from torchjob.kube.controller.observe import observe
@@ -36,8 +37,14 @@ def test_pods_carry_names_labels_owner_and_the_env_contract() -> None:
     assert env["RANK"] == "2" and env["WORLD_SIZE"] == "3"
     assert env["TORCHELASTIC_ERROR_FILE"] == kr.TERMINATION_LOG
     assert [p["name"] for p in spec["containers"][0]["ports"]] == ["pytorchjob-port"]
-    assert spec["initContainers"][0]["name"] == kr.WAIT_CONTAINER
-    assert "nc -z" in spec["initContainers"][0]["command"][2]
+    assert "initContainers" not in spec  # a restarted worker does not wait: torch's store client retries
+    first = kr.pod(job, ReplicaId("Worker", 1), attempt=0)["spec"]
+    assert first["initContainers"][0]["name"] == kr.WAIT_CONTAINER
+    assert "nc -z" in first["initContainers"][0]["command"][2]
+    data = job_data("demo", workers=2, uid="u-1")
+    data["spec"]["waitForMaster"] = {"timeoutSeconds": 60}  # asked for: every attempt waits
+    asked = job_from_data(data)
+    assert kr.pod(asked, ReplicaId("Worker", 1), attempt=3)["spec"]["initContainers"][0]["name"] == kr.WAIT_CONTAINER
     assert "initContainers" not in kr.pod(job, ReplicaId("Master", 0), 0)["spec"]
     assert "initContainers" not in kr.pod(job, ReplicaId("Worker", 0), 0, wait=False)["spec"]
 

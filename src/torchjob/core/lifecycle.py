@@ -151,7 +151,7 @@ def _restart(r: Round, action: str, obs: Observed | None, why: str, *, rtype: st
         seen = r.current.pop(rid.name, None)
         if seen is not None:
             # a gang restart by restartPolicy says whose failure it is; a policy's says which action
-            r.plan.retire(seen, f"{why}; restarting the job" if backoff else f"restarted by {action}")
+            r.plan.retire(seen, f"{why}; restarting the job" if backoff else f"restarted by {action}", restarting=True)
             st.attempt = max(st.attempt, seen.attempt + 1)
         delay = policy.restart_delay(st.restarts) if backoff else 0.0
         st.notBefore = r.now + timedelta(seconds=delay) if delay else None

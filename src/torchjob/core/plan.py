@@ -25,6 +25,9 @@ class Stop:
     replica: ReplicaId
     attempt: int
     reason: str
+    # Stopped because its replica restarts: a runtime may stop it faster than its default grace (a
+    # peer hung in a collective; on Kubernetes a container's PID 1 ignores SIGTERM) where the job set none.
+    restarting: bool = field(default=False, compare=False)  # how, not what: equal stops stop the same
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,12 @@ class Plan:
             if obs.phase.active and not obs.stopping and (obs.replica, obs.attempt) not in stopping:
                 self.actions.append(Stop(obs.replica, obs.attempt, reason))
 
-    def retire(self, obs: Observed, why: str) -> None:
+    def retire(self, obs: Observed, why: str, restarting: bool = False) -> None:
         """An attempt that is no longer current: stopped if it runs (and is not stopping yet), else forgotten."""
         if not obs.phase.active:
             self.actions.append(Forget(obs.replica, obs.attempt))
         elif not obs.stopping:
-            self.actions.append(Stop(obs.replica, obs.attempt, why))
+            self.actions.append(Stop(obs.replica, obs.attempt, why, restarting))
 
 
 @dataclass

@@ -3,6 +3,7 @@ terminate it (SIGTERM, grace period, SIGKILL) and leave nothing of it behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -30,6 +31,17 @@ class Exited:
     attempt: int
     exit_code: int
     stopping: bool  # torchjob had asked it to stop
+
+
+@dataclass(frozen=True)
+class LogLost:
+    """Posted when a replica's log file cannot be written (a full disk): its output still streams to
+    the console and the pipe is still drained, so the replica never blocks on it."""
+
+    replica: str
+    attempt: int
+    path: str
+    error: str
 
 
 def error_file_summary(path: Path) -> str | None:
@@ -95,11 +107,20 @@ class ReplicaProcess:
         name = self.spec.name
 
         def pump() -> None:
-            with log:
+            writing = True
+            try:
                 for line in iter(out.readline, b""):
-                    log.write(line)
-                    log.flush()
+                    if writing:
+                        try:
+                            log.write(line)
+                            log.flush()
+                        except OSError as e:  # ENOSPC, EIO: told once; the output goes on to the console
+                            writing = False
+                            events.put(LogLost(name, self.attempt, str(self.log_path), e.strerror or str(e)))
                     sink(name, line)
+            finally:
+                with contextlib.suppress(OSError):  # what a full disk would not take is gone already
+                    log.close()
 
         def wait() -> None:
             assert self.proc is not None

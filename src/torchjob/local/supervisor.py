@@ -41,7 +41,7 @@ from torchjob.core.topology import ReplicaId
 from torchjob.local import tensorboard, volumes, watchdog
 from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.prepare import free_port, now, placement
-from torchjob.local.process import Exited, ReplicaProcess, StartError
+from torchjob.local.process import Exited, LogLost, ReplicaProcess, StartError
 from torchjob.local.progress import LocalEndpoint
 from torchjob.local.render import render, warnings
 from torchjob.local.store import Store
@@ -169,6 +169,11 @@ class Supervisor:
                 self.console.note(f"{ev.replica} stopped ({how})")
             elif ev.exit_code == 0:
                 self.console.note(f"{ev.replica} exited with {how}")
+        elif isinstance(ev, LogLost):
+            msg = (f"{ev.replica}'s log {ev.path} could not be written ({ev.error}): the rest of this "
+                   "attempt's output is streamed but not kept")
+            self.console.note(msg, warning=True)
+            self.store.add_event(self.name, "Warning", "LogNotWritten", msg)
         elif isinstance(ev, _Reported):
             self._progress_wake = False
         elif isinstance(ev, _Signal):

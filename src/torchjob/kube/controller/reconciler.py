@@ -57,6 +57,9 @@ from torchjob.kube.served.kinds import ServedKind, Unreadable
 
 log = logging.getLogger("torchjob.kube")
 CA_RECHECK_S = 600.0  # how long a namespace's CA ConfigMap, once made current, is not looked at again
+# The grace of a pod stopped because its replica restarts, where its template sets none (the pod's own
+# default is 30 s): a peer of a failed rank is hung or failing; a job that checkpoints on SIGTERM sets its own.
+RESTART_GRACE_S = 3
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
@@ -350,6 +353,10 @@ class Reconciler:
             match a:
                 case Stop():
                     grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
+                    if grace is None and a.restarting:
+                        # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1
+                        # ignores SIGTERM) held the replacement of its name that long (bench/recovery.py)
+                        grace = RESTART_GRACE_S
                     await self.api.delete("Pod", kr.pod_name(job, a.replica), ns, grace_s=grace)
                 case Forget() | Purge():  # a finished pod: nothing runs in it
                     await self.api.delete("Pod", kr.pod_name(job, a.replica), ns, grace_s=0)

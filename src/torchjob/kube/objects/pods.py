@@ -227,12 +227,19 @@ def wait_for_master(job: TorchJob, where: Placement, image: str,
             "resources": copy.deepcopy(INIT_RESOURCES)}
 
 
-def waits_for_master(job: TorchJob, rid: ReplicaId, meta: dict[str, Any], default: bool) -> bool:
+def waits_for_master(job: TorchJob, rid: ReplicaId, meta: dict[str, Any], default: bool,
+                     attempt: int = 0) -> bool:
     """Whether this pod gets the wait-for-master init container: workers of a job with a master, unless
-    the job (`waitForMaster.enabled`) or its template (annotation) says otherwise; else the operator's default."""
+    the job (`waitForMaster.enabled`) or its template (annotation) says otherwise; else the operator's
+    default, for a first attempt only (a job's `waitForMaster` holds for every attempt). A restarted
+    worker starts at once, beside its restarted master: torch's store client retries a name that does
+    not resolve yet and a port that refuses until its timeout, so the wait only serialised the two
+    torch imports and a 1 s probe (bench/recovery.py: seconds of a gang restart on the real node)."""
     if rid.rtype != WORKER or not has_master(job) or meta.get("annotations", {}).get(ANNOTATION_WAIT) == "false":
         return False
-    return job.spec.waitForMaster.enabled if job.spec.waitForMaster is not None else default
+    if job.spec.waitForMaster is not None:  # the job asked: every attempt waits as it says
+        return job.spec.waitForMaster.enabled
+    return default and attempt == 0
 
 
 def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
@@ -297,7 +304,7 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
     spec["restartPolicy"] = "Never"
     spec["hostname"] = pod_name(job, rid)
     spec["subdomain"] = job.name
-    if waits_for_master(job, rid, meta, wait):
+    if waits_for_master(job, rid, meta, wait, attempt):
         init = wait_for_master(job, where, init_image, spec.get("securityContext"), is_windows(spec))
         spec["initContainers"] = [init, *spec.get("initContainers", [])]
     if skip_init:

@@ -1,0 +1,617 @@
+"""How long a DDP job takes to train again after one of its ranks is SIGKILLed.
+
+A job of 4 ranks (1 master + 3 workers: bench/programs/steps.py, a gloo all-reduce per step,
+resuming from rank 0's checkpoint) trains; once every rank is past step K, one worker's training
+process (locally) or container (on the node) is SIGKILLed. Recovery is the time from the kill to
+every rank of the job's world logging a step past k + 1 again, k being the last step any rank had
+logged at the kill (the rank logs carry their own wall-clock times: one machine, one clock). The
+same trial is run, alternating, on each runtime in one sitting:
+
+  locally   torchjob (`torchjob run`, restartPolicy OnFailure, the default restartScope Job: the
+            gang restarts at once, counted once) and torchrun (`--standalone --nproc-per-node 4
+            --max-restarts 3`, the same script, the same machine);
+  --node    torchjob's operator (a process on the host) and the Kubeflow training-operator v1.8.1
+            (hack/kubeflow/build.sh), each given the same job as real pods on the dev cluster's real
+            node (`scripts/dev-cluster.sh up --real-node`): a TorchJob, and the PyTorchJob a
+            Kubeflow user writes (restartPolicy OnFailure).
+
+Each kind is also run elastic (--elastic): 4 torchrun agents (torchjob: Worker x4, elasticPolicy
+min 2 max 4, c10d; torchrun: the same as one torchrun of 4 processes).
+
+What the time goes to is printed from the new attempt's own lines (the last rank's process started,
+torch imported, rendezvous done, past k + 1) and, on the node, from the pods as polled every 100 ms
+(the killed container seen dead, the old pods gone, the new ones made and running).
+
+Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--kubeconfig PATH]
+With --node and no --kubeconfig it starts a real-node cluster (root) in /tmp/torchjob-bench-recovery
+on 10.252.0.0/24 (DEVCLUSTER_POD_SUBNET to change) and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PROGRAM = REPO / "bench" / "programs" / "steps.py"
+PYTHON = sys.executable
+STEP_TIME = 0.1
+KILL_AT = 15  # every rank past this step: the kill
+STEPS = KILL_AT + 20  # the job ends soon after it recovers
+LINE = re.compile(r"^@(?P<t>[\d.]+) rank (?P<rank>\d+) (?P<what>\w+)(?: (?P<rest>.*))?$")
+
+
+# --------------------------------------------------------------------------------- the rank logs
+
+
+@dataclass
+class Line:
+    t: float
+    rank: int
+    what: str
+    rest: str
+
+
+def read_lines(d: Path) -> list[Line]:
+    lines = []
+    for f in sorted(d.glob("rank-*.log")):
+        for raw in f.read_text(errors="replace").splitlines():
+            m = LINE.match(raw.strip())
+            if m:
+                lines.append(Line(float(m["t"]), int(m["rank"]), m["what"], m["rest"] or ""))
+    return sorted(lines, key=lambda x: x.t)
+
+
+def last_steps(lines: list[Line]) -> dict[int, int]:
+    steps: dict[int, int] = {}
+    for ln in lines:
+        if ln.what == "step":
+            steps[ln.rank] = int(ln.rest)
+    return steps
+
+
+def wait(what: str, probe: Callable[[], Any], timeout: float, every: float = 0.02) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = probe()
+        if got:
+            return got
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@dataclass
+class Trial:
+    runtime: str
+    kind: str  # ddp | elastic
+    recovery: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)  # stage -> seconds after the kill
+    note: str = ""
+
+
+def measure(d: Path, kill: Callable[[list[Line]], float],
+            timeout: float = 300) -> tuple[float, dict[str, float], int, float]:
+    """Wait for every rank past KILL_AT, kill (returns the kill's time), wait for every rank of the
+    new world past k + 1; returns (recovery s, stages, k, the kill's time)."""
+    world = 4
+    wait(f"every rank past step {KILL_AT}",
+         lambda: len([s for s in last_steps(read_lines(d)).values() if s > KILL_AT]) >= world, timeout)
+    t_kill = kill(read_lines(d))
+    # what the ranks logged until the kill had landed (it is not instant: ctr, a process group)
+    k = max(last_steps([ln for ln in read_lines(d) if ln.t <= time.time()]).values())
+    target = k + 1
+
+    def recovered() -> tuple[float, int] | None:
+        after = [ln for ln in read_lines(d) if ln.t > t_kill]
+        joined = [ln for ln in after if ln.what == "joined"]
+        if not joined:
+            return None
+        w = int(joined[-1].rest)
+        past: dict[int, float] = {}
+        started: set[int] = set()  # a rank counts once a process started after the kill trains
+        for ln in after:
+            if ln.what == "start":
+                started.add(ln.rank)
+            if ln.what == "step" and ln.rank in started and int(ln.rest) > target and ln.rank not in past:
+                past[ln.rank] = ln.t
+        if all(r in past for r in range(w)):
+            return max(past[r] for r in range(w)), w
+        return None
+
+    t_done, w = wait(f"every rank past step {target} again", recovered, timeout)
+    after = [ln for ln in read_lines(d) if t_kill < ln.t <= t_done]
+    stages: dict[str, float] = {}
+    for what, label in (("start", "last process started"), ("imported", "torch imported"),
+                        ("joined", "rendezvous done")):
+        ts = [ln.t for ln in after if ln.what == what and ln.rank < w]
+        if ts:
+            stages[label] = max(ts) - t_kill
+    stages[f"past step k+1 (world {w})"] = t_done - t_kill
+    return t_done - t_kill, stages, k, t_kill
+
+
+# --------------------------------------------------------------------------------- local
+
+
+def local_job(name: str, d: Path, elastic: bool) -> dict[str, Any]:
+    cmd = [PROGRAM.name, "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", str(d)]
+    container: dict[str, Any] = {"name": "pytorch", "workingDir": str(PROGRAM.parent)}
+    specs: dict[str, Any] = {}
+    spec: dict[str, Any] = {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": specs}
+
+    def replica(n: int) -> dict[str, Any]:
+        return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+
+    if elastic:
+        container["command"] = ["torchrun", *cmd]
+        specs["Worker"] = replica(4)
+        spec["nprocPerNode"] = 1
+        spec["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 3,
+                                 "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]}
+    else:
+        container["command"] = ["python", *cmd]
+        specs["Master"] = replica(1)
+        specs["Worker"] = replica(3)
+    return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name}, "spec": spec}
+
+
+def kill_local(victim: str, group: bool) -> Callable[[list[Line]], float]:
+    """Kill the latest process whose start line names replica `victim` (its process group when
+    `group`: the replica as a whole, as a container's kill would)."""
+    def kill(lines: list[Line]) -> float:
+        starts = [ln for ln in lines if ln.what == "start" and ln.rest.endswith(f"replica {victim}")]
+        fields = starts[-1].rest.split()
+        pid, pgid = int(fields[1]), int(fields[3])
+        t = time.time()
+        if group:
+            os.killpg(pgid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        return t
+    return kill
+
+
+def run_local(runtime: str, elastic: bool, keep: Path) -> Trial:
+    kind = "elastic" if elastic else "ddp"
+    d = Path(tempfile.mkdtemp(prefix=f"recovery-{runtime}-{kind}-", dir=keep))
+    out = (d / "runtime.out").open("w")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    if runtime == "torchjob":
+        job = d / "job.yaml"
+        job.write_text(yaml.safe_dump(local_job(f"rec-{uuid.uuid4().hex[:6]}", d, elastic)))
+        cmd = [PYTHON, "-m", "torchjob", "run", str(job), "-q"]
+        victim, group = ("worker-1", True)
+    else:
+        cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "--max-restarts", "3",
+               str(PROGRAM), "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", str(d)]
+        # without it torchrun's restart meets its shared rendezvous store (issue 22): fails or hangs
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        victim, group = ("proc-2", False)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True)
+    try:
+        recovery, stages, k, _ = measure(d, kill_local(victim, group))
+        rc = proc.wait(timeout=120)
+        note = f"k={k}, exit {rc}"
+        if rc != 0:
+            note += f" (FAILED: {(d / 'runtime.out').read_text()[-400:]!r})"
+        return Trial(runtime, kind, recovery, stages, note)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# --------------------------------------------------------------------------------- the node
+
+SUBNET = os.environ.get("DEVCLUSTER_POD_SUBNET", "10.252.0.0/24")
+CLUSTER_DIR = os.environ.get("TORCHJOB_E2E_DEVCLUSTER_DIR", "/tmp/torchjob-bench-recovery")
+IMAGE = "localhost/torchjob-recovery:dev"
+INIT_IMAGE = "localhost/torchjob-e2e:dev"
+# Kubeflow v1.8.1 gives each worker an init container `alpine:3.10` that loops on `nslookup MASTER`
+# (pkg/controller.v1/pytorch/initcontainer.go); nothing can be pulled here, so a stand-in of that
+# name answers `nslookup` with getent, as alpine's busybox would.
+ALPINE = "docker.io/library/alpine:3.10"
+KUBEFLOW_BACKOFF = 20
+HOST_DIR = Path("/tmp/torchjob-bench-recovery-data")
+KUBEFLOW_VERSION = "v1.8.1"
+CACHE = Path(os.environ.get("TORCHJOB_CACHE", Path.home() / ".cache" / "torchjob"))
+KUBEFLOW_BIN = CACHE / "kubeflow" / KUBEFLOW_VERSION / "bin" / "training-operator.v1"
+KUBEFLOW_CRD = CACHE / "kubeflow" / KUBEFLOW_VERSION / "kubeflow.org_pytorchjobs.yaml"
+KUBEFLOW_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # v1.8.1 pkg/cert/cert.go
+
+
+def devcluster(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TORCHJOB_DEVCLUSTER_DIR": CLUSTER_DIR, "DEVCLUSTER_KWOK": "0",
+           "DEVCLUSTER_POD_SUBNET": SUBNET}
+    return subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def images() -> list[dict[str, Any]]:
+    nslookup = '#!/bin/sh\nexec getent hosts "$1"\n'
+    return [{"name": IMAGE, "rootfs": True, "python": True,
+             "files": [{"path": "/opt/bench/steps.py", "source": str(PROGRAM)}],
+             "config": {"WorkingDir": "/opt/bench"}},
+            {"name": ALPINE, "rootfs": True, "files": [{"path": "/usr/bin/nslookup", "text": nslookup, "mode": 0o755}]}]
+
+
+def node_job(kind: str, name: str, ns: str, elastic: bool, sub: str) -> dict[str, Any]:
+    """The TorchJob, or the PyTorchJob a Kubeflow user writes: the same replicas and command."""
+    cmd = ["/opt/bench/steps.py", "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", f"/data/{sub}"]
+
+    def template() -> dict[str, Any]:
+        c: dict[str, Any] = {"name": "pytorch", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                             "command": ["torchrun", *cmd] if elastic else ["python", *cmd],
+                             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+        return {"spec": {"containers": [c], "volumes": [{"name": "data", "hostPath": {"path": str(HOST_DIR)}}]}}
+
+    specs: dict[str, Any] = {}
+    spec: dict[str, Any] = {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": specs}
+    if elastic:
+        specs["Worker"] = {"replicas": 4, "restartPolicy": "OnFailure", "template": template()}
+        spec["nprocPerNode"] = 1
+        spec["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 3,
+                                 "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]}
+    else:
+        specs["Master"] = {"replicas": 1, "restartPolicy": "OnFailure", "template": template()}
+        specs["Worker"] = {"replicas": 3, "restartPolicy": "OnFailure", "template": template()}
+    if kind == "kubeflow":
+        # Kubeflow counts every container restart of an OnFailure job against backoffLimit, and the
+        # peers' gloo errors that follow a kill restart too: backoffLimit 3 fails the job at the
+        # first kill (seen here), so its job gets room for them.
+        spec["runPolicy"]["backoffLimit"] = KUBEFLOW_BACKOFF
+        if elastic:
+            spec["elasticPolicy"]["nProcPerNode"] = 1
+            del spec["nprocPerNode"]
+            spec["elasticPolicy"]["rdzvConf"] = [{"key": "last_call_timeout", "value": "2"}]
+        return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": ns},
+                "spec": spec}
+    return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name, "namespace": ns},
+            "spec": spec}
+
+
+class PodClock:
+    """Polls a job's pods every 100 ms: when each pod uid was first seen, its training container
+    first seen running, seen dead, and the pod seen gone."""
+
+    def __init__(self, client: Any, ns: str, label: str) -> None:
+        self.client, self.ns, self.label = client, ns, label
+        self.seen: dict[str, dict[str, float]] = {}
+        self.names: dict[str, str] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        from lightkube.resources.core_v1 import Pod
+
+        while not self.stop.is_set():
+            now = time.time()
+            try:
+                listed = list(self.client.list(Pod, namespace=self.ns, labels={self.label: None}))
+            except Exception:
+                time.sleep(0.1)
+                continue
+            alive = set()
+            for p in listed:
+                uid = p.metadata.uid
+                alive.add(uid)
+                self.names[uid] = p.metadata.name
+                s = self.seen.setdefault(uid, {"made": now})
+                if p.metadata.deletionTimestamp and "deleting" not in s:
+                    s["deleting"] = now
+                if p.spec and p.spec.nodeName and "bound" not in s:
+                    s["bound"] = now
+                for ic in (p.status.initContainerStatuses or []) if p.status else []:
+                    if ic.state and ic.state.terminated and "init done" not in s:
+                        s["init done"] = now
+                for cs in (p.status.containerStatuses or []) if p.status else []:
+                    if cs.name != "pytorch":
+                        continue
+                    if cs.state and cs.state.running and "running" not in s:
+                        s["running"] = now
+                    if cs.state and cs.state.terminated and "dead" not in s:
+                        s["dead"] = now
+                    if cs.restartCount and "restarted" not in s:
+                        s["restarted"] = now
+                    s["restarts"] = max(s.get("restarts", 0), cs.restartCount or 0)
+            for uid, s in self.seen.items():
+                if uid not in alive and "gone" not in s:
+                    s["gone"] = now
+            time.sleep(0.1)
+
+    def stages(self, t_kill: float) -> dict[str, float]:
+        self.stop.set()
+        self.thread.join()
+        old = {u: s for u, s in self.seen.items() if s["made"] <= t_kill}
+        new = {u: s for u, s in self.seen.items() if s["made"] > t_kill}
+        out: dict[str, float] = {}
+        dead = [s["dead"] for s in old.values() if "dead" in s and s["dead"] > t_kill]
+        if dead:
+            out["killed container seen dead"] = min(dead) - t_kill
+        deleting = [s["deleting"] for s in old.values() if "deleting" in s and s["deleting"] > t_kill]
+        if deleting:
+            out["old pods deleted (first)"] = min(deleting) - t_kill
+        gone = [s["gone"] for s in old.values() if "gone" in s and s["gone"] > t_kill]
+        if gone:
+            out["old pods gone"] = max(gone) - t_kill
+        if new:
+            out["new pods made"] = max(s["made"] for s in new.values()) - t_kill
+            out["new pods made (first)"] = min(s["made"] for s in new.values()) - t_kill
+            bound = [s.get("bound", 0) for s in new.values()]
+            if all(bound):
+                out["new pods bound"] = max(bound) - t_kill
+            init = [s["init done"] for s in new.values() if "init done" in s]
+            if init:
+                out["workers' wait-for-master done"] = max(init) - t_kill
+            for u, s in new.items():
+                if self.names.get(u, "").endswith("master-0") and "running" in s:
+                    out["new master running"] = s["running"] - t_kill
+            run = [s.get("running", 0) for s in new.values()]
+            if all(run):
+                out["new pods' containers running"] = max(run) - t_kill
+        restarted = [s["restarted"] for s in old.values() if s.get("restarted", 0) > t_kill]
+        if restarted:
+            out["containers restarted in place"] = max(restarted) - t_kill
+        return out
+
+
+def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: str) -> Trial:
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace, Pod
+
+    kind = "elastic" if elastic else "ddp"
+    ns = f"rec-{uuid.uuid4().hex[:6]}"
+    client.create(Namespace(metadata=ObjectMeta(name=ns)))
+    sub = ns
+    d = HOST_DIR / sub
+    d.mkdir(parents=True, exist_ok=True)
+    name = "rec"
+    if runtime == "torchjob":
+        res = create_namespaced_resource("torchjob.dev", "v1", "TorchJob", "torchjobs")
+        label = "torchjob.dev/job-name"
+    else:
+        res = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+        label = "training.kubeflow.org/job-name"
+    client.create(res.from_dict(node_job(runtime, name, ns, elastic, sub)))
+    clock: PodClock | None = None
+
+    def kill(lines: list[Line]) -> float:
+        nonlocal clock
+        clock = PodClock(client, ns, label)
+        time.sleep(0.3)  # its first poll has the pods as they were
+        pod = client.get(Pod, f"{name}-worker-1", namespace=ns)
+        cid = next(str(cs.containerID).removeprefix("containerd://") for cs in pod.status.containerStatuses
+                   if cs.name == "pytorch" and cs.state and cs.state.running)
+        t = time.time()
+        subprocess.run(["ctr", "--address", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", cid],
+                       check=True, capture_output=True, timeout=30)
+        return t
+
+    try:
+        recovery, stages, k, t_kill = measure(d, kill, timeout=600)
+        assert clock is not None
+        stages.update(clock.stages(t_kill))
+
+        def ended() -> str:
+            st = client.get(res, name, namespace=ns).status or {}
+            for c in st.get("conditions") or []:
+                if c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True":
+                    return str(c["type"])
+            return ""
+
+        end = wait("the job's end", ended, 240, every=0.5)
+        st = client.get(res, name, namespace=ns).status or {}
+        restarts = st.get("restartCount")
+        note = f"k={k}, {end}" + (f", restartCount {restarts}" if restarts is not None else "")
+        in_place = sum(int(s.get("restarts", 0)) for s in clock.seen.values())
+        if in_place:
+            note += f", {in_place} container restarts in place"
+        return Trial(runtime, kind, recovery, stages, note)
+    except TimeoutError as e:
+        seen = [(p.metadata.name, p.status.phase if p.status else None,
+                 [(c.name, c.restartCount) for c in (p.status.containerStatuses or [])] if p.status else None)
+                for p in client.list(Pod, namespace=ns)]
+        tail = "\n".join(f"{ln.t:.3f} rank {ln.rank} {ln.what} {ln.rest}" for ln in read_lines(d)[-12:])
+        note = f"no recovery: {e}; pods {seen}; last lines:\n{tail}"
+        return Trial(runtime, kind, float("nan"), {}, note)
+    finally:
+        client.delete(Namespace, ns)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+
+class Node:
+    """The real-node cluster with both operators running as processes on the host: torchjob's
+    (TorchJobs) and Kubeflow's (PyTorchJobs, its own CRD); each sees only its own kind."""
+
+    def __init__(self, kubeconfig: str | None, logs: Path, src: Path, kubeflow: bool) -> None:
+        from lightkube import Client, KubeConfig
+
+        self.started = kubeconfig is None
+        if kubeconfig is None:
+            up = devcluster("up", "--real-node")
+            if up.returncode != 0:
+                raise RuntimeError(f"dev-cluster.sh up --real-node failed:\n{up.stderr[-3000:]}")
+            kubeconfig = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
+        self.kubeconfig = kubeconfig
+        self.sock = str(Path(CLUSTER_DIR) / "realnode" / "containerd" / "containerd.sock")
+        spec = logs / "images.json"
+        spec.write_text(json.dumps(images()))
+        built = devcluster("image", str(spec), timeout=900)
+        if built.returncode != 0:
+            raise RuntimeError(f"dev-cluster.sh image failed:\n{built.stderr[-3000:]}")
+        self.client = Client(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-bench")
+        HOST_DIR.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        self.procs: list[subprocess.Popen[bytes]] = []
+        run = subprocess.run([PYTHON, "-m", "torchjob", "install", "--crd-only", "--kubeconfig", kubeconfig],
+                             capture_output=True, text=True, env=env, timeout=120)
+        if run.returncode != 0:
+            raise RuntimeError(f"torchjob install --crd-only failed: {run.stderr[-2000:]}")
+        host = SUBNET.rsplit(".", 1)[0] + ".1"
+        port = free_port()
+        self.procs.append(subprocess.Popen(
+            [PYTHON, "-m", "torchjob", "operator", "--kubeconfig", kubeconfig, "--no-leader-elect",
+             "--init-image", INIT_IMAGE, "--metrics-port", str(free_port()), "--workers", "4",
+             "--progress-port", str(port), "--progress-url", f"https://{host}:{port}"],
+            stdout=(logs / "torchjob-operator.log").open("ab"), stderr=subprocess.STDOUT, env=env))
+        self.kubeflow = kubeflow and KUBEFLOW_BIN.exists()
+        if self.kubeflow:
+            self.start_kubeflow(logs)
+
+    def start_kubeflow(self, logs: Path) -> None:
+        from lightkube import codecs
+        from lightkube.core.exceptions import ApiError
+        from lightkube.models.meta_v1 import ObjectMeta
+        from lightkube.resources.core_v1 import Namespace, Secret
+
+        self.client.apply(codecs.from_dict(yaml.safe_load(KUBEFLOW_CRD.read_text())), force=True)
+        for obj in (Namespace(metadata=ObjectMeta(name="kubeflow")),
+                    Secret(metadata=ObjectMeta(name="training-operator-webhook-cert", namespace="kubeflow"))):
+            try:
+                self.client.create(obj)
+            except ApiError as e:
+                if e.status.code != 409:
+                    raise
+        self.procs.append(subprocess.Popen(
+            [str(KUBEFLOW_BIN), "--kubeconfig", self.kubeconfig, "--enable-scheme=pytorchjob",
+             f"--metrics-bind-address=127.0.0.1:{free_port()}", f"--health-probe-bind-address=127.0.0.1:{free_port()}",
+             f"--webhook-server-port={free_port()}", f"--pytorch-init-container-image={ALPINE}"],
+            stdout=(logs / "kubeflow-operator.log").open("ab"), stderr=subprocess.STDOUT,
+            env={**os.environ, "MY_POD_NAMESPACE": "kubeflow", "TMPDIR": "/tmp"}))
+
+        # Its cert rotator fills the Secret; a kubelet would mount it where v1.8.1 waits for files.
+        def filled() -> dict[str, str] | None:
+            data = self.client.get(Secret, "training-operator-webhook-cert", namespace="kubeflow").data or {}
+            return data if data.get("tls.crt") and data.get("tls.key") else None
+
+        data = wait("the training-operator's webhook cert", filled, 120, every=0.5)
+        KUBEFLOW_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for key, value in data.items():
+            (KUBEFLOW_CERT_DIR / key).write_bytes(base64.b64decode(value))
+        time.sleep(5)  # its manager starts once the cert is there
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if self.started:
+            devcluster("down", timeout=300)
+
+
+# --------------------------------------------------------------------------------- report
+
+
+def report(trials: list[Trial], peers: list[tuple[str, str, float]]) -> None:
+    groups: dict[tuple[str, str], list[Trial]] = {}
+    for t in trials:
+        groups.setdefault((t.runtime, t.kind), []).append(t)
+    print("\nRecovery: from the SIGKILL to every rank past step k+1 again (s), median of the trials")
+    print(f"{'runtime':<22} {'job':<8} {'median':>7} {'min':>6} {'max':>6}  trials")
+    for (rt, kind), ts in groups.items():
+        r = [t.recovery for t in ts]
+        print(f"{rt:<22} {kind:<8} {statistics.median(r):7.2f} {min(r):6.2f} {max(r):6.2f}  "
+              + "; ".join(f"{t.recovery:.2f} ({t.note})" for t in ts))
+    print("\nRatios (median / median of the peer in the same run)")
+    for ours, peer, goal in peers:
+        for kind in ("ddp", "elastic"):
+            a, b = groups.get((ours, kind)), groups.get((peer, kind))
+            if a and b:
+                ra = statistics.median(t.recovery for t in a)
+                rb = statistics.median(t.recovery for t in b)
+                print(f"  {ours} / {peer} ({kind}): {ra / rb:.2f}x (goal <= {goal:g}x)")
+    print("\nWhere the time goes (seconds after the kill, median over trials)")
+    for (rt, kind), ts in groups.items():
+        labels: list[str] = []
+        for t in ts:
+            labels += [k for k in t.stages if k not in labels]
+        parts = []
+        for label in sorted(labels, key=lambda k: statistics.median(t.stages[k] for t in ts if k in t.stages)):
+            parts.append(f"{label} {statistics.median(t.stages[label] for t in ts if label in t.stages):.2f}")
+        print(f"  {rt} {kind}: " + ", ".join(parts))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--local", action="store_true", help="torchjob vs torchrun on this machine")
+    parser.add_argument("--node", action="store_true", help="torchjob vs Kubeflow on the real node (root)")
+    parser.add_argument("--elastic", action="store_true", help="also the elastic job")
+    parser.add_argument("--kubeconfig", help="a real-node cluster already up (its containerd under "
+                                             "TORCHJOB_E2E_DEVCLUSTER_DIR)")
+    parser.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()), help="where the trials' logs go")
+    parser.add_argument("--no-kubeflow", action="store_true", help="on the node, torchjob alone")
+    parser.add_argument("--src", type=Path, default=REPO / "src",
+                        help="the torchjob source tree whose operator runs (another tree's: before/after)")
+    args = parser.parse_args()
+    if not (args.local or args.node):
+        args.local = True
+    kinds = [False, True] if args.elastic else [False]
+    trials: list[Trial] = []
+    peers: list[tuple[str, str, float]] = []
+    if args.local:
+        peers.append(("torchjob", "torchrun", 1.2))
+        for i in range(args.repeat):
+            for elastic in kinds:
+                for rt in (("torchjob", "torchrun") if i % 2 == 0 else ("torchrun", "torchjob")):
+                    t = run_local(rt, elastic, args.keep)
+                    print(f"local {rt} {t.kind}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
+                    trials.append(t)
+    if args.node:
+        logs = Path(tempfile.mkdtemp(prefix="recovery-node-", dir=args.keep))
+        node = Node(args.kubeconfig, logs, args.src, not args.no_kubeflow)
+        try:
+            rts = ["torchjob-operator", "kubeflow-v1.8.1"] if node.kubeflow else ["torchjob-operator"]
+            if args.no_kubeflow:
+                pass
+            elif node.kubeflow:
+                peers.append(("torchjob-operator", "kubeflow-v1.8.1", 0.5))
+            else:
+                print(f"no Kubeflow training-operator at {KUBEFLOW_BIN}: bash hack/kubeflow/build.sh builds it")
+            for i in range(args.repeat):
+                for elastic in kinds:
+                    for rt in (rts if i % 2 == 0 else rts[::-1]):
+                        t = run_node("torchjob" if rt.startswith("torchjob") else "kubeflow", elastic, node.client,
+                                     node.kubeconfig, node.sock)
+                        t.runtime = rt
+                        print(f"node {rt} {t.kind}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
+                        trials.append(t)
+        finally:
+            node.close()
+            print(f"operators' logs: {logs}")
+    report(trials, peers)
+
+
+if __name__ == "__main__":
+    main()
