@@ -32,12 +32,12 @@ STANDINS: list[dict[str, Any]] = [
         # torchjob's reporting helper copied alone, as a user would into an image (a namespace package)
         "/opt/tests/torchjob/report.py": REPO / "src" / "torchjob" / "report.py",
         "/opt/tests/elastic.py": E2E_PROGRAMS / "elastic.py",
-        "/opt/tests/dist_sendrecv.py": E2E_PROGRAMS / "dist_sendrecv.py",
+        "/opt/tests/dist_sendrecv.py": REPO / "examples" / "volcano" / "dist_sendrecv.py",
         "/opt/tests/examples/ddp/train.py": REPO / "examples" / "ddp" / "train.py",
     }, WorkingDir="/opt/tests"),
     # Seed 000: no command; the image's entrypoint runs its send/recv test.
     _image("gcr.io/kubeflow-ci/pytorch-dist-sendrecv-test:1.0",
-           {"/opt/pytorch-dist-sendrecv/dist_sendrecv.py": E2E_PROGRAMS / "dist_sendrecv.py"},
+           {"/opt/pytorch-dist-sendrecv/dist_sendrecv.py": REPO / "examples" / "volcano" / "dist_sendrecv.py"},
            Entrypoint=["python", "/opt/pytorch-dist-sendrecv/dist_sendrecv.py"]),
     # Seed 001 mounts its script from a ConfigMap at /workspace; examples/ddp/job.yaml runs
     # `python examples/ddp/train.py` in the image's working directory, as a user's image would.

@@ -251,15 +251,20 @@ def scheduling_crds(kube: Client) -> list[str]:
     return names
 
 
-def apiserver_requests(kubeconfig: str, verb: str, resource: str) -> float:
-    """How many `verb` requests on `resource` the kube-apiserver has served (its own /metrics)."""
+def apiserver_metrics(kubeconfig: str) -> str:
+    """The kube-apiserver's own /metrics, as text."""
     config = KubeConfig.from_file(kubeconfig).get()
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # loopback, our own dev cluster
     req = urllib.request.Request(f"{config.cluster.server}/metrics",
                                  headers={"Authorization": f"Bearer {config.user.token}"})
     with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
-        text = resp.read().decode()
+        return str(resp.read().decode())
+
+
+def apiserver_requests(kubeconfig: str, verb: str, resource: str) -> float:
+    """How many `verb` requests on `resource` the kube-apiserver has served (its own /metrics)."""
+    text = apiserver_metrics(kubeconfig)
     pattern = re.compile(r'^apiserver_request_total\{(.*)\} (\S+)$', re.M)
     return sum(float(value) for labels, value in pattern.findall(text)
                if f'resource="{resource}"' in labels and f'verb="{verb}"' in labels)

@@ -8,21 +8,19 @@ once the quota frees. The real pods of a restricted job run in tests/e2e/test_re
 from __future__ import annotations
 
 import re
-import ssl
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
-from lightkube import Client, KubeConfig
+from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Namespace, Pod, ResourceQuota
 from lightkube.types import PatchType
 
 from tests.docs.blocks import tested as blocks
-from tests.kube.conftest import Operator, finished, wait_job
+from tests.kube.conftest import Operator, apiserver_metrics, finished, wait_job
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TensorBoardSpec, TorchJob
 from torchjob.core.topology import ReplicaId
@@ -97,14 +95,7 @@ def test_every_container_torchjob_adds_passes_restricted_and_a_quota_that_requir
 def pod_security_denials(kubeconfig: str) -> float:
     """Pod creates Pod Security `restricted` has denied (the API server's own metric): unlike every
     POST on pods, no other test's job adds to it (their namespaces enforce nothing, or admit)."""
-    config = KubeConfig.from_file(kubeconfig).get()
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # loopback, our own dev cluster
-    req = urllib.request.Request(f"{config.cluster.server}/metrics",
-                                 headers={"Authorization": f"Bearer {config.user.token}"})
-    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
-        text = resp.read().decode()
-    found = re.findall(r'^pod_security_evaluations_total\{(.*)\} (\S+)$', text, re.M)
+    found = re.findall(r'^pod_security_evaluations_total\{(.*)\} (\S+)$', apiserver_metrics(kubeconfig), re.M)
     want = ('decision="deny"', 'mode="enforce"', 'policy_level="restricted"', 'request_operation="create"',
             'resource="pod"')
     return sum(float(v) for labels, v in found if all(w in labels for w in want))
