@@ -517,6 +517,15 @@ class Chaos:
                     p.kill()
         self.found.past_backoff = [f"{j.name} ({j.restarts} > {j.backoff})" for j in self.jobs.values()
                                    if j.restarts > j.backoff]
+        try:  # the jobs' events, for the reader of a broken run
+            from lightkube.resources.core_v1 import Event
+
+            events: list[Any] = list(self.client.list(Event, namespace=self.ns))
+            (self.logs / "events.txt").write_text("".join(
+                f"{e.lastTimestamp or e.eventTime} {e.involvedObject.name} {e.reason}: {e.message}\n"
+                for e in sorted(events, key=lambda e: str(e.lastTimestamp or e.eventTime))))
+        except Exception as e:
+            log(f"events: {type(e).__name__}: {str(e)[:120]}")
         try:
             self.client.delete(Namespace, self.ns)
         except ApiError:
