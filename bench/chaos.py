@@ -149,7 +149,8 @@ class Job:
             return self.end == "Deleted"
         if self.kind == "failing":  # worker-0 exits 3 under Never: the job fails
             return self.end == "Failed"
-        # A restartable script (a victim no fault reached is a DDP job): it succeeds, unless the faults used up backoffLimit (then it fails
+        # A restartable script (a victim no fault reached is a DDP job): it succeeds, unless the
+        # faults used up backoffLimit (then it fails
         # saying so): the policy implies that too.
         return self.end == "Succeeded" or (self.end == "Failed" and self.restarts >= self.backoff
                                            and "ackoff" in self.reason)
