@@ -179,7 +179,13 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
     died = datetime.now().astimezone()
     c.client.delete(Pod, old, namespace=SYSTEM, grace_period=0)
     t0 = time.monotonic()
-    wait_for("the other replica leading", lambda: leader(c) == other, timeout=60, every=0.1)
+    try:  # a Lease not given up runs out after operator.leaseDuration (15 s); a loaded node is slower
+        wait_for("the other replica leading", lambda: leader(c) == other, timeout=120, every=0.1)
+    except AssertionError as e:
+        pods = [(p.metadata.name, p.status.phase if p.status else None,
+                 [(s.restartCount, s.ready) for s in (p.status.containerStatuses or [])] if p.status else None)
+                for p in operator_pods(c)]
+        raise AssertionError(f"{e}; Lease holder {leader(c)!r}, operator pods {pods}") from None
     TIMINGS["failover: leader death -> Lease taken"] = time.monotonic() - t0
     wait_for("the job Succeeded", lambda: state(c, "failover") == "Succeeded", timeout=180)
     seen = watch.done()

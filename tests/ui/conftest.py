@@ -39,7 +39,9 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+# One a module: Playwright's sync API runs an event loop on the main thread while it lives, and the
+# next module may call asyncio.run (tests/kube runs its informers so; seen in the whole suite).
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if CHROMIUM is None:
         _no_browser()
