@@ -5,6 +5,7 @@ it runs anywhere without a download. Started by torchrun, as T9k's torchrunConfi
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -13,6 +14,14 @@ from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+
+def say(line: str) -> None:
+    # One write per line: the ranks torchrun starts in one replica share its stdout, and print()
+    # writes the text and its newline apart (PYTHONUNBUFFERED), so their lines would run together.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
 
 parser = argparse.ArgumentParser(description="DDP training of a PyTorch model (a stand-in for MNIST).")
 parser.add_argument("--backend", type=str, default="gloo", choices=["gloo", "nccl", "mpi"])
@@ -26,7 +35,7 @@ rank, world_size = dist.get_rank(), dist.get_world_size()
 local_rank = int(os.environ["LOCAL_RANK"])
 use_cuda = not args.no_cuda and torch.cuda.is_available()
 device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
-print(f"rank {rank}/{world_size} (local rank {local_rank}) on {device}, backend {args.backend}", flush=True)
+say(f"rank {rank}/{world_size} (local rank {local_rank}) on {device}, backend {args.backend}")
 
 g = torch.Generator().manual_seed(1)
 x = torch.randn(1024, 1, 8, 8, generator=g)
@@ -47,12 +56,12 @@ for epoch in range(1, epochs + 1):
         optimizer.step()
     scheduler.step()
     if rank == 0:
-        print(f"epoch {epoch}/{epochs} loss: {loss.item():.4f}", flush=True)
+        say(f"epoch {epoch}/{epochs} loss: {loss.item():.4f}")
         if args.log_dir:
             os.makedirs(args.log_dir, exist_ok=True)
             with open(os.path.join(args.log_dir, "loss.txt"), "a") as f:
                 f.write(f"{epoch} {loss.item():.4f}\n")
 if rank == 0 and args.save_path:
     torch.save(model.module.state_dict(), args.save_path)
-    print(f"saved {args.save_path}", flush=True)
+    say(f"saved {args.save_path}")
 dist.destroy_process_group()
