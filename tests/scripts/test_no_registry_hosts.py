@@ -72,7 +72,8 @@ def test_the_check_finds_a_host_and_says_where(tmp_path: Path) -> None:
     file and line; a longer name that merely contains one, or a Go module path, is not."""
     mirror, proxy = ".".join(("deb", "debian", "org")), ".".join(("proxy", "golang", "org"))
     planted = tmp_path / "README.md"
-    planted.write_text(f"intro\nmirror=http://{mirror}/debian\ncurl https://{proxy.upper()}/k8s.io/@v/list\n"
+    http, https = "http:" + "//", "https:" + "//"  # a scheme apart from the names, as above
+    planted.write_text(f"intro\nmirror={http}{mirror}/debian\ncurl {https}{proxy.upper()}/k8s.io/@v/list\n"
                        f"ftp.us.{mirror}\nnot{mirror}  {mirror}s  google.golang.org/grpc\n")
     assert registry_hosts_in([planted], tmp_path) == [
         f"README.md:2: {mirror}", f"README.md:3: {proxy.upper()}", f"README.md:4: {mirror}"]
