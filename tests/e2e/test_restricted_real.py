@@ -26,13 +26,19 @@ pytestmark = pytest.mark.kube
 PAGE = REPO / "docs" / "operator" / "restricted.md"
 
 
-def test_a_restricted_job_trains_to_success_in_a_restricted_namespace(
-        node_kubeconfig: str, node: Client, node_operator: Operator, tmp_path: Path) -> None:
+def page_namespace(node: Client) -> tuple[str, str]:
+    """The page's restricted namespace and quota made under a fresh name; the page's job, for it."""
     ns = f"restricted-{uuid.uuid4().hex[:6]}"
     setup, job = (b.replace("team-a", ns) for b in blocks(PAGE, "test_a_restricted_job_trains_to_success_in_a_"
                                                            "restricted_namespace"))
     for obj in codecs.load_all_yaml(setup):
         node.create(obj)
+    return ns, job
+
+
+def test_a_restricted_job_trains_to_success_in_a_restricted_namespace(
+        node_kubeconfig: str, node: Client, node_operator: Operator, tmp_path: Path) -> None:
+    ns, job = page_namespace(node)
     try:
         labels = node.get(Namespace, ns).metadata.labels or {}
         assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -81,11 +87,7 @@ def test_torchrun_runs_as_65532_with_a_read_only_root_and_no_home(
         node_kubeconfig: str, node: Client, node_operator: Operator, tmp_path: Path) -> None:
     """The page's job through torchrun (two processes a pod) as user 65532, HOME unset: torchrun needs
     only the writable /tmp the template mounts (without it: `No usable temporary directory found`)."""
-    ns = f"restricted-{uuid.uuid4().hex[:6]}"
-    setup, job = (b.replace("team-a", ns) for b in blocks(PAGE, "test_a_restricted_job_trains_to_success_in_a_"
-                                                           "restricted_namespace"))
-    for obj in codecs.load_all_yaml(setup):
-        node.create(obj)
+    ns, job = page_namespace(node)
     try:
         data = yaml.safe_load(job)
         data["metadata"]["name"] = "ddp-torchrun"
