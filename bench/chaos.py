@@ -12,7 +12,8 @@ The injector draws its schedule from --seed (printed; the same seed replays the 
 same offsets, each on the candidate of the same index when it fires): SIGKILL a training container
 (`ctr tasks kill`), delete a pod, SIGKILL the operator's leader (started again 2 s later), SIGSTOP a
 container and SIGCONT it 8 s later (a hang), delete a job while it restarts, restart the
-kube-apiserver (`dev-cluster.sh restart-apiserver`), SIGKILL the kubelet and start it again.
+kube-apiserver (`dev-cluster.sh restart-apiserver`), SIGKILL the kubelet or containerd and start it
+again.
 
 Watched every 0.5 s, from the node (containerd's running tasks, by pod uid) and the API server:
   - replicas that ever had two live pods at once (two pod uids of one replica name with a running
@@ -53,7 +54,7 @@ INIT_IMAGE = "localhost/torchjob-e2e:dev"
 LIVE_BOUND = 0.5  # the watchers' period (s)
 
 FAULTS = ("sigkill", "delete_pod", "kill_leader", "sigstop", "delete_restarting", "restart_apiserver",
-          "restart_kubelet")
+          "restart_kubelet", "restart_containerd")
 KINDS = ("ddp", "elastic", "failing", "suspend", "kubeflow", "victim")
 TERMINAL = ("Succeeded", "Failed")
 
@@ -407,29 +408,32 @@ class Chaos:
                                capture_output=True, text=True, timeout=180,
                                env={**os.environ, "TORCHJOB_DEVCLUSTER_DIR": str(self.state)})
             return f"kube-apiserver restarted (rc {r.returncode})"
-        if fault.kind == "restart_kubelet":
-            return self.restart_kubelet()
+        if fault.kind in ("restart_kubelet", "restart_containerd"):
+            return self.restart_daemon(fault.kind.removeprefix("restart_"))
         raise ValueError(fault.kind)
 
-    def restart_kubelet(self) -> str:
-        """SIGKILL the kubelet and start it again as dev-cluster.sh started it (its recorded command
-        line, a session of its own, its pid file updated so that `down` stops the new one)."""
-        pid_file, cmdline = self.state / "kubelet.pid", self.state / "kubelet.cmdline"
+    def restart_daemon(self, name: str) -> str:
+        """SIGKILL the node's kubelet or containerd and start it again as dev-cluster.sh started it
+        (its recorded command line, a session of its own, its pid file updated so that `down` stops
+        the new one). containerd's shims outlive it: the containers keep running, and containerd
+        finds them again when it starts."""
+        pid_file, cmdline = self.state / f"{name}.pid", self.state / f"{name}.cmdline"
         try:
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
         except (OSError, ValueError):
             pass
         time.sleep(1.0)
-        with (self.state / "kubelet.log").open("ab") as out:
+        with (self.state / f"{name}.log").open("ab") as out:
             p = subprocess.Popen(shlex.split(cmdline.read_text()), stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         pid_file.write_text(f"{p.pid}\n")
-        return f"kubelet SIGKILLed and started again (pid {p.pid})"
+        return f"{name} SIGKILLed and started again (pid {p.pid})"
 
     def delete_job(self, job: Job) -> None:
         from lightkube.core.exceptions import ApiError
 
-        job.deleted_at = time.monotonic()
+        if not job.end:  # a job that had ended (a victim no fault reached succeeds) is judged by how it ended
+            job.deleted_at = time.monotonic()
         try:
             self.client.delete(self.res(job), job.name, namespace=self.ns)
         except ApiError as e:

@@ -40,3 +40,66 @@ def test_the_root_cause_carries_the_replica_s_own_error() -> None:
                                            "RuntimeError: worker-0 could not load its shard")
     failed = plan.status.condition(ConditionType.FAILED)
     assert failed.message == "worker-0 failed with exit code 1 (restartPolicy Never)"
+
+
+# A replica's output as torchrun left it when one of its ranks aborted (a real run of
+# `torchjob run -j 2x2` on a script that aborts on rank 0, its agent's traceback shortened).
+TORCHRUN_OUTPUT = """\
+*****************************************
+Setting OMP_NUM_THREADS environment variable for each process to be 1 in default ...
+*****************************************
+rank 1 up
+rank 0 up
+terminate called after throwing an instance of 'gloo::EnforceNotMet'
+  what():  [enforce fail at gloo/transport/tcp/address.cc:131] rv != -1. getpeername: Transport endpoint is not connected
+W1126 22:56:13.721000 13381 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 13472 closing signal SIGTERM
+E1126 22:56:13.756000 13381 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) local_rank: 0 (pid: 13469) of binary: /usr/bin/python
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 386, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+abort.py FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-26_22:56:13
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 13472)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 13472
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-26_22:56:13
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 13469)  (SIGABRT)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 13469
+=======================================================
+"""  # noqa: E501 (the lines as torchrun writes them)
+
+
+def test_torchruns_report_gives_way_to_the_ranks_own_last_words() -> None:
+    found = torch_errors.torchrun_report(TORCHRUN_OUTPUT.splitlines())
+    assert found is not None
+    own, cause = found
+    assert cause == "torchrun's root cause: rank 0 (local_rank: 0): Signal 6 (SIGABRT) received by PID 13469"
+    assert own[-2:] == ["terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+                        "  what():  [enforce fail at gloo/transport/tcp/address.cc:131] rv != -1. getpeername: "
+                        "Transport endpoint is not connected"]
+    assert not any("torch/distributed/elastic" in line or "FAILED" in line for line in own)
+
+
+def test_output_without_torchruns_report_is_left_alone() -> None:
+    assert torch_errors.torchrun_report(["step 1", "Traceback (most recent call last):", "ValueError: x"]) is None
+
+
+def test_the_docs_tests_know_torchs_abort_by_torchjobs_root_cause() -> None:
+    from tests.docs.upstream import torch_aborted
+
+    _, cause = torch_errors.torchrun_report(TORCHRUN_OUTPUT.splitlines()) or ([], "")
+    assert torch_aborted(f"Root cause (the failure that ended the job):\n  {cause}\n")
+    assert not torch_aborted("torchrun's root cause: rank 1 (local_rank: 1): Signal 15 (SIGTERM) received by PID 9")

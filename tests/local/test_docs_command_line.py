@@ -13,6 +13,7 @@ import pytest
 from tests.docs.blocks import tested as blocks
 from tests.docs.console import sessions as console
 from tests.docs.console import shell_env
+from tests.docs.upstream import torch_aborted
 from tests.local.conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +38,10 @@ def test_the_run_examples_run(tmp_path: Path) -> None:
         for cmd, _ in console(block):
             proc = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True,
                                   timeout=300)
+            if proc.returncode != 0 and torch_aborted(proc.stdout + proc.stderr):
+                print(f"torch aborted a rank of {cmd!r}; once more (tests/docs/upstream.py):\n{proc.stdout[-2000:]}")
+                proc = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True,
+                                      timeout=300)
             assert proc.returncode == 0, (cmd, proc.stdout, proc.stderr)
             ran += 1
     assert ran == 8

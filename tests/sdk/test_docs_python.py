@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.blocks import tested as blocks
+from tests.docs.upstream import torch_aborted
 from tests.local.conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -28,5 +29,10 @@ def test_the_page_runs(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TORCHJOB_HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, "page.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=1100)
+    if proc.returncode != 0 and torch_aborted(proc.stdout + proc.stderr):
+        print(f"torch aborted a rank; the page once more (tests/docs/upstream.py):\n{proc.stdout[-2000:]}")
+        shutil.rmtree(tmp_path / "home", ignore_errors=True)
+        proc = subprocess.run([sys.executable, "page.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=1100)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "kind: TorchJob" in proc.stdout and "[master-0] " in proc.stdout

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType
+from torchjob.core import torch_errors
 from torchjob.core.reconcile import Abandon, DeleteJob, Event, Observed, Phase, World, reconcile
 from torchjob.core.topology import ReplicaId, node_rank
 from torchjob.local.prepare import supervisor_alive
@@ -139,6 +140,21 @@ def tail(path: Path, lines: int) -> list[str]:
     return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
+def last_words(log: Path, lines: int) -> list[str]:
+    """The end of a replica's output; when torchrun ended it with its failure report, the ranks'
+    own lines before the report instead, and the report's root cause in one line."""
+    text = tail(log, 400)
+    report = torch_errors.torchrun_report(text)
+    if report is None:
+        last = text[-lines:]
+        return [f"  last {len(last)} lines of its output:", *("    " + t for t in last)] if last else []
+    own, cause = report
+    own = own[-lines:]
+    return [f"  {cause}",
+            *([f"  last {len(own)} lines of the ranks' own output (before torchrun's report):",
+               *("    " + t for t in own)] if own else [])]
+
+
 def root_cause(job: JobView, log_lines: int = 15) -> str | None:
     """torchrun-style summary of why a failed job failed: the first failing replica, its exit
     code or signal, and its traceback (torch's error file) or the end of its output."""
@@ -167,8 +183,6 @@ def root_cause(job: JobView, log_lines: int = 15) -> str | None:
                 if trace:
                     out += ["  traceback (from torch's error file):", *("    " + t for t in trace.splitlines())]
                 else:
-                    last = tail(log, log_lines)
-                    if last:
-                        out += [f"  last {len(last)} lines of its output:", *("    " + t for t in last)]
+                    out += last_words(log, log_lines)
     out.append(bar)
     return "\n".join(out)
