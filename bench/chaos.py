@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import random
-import shlex
 import signal
 import socket
 import subprocess
@@ -413,21 +412,13 @@ class Chaos:
         raise ValueError(fault.kind)
 
     def restart_daemon(self, name: str) -> str:
-        """SIGKILL the node's kubelet or containerd and start it again as dev-cluster.sh started it
-        (its recorded command line, a session of its own, its pid file updated so that `down` stops
-        the new one). containerd's shims outlive it: the containers keep running, and containerd
-        finds them again when it starts."""
-        pid_file, cmdline = self.state / f"{name}.pid", self.state / f"{name}.cmdline"
-        try:
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
+        """SIGKILL the node's kubelet or containerd and start it again 1 s later (containerd's shims
+        outlive it: the containers keep running, and containerd finds them again when it starts)."""
+        from tests.e2e.daemons import kill_daemon, start_daemon
+
+        kill_daemon(self.state, name)
         time.sleep(1.0)
-        with (self.state / f"{name}.log").open("ab") as out:
-            p = subprocess.Popen(shlex.split(cmdline.read_text()), stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-        pid_file.write_text(f"{p.pid}\n")
-        return f"{name} SIGKILLed and started again (pid {p.pid})"
+        return f"{name} SIGKILLed and started again (pid {start_daemon(self.state, name)})"
 
     def delete_job(self, job: Job) -> None:
         from lightkube.core.exceptions import ApiError

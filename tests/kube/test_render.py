@@ -111,6 +111,21 @@ def test_a_pod_on_a_node_that_stopped_reporting_stays_active() -> None:
     assert observe(job, [pod]).replicas["worker-0"].phase is Phase.RUNNING
 
 
+def test_pods_leave_a_lost_node_after_30_s_unless_the_template_says_otherwise() -> None:
+    job = make_job("demo", workers=1)
+    spec = kr.pod(job, ReplicaId("Worker", 0), attempt=0)["spec"]
+    assert spec["tolerations"] == [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+                                   for key in kr.NODE_LOST_TAINTS]
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+           "tolerationSeconds": 600}
+    pool = {"key": "pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
+    assert kr.node_lost_tolerations([pool, own]) == [
+        pool, own, {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 30}]
+    everything = {"operator": "Exists"}  # tolerates every taint, for ever: the template's word
+    assert kr.node_lost_tolerations([everything]) == [everything]
+
+
 def test_crd_is_structural_with_subresources_and_cel() -> None:
     c = crd()
     version = c["spec"]["versions"][0]

@@ -32,6 +32,9 @@ WAIT_CONTAINER = "wait-for-master"
 TERMINATION_LOG = "/dev/termination-log"
 PROGRESS_VOLUME = "torchjob-progress"
 PROGRESS_DIR = "/var/run/secrets/torchjob.dev/progress"
+# A lost node's NoExecute taints, and how long torchjob's pods stay on such a node (see node_lost_tolerations)
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+NODE_LOST_TOLERATION_S = 30
 CA_CONFIGMAP = "torchjob-progress-ca"  # the progress endpoint's CA, in each job namespace
 CA_KEY = "ca.crt"
 PROGRESS_TOKEN_S = 3600  # the projected token's lifetime; the kubelet renews it before it ends
@@ -301,6 +304,7 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": master_port(job)})
+    spec["tolerations"] = node_lost_tolerations(spec.get("tolerations") or [])
     spec["restartPolicy"] = "Never"
     spec["hostname"] = pod_name(job, rid)
     spec["subdomain"] = job.name
@@ -322,6 +326,22 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
                      "labels": labels, "annotations": annotations, "ownerReferences": [owner_reference(job)]},
         "spec": spec,
     }
+
+
+def node_lost_tolerations(tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The template's tolerations, and a short one of a lost node's taints where it has none.
+
+    When a node's kubelet stops reporting, the node controller taints the node NoExecute
+    (not-ready, unreachable) and its pods go once their toleration of the taint runs out: 300 s by
+    default (the DefaultTolerationSeconds admission plugin adds that to every pod without one). A
+    gang cannot train while a member sits on a lost node, so torchjob's pods tolerate it for
+    NODE_LOST_TOLERATION_S; a template that tolerates the taint itself keeps its own."""
+    out = list(tolerations)
+    for key in NODE_LOST_TAINTS:
+        if not any(t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists") for t in out):
+            out.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                        "tolerationSeconds": NODE_LOST_TOLERATION_S})
+    return out
 
 
 def _users(found: dict[str, str] | None) -> dict[str, str]:
