@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -156,6 +157,42 @@ def test_record_traceback_is_the_root_cause(torchjob: Torchjob, tmp_path: Path) 
     assert proc.returncode == 1
     assert "traceback (from torch's error file)" in proc.stderr
     assert "RuntimeError: worker-0 could not load its shard" in proc.stderr
+
+
+ABORTS = """\
+import os, sys
+import torch.distributed as dist
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} up", flush=True)
+dist.barrier()
+if dist.get_rank() == 0:  # as a C++ exception escaping a thread of torch's would
+    sys.stderr.write("terminate called after throwing an instance of 'gloo::EnforceNotMet'\\n"
+                     "  what():  [enforce fail at gloo/transport/tcp/address.cc:131] ...\\n")
+    sys.stderr.flush()
+    os.abort()
+dist.barrier()
+"""
+
+
+def test_a_rank_torchrun_saw_abort_is_named_with_its_own_last_words(torchjob: Torchjob, tmp_path: Path) -> None:
+    """docs/tutorials/failures.md's torchrun block: a rank's own last lines, not torchrun's report."""
+    from tests.docs.blocks import tested
+
+    (tmp_path / "aborts.py").write_text(ABORTS)
+    path = write_job(tmp_path / "ab.yaml", job_data("ab", workers=0, restart_policy="Never", nproc_per_node="2",
+                                                    command=["torchrun", str(tmp_path / "aborts.py")]))
+    proc = torchjob("run", str(path))
+    assert proc.returncode == 1
+    block = proc.stderr[proc.stderr.index("Root cause"):]
+    assert "  torchrun's root cause: rank 0 (local_rank: 0): Signal 6 (SIGABRT) received by PID" in block, block
+    own = block[block.index("lines of the ranks' own output (before torchrun's report):"):]
+    assert "terminate called after throwing an instance of 'gloo::EnforceNotMet'" in own, block
+    assert "rank 0 up" in own and "ChildFailedError" not in own and "Failures:" not in own, block
+    (shown,) = tested("tutorials/failures.md", "test_a_rank_torchrun_saw_abort_is_named_with_its_own_last_words")
+    printed = re.sub(r"\d+", "N", block)
+    for line in shown.splitlines():  # the page's lines are this run's (numbers aside; "..." elides)
+        if "..." not in line:
+            assert re.sub(r"\d+", "N", line) in printed, (line, block)
 
 
 SEED_001_LIKE = """
