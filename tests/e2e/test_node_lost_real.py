@@ -10,15 +10,30 @@ The bound, from the kubelet's death to the old pods gone and new ones made:
   + the pods' toleration of the taint (30 s)               + their grace period (1 s here)
   + --force-delete-after (60 s, the operator's default)    + a round of reconciling,
 about 150 s, asserted within 210 s on this shared machine. With Kubernetes' default toleration
-(300 s) and no force-delete, the pods would sit Terminating until the node came back."""
+(300 s) and no force-delete, the pods would sit Terminating until the node came back.
+
+A second node stays healthy meanwhile: a Node object whose heartbeat (its Lease in
+kube-node-lease, its Ready condition) this test keeps, as KWOK keeps its fake nodes' and a kubelet
+its own. Without it the node controller would see every node of the cluster down and, as
+Kubernetes does then (full disruption: it blames the control plane's network), evict nothing. It is
+tainted NoSchedule: nothing lands on it."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.core_v1 import NodeSpec, Taint
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 
 from tests.e2e.conftest import STATE, pods, running_container, status_of, torchjob, wait_for
@@ -29,16 +44,62 @@ from tests.jobs import job_data
 pytestmark = pytest.mark.kube
 
 BOUND_S = 210
+REAL_NODE = "real-node-0"
+STANDBY = "standby-node-0"
 
 
-def node_ready(node: Client) -> str:
-    (n,) = list(node.list(Node))
+def node_ready(node: Client, name: str = REAL_NODE) -> str:
+    n = node.get(Node, name)
     return next((c.status for c in (n.status.conditions or []) if c.type == "Ready"), "?") if n.status else "?"
+
+
+def heartbeat(node: Client) -> None:
+    now = datetime.now(UTC)
+    node.patch(Lease, STANDBY, {"spec": {"renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}},
+               namespace="kube-node-lease")
+    node.patch(Node.Status, STANDBY, {"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kept by the test",
+         "lastHeartbeatTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+         "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")}]}})
+
+
+@pytest.fixture
+def standby(node: Client) -> Iterator[str]:
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            try:
+                heartbeat(node)
+            except Exception as e:  # the API server busy for a moment: the next beat is in 5 s
+                print(f"standby heartbeat: {e}")
+            stop.wait(5)
+
+    beats = threading.Thread(target=beat, daemon=True)
+    try:
+        node.create(Node(metadata=ObjectMeta(name=STANDBY, labels={"kubernetes.io/hostname": STANDBY}),
+                         spec=NodeSpec(taints=[Taint(key="torchjob.dev/standby", value="test", effect="NoSchedule")])))
+        node.create(Lease(metadata=ObjectMeta(name=STANDBY, namespace="kube-node-lease"),
+                          spec=LeaseSpec(holderIdentity=STANDBY, leaseDurationSeconds=40)))
+        heartbeat(node)
+        beats.start()
+        wait_for("the standby node Ready", lambda: node_ready(node, STANDBY) == "True", timeout=30)
+        yield STANDBY
+    finally:
+        stop.set()
+        if beats.is_alive():
+            beats.join(timeout=10)
+        for res, namespace in ((Node, None), (Lease, "kube-node-lease")):
+            try:
+                node.delete(res, STANDBY, namespace=namespace)
+            except ApiError as e:
+                if e.status.code != 404:
+                    raise
 
 
 @pytest.mark.timeout(900)
 def test_a_job_on_a_node_whose_kubelet_dies_is_not_left_hanging(node_kubeconfig: str, node: Client, ns: str,
-                                                                 tmp_path: Path) -> None:
+                                                                 standby: str, tmp_path: Path) -> None:
     data = job_data("lost", workers=1, restart_policy="OnFailure",
                     command=("python", "/opt/tests/ddp_step.py", "--sleep", "20"), restart_scope=None)
     for rspec in data["spec"]["pytorchReplicaSpecs"].values():
@@ -76,3 +137,8 @@ def test_a_job_on_a_node_whose_kubelet_dies_is_not_left_hanging(node_kubeconfig:
     described = torchjob(node_kubeconfig, "describe", "lost", "-n", ns)
     print(described.stdout[-3000:])
     assert described.returncode == 0
+    # what happened is on the job, not only in the operator's log
+    assert re.search(r"PodDisrupted +pod lost-master-0 on node real-node-0 is being deleted by Kubernetes: "
+                     r"DeletionByTaintManager", described.stdout), described.stdout
+    assert re.search(r"ForceDeleted +pod lost-master-0 on node real-node-0 was still terminating 60 s past",
+                     described.stdout), described.stdout

@@ -174,10 +174,25 @@ def test_a_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_made_again(
         with contextlib.suppress(msgspec.ValidationError):  # bound; lightkube reads the answer as a Binding
             kube.create(bind, namespace=namespace)
         assert kube.get(Pod, "lost-worker-0", namespace=namespace).spec.nodeName == "lost-node"
+        # as the taint eviction controller does when the node's NoExecute taint outlives the toleration
+        kube.patch(Pod.Status, "lost-worker-0", {"status": {"conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+             "message": "Taint manager: deleting due to NoExecute taint"}]}}, namespace=namespace)
         kube.delete(Pod, "lost-worker-0", namespace=namespace, grace_period=1)
         assert kube.get(Pod, "lost-worker-0", namespace=namespace).metadata.deletionTimestamp  # stuck
         pods = wait_made_again(kube, "lost", namespace, 2, "lost-worker-0", before["lost-worker-0"], op.log)
         assert "force-deleting lost-worker-0" in op.log.read_text()
         assert pods["lost-master-0"].metadata.uid == before["lost-master-0"]
+        said = {}
+        for _ in range(100):
+            said = {e.reason: e.message for e in kube.list(Event, namespace=namespace,
+                                                            fields={"involvedObject.name": "lost"})}
+            if {"PodDisrupted", "ForceDeleted"} <= said.keys():
+                break
+            time.sleep(0.1)
+        assert said.get("PodDisrupted") == ("pod lost-worker-0 on node lost-node is being deleted by Kubernetes: "
+                                            "DeletionByTaintManager: Taint manager: deleting due to NoExecute taint")
+        assert said.get("ForceDeleted", "").startswith("pod lost-worker-0 on node lost-node was still terminating 2 s"
+                                                       " past its grace period"), said
     finally:
         op.stop()

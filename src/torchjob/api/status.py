@@ -84,6 +84,8 @@ class Reason(StrEnum):
     TENSORBOARD_CREATED = "TensorBoardCreated"
     RECONCILE_ERROR = "ReconcileError"  # a reconcile failed; retried with a backoff
     NOT_OURS = "NotOurs"  # an object named or labelled as the job's that it does not own: left alone
+    POD_DISRUPTED = "PodDisrupted"  # Kubernetes deletes a pod of the job (a lost node's taint, preemption, eviction)
+    FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating past its grace period (its node is lost)
 
 
 class ExitReason(StrEnum):

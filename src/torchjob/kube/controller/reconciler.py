@@ -230,7 +230,7 @@ class Reconciler:
             await self._create_tensorboard(raw, job, key)
         if plan.requeue_at is not None:
             self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
-        self._force_delete_stuck(job, pods, now)
+        self._force_delete_stuck(raw, job, key, pods, now)
 
     async def _write(self, raw: dict[str, Any], job: TorchJob | None, status: JobStatus, plan: Plan) -> None:
         """The decision, before it is acted on: the status (when it or the generation it was decided on
@@ -384,17 +384,34 @@ class Reconciler:
         except ApiError as e:
             raise refusal_of(e, job, a.replica.rtype, obj["metadata"]["name"]) from e
 
-    def _force_delete_stuck(self, job: TorchJob, pods: list[dict[str, Any]], now: datetime) -> None:
+    def _force_delete_stuck(self, raw: dict[str, Any], job: TorchJob, key: Key, pods: list[dict[str, Any]],
+                            now: datetime) -> None:
+        """Pods being deleted: one that Kubernetes deletes (a lost node's taint, a preemption) is
+        said on the job, once; one stuck terminating past its grace period is force-deleted, and said."""
+        told = self.told.setdefault(key, set())
         for p in pods:
-            deleting = p["metadata"].get("deletionTimestamp")
+            meta = p["metadata"]
+            deleting = meta.get("deletionTimestamp")
             since = parse_time(deleting)
             if since is None:
                 continue
+            where = f"pod {meta['name']} on node {(p.get('spec') or {}).get('nodeName') or '(none)'}"
+            why = kr.disruption(p)
+            if why and f"disrupted {meta.get('uid')}" not in told:
+                told.add(f"disrupted {meta.get('uid')}")
+                self.spawn(self.api.event(raw, EventType.WARNING, Reason.POD_DISRUPTED,
+                                          f"{where} is being deleted by Kubernetes: {why}"))
             # The server sets deletionTimestamp to the request's time plus the grace period: past it,
             # a kubelet would have killed the pod; one that is still there sits on a node that is gone.
             due = since + timedelta(seconds=self.config.force_delete_after_s)
             if now >= due:
-                log.warning("force-deleting %s, stuck terminating since %s", p["metadata"]["name"], deleting)
-                self.spawn(self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"), 0))
+                log.warning("force-deleting %s, stuck terminating since %s", meta["name"], deleting)
+                if f"forced {meta.get('uid')}" not in told:
+                    told.add(f"forced {meta.get('uid')}")
+                    self.spawn(self.api.event(
+                        raw, EventType.WARNING, Reason.FORCE_DELETED,
+                        f"{where} was still terminating {self.config.force_delete_after_s:.0f} s past its grace "
+                        "period (no kubelet confirmed its end: is the node lost?): force-deleted"))
+                self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
             else:
                 self.queue.add_after((job.metadata.namespace or "default", job.name), (due - now).total_seconds())

@@ -81,7 +81,8 @@ def pod_cached(pod: dict[str, Any]) -> dict[str, Any]:
     controller's index and force deletes, the progress receiver), built anew so that the parsed
     event (spec, conditions, IPs, managedFields...) is freed: name, namespace, uid, resourceVersion,
     creation and deletion times, labels, torchjob's annotations, its controller (apiVersion, kind,
-    name, uid); status phase, reason, message and each container's name and state.terminated."""
+    name, uid); its node's name; status phase, reason, message, a DisruptionTarget condition (why
+    Kubernetes deletes it) and each container's name and state.terminated."""
     meta, status = pod["metadata"], pod.get("status") or {}
     m: dict[str, Any] = {k: meta[k] for k in POD_META if meta.get(k) is not None}
     m["labels"] = meta.get("labels") or {}
@@ -92,6 +93,10 @@ def pod_cached(pod: dict[str, Any]) -> dict[str, Any]:
     if owners:
         m["ownerReferences"] = owners
     st: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if status.get(k) is not None}
+    disrupted = [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+                 for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
+    if disrupted:
+        st["conditions"] = disrupted
     containers = []
     for cs in status.get("containerStatuses") or []:
         entry: dict[str, Any] = {"name": cs.get("name")}
@@ -101,7 +106,9 @@ def pod_cached(pod: dict[str, Any]) -> dict[str, Any]:
         containers.append(entry)
     if containers:
         st["containerStatuses"] = containers
-    return interned({"apiVersion": "v1", "kind": "Pod", "metadata": m, "status": st})  # type: ignore[no-any-return]
+    node = (pod.get("spec") or {}).get("nodeName")
+    return interned({"apiVersion": "v1", "kind": "Pod", "metadata": m, "status": st,  # type: ignore[no-any-return]
+                     **({"spec": {"nodeName": node}} if node else {})})
 
 
 def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:

@@ -68,6 +68,15 @@ def terminated(pod: Mapping[str, Any], container: str | None) -> dict[str, Any]:
     return {}
 
 
+def disruption(pod: Mapping[str, Any]) -> str | None:
+    """Why Kubernetes deletes the pod (its DisruptionTarget condition: a lost node's NoExecute taint,
+    a preemption, an eviction), or None."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return ": ".join(x for x in (c.get("reason"), c.get("message")) if x) or "DisruptionTarget"
+    return None
+
+
 def controller_of(obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """An object's controller (its ownerReference marked `controller`), or None."""
     refs = obj.get("metadata", {}).get("ownerReferences") or []
