@@ -1,7 +1,7 @@
 """The short chaos run (bench/chaos.py, a fixed seed whose 100 s draw every kind of fault once) on the real node:
 two operator processes with --leader-elect, a mix of jobs as real pods, and the seeded injector
-(SIGKILLed and SIGSTOPped containers, deleted pods, the leader killed, the kube-apiserver and the
-kubelet restarted, a job deleted while it restarts). It fails when an invariant is broken."""
+(SIGKILLed and SIGSTOPped containers, deleted pods, the leader killed, the kube-apiserver, the
+kubelet and containerd restarted, a job deleted while it restarts). It fails when an invariant is broken."""
 
 from __future__ import annotations
 
