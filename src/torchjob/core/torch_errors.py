@@ -55,7 +55,8 @@ def torchrun_report(lines: list[str]) -> tuple[list[str], str] | None:
         key, sep, value = line.strip().partition(":")
         if sep and key.strip() in ("rank", "exitcode", "traceback"):
             entry[key.strip()] = " ".join(value.split())
-    start = next((i for i, line in enumerate(lines[:cause_at]) if _AGENT_FAILED.match(line)), None)
+    # the last failure the agent logged (after restarts inside the agent, earlier ones came before)
+    start = next((i for i in range(cause_at - 1, -1, -1) if _AGENT_FAILED.match(lines[i])), None)
     if start is None:  # no agent record: the report starts at its traceback or at its first rule
         tracebacks = [i for i in range(cause_at) if lines[i].startswith("Traceback (most recent")]
         start = tracebacks[-1] if tracebacks else cause_at
