@@ -38,4 +38,4 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 .venv/bin/python scripts/audit.py
 # Tests keep their state in a throwaway TORCHJOB_HOME (see tests/local/conftest.py); -rs says why
 # a test was skipped (in CI a skipped cluster test fails the run: tests/conftest.py).
-.venv/bin/python -m pytest -q -rs -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=25 "$@"

@@ -44,9 +44,10 @@ from torchjob.core.reconcile import refuse as refuse_unreadable
 from torchjob.core.topology import replicas
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
+from torchjob.kube.controller.leaving import leaving
 from torchjob.kube.controller.observe import observe, observe_pod
 from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
-from torchjob.kube.machinery.client import Api, parse_time, status_code
+from torchjob.kube.machinery.client import Api, status_code
 from torchjob.kube.machinery.informer import Informer, Key
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, tensorboard
@@ -230,7 +231,7 @@ class Reconciler:
             await self._create_tensorboard(raw, job, key)
         if plan.requeue_at is not None:
             self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
-        self._force_delete_stuck(raw, job, key, pods, now)
+        self._force_delete_stuck(raw, key, pods, now)
 
     async def _write(self, raw: dict[str, Any], job: TorchJob | None, status: JobStatus, plan: Plan) -> None:
         """The decision, before it is acted on: the status (when it or the generation it was decided on
@@ -384,34 +385,16 @@ class Reconciler:
         except ApiError as e:
             raise refusal_of(e, job, a.replica.rtype, obj["metadata"]["name"]) from e
 
-    def _force_delete_stuck(self, raw: dict[str, Any], job: TorchJob, key: Key, pods: list[dict[str, Any]],
-                            now: datetime) -> None:
-        """Pods being deleted: one that Kubernetes deletes (a lost node's taint, a preemption) is
-        said on the job, once; one stuck terminating past its grace period is force-deleted, and said."""
-        told = self.told.setdefault(key, set())
-        for p in pods:
+    def _force_delete_stuck(self, raw: dict[str, Any], key: Key, pods: list[dict[str, Any]], now: datetime) -> None:
+        """Pods on their way out (controller/leaving.py): said on the job once, force-deleted when stuck."""
+        out, told = leaving(pods, now, self.config.force_delete_after_s), self.told.setdefault(key, set())
+        for once, reason, message in out.said:
+            if once not in told:
+                told.add(once)
+                self.spawn(self.api.event(raw, EventType.WARNING, reason, message))
+        for p in out.force:
             meta = p["metadata"]
-            deleting = meta.get("deletionTimestamp")
-            since = parse_time(deleting)
-            if since is None:
-                continue
-            where = f"pod {meta['name']} on node {(p.get('spec') or {}).get('nodeName') or '(none)'}"
-            why = kr.disruption(p)
-            if why and f"disrupted {meta.get('uid')}" not in told:
-                told.add(f"disrupted {meta.get('uid')}")
-                self.spawn(self.api.event(raw, EventType.WARNING, Reason.POD_DISRUPTED,
-                                          f"{where} is being deleted by Kubernetes: {why}"))
-            # The server sets deletionTimestamp to the request's time plus the grace period: past it,
-            # a kubelet would have killed the pod; one that is still there sits on a node that is gone.
-            due = since + timedelta(seconds=self.config.force_delete_after_s)
-            if now >= due:
-                log.warning("force-deleting %s, stuck terminating since %s", meta["name"], deleting)
-                if f"forced {meta.get('uid')}" not in told:
-                    told.add(f"forced {meta.get('uid')}")
-                    self.spawn(self.api.event(
-                        raw, EventType.WARNING, Reason.FORCE_DELETED,
-                        f"{where} was still terminating {self.config.force_delete_after_s:.0f} s past its grace "
-                        "period (no kubelet confirmed its end: is the node lost?): force-deleted"))
-                self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
-            else:
-                self.queue.add_after((job.metadata.namespace or "default", job.name), (due - now).total_seconds())
+            log.warning("force-deleting %s, stuck terminating since %s", meta["name"], meta["deletionTimestamp"])
+            self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
+        if out.recheck_at is not None:
+            self.queue.add_after(key, (out.recheck_at - now).total_seconds())
