@@ -67,6 +67,14 @@ def log(msg: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def die_with_parent() -> None:
+    """In a child, before exec: SIGKILL it when this bench dies, however it dies. Operators that
+    outlived a killed bench once acted beside a test suite's own operator (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -202,7 +210,8 @@ class Chaos:
              "--metrics-port", str(free_port()), "--workers", "4", "--progress-port", str(port),
              "--progress-url", f"https://{self.host}:{port}"],
             stdout=(self.logs / f"operator-{slot}.log").open("ab"), stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+            preexec_fn=die_with_parent)
 
     def leader_slot(self) -> int | None:
         """The operator process holding the Lease: its identity is host-uuid, so ask each log."""

@@ -1,5 +1,5 @@
 """bench/chaos.py's judgement of how each job should have ended: a millisecond test of the rules
-the real chaos run (tests/e2e/test_chaos_real.py) applies, the case it once got wrong first."""
+the real chaos run (bench/chaos.py on the real node) applies, the case it once got wrong first."""
 
 from __future__ import annotations
 
