@@ -68,6 +68,10 @@ def main() -> None:
 
     w, b = model.module.weight.item(), model.module.bias.item()
     say(f"rank {rank} done: y = {w:.3f}x {b:+.3f}")
+    # Every rank done before any tears its connections down: with torch 2.15's gloo, a rank whose
+    # peers had already destroyed the group and exited was seen to abort in its own teardown
+    # ("terminate called without an active exception") after training had finished.
+    dist.barrier()
     dist.destroy_process_group()
 
 
