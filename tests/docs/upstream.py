@@ -1,10 +1,11 @@
 """A rank that torch itself aborts: the docs' tests run such a command once more, and say so.
 
-In one CI run (25 Nov 2026, torch 2.15 on CPU, gloo) two `-j 2x2` jobs of the docs failed on the
-first try, each with rank 0 of the master's torchrun killed by SIGABRT a few seconds in, and never
-on this machine in 4 whole-suite runs and 40 stress runs. What rank 0 said was hidden behind
-torchrun's own report then (torchjob's root cause shows it now). gloo's TCP listener aborts the
-process when a connection's peer is gone before it is read (pytorch/pytorch#188266), which fits.
+In one CI run (25 Nov 2026, torch 2.15 on CPU, gloo) two `-j 2x2` jobs of the docs failed, each
+with a rank of the master's torchrun killed by SIGABRT a few seconds in; what the rank said was
+hidden behind torchrun's own report then (torchjob's root cause shows it now). With it, a later run
+showed the cause: a rank aborting in its own teardown after training had finished ("terminate
+called without an active exception"), its peers having already destroyed the group and exited.
+examples/ddp/train.py now waits for every rank before tearing down; this stays as a guard.
 
 Only that failure is tried again, once: any other failure, or the same one twice, fails the test."""
 
