@@ -4,26 +4,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
+import httpx2  # lightkube's HTTP client: what it raises below the Kubernetes API
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from torchjob.kube.machinery import metrics
-from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.client import Api, api_message, status_code
 
 log = logging.getLogger("torchjob.kube")
 
 
+def passing(e: BaseException) -> bool:
+    """An error that says nothing about who leads: the API server restarting, overloaded or out of
+    reach for a moment. Anything else (403: no RBAC on Leases, say) is the installer's to fix."""
+    if isinstance(e, httpx2.TransportError | asyncio.TimeoutError):
+        return True
+    return isinstance(e, Exception) and (status_code(e) or 0) in (429, 500, 502, 503, 504)
+
+
 class LeaderElector:
-    """coordination.k8s.io/v1 Lease: take it when free or expired, renew it while leading."""
+    """coordination.k8s.io/v1 Lease: take it when free or expired, renew it while leading.
+
+    As client-go: a candidate rides out an API server it cannot reach; a leader keeps retrying its
+    renewal until the renew deadline (two thirds of the lease's duration since it last renewed),
+    so that one dropped call or an API server restart does not cost the leadership, and stops leading
+    before the lease can expire for the others."""
 
     def __init__(self, api: Api, name: str, namespace: str, identity: str, duration_s: int = 15,
                  renew_s: float = 5.0) -> None:
         self.api, self.name, self.namespace, self.identity = api, name, namespace, identity
         self.duration_s, self.renew_s = duration_s, renew_s
+        self.deadline_s = duration_s * 2 / 3
 
     async def _try(self) -> bool:
         client = self.api.client
@@ -63,7 +79,14 @@ class LeaderElector:
             raise
 
     async def acquire(self) -> None:
-        while not await self._try():
+        while True:
+            try:
+                if await self._try():
+                    break
+            except Exception as e:
+                if not passing(e):
+                    raise
+                log.warning("could not reach the lease (%s); trying again", api_message(e) or type(e).__name__)
             await asyncio.sleep(self.renew_s / 2)
         metrics.LEADER.labels(self.name).set(1)
         log.info("became the leader as %s", self.identity)
@@ -86,15 +109,27 @@ class LeaderElector:
             log.warning("could not give up the lease: %s", e)
 
     async def keep(self) -> None:
-        """Renew until renewal fails; then return (the caller stops leading)."""
+        """Renew until another holds the lease, renewal fails for good, or the renew deadline passes;
+        then raise (the caller stops leading)."""
+        renewed = time.monotonic()
+        wait = self.renew_s
         while True:
-            await asyncio.sleep(self.renew_s)
+            await asyncio.sleep(wait)
             try:
                 if not await self._try():
+                    why = "another operator holds the lease"
                     break
-            except ApiError as e:
-                log.warning("lease renewal failed: %s", e)
-                break
+                renewed, wait = time.monotonic(), self.renew_s
+            except Exception as e:
+                if not passing(e):
+                    why = f"renewal failed: {api_message(e)}"
+                    break
+                late, wait = time.monotonic() - renewed, min(1.0, self.renew_s / 2)
+                if late + wait >= self.deadline_s:
+                    why = (f"not renewed for {late:.1f}s (the renew deadline is {self.deadline_s:.0f}s): "
+                           f"{api_message(e)}")
+                    break
+                log.warning("lease renewal failed (%s); trying again", api_message(e) or type(e).__name__)
         metrics.LEADER.labels(self.name).set(0)
-        log.error("lost the lease")
-        raise RuntimeError("lost leadership: another operator holds the lease")
+        log.error("lost the lease: %s", why)
+        raise RuntimeError(f"lost leadership: {why}")
