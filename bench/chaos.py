@@ -175,6 +175,7 @@ class Findings:
     past_backoff: list[str] = field(default_factory=list)
     faults_done: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # jobs the API server refused (the bench's bug)
+    operator_exits: list[str] = field(default_factory=list)  # exits the injector did not cause
 
 
 class Chaos:
@@ -193,6 +194,7 @@ class Chaos:
         self.found = Findings()
         self.stop = threading.Event()
         self.operators: dict[int, subprocess.Popen[bytes]] = {}
+        self.injected: set[int] = set()  # operator slots the injector killed (it starts them again)
         self.t0 = 0.0
         self.serial = 0
         self.stop_submitting: set[str] = set()
@@ -212,6 +214,18 @@ class Chaos:
             stdout=(self.logs / f"operator-{slot}.log").open("ab"), stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
             preexec_fn=die_with_parent)
+        self.injected.discard(slot)
+
+    def supervise(self) -> None:
+        """Start again an operator that exited by itself, as its Deployment's kubelet would, and
+        count it: an exit is the operator's own answer to a fault (a leader past its renew deadline)."""
+        for slot, p in list(self.operators.items()):
+            if slot in self.injected or p.poll() is None:
+                continue
+            t = time.monotonic() - self.t0
+            self.found.operator_exits.append(f"operator {slot} exited {p.returncode} at {t:.0f}s")
+            log(f"operator {slot} exited by itself (rc {p.returncode}); starting it again")
+            self.start_operator(slot)
 
     def leader_slot(self) -> int | None:
         """The operator process holding the Lease: its identity is host-uuid, so ask each log."""
@@ -397,6 +411,7 @@ class Chaos:
             slot = self.leader_slot()
             if slot is None:
                 return "no leader found"
+            self.injected.add(slot)
             self.operators[slot].send_signal(signal.SIGKILL)
             self.operators[slot].wait()
             threading.Timer(2.0, self.start_operator, (slot,)).start()
@@ -475,6 +490,7 @@ class Chaos:
                         what = f"failed: {type(e).__name__}: {str(e)[:160]}"
                     self.found.faults_done.append(f"{f.at:.0f}s {f.kind}: {what}")
                     log(f"fault {f.kind} at {elapsed:.0f}s: {what}")
+                self.supervise()
                 try:
                     self.tend(submitting=True)
                 except Exception as e:
@@ -486,6 +502,7 @@ class Chaos:
                     self.delete_job(j)
             end = time.monotonic() + 240
             while time.monotonic() < end and any(not j.end for j in self.jobs.values()):
+                self.supervise()
                 try:
                     self.tend(submitting=False)
                 except Exception as e:
@@ -494,6 +511,7 @@ class Chaos:
             for j in self.jobs.values():
                 if not j.end:
                     j.end = "still running"
+                    self.describe(j)
             # Every job goes; nothing of any of them may be left.
             for j in self.jobs.values():
                 if j.end != "Deleted":
@@ -511,6 +529,8 @@ class Chaos:
                 time.sleep(1.0)
             self.found.leftovers = left()
         finally:
+            # However the run ends (an invariant broken, a timeout, an error of the bench), the
+            # operators go with it and the events stay for the reader.
             self.stop.set()
             watcher.join(timeout=30)
             for p in self.operators.values():
@@ -520,22 +540,42 @@ class Chaos:
                     p.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     p.kill()
+            self.write_events()
         self.found.past_backoff = [f"{j.name} ({j.restarts} > {j.backoff})" for j in self.jobs.values()
                                    if j.restarts > j.backoff]
-        try:  # the jobs' events, for the reader of a broken run
-            from lightkube.resources.core_v1 import Event
+        try:
+            self.client.delete(Namespace, self.ns)
+        except ApiError:
+            pass
+        return self.found
 
+    def write_events(self) -> None:
+        """The run's events, oldest first, in events.txt: for the reader of a broken run."""
+        from lightkube.resources.core_v1 import Event
+
+        try:
             events: list[Any] = list(self.client.list(Event, namespace=self.ns))
             (self.logs / "events.txt").write_text("".join(
                 f"{e.lastTimestamp or e.eventTime} {e.involvedObject.name} {e.reason}: {e.message}\n"
                 for e in sorted(events, key=lambda e: str(e.lastTimestamp or e.eventTime))))
         except Exception as e:
             log(f"events: {type(e).__name__}: {str(e)[:120]}")
+
+    def describe(self, job: Job) -> None:
+        """Log what a job that did not end in time looks like: its conditions and its pods' phases."""
+        from lightkube.resources.core_v1 import Pod
+
+        from torchjob.kube.objects.pods import LABEL_JOB
+
         try:
-            self.client.delete(Namespace, self.ns)
-        except ApiError:
-            pass
-        return self.found
+            status = self.client.get(self.res(job), job.name, namespace=self.ns).status or {}
+            conds = [f"{c['type']}={c['status']} ({c.get('reason', '')})" for c in status.get("conditions", [])]
+            pods = [f"{p.metadata.name}:{p.status.phase if p.status else '?'}"
+                    + (" (deleting)" if p.metadata.deletionTimestamp else "")
+                    for p in self.client.list(Pod, namespace=self.ns, labels={LABEL_JOB: job.name}) if p.metadata]
+            log(f"{job.name} still running: {', '.join(conds) or 'no conditions'}; pods {', '.join(pods) or 'none'}")
+        except Exception as e:
+            log(f"{job.name} still running (could not read it: {type(e).__name__})")
 
     def report(self) -> bool:
         """Print the figures; True when every invariant holds."""
@@ -560,6 +600,8 @@ class Chaos:
               + (f" {f.past_backoff}" if f.past_backoff else ""))
         print(f"  longest time a job's status said Running with none of its containers running: "
               f"{longest[1]:.1f} s ({longest[0]})")
+        print(f"  operator exits the injector did not cause (each started again): {len(f.operator_exits)}"
+              + (f" {f.operator_exits}" if f.operator_exits else ""))
         if f.refused:
             print(f"  jobs the API server refused (a bug of the bench): {f.refused}")
         ok = len(good) == len(jobs) and not f.doubles and not f.leftovers and not f.past_backoff and not f.refused
@@ -612,6 +654,9 @@ def main(argv: list[str] | None = None, run: Callable[..., Any] | None = None) -
               else "chaos.py: error: --duration must be a positive number of seconds", file=sys.stderr)
         return 2
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1_000_000)
+    # SIGTERM (a test's timeout, a CI runner stopping) ends the run through its cleanup: the
+    # operators stopped, the events written, the namespace deleted.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     subnet = os.environ.get("DEVCLUSTER_POD_SUBNET", "10.249.0.0/24")
     state = Path(a.state)
     logs = Path(a.logs) if a.logs else Path(f"/tmp/chaos-logs-{seed}-{uuid.uuid4().hex[:4]}")
