@@ -194,7 +194,10 @@ class Chaos:
         self.found = Findings()
         self.stop = threading.Event()
         self.operators: dict[int, subprocess.Popen[bytes]] = {}
-        self.injected: set[int] = set()  # operator slots the injector killed (it starts them again)
+        # Operator slots the injector killed, and when it starts each again. Started from the main
+        # thread: PR_SET_PDEATHSIG fires when the thread that forked the child ends, so one started
+        # from a timer's thread died with the timer (found by the operator-exits figure).
+        self.restart_at: dict[int, float] = {}
         self.t0 = 0.0
         self.serial = 0
         self.stop_submitting: set[str] = set()
@@ -214,13 +217,17 @@ class Chaos:
             stdout=(self.logs / f"operator-{slot}.log").open("ab"), stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
             preexec_fn=die_with_parent)
-        self.injected.discard(slot)
+        self.restart_at.pop(slot, None)
 
     def supervise(self) -> None:
         """Start again an operator that exited by itself, as its Deployment's kubelet would, and
         count it: an exit is the operator's own answer to a fault (a leader past its renew deadline)."""
         for slot, p in list(self.operators.items()):
-            if slot in self.injected or p.poll() is None:
+            if slot in self.restart_at:
+                if time.monotonic() >= self.restart_at[slot]:
+                    self.start_operator(slot)
+                continue
+            if p.poll() is None:
                 continue
             t = time.monotonic() - self.t0
             self.found.operator_exits.append(f"operator {slot} exited {p.returncode} at {t:.0f}s")
@@ -411,10 +418,9 @@ class Chaos:
             slot = self.leader_slot()
             if slot is None:
                 return "no leader found"
-            self.injected.add(slot)
+            self.restart_at[slot] = time.monotonic() + 2.0
             self.operators[slot].send_signal(signal.SIGKILL)
             self.operators[slot].wait()
-            threading.Timer(2.0, self.start_operator, (slot,)).start()
             return f"SIGKILL operator {slot} (the leader; started again in 2 s)"
         if fault.kind == "delete_restarting":
             victims = sorted(j.name for j in self.jobs.values() if j.kind == "victim" and not j.end)
