@@ -1,16 +1,18 @@
 """A seeded chaos run on the dev cluster's real node: a mix of jobs trains as real pods while a
 fault injector breaks things, and invariants are checked throughout and at the end.
 
-The operator runs as two processes on the host with `--leader-elect` (one leads, one waits on the
-Lease). Jobs, each resubmitted when it ends until --duration is over: a DDP job (1 master + 1
-worker, OnFailure), an elastic job (2 torchrun agents, min 1), a job whose worker's script exits 3
-(restartPolicy Never: it must fail), a job suspended 10 s after it starts and resumed 10 s later, a
-Kubeflow PyTorchJob (kubeflow.org/v1, served by the same operator), and a victim that the injector
-deletes while it restarts.
+The operator runs as installed (--operator chart, the default): charts/torchjob by real Helm, its
+image built on the node, two replicas as pods (one leads, one waits on the Lease); or as two
+`--leader-elect` processes on the host (--operator processes). Jobs, each resubmitted when it ends
+until --duration is over: a DDP job (1 master + 1 worker, OnFailure), an elastic job (2 torchrun
+agents, min 1), a job whose worker's script exits 3 (restartPolicy Never: it must fail), a job
+suspended 10 s after it starts and resumed 10 s later, a Kubeflow PyTorchJob (kubeflow.org/v1,
+served by the same operator), and a victim that the injector deletes while it restarts.
 
 The injector draws its schedule from --seed (printed; the same seed replays the same faults at the
 same offsets, each on the candidate of the same index when it fires): SIGKILL a training container
-(`ctr tasks kill`), delete a pod, SIGKILL the operator's leader (started again 2 s later), SIGSTOP a
+(`ctr tasks kill`), delete a pod, SIGKILL the operator's leader (its container, which the kubelet
+starts again; a process is started again 2 s later), SIGSTOP a
 container and SIGCONT it 8 s later (a hang), delete a job while it restarts, restart the
 kube-apiserver (`dev-cluster.sh restart-apiserver`), SIGKILL the kubelet or containerd and start it
 again.
@@ -23,7 +25,8 @@ At the end: jobs that ended as their script and policy imply / all; pods or Serv
 their job went (must be 0); jobs whose restartCount went past backoffLimit (must be 0). It exits 1
 when an invariant is broken.
 
-Usage: python bench/chaos.py [--duration 600] [--seed N] [--kubeconfig PATH] [--state DIR]
+Usage: python bench/chaos.py [--duration 600] [--seed N] [--operator chart|processes] [--kubeconfig PATH]
+                            [--state DIR]
 Without --kubeconfig it brings a real-node cluster up (root) in --state (default
 /tmp/torchjob-bench-chaos) on DEVCLUSTER_POD_SUBNET (default 10.249.0.0/24) and takes it down after.
 """
@@ -35,7 +38,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -48,6 +50,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the stand-in image of the real-node tests (tests/e2e/images.py)
+from bench.chaos_operators import ChartOperators, ProcessOperators  # noqa: E402
+
 PYTHON = sys.executable
 INIT_IMAGE = "localhost/torchjob-e2e:dev"
 LIVE_BOUND = 0.5  # the watchers' period (s)
@@ -65,20 +69,6 @@ def dict_of(obj: Any) -> Any:
 
 def log(msg: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def die_with_parent() -> None:
-    """In a child, before exec: SIGKILL it when this bench dies, however it dies. Operators that
-    outlived a killed bench once acted beside a test suite's own operator (Linux's PR_SET_PDEATHSIG)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --------------------------------------------------------------------------------- the schedule
@@ -180,12 +170,13 @@ class Findings:
 
 class Chaos:
     def __init__(self, kubeconfig: str, state: Path, seed: int, duration: float, logs: Path,
-                 faults: tuple[str, ...] = FAULTS, host: str = "127.0.0.1") -> None:
+                 faults: tuple[str, ...] = FAULTS, host: str = "127.0.0.1", operator: str = "chart",
+                 subnet: str = "10.249.0.0/24") -> None:
         from lightkube import Client, KubeConfig
 
         self.kubeconfig, self.state, self.seed, self.duration, self.logs = kubeconfig, state, seed, duration, logs
         self.faults = faults
-        self.host = host
+        self.host, self.operator, self.subnet = host, operator, subnet
         self.sock = str(state / "realnode" / "containerd" / "containerd.sock")
         self.client = Client(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-chaos")
         self.ns = f"chaos-{seed}-{uuid.uuid4().hex[:4]}"
@@ -193,11 +184,7 @@ class Chaos:
         self.lock = threading.Lock()
         self.found = Findings()
         self.stop = threading.Event()
-        self.operators: dict[int, subprocess.Popen[bytes]] = {}
-        # Operator slots the injector killed, and when it starts each again. Started from the main
-        # thread: PR_SET_PDEATHSIG fires when the thread that forked the child ends, so one started
-        # from a timer's thread died with the timer (found by the operator-exits figure).
-        self.restart_at: dict[int, float] = {}
+        self.operators: ProcessOperators | ChartOperators | None = None
         self.t0 = 0.0
         self.serial = 0
         self.stop_submitting: set[str] = set()
@@ -207,46 +194,11 @@ class Chaos:
 
     # ----------------------------------------------------------------- the operator, two processes
 
-    def start_operator(self, slot: int) -> None:
-        port = free_port()
-        self.operators[slot] = subprocess.Popen(
-            [PYTHON, "-m", "torchjob", "operator", "--kubeconfig", self.kubeconfig, "--leader-elect",
-             "--lease-duration", "6", "--init-image", INIT_IMAGE, "--kubeflow-api", "on",
-             "--metrics-port", str(free_port()), "--workers", "4", "--progress-port", str(port),
-             "--progress-url", f"https://{self.host}:{port}"],
-            stdout=(self.logs / f"operator-{slot}.log").open("ab"), stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-            preexec_fn=die_with_parent)
-        self.restart_at.pop(slot, None)
-
-    def supervise(self) -> None:
-        """Start again an operator that exited by itself, as its Deployment's kubelet would, and
-        count it: an exit is the operator's own answer to a fault (a leader past its renew deadline)."""
-        for slot, p in list(self.operators.items()):
-            if slot in self.restart_at:
-                if time.monotonic() >= self.restart_at[slot]:
-                    self.start_operator(slot)
-                continue
-            if p.poll() is None:
-                continue
-            t = time.monotonic() - self.t0
-            self.found.operator_exits.append(f"operator {slot} exited {p.returncode} at {t:.0f}s")
-            log(f"operator {slot} exited by itself (rc {p.returncode}); starting it again")
-            self.start_operator(slot)
-
-    def leader_slot(self) -> int | None:
-        """The operator process holding the Lease: its identity is host-uuid, so ask each log."""
-        from lightkube.resources.coordination_v1 import Lease
-
-        try:
-            lease: Any = self.client.get(Lease, "torchjob-operator", namespace="torchjob-system")
-            holder = lease.spec.holderIdentity
-        except Exception:
-            return None
-        for slot in self.operators:
-            if holder and holder in (self.logs / f"operator-{slot}.log").read_text(errors="replace"):
-                return slot
-        return None
+    def make_operators(self) -> ProcessOperators | ChartOperators:
+        if self.operator == "processes":
+            return ProcessOperators(self.kubeconfig, self.logs, self.client, self.host, INIT_IMAGE, log)
+        return ChartOperators(self.kubeconfig, self.logs, self.client, self.state, INIT_IMAGE, log,
+                              lambda *args, timeout=900: devcluster(self.state, self.subnet, *args, timeout=timeout))
 
     # ----------------------------------------------------------------- node and API views
 
@@ -415,13 +367,7 @@ class Chaos:
             self.client.delete(Pod, name, namespace=self.ns)
             return f"deleted pod {name}"
         if fault.kind == "kill_leader":
-            slot = self.leader_slot()
-            if slot is None:
-                return "no leader found"
-            self.restart_at[slot] = time.monotonic() + 2.0
-            self.operators[slot].send_signal(signal.SIGKILL)
-            self.operators[slot].wait()
-            return f"SIGKILL operator {slot} (the leader; started again in 2 s)"
+            return self.operators.kill_leader() if self.operators else "no operators"
         if fault.kind == "delete_restarting":
             victims = sorted(j.name for j in self.jobs.values() if j.kind == "victim" and not j.end)
             name = self.pick(victims, fault)
@@ -480,8 +426,8 @@ class Chaos:
         plan = [f for f in schedule(self.seed, self.duration) if f.kind in self.faults]
         log(f"seed {self.seed}: {len(plan)} faults over {self.duration:.0f} s in namespace {self.ns}: "
             + ", ".join(f"{f.at:.0f}s {f.kind}" for f in plan))
-        self.start_operator(0)
-        self.start_operator(1)
+        self.operators = self.make_operators()
+        self.operators.start()
         watcher = threading.Thread(target=self.watch, daemon=True)
         self.t0 = time.monotonic()
         watcher.start()
@@ -496,7 +442,7 @@ class Chaos:
                         what = f"failed: {type(e).__name__}: {str(e)[:160]}"
                     self.found.faults_done.append(f"{f.at:.0f}s {f.kind}: {what}")
                     log(f"fault {f.kind} at {elapsed:.0f}s: {what}")
-                self.supervise()
+                self.operators.supervise()
                 try:
                     self.tend(submitting=True)
                 except Exception as e:
@@ -508,7 +454,7 @@ class Chaos:
                     self.delete_job(j)
             end = time.monotonic() + 240
             while time.monotonic() < end and any(not j.end for j in self.jobs.values()):
-                self.supervise()
+                self.operators.supervise()
                 try:
                     self.tend(submitting=False)
                 except Exception as e:
@@ -539,13 +485,9 @@ class Chaos:
             # operators go with it and the events stay for the reader.
             self.stop.set()
             watcher.join(timeout=30)
-            for p in self.operators.values():
-                p.terminate()
-            for p in self.operators.values():
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            if self.operators is not None:
+                self.operators.stop()
+                self.found.operator_exits = self.operators.exits
             self.write_events()
         self.found.past_backoff = [f"{j.name} ({j.restarts} > {j.backoff})" for j in self.jobs.values()
                                    if j.restarts > j.backoff]
@@ -651,6 +593,8 @@ def main(argv: list[str] | None = None, run: Callable[..., Any] | None = None) -
     ap.add_argument("--state", default=os.environ.get("TORCHJOB_DEVCLUSTER_DIR", "/tmp/torchjob-bench-chaos"),
                     help="the real-node cluster's state dir")
     ap.add_argument("--faults", default=",".join(FAULTS), help=f"the kinds of fault to draw from ({','.join(FAULTS)})")
+    ap.add_argument("--operator", choices=("chart", "processes"), default="chart",
+                    help="the operator as installed (the chart's two pods) or two processes on the host")
     ap.add_argument("--logs", default=None, help="where the operators' logs go (a temporary dir)")
     a = ap.parse_args(argv)
     faults = tuple(x for x in a.faults.split(",") if x)
@@ -678,7 +622,8 @@ def main(argv: list[str] | None = None, run: Callable[..., Any] | None = None) -
         started = "already up" not in up.stderr
     try:
         image = prepare(kubeconfig, state, subnet, logs)
-        chaos = Chaos(kubeconfig, state, seed, a.duration, logs, faults, host=subnet.rsplit(".", 1)[0] + ".1")
+        chaos = Chaos(kubeconfig, state, seed, a.duration, logs, faults, host=subnet.rsplit(".", 1)[0] + ".1",
+                      operator=a.operator, subnet=subnet)
         chaos.run(image)
         return 0 if chaos.report() else 1
     finally:
