@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import Any
 
 import httpx2
 import pytest
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.resources.coordination_v1 import Lease
 
-from torchjob.kube.machinery.client import Api
-from torchjob.kube.machinery.leader import LeaderElector, passing
+from torchjob.kube.machinery.client import Api, outlasting, passing
+from torchjob.kube.machinery.leader import LeaderElector
 
 
 def unreachable() -> Api:
@@ -78,3 +80,34 @@ def test_a_leader_gives_up_at_its_renew_deadline_not_at_its_first_failed_renewal
     # The deadline is two thirds of the 3 s lease: it retried for about 2 s, and stopped before the
     # lease could expire for the others (3 s).
     assert 1.2 <= took < 3.0, took
+
+
+def test_a_start_up_call_outlasts_a_restarting_api_server_and_not_a_refusal() -> None:
+    tries: list[float] = []
+
+    async def flaky() -> str:  # the API server comes back on the third try
+        tries.append(time.monotonic())
+        if len(tries) < 3:
+            raise httpx2.ConnectError("All connection attempts failed")
+        return "served"
+
+    assert asyncio.run(outlasting(flaky, "asking")) == "served"
+    assert len(tries) == 3 and tries[2] - tries[0] >= 1.4  # 0.5 s, then 1 s between tries
+
+    refused: list[int] = []
+
+    async def forbidden() -> str:
+        refused.append(1)
+        raise api_error(403)
+
+    with pytest.raises(ApiError):
+        asyncio.run(outlasting(forbidden, "asking"))
+    assert refused == [1]  # said at once
+
+    async def gone() -> Any:  # a real client, a port nobody listens on: given up within the bound
+        return await unreachable().client.get(Lease, "torchjob-operator", namespace="torchjob-system")
+
+    start = time.monotonic()
+    with pytest.raises(httpx2.TransportError):
+        asyncio.run(outlasting(gone, "the lease", within_s=2.0))
+    assert time.monotonic() - start < 4.0

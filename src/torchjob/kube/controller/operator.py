@@ -19,7 +19,7 @@ from torchjob.api.errors import UserError
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
 from torchjob.kube.controller.reconciler import ProgressLink
-from torchjob.kube.machinery.client import Api, connect
+from torchjob.kube.machinery.client import Api, connect, outlasting
 from torchjob.kube.machinery.health import Health, serve_http
 from torchjob.kube.machinery.leader import LeaderElector
 from torchjob.kube.machinery.scrapers import ScraperAuth
@@ -71,7 +71,8 @@ async def run_operator(config: OperatorConfig) -> None:
             acquire.result()
             tasks.append(asyncio.create_task(elector.keep()))
         kinds: list[ServedKind] = [TORCHJOB]
-        serve_kubeflow, why = await should_serve(api, config.kubeflow_api, datetime.now(UTC))
+        serve_kubeflow, why = await outlasting(lambda: should_serve(api, config.kubeflow_api, datetime.now(UTC)),
+                                               "asking whether to serve Kubeflow's API")
         log.info("Kubeflow's PyTorchJob API: %s (%s)", "served" if serve_kubeflow else "not served", why)
         if serve_kubeflow:  # the same controller code and core, for the second kind
             kinds.append(PYTORCHJOB)
@@ -82,7 +83,8 @@ async def run_operator(config: OperatorConfig) -> None:
             # only the leader is ready, so the Service sends the pods' reports to it).
             told = urlsplit(url).hostname  # the certificate must name what the pods are told
             extra = (told,) if told else ()
-            made = await tls.ensure(api, config.lease_namespace, config.progress_service, extra)
+            made = await outlasting(lambda: tls.ensure(api, config.lease_namespace, config.progress_service, extra),
+                                    "the progress endpoint's certificate")
             link = ProgressLink(Books(), tls.Trust(made.trusted))
         controllers = {k.plural: Controller(api, config, kind=k, progress=link) for k in kinds}
         if link is not None:

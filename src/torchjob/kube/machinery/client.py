@@ -6,12 +6,15 @@ bottleneck of Python controllers (research/operator-stack.md §2.3).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterable
+import time
+from collections.abc import AsyncIterable, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import httpx2  # lightkube's HTTP client: what it raises below the Kubernetes API
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
@@ -78,6 +81,32 @@ def status_code(e: Exception) -> int | None:
         return e.status.code
     code = getattr(getattr(e, "response", None), "status_code", None)  # lightkube's HTTP client's error
     return code if isinstance(code, int) else None
+
+
+def passing(e: BaseException) -> bool:
+    """An error that says nothing of the request: the API server restarting, overloaded or out of
+    reach for a moment. Anything else (403: a missing RBAC rule, say) is the installer's to fix."""
+    if isinstance(e, httpx2.TransportError | asyncio.TimeoutError):
+        return True
+    return isinstance(e, Exception) and (status_code(e) or 0) in (429, 500, 502, 503, 504)
+
+
+T = TypeVar("T")
+
+
+async def outlasting(call: Callable[[], Awaitable[T]], what: str, within_s: float = 60.0) -> T:
+    """`call()`, tried again while it fails with a passing error, for up to `within_s` seconds: a
+    kube-apiserver restart during the operator's start is waited out rather than ending it."""
+    end, delay = time.monotonic() + within_s, 0.5
+    while True:
+        try:
+            return await call()
+        except Exception as e:
+            if not passing(e) or time.monotonic() + delay > end:
+                raise
+            log.warning("%s: %s; trying again in %.1fs", what, api_message(e) or type(e).__name__, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
 
 
 def api_message(e: Exception) -> str:

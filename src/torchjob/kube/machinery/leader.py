@@ -7,24 +7,15 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta
 
-import httpx2  # lightkube's HTTP client: what it raises below the Kubernetes API
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from torchjob.kube.machinery import metrics
-from torchjob.kube.machinery.client import Api, api_message, status_code
+from torchjob.kube.machinery.client import Api, api_message, passing, status_code
 
 log = logging.getLogger("torchjob.kube")
-
-
-def passing(e: BaseException) -> bool:
-    """An error that says nothing about who leads: the API server restarting, overloaded or out of
-    reach for a moment. Anything else (403: no RBAC on Leases, say) is the installer's to fix."""
-    if isinstance(e, httpx2.TransportError | asyncio.TimeoutError):
-        return True
-    return isinstance(e, Exception) and (status_code(e) or 0) in (429, 500, 502, 503, 504)
 
 
 class LeaderElector:
