@@ -52,6 +52,26 @@ def test_only_an_api_server_out_of_reach_or_overloaded_is_ridden_out(error: Base
     assert passing(error) is passes
 
 
+def test_a_candidate_believes_a_refusal_only_once_it_lasts() -> None:
+    async def go() -> float:
+        refusing = Api(RefusingClient())  # type: ignore[arg-type]
+        elector = LeaderElector(refusing, "torchjob-operator", "torchjob-system", "me", renew_s=0.2)
+        elector.settle_s = 1.0
+        start = time.monotonic()
+        with pytest.raises(ApiError, match="answer 403"):
+            await elector.acquire()
+        return time.monotonic() - start
+
+    assert 0.9 <= asyncio.run(go()) < 3.0
+
+
+class RefusingClient:
+    """An API server that answers 403 to everything (RBAC without Leases)."""
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        raise api_error(403)
+
+
 def test_a_candidate_keeps_trying_while_the_api_server_is_away() -> None:
     async def go() -> None:
         elector = LeaderElector(unreachable(), "torchjob-operator", "torchjob-system", "me", duration_s=3,
@@ -94,15 +114,24 @@ def test_a_start_up_call_outlasts_a_restarting_api_server_and_not_a_refusal() ->
     assert asyncio.run(outlasting(flaky, "asking")) == "served"
     assert len(tries) == 3 and tries[2] - tries[0] >= 1.4  # 0.5 s, then 1 s between tries
 
-    refused: list[int] = []
+    refused: list[float] = []
 
-    async def forbidden() -> str:
-        refused.append(1)
+    async def forbidden() -> str:  # a restarted API server refuses for a moment; this one for good
+        refused.append(time.monotonic())
         raise api_error(403)
 
-    with pytest.raises(ApiError):
-        asyncio.run(outlasting(forbidden, "asking"))
-    assert refused == [1]  # said at once
+    with pytest.raises(ApiError, match="answer 403"):
+        asyncio.run(outlasting(forbidden, "asking", settle_s=1.0))
+    assert len(refused) >= 2 and refused[-1] - refused[0] < 2.0  # believed after settle_s
+
+    async def not_found() -> str:
+        refused.append(0.0)
+        raise api_error(404)
+
+    refused.clear()
+    with pytest.raises(ApiError, match="answer 404"):
+        asyncio.run(outlasting(not_found, "asking"))
+    assert refused == [0.0]  # said at once
 
     async def gone() -> Any:  # a real client, a port nobody listens on: given up within the bound
         return await unreachable().client.get(Lease, "torchjob-operator", namespace="torchjob-system")

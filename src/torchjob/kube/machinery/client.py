@@ -91,18 +91,45 @@ def passing(e: BaseException) -> bool:
     return isinstance(e, Exception) and (status_code(e) or 0) in (429, 500, 502, 503, 504)
 
 
+# A restarted kube-apiserver answers 403 for a moment, until its RBAC authorizer's caches have
+# synced (seen in the chaos run, bench/chaos.py): a refusal is believed once it lasts this long.
+SETTLE_S = 15.0
+
+
+def refused(e: BaseException) -> bool:
+    return isinstance(e, Exception) and status_code(e) in (401, 403)
+
+
+class Outage:
+    """Whether an error is worth trying again: a passing one, or a refusal younger than `settle_s`."""
+
+    def __init__(self, settle_s: float = SETTLE_S) -> None:
+        self.settle_s = settle_s
+        self.refused_since: float | None = None
+
+    def bearable(self, e: BaseException) -> bool:
+        if refused(e):
+            now = time.monotonic()
+            self.refused_since = self.refused_since or now
+            return now - self.refused_since < self.settle_s
+        self.refused_since = None
+        return passing(e)
+
+
 T = TypeVar("T")
 
 
-async def outlasting(call: Callable[[], Awaitable[T]], what: str, within_s: float = 60.0) -> T:
-    """`call()`, tried again while it fails with a passing error, for up to `within_s` seconds: a
-    kube-apiserver restart during the operator's start is waited out rather than ending it."""
-    end, delay = time.monotonic() + within_s, 0.5
+async def outlasting(call: Callable[[], Awaitable[T]], what: str, within_s: float = 60.0,
+                     settle_s: float = SETTLE_S) -> T:
+    """`call()`, tried again while it fails with a passing error (or a refusal, for `settle_s`), for
+    up to `within_s` seconds: a kube-apiserver restart during the operator's start is waited out
+    rather than ending it."""
+    end, delay, outage = time.monotonic() + within_s, 0.5, Outage(settle_s)
     while True:
         try:
             return await call()
         except Exception as e:
-            if not passing(e) or time.monotonic() + delay > end:
+            if not outage.bearable(e) or time.monotonic() + delay > end:
                 raise
             log.warning("%s: %s; trying again in %.1fs", what, api_message(e) or type(e).__name__, delay)
         await asyncio.sleep(delay)

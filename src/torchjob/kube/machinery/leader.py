@@ -13,7 +13,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from torchjob.kube.machinery import metrics
-from torchjob.kube.machinery.client import Api, api_message, passing, status_code
+from torchjob.kube.machinery.client import SETTLE_S, Api, Outage, api_message, status_code
 
 log = logging.getLogger("torchjob.kube")
 
@@ -21,8 +21,9 @@ log = logging.getLogger("torchjob.kube")
 class LeaderElector:
     """coordination.k8s.io/v1 Lease: take it when free or expired, renew it while leading.
 
-    As client-go: a candidate rides out an API server it cannot reach; a leader keeps retrying its
-    renewal until the renew deadline (two thirds of the lease's duration since it last renewed),
+    As client-go: a candidate rides out an API server it cannot reach (and, for SETTLE_S, one that
+    refuses it: a restarted one does for a moment); a leader keeps retrying its renewal until the
+    renew deadline (two thirds of the lease's duration since it last renewed),
     so that one dropped call or an API server restart does not cost the leadership, and stops leading
     before the lease can expire for the others."""
 
@@ -31,6 +32,7 @@ class LeaderElector:
         self.api, self.name, self.namespace, self.identity = api, name, namespace, identity
         self.duration_s, self.renew_s = duration_s, renew_s
         self.deadline_s = duration_s * 2 / 3
+        self.settle_s = SETTLE_S
 
     async def _try(self) -> bool:
         client = self.api.client
@@ -70,12 +72,13 @@ class LeaderElector:
             raise
 
     async def acquire(self) -> None:
+        outage = Outage(self.settle_s)
         while True:
             try:
                 if await self._try():
                     break
             except Exception as e:
-                if not passing(e):
+                if not outage.bearable(e):
                     raise
                 log.warning("could not reach the lease (%s); trying again", api_message(e) or type(e).__name__)
             await asyncio.sleep(self.renew_s / 2)
@@ -111,10 +114,7 @@ class LeaderElector:
                     why = "another operator holds the lease"
                     break
                 renewed, wait = time.monotonic(), self.renew_s
-            except Exception as e:
-                if not passing(e):
-                    why = f"renewal failed: {api_message(e)}"
-                    break
+            except Exception as e:  # any error, as client-go: the deadline bounds it
                 late, wait = time.monotonic() - renewed, min(1.0, self.renew_s / 2)
                 if late + wait >= self.deadline_s:
                     why = (f"not renewed for {late:.1f}s (the renew deadline is {self.deadline_s:.0f}s): "
