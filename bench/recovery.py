@@ -16,7 +16,8 @@ same trial is run, alternating, on each runtime in one sitting:
             Kubeflow user writes (restartPolicy OnFailure).
 
 Each kind is also run elastic (--elastic): 4 torchrun agents (torchjob: Worker x4, elasticPolicy
-min 2 max 4, c10d; torchrun: the same as one torchrun of 4 processes).
+min 2 max 4, c10d; torchrun: the same as one torchrun of 4 processes). Locally torchjob also runs
+torchrun's own shape and fault ("elastic-1x4": Worker x1, nprocPerNode 4, one process killed).
 
 What the time goes to is printed from the new attempt's own lines (the last rank's process started,
 torch imported, rendezvous done, past k + 1) and, on the node, from the pods as polled every 100 ms
@@ -102,7 +103,7 @@ def wait(what: str, probe: Callable[[], Any], timeout: float, every: float = 0.0
 @dataclass
 class Trial:
     runtime: str
-    kind: str  # ddp | elastic
+    kind: str  # ddp | elastic | elastic-1x4
     recovery: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)  # stage -> seconds after the kill
     note: str = ""
@@ -152,7 +153,7 @@ def measure(d: Path, kill: Callable[[list[Line]], float],
 # --------------------------------------------------------------------------------- local
 
 
-def local_job(name: str, d: Path, elastic: bool) -> dict[str, Any]:
+def local_job(name: str, d: Path, elastic: bool, agents: int = 4) -> dict[str, Any]:
     cmd = [PROGRAM.name, "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", str(d)]
     container: dict[str, Any] = {"name": "pytorch", "workingDir": str(PROGRAM.parent)}
     specs: dict[str, Any] = {}
@@ -161,12 +162,12 @@ def local_job(name: str, d: Path, elastic: bool) -> dict[str, Any]:
     def replica(n: int) -> dict[str, Any]:
         return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
 
-    if elastic:
+    if elastic:  # 4 agents of a process each, or torchrun's own shape: one agent of 4 processes
         container["command"] = ["torchrun", *cmd]
-        specs["Worker"] = replica(4)
-        spec["nprocPerNode"] = 1
-        spec["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 3,
-                                 "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]}
+        specs["Worker"] = replica(agents)
+        spec["nprocPerNode"] = 4 // agents
+        spec["elasticPolicy"] = {"minReplicas": min(2, agents), "maxReplicas": agents, "rdzvBackend": "c10d",
+                                 "maxRestarts": 3, "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]}
     else:
         container["command"] = ["python", *cmd]
         specs["Master"] = replica(1)
@@ -174,11 +175,12 @@ def local_job(name: str, d: Path, elastic: bool) -> dict[str, Any]:
     return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name}, "spec": spec}
 
 
-def kill_local(victim: str, group: bool) -> Callable[[list[Line]], float]:
-    """Kill the latest process whose start line names replica `victim` (its process group when
-    `group`: the replica as a whole, as a container's kill would)."""
+def kill_local(victim: str, group: bool, rank: int | None = None) -> Callable[[list[Line]], float]:
+    """Kill the latest process whose start line names replica `victim` (and `rank`, when given; its
+    process group when `group`: the replica as a whole, as a container's kill would)."""
     def kill(lines: list[Line]) -> float:
-        starts = [ln for ln in lines if ln.what == "start" and ln.rest.endswith(f"replica {victim}")]
+        starts = [ln for ln in lines if ln.what == "start" and ln.rest.endswith(f"replica {victim}")
+                  and rank in (None, ln.rank)]
         fields = starts[-1].rest.split()
         pid, pgid = int(fields[1]), int(fields[3])
         t = time.time()
@@ -190,25 +192,27 @@ def kill_local(victim: str, group: bool) -> Callable[[list[Line]], float]:
     return kill
 
 
-def run_local(runtime: str, elastic: bool, keep: Path) -> Trial:
-    kind = "elastic" if elastic else "ddp"
+def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4) -> Trial:
+    """One local trial. `agents` 1 (torchjob, elastic): torchrun's own shape and fault, one agent of
+    4 processes and one process killed, beside the 4-agent job that loses a whole agent."""
+    kind = ("elastic" if agents == 4 else "elastic-1x4") if elastic else "ddp"
     d = Path(tempfile.mkdtemp(prefix=f"recovery-{runtime}-{kind}-", dir=keep))
     out = (d / "runtime.out").open("w")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     if runtime == "torchjob":
         job = d / "job.yaml"
-        job.write_text(yaml.safe_dump(local_job(f"rec-{uuid.uuid4().hex[:6]}", d, elastic)))
+        job.write_text(yaml.safe_dump(local_job(f"rec-{uuid.uuid4().hex[:6]}", d, elastic, agents)))
         cmd = [PYTHON, "-m", "torchjob", "run", str(job), "-q"]
-        victim, group = ("worker-1", True)
+        victim, group, rank = ("worker-1", True, None) if agents == 4 else ("worker-0", False, 2)
     else:
         cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "--max-restarts", "3",
                str(PROGRAM), "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", str(d)]
         # without it torchrun's restart meets its shared rendezvous store (issue 22): fails or hangs
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-        victim, group = ("proc-2", False)
+        victim, group, rank = ("proc-2", False, None)
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True)
     try:
-        recovery, stages, k, _ = measure(d, kill_local(victim, group))
+        recovery, stages, k, _ = measure(d, kill_local(victim, group, rank))
         rc = proc.wait(timeout=120)
         note = f"k={k}, exit {rc}"
         if rc != 0:
@@ -545,8 +549,8 @@ def report(trials: list[Trial], peers: list[tuple[str, str, float]]) -> None:
               + "; ".join(f"{t.recovery:.2f} ({t.note})" for t in ts))
     print("\nRatios (median / median of the peer in the same run)")
     for ours, peer, goal in peers:
-        for kind in ("ddp", "elastic"):
-            a, b = groups.get((ours, kind)), groups.get((peer, kind))
+        for kind in ("ddp", "elastic", "elastic-1x4"):
+            a, b = groups.get((ours, kind)), groups.get((peer, kind.removesuffix("-1x4")))
             if a and b:
                 ra = statistics.median(t.recovery for t in a)
                 rb = statistics.median(t.recovery for t in b)
@@ -584,8 +588,9 @@ def main() -> None:
         peers.append(("torchjob", "torchrun", 1.2))
         for i in range(args.repeat):
             for elastic in kinds:
-                for rt in (("torchjob", "torchrun") if i % 2 == 0 else ("torchrun", "torchjob")):
-                    t = run_local(rt, elastic, args.keep)
+                runs = [("torchjob", 4), ("torchrun", 4)] + ([("torchjob", 1)] if elastic else [])
+                for rt, agents in (runs if i % 2 == 0 else runs[::-1]):
+                    t = run_local(rt, elastic, args.keep, agents)
                     print(f"local {rt} {t.kind}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
                     trials.append(t)
     if args.node:
