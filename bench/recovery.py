@@ -542,10 +542,10 @@ def report(trials: list[Trial], peers: list[tuple[str, str, float]]) -> None:
     for t in trials:
         groups.setdefault((t.runtime, t.kind), []).append(t)
     print("\nRecovery: from the SIGKILL to every rank past step k+1 again (s), median of the trials")
-    print(f"{'runtime':<22} {'job':<8} {'median':>7} {'min':>6} {'max':>6}  trials")
+    print(f"{'runtime':<22} {'job':<11} {'median':>7} {'min':>6} {'max':>6}  trials")
     for (rt, kind), ts in groups.items():
         r = [t.recovery for t in ts]
-        print(f"{rt:<22} {kind:<8} {statistics.median(r):7.2f} {min(r):6.2f} {max(r):6.2f}  "
+        print(f"{rt:<22} {kind:<11} {statistics.median(r):7.2f} {min(r):6.2f} {max(r):6.2f}  "
               + "; ".join(f"{t.recovery:.2f} ({t.note})" for t in ts))
     print("\nRatios (median / median of the peer in the same run)")
     for ours, peer, goal in peers:
