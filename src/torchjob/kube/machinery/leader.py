@@ -23,9 +23,9 @@ class LeaderElector:
 
     As client-go: a candidate rides out an API server it cannot reach (and, for SETTLE_S, one that
     refuses it: a restarted one does for a moment); a leader keeps retrying its renewal until the
-    renew deadline (two thirds of the lease's duration since it last renewed),
-    so that one dropped call or an API server restart does not cost the leadership, and stops leading
-    before the lease can expire for the others."""
+    renew deadline (two thirds of the lease's duration since it last renewed), so that a dropped
+    call or an API server restart does not cost the leadership, and stops leading before the lease
+    can expire for the others."""
 
     def __init__(self, api: Api, name: str, namespace: str, identity: str, duration_s: int = 15,
                  renew_s: float = 5.0) -> None:
@@ -103,8 +103,8 @@ class LeaderElector:
             log.warning("could not give up the lease: %s", e)
 
     async def keep(self) -> None:
-        """Renew until another holds the lease, renewal fails for good, or the renew deadline passes;
-        then raise (the caller stops leading)."""
+        """Renew until another holds the lease or the renew deadline passes without a renewal; then
+        raise (the caller stops leading)."""
         renewed = time.monotonic()
         wait = self.renew_s
         while True:
