@@ -52,7 +52,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the stand-in image of the real-node tests (tests/e2e/images.py)
 from bench.chaos_operators import ChartOperators, ProcessOperators  # noqa: E402
 
-PYTHON = sys.executable
 INIT_IMAGE = "localhost/torchjob-e2e:dev"
 LIVE_BOUND = 0.5  # the watchers' period (s)
 
@@ -192,12 +191,12 @@ class Chaos:
         self.pod_job: dict[str, str] = {}  # pod uid -> job name (from the API)
         self.running_since: dict[str, float] = {}  # job -> when its status said Running with nothing running
 
-    # ----------------------------------------------------------------- the operator, two processes
+    # ----------------------------------------------------------------- the operator (bench/chaos_operators.py)
 
     def make_operators(self) -> ProcessOperators | ChartOperators:
         if self.operator == "processes":
             return ProcessOperators(self.kubeconfig, self.logs, self.client, self.host, INIT_IMAGE, log)
-        return ChartOperators(self.kubeconfig, self.logs, self.client, self.state, INIT_IMAGE, log,
+        return ChartOperators(self.kubeconfig, self.logs, self.client, INIT_IMAGE, log,
                               lambda *args, timeout=900: devcluster(self.state, self.subnet, *args, timeout=timeout))
 
     # ----------------------------------------------------------------- node and API views

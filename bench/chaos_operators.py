@@ -129,9 +129,9 @@ class ProcessOperators:
 class ChartOperators:
     """charts/torchjob installed by real Helm: two replicas as pods on the node."""
 
-    def __init__(self, kubeconfig: str, logs: Path, client: Any, state: Path, init_image: str, log: Log,
+    def __init__(self, kubeconfig: str, logs: Path, client: Any, init_image: str, log: Log,
                  devcluster: Callable[..., subprocess.CompletedProcess[str]]) -> None:
-        self.kubeconfig, self.logs, self.client, self.state = kubeconfig, logs, client, state
+        self.kubeconfig, self.logs, self.client = kubeconfig, logs, client
         self.init_image, self.log, self.devcluster = init_image, log, devcluster
         self.kills = 0
         self.exits: list[str] = []

@@ -55,8 +55,8 @@ def test_only_an_api_server_out_of_reach_or_overloaded_is_ridden_out(error: Base
 def test_a_candidate_believes_a_refusal_only_once_it_lasts() -> None:
     async def go() -> float:
         refusing = Api(RefusingClient())  # type: ignore[arg-type]
-        elector = LeaderElector(refusing, "torchjob-operator", "torchjob-system", "me", renew_s=0.2)
-        elector.settle_s = 1.0
+        elector = LeaderElector(refusing, "torchjob-operator", "torchjob-system", "me", renew_s=0.2,
+                                settle_s=1.0)
         start = time.monotonic()
         with pytest.raises(ApiError, match="answer 403"):
             await elector.acquire()

@@ -28,11 +28,11 @@ class LeaderElector:
     can expire for the others."""
 
     def __init__(self, api: Api, name: str, namespace: str, identity: str, duration_s: int = 15,
-                 renew_s: float = 5.0) -> None:
+                 renew_s: float = 5.0, settle_s: float = SETTLE_S) -> None:
         self.api, self.name, self.namespace, self.identity = api, name, namespace, identity
         self.duration_s, self.renew_s = duration_s, renew_s
         self.deadline_s = duration_s * 2 / 3
-        self.settle_s = SETTLE_S
+        self.settle_s = settle_s
 
     async def _try(self) -> bool:
         client = self.api.client
