@@ -48,6 +48,8 @@ class Scenario:
     expect_reason: str = "Succeeded"  # reason of the final Succeeded/Failed condition
     expect_restarts: int = 0          # status.restartCount
     expect_failed_replica: str | None = None  # status.failure.replica
+    # replica name -> its last attempt (status.replicas[name].attempt); a replica not named is not checked
+    expect_attempts: Mapping[str, int] = field(default_factory=dict)
     # Lifecycle policies: job-level, and per replica type ("Master"/"Worker").
     policies: tuple[Mapping[str, Any], ...] = ()
     replica_policies: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
@@ -75,6 +77,8 @@ class Scenario:
         assert status.get("restartCount", 0) == self.expect_restarts, status
         if self.expect_failed_replica is not None:
             assert status["failure"]["replica"] == self.expect_failed_replica, status
+        for name, attempt in self.expect_attempts.items():
+            assert status["replicas"][name].get("attempt", 0) == attempt, status
 
     def job(self, command: list[str]) -> TorchJob:
         """A valid TorchJob named after the scenario, `command` for every replica."""
@@ -501,6 +505,18 @@ SCENARIOS += [
         workers=1,
         deleted={"worker-0": 0.5},
         exits={"master-0": ((2.0, 0),)},
+        unplayable=NOT_DELETED,
+    ),
+    Scenario(
+        # a gang (restartScope Job, the default): the master deleted after the worker's collective
+        # (chaos run 6). Made again alone it would wait for a worker that has ended: every replica
+        # restarts at once, uncounted, whatever restartPolicy says, and the new attempts succeed
+        name="deleted-gang-restarts",
+        workers=1,
+        restart_scope=None,
+        deleted={"master-0": 1.5},
+        exits={"master-0": ((30.0, 0), (1.0, 0)), "worker-0": ((1.0, 0), (0.5, 0))},
+        expect_attempts={"master-0": 1, "worker-0": 1},
         unplayable=NOT_DELETED,
     ),
     Scenario(

@@ -1,25 +1,27 @@
-"""Facts a runtime learns, decided in core: a replica deleted by someone else (an eviction or simply
-missing), a refusal, a lost runner. One observed world at a time."""
+"""Facts a runtime learns, decided in core: a replica deleted by someone else (an eviction, a lost
+rank of a gang, or simply missing), a refusal, a lost runner. One observed world at a time."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from tests.core.sim import Driver, at, running, up, world
+from tests.core.sim import Driver, at, ended, pending, running, up, world
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import Abandon, Create, Forget, Observed, Phase, Refusal, Stop, World, evicted
+from torchjob.core.reconcile import Abandon, Create, Forget, Observed, Phase, Refusal, Stop, World, evicted, lost_rank
 from torchjob.core.topology import ReplicaId
 
 M0, W0 = ReplicaId("Master", 0), ReplicaId("Worker", 0)
 EVICTED_RESTARTS = [{"event": "PodEvicted", "action": "RestartJob"}]
 
 
-def job(policies: list[dict[str, Any]] | None = None) -> TorchJob:
-    data = job_data("facts", workers=1, restart_policy="Never")
+def job(policies: list[dict[str, Any]] | None = None, *, scope: str | None = "Replica",
+        restart_policy: str = "Never") -> TorchJob:
+    """A master and a worker; `scope` None is the default restartScope (Job: a gang)."""
+    data = job_data("facts", workers=1, restart_policy=restart_policy, restart_scope=scope)
     if policies:
         data["spec"]["policies"] = policies
     return job_from_data(data)
@@ -60,6 +62,54 @@ def test_without_a_policy_a_deleted_replica_is_waited_for_then_made_again() -> N
     plan = d(world(up(M0), gone(up(W0))), 2)
     assert plan.actions == [Create(W0, 0)]
     assert d.status.restartCount == 0 and not d.status.finished
+
+
+def test_a_gangs_deleted_rank_restarts_every_replica_at_once_uncounted() -> None:
+    # chaos run 6: the master deleted after the worker's collective; made again alone, it waited
+    # in its rendezvous for a worker that had succeeded
+    d, _ = running(job(scope=None, restart_policy="OnFailure"))
+    assert lost_rank(d.job, gone(up(M0))) and not evicted(d.job, gone(up(M0)))
+    plan = d(world(gone(up(M0)), ended(W0, 0, 0.8)), 2)
+    assert plan.actions == [Forget(M0, 0), Forget(W0, 0), Create(M0, 1)]  # worker-0 once its pod is gone
+    assert d.status.restartCount == 0
+    assert [r.restarts for r in d.status.replicas.values()] == [0, 0]  # maxRestarts and backoff untouched
+    assert [e.message for e in plan.events] == [
+        "master-0 was deleted while it ran; restarting the job's 2 replicas "
+        "(not counted: a deletion is not a failure of the job)"]
+    assert d.status.is_true(ConditionType.RESTARTING) and not d.status.finished
+    assert d(world(pending(M0, 1)), 3).actions == [Create(W0, 1)]
+
+
+def test_a_gangs_rank_still_going_restarts_the_gang_and_its_name_waits() -> None:
+    d, _ = running(job(scope=None))  # restartPolicy Never: a deletion is not a failure
+    plan = d(world(up(M0), going(up(W0))), 1)
+    assert plan.actions == [Stop(M0, 0, "worker-0 was deleted while it ran; restarting the job")]
+    assert plan.actions[0].restarting  # type: ignore[union-attr]
+    plan = d(world(going(up(W0))), 2)
+    assert plan.actions == [Create(M0, 1)]  # worker-0's name is still taken by the pod going away
+    plan = d(world(pending(M0, 1), gone(up(W0))), 3)
+    assert plan.actions == [Create(W0, 1)] and d.status.restartCount == 0
+
+
+def test_a_peer_failing_after_the_deletion_is_of_an_attempt_already_replaced() -> None:
+    d, _ = running(job(scope=None, restart_policy="OnFailure"))
+    plan = d(world(gone(up(M0), t=1.0), ended(W0, 1, 1.5)), 2)
+    assert d.status.restartCount == 0 and len([e for e in plan.events if e.reason == "Restarting"]) == 1
+
+
+def test_a_failure_before_the_deletion_is_one_counted_restart() -> None:
+    d, _ = running(job(scope=None, restart_policy="OnFailure"))
+    plan = d(world(gone(up(M0), t=1.5), ended(W0, 1, 1.0)), 2)
+    assert d.status.restartCount == 1 and len([e for e in plan.events if e.reason == "Restarting"]) == 1
+
+
+def test_a_deletion_in_a_job_of_one_replica_or_per_replica_restarts_is_made_again_alone() -> None:
+    d, _ = running(job(scope="Replica"))
+    assert not lost_rank(d.job, gone(up(W0)))
+    single = job_from_data(job_data("one", workers=0, restart_policy="Never", restart_scope=None))
+    d1, _ = running(single)
+    assert not lost_rank(d1.job, gone(up(M0)))
+    assert d1(world(gone(up(M0))), 1).actions == [Create(M0, 0)]
 
 
 def test_a_deletion_is_no_eviction_when_the_job_is_suspended_or_the_attempt_stale() -> None:

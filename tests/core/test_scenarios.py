@@ -68,6 +68,7 @@ def test_scenario(s: Scenario) -> None:
     assert status.state == s.expect_state
     assert result.final_reason() == s.expect_reason
     assert status.restartCount == s.expect_restarts
+    assert {name: status.replicas[name].attempt for name in s.expect_attempts} == s.expect_attempts
     assert not result.deleted
     if s.expect_state == "Failed":
         assert status.failure is not None

@@ -165,7 +165,8 @@ class RunPolicy(Strict):
     # What a failed replica's restart (by its restartPolicy) restarts: `Job`, every replica at once,
     # counted as one restart (the default of a job that is not elastic: no rank can go on without the
     # others, which would fail in their next collective or hang in it); `Replica`, only the failed
-    # one (Kubeflow's behaviour; the default of an elastic job, whose rendezvous re-forms).
+    # one (Kubeflow's behaviour; the default of an elastic job, whose rendezvous re-forms). A replica
+    # deleted by someone else restarts the same, uncounted (core/facts.py `lost_rank`).
     restartScope: RestartScope | None = None
 
 

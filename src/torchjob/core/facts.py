@@ -1,38 +1,54 @@
-"""Facts a runtime learned, decided on here: a replica deleted by someone else (an eviction, or
-simply missing), a refusal to run the job as written, a lost runner."""
+"""Facts a runtime learned, decided on here: a replica deleted by someone else (an eviction, a lost
+rank of a gang, or simply missing), a refusal to run the job as written, a lost runner."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
 
-from torchjob.api.model import LifecycleEvent, TorchJob
+from torchjob.api.model import LifecycleEvent, RestartScope, TorchJob
 from torchjob.api.status import ConditionType, ExitReason, JobStatus, Reason
 from torchjob.core.conditions import fail
 from torchjob.core.lifecycle import match_policy
 from torchjob.core.plan import Abandon, Plan, Round
+from torchjob.core.topology import replicas
 from torchjob.core.world import Observed, Phase, Refusal, World
 
 
-def evicted(job: TorchJob, obs: Observed) -> bool:
-    """A replica deleted by someone else (`Observed.deleted`) is Volcano's PodEvicted when the job
-    runs (not finished, not suspended), the attempt is current and still ran, and a lifecycle
-    policy acts on that event. Torchjob itself never deletes a current replica of a running job:
-    it moves the attempt on, or ends or suspends the job, first."""
+def _deleted_while_running(job: TorchJob, obs: Observed) -> bool:
+    """Deleted by someone else (`Observed.deleted`) while the job runs (not finished, not suspended),
+    the attempt current and still running. Torchjob itself never deletes a current replica of a
+    running job: it moves the attempt on, or ends or suspends the job, first."""
     status = job.status
     if not obs.deleted or status is None or status.finished or status.is_true(ConditionType.SUSPENDED):
         return False
     if not obs.phase.active:
         return False
     current = status.replicas.get(obs.replica.name)
-    return (current is not None and current.attempt == obs.attempt
+    return current is not None and current.attempt == obs.attempt
+
+
+def evicted(job: TorchJob, obs: Observed) -> bool:
+    """A replica deleted while the job runs is Volcano's PodEvicted when a lifecycle policy acts on
+    that event."""
+    return (_deleted_while_running(job, obs)
             and match_policy(job, obs.replica.rtype, LifecycleEvent.POD_EVICTED, None) is not None)
 
 
+def lost_rank(job: TorchJob, obs: Observed) -> bool:
+    """A replica deleted while the job runs, with no policy on PodEvicted, in a gang (restartScope
+    Job, more than one replica): a rank the others cannot go on without. Made again alone, it would
+    wait in its rendezvous for peers that have moved on or ended; core restarts the whole gang."""
+    return (_deleted_while_running(job, obs) and job.restart_scope is RestartScope.JOB
+            and len(replicas(job)) > 1
+            and match_policy(job, obs.replica.rtype, LifecycleEvent.POD_EVICTED, None) is None)
+
+
 def as_core_sees(job: TorchJob, world: World, now: datetime) -> World:
-    """The world with each deleted replica decided on: an eviction is a failure with reason Evicted.
-    In a finished job a deleted replica has ended (as the eviction that ended it had). Otherwise it
-    is still there while it goes away (its name is taken), and missing once it is gone: made again."""
+    """The world with each deleted replica decided on: an eviction is a failure with reason Evicted;
+    a lost rank is kept as it was seen last (the gang restarts for it: core/lifecycle.py). In a
+    finished job a deleted replica has ended (as the eviction that ended it had). Otherwise it is
+    still there while it goes away (its name is taken), and missing once it is gone: made again."""
     if not any(o.deleted for o in world.replicas.values()):
         return world
     finished = job.status is not None and job.status.finished
@@ -42,7 +58,7 @@ def as_core_sees(job: TorchJob, world: World, now: datetime) -> World:
             seen[name] = replace(obs, phase=Phase.FAILED, reason=ExitReason.EVICTED,
                                  message=obs.message or "the replica was deleted while it ran",
                                  finished_at=obs.finished_at or now)
-        elif not obs.deleted:
+        elif not obs.deleted or lost_rank(job, obs):
             seen[name] = obs
         elif finished:
             seen[name] = replace(obs, phase=Phase.FAILED) if obs.phase.active else obs

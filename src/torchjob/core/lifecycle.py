@@ -1,6 +1,7 @@
 """Lifecycle policies (Volcano's, native here) and restartPolicy: which policy an event of a
 replica type matches, the hold-back of a policy's timeout, and carrying out an action (end the
-job, or restart a replica, its type, or every replica, within backoffLimit)."""
+job, or restart a replica, its type, or every replica, within backoffLimit). And a gang's lost
+rank: every replica restarts, uncounted."""
 
 from __future__ import annotations
 
@@ -98,6 +99,15 @@ def act_on_exit(r: Round, obs: Observed) -> None:
         _fail_by_restart_policy(r, obs, rpolicy)
 
 
+def restart_for_lost_rank(r: Round, obs: Observed) -> None:
+    """A rank of a gang deleted by someone else while the job runs (core/facts.py `lost_rank`): every
+    replica restarts at once, whatever restartPolicy says, and uncounted (neither restartCount, and so
+    backoffLimit, nor the replicas' restarts, and so maxRestarts and their backoff): a deletion is not
+    a failure of the job. Kubeflow makes the deleted pod again, uncounted too, but alone."""
+    why = f"{obs.replica.name} was deleted while it ran"
+    _restart(r, LifecycleAction.RESTART_JOB, obs, why, rtype=obs.replica.rtype, backoff=False, counted=False)
+
+
 def _fail_by_restart_policy(r: Round, obs: Observed, rpolicy: str) -> None:
     if rpolicy == "ExitCode":
         reason = Reason.NON_RETRYABLE_EXIT_CODE
@@ -141,27 +151,33 @@ def _restart_targets(job: TorchJob, action: str, obs: Observed | None, rtype: st
     return replicas(job)  # RestartJob
 
 
-def _restart(r: Round, action: str, obs: Observed | None, why: str, *, rtype: str, backoff: bool) -> None:
+def _restart(r: Round, action: str, obs: Observed | None, why: str, *, rtype: str, backoff: bool,
+             counted: bool = True) -> None:
     """Move each target on to a new attempt (after its backoff), the old one stopped or forgotten."""
     status = r.status
-    status.restartCount += 1
+    if counted:
+        status.restartCount += 1
     delay = 0.0
     for rid in _restart_targets(r.job, action, obs, rtype):
         st = status.replicas[rid.name]
         seen = r.current.pop(rid.name, None)
         if seen is not None:
-            # a gang restart by restartPolicy says whose failure it is; a policy's says which action
-            r.plan.retire(seen, f"{why}; restarting the job" if backoff else f"restarted by {action}", restarting=True)
+            # a gang restart by restartPolicy (or for a lost rank) says whose end it is; a policy's
+            # says which action
+            told = f"{why}; restarting the job" if backoff or not counted else f"restarted by {action}"
+            r.plan.retire(seen, told, restarting=True)
             st.attempt = max(st.attempt, seen.attempt + 1)
-        delay = policy.restart_delay(st.restarts) if backoff else 0.0
-        st.notBefore = r.now + timedelta(seconds=delay) if delay else None
-        st.restarts += 1
+        if counted:
+            delay = policy.restart_delay(st.restarts) if backoff else 0.0
+            st.notBefore = r.now + timedelta(seconds=delay) if delay else None
+            st.restarts += 1
     limit = r.job.run_policy.backoffLimit
     of = f" of {limit}" if limit is not None else ""
     what = "restarting it" if action == LifecycleAction.RESTART_POD else (
         f"restarting the {rtype.lower()} replicas" if action == LifecycleAction.RESTART_TASK
         else f"restarting the job's {len(replicas(r.job))} replicas")
-    by = "" if backoff else f" ({action})"
-    r.plan.event(EventType.WARNING, Reason.RESTARTING,
-                 f"{why}; {what}{by} (restart {status.restartCount}{of}" + (f", in {delay:g}s)" if delay else ")"))
+    by = "" if backoff or not counted else f" ({action})"
+    count = (f"restart {status.restartCount}{of}" + (f", in {delay:g}s" if delay else "") if counted
+             else "not counted: a deletion is not a failure of the job")
+    r.plan.event(EventType.WARNING, Reason.RESTARTING, f"{why}; {what}{by} ({count})")
     set_condition(status, ConditionType.RESTARTING, True, Reason.RESTARTING, f"{why}; {what}", r.now)

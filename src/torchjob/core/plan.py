@@ -93,8 +93,9 @@ class Plan:
                 self.actions.append(Stop(obs.replica, obs.attempt, reason))
 
     def retire(self, obs: Observed, why: str, restarting: bool = False) -> None:
-        """An attempt that is no longer current: stopped if it runs (and is not stopping yet), else forgotten."""
-        if not obs.phase.active:
+        """An attempt that is no longer current: stopped if it runs (and is not stopping yet), else
+        forgotten (it ended, or was deleted and is gone)."""
+        if not obs.phase.active or (obs.deleted and not obs.stopping):
             self.actions.append(Forget(obs.replica, obs.attempt))
         elif not obs.stopping:
             self.actions.append(Stop(obs.replica, obs.attempt, why, restarting))

@@ -14,10 +14,11 @@ Decisions, in order (each step below; the first that decides the round ends it):
 5. Success: a policy on a completed replica type, or the success rules (the master succeeded; no
    master: every worker; elastic: any worker; minSuccess).
 6. Exits, first exit first (core/lifecycle.py): a lifecycle policy, or restartPolicy within
-   backoffLimit, or the job fails. Then stalls (core/stalls.py).
+   backoffLimit, or the job fails; a gang's lost rank restarts the gang, uncounted. Then stalls
+   (core/stalls.py).
 7. Missing replicas are created (after their restart backoff).
-Before all of it, each replica deleted by someone else is decided on (core/facts.py): an eviction
-or simply missing.
+Before all of it, each replica deleted by someone else is decided on (core/facts.py): an eviction,
+a lost rank of a gang, or simply missing.
 When the job fails, every replica still running is stopped at once, whatever cleanPodPolicy
 says; cleanPodPolicy decides only what is kept of finished replicas (`All` purges them).
 
@@ -42,8 +43,8 @@ from torchjob.api.status import (
 )
 from torchjob.core import policy
 from torchjob.core.conditions import drop_condition, fail, finish, set_condition
-from torchjob.core.facts import as_core_sees, evicted, fail_by_fact, refuse
-from torchjob.core.lifecycle import act_on_completed_types, act_on_exit, match_policy
+from torchjob.core.facts import as_core_sees, evicted, fail_by_fact, lost_rank, refuse
+from torchjob.core.lifecycle import act_on_completed_types, act_on_exit, match_policy, restart_for_lost_rank
 from torchjob.core.plan import (
     Abandon,
     Action,
@@ -62,7 +63,8 @@ from torchjob.core.world import Observed, Phase, Refusal, World
 
 __all__ = [
     "SUCCESS_SETTLE_S", "Abandon", "Action", "Create", "DeleteJob", "Event", "Forget", "Observed", "Phase", "Plan",
-    "Purge", "Refusal", "Stop", "World", "as_core_sees", "evicted", "match_policy", "quiet_replicas", "reconcile",
+    "Purge", "Refusal", "Stop", "World", "as_core_sees", "evicted", "lost_rank", "match_policy", "quiet_replicas",
+    "reconcile",
     "refuse",
     "set_condition",
 ]
@@ -265,12 +267,18 @@ def _apply_success_rules(r: Round, expected: list[ReplicaId]) -> None:
 
 
 def _exits_and_stalls(r: Round) -> bool:
-    ended = [o for o in r.current.values() if o.phase is Phase.FAILED or o.phase is Phase.SUCCEEDED]
+    # A gang's lost rank ended too, when it was deleted: in time order with the exits, so that the
+    # peers' failures that follow from it are of attempts already replaced.
+    ended = [o for o in r.current.values() if not o.phase.active or lost_rank(r.job, o)]
     ended.sort(key=lambda o: (o.finished_at or r.now, o.replica))
     for obs in ended:
         if r.status.finished:
             break
-        if r.current.get(obs.replica.name) is obs:  # else replaced by a restart decided earlier in this loop
+        if r.current.get(obs.replica.name) is not obs:  # replaced by a restart decided earlier in this loop
+            continue
+        if obs.phase.active:
+            restart_for_lost_rank(r, obs)
+        else:
             act_on_exit(r, obs)
     if not r.status.finished:
         act_on_stalls(r)

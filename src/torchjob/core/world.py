@@ -37,10 +37,11 @@ class Observed:
     last_report: datetime | None = None  # when this attempt last reported progress (None: never)
     # Deleted, by someone other than torchjob as far as the runtime knows (a drain, `kubectl delete
     # pod`): `stopping` while it is still going away, not once it is gone (its last state is kept
-    # until core has decided on it). Core decides what it means (`core.facts.evicted`): with a
-    # lifecycle policy on PodEvicted, while the job runs and the attempt is current, a failure with
-    # reason Evicted (finished at `finished_at`, the deletion's time); otherwise the replica is
-    # simply missing and is made again (Kubeflow's behaviour), once it is gone.
+    # until core has decided on it). Core decides what it means (core/facts.py): while the job runs
+    # and the attempt is current, with a lifecycle policy on PodEvicted a failure with reason Evicted
+    # (finished at `finished_at`, the deletion's time); else in a gang (restartScope Job) a lost rank:
+    # the gang restarts, uncounted; otherwise the replica is simply missing and is made again
+    # (Kubeflow's behaviour), once it is gone.
     deleted: bool = False
 
 
