@@ -1,0 +1,55 @@
+"""The short chaos run (bench/chaos.py, a fixed seed whose 100 s draw every kind of fault once) on the real node:
+the operator as installed (charts/torchjob by real Helm, two replicas as pods, its image built on the
+node), a mix of jobs as real pods, and the seeded injector
+(SIGKILLed and SIGSTOPped containers, deleted pods, the leader killed, the kube-apiserver, the
+kubelet and containerd restarted, a job deleted while it restarts). It fails when an invariant is broken."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.conftest import STATE
+from tests.kube.conftest import REPO, Operator
+
+pytestmark = pytest.mark.kube
+
+SEED = 5
+DURATION = 100
+# the faults, up to 240 s for the jobs to end and 120 s for them to go, the operator's image (built
+# on the node when its sources changed) and the chart installed
+BOUND = DURATION + 780
+
+
+@pytest.mark.timeout(BOUND + 120)
+def test_a_short_seeded_chaos_run_breaks_no_invariant(node_kubeconfig: str, node_operator: Operator) -> None:
+    # The suite's own operator (a host process, no leader election) would act beside the chart's
+    # two: it stops for the run and starts again after.
+    node_operator.stop()
+    # Its own session: whatever ends the test, the run and everything it started end with it (it
+    # cleans up on SIGTERM) and outlive it in no later test.
+    run = subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "chaos.py"), "--duration", str(DURATION), "--seed", str(SEED),
+         "--kubeconfig", node_kubeconfig, "--state", str(STATE)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    try:
+        out, err = run.communicate(timeout=BOUND)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGTERM)
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(run.pid, signal.SIGKILL)
+        node_operator.start()
+    print(out[-6000:], err[-3000:])
+    assert f"seed {SEED}" in out
+    assert "replicas that ever had two live pods at once: 0" in out, out[-4000:]
+    assert "pods or Services left after their job went: 0" in out, out[-4000:]
+    assert "jobs whose restarts went past backoffLimit: 0" in out, out[-4000:]
+    assert run.returncode == 0, out[-4000:] + err[-2000:]
