@@ -116,7 +116,7 @@ def test_volcano_seeds_complete_when_the_master_does(name: str) -> None:
 def test_000_volcano_env() -> None:
     job = seed("000-volcano.yaml")
     hosts = {"master-0": "h-m0", "worker-0": "h-w0", "worker-1": "h-w1"}
-    env = replica_env(job, ReplicaId(WORKER, 1), [], WHERE, hosts).env
+    env = replica_env(job, ReplicaId(WORKER, 1), [], WHERE, lambda r: hosts[r.name]).env
     assert env["VC_MASTER_HOSTS"] == "h-m0" and env["VC_MASTER_NUM"] == "1"
     assert env["VC_WORKER_HOSTS"] == "h-w0,h-w1" and env["VC_WORKER_NUM"] == "2"
     assert "VC_TASK_INDEX" not in env and "VK_TASK_INDEX" not in env

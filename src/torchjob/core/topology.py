@@ -14,7 +14,7 @@ A job in torchrun mode also gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless its
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from torchjob.api.model import MASTER, REPLICA_TYPES, WORKER, TorchJob
@@ -44,6 +44,12 @@ class ReplicaId:
 def replicas(job: TorchJob) -> list[ReplicaId]:
     """Every replica of the job in rank order: the master first, then workers by index."""
     return [ReplicaId(t, i) for t in REPLICA_TYPES for i in range(job.replica_count(t))]
+
+
+def replica_total(job: TorchJob) -> int:
+    """How many replicas the job has: len(replicas(job)) without listing them (a job of thousands
+    of replicas asks this once per replica)."""
+    return sum(job.replica_count(t) for t in REPLICA_TYPES)
 
 
 def has_master(job: TorchJob) -> bool:
@@ -98,7 +104,7 @@ def elastic_bounds(job: TorchJob) -> tuple[int, int] | None:
 
 def world_size(job: TorchJob, nproc: int) -> int:
     """Processes in the job, what torch means by WORLD_SIZE."""
-    return len(replicas(job)) * nproc
+    return replica_total(job) * nproc
 
 
 # Since torch 2.4 the c10d rendezvous shares one TCPStore, made by round 0's rank 0, with every later
@@ -122,7 +128,10 @@ class ReplicaEnv:
     defaults: dict[str, str] = field(default_factory=lambda: dict(ALWAYS_DEFAULTS))
 
 
-def volcano_env(job: TorchJob, rid: ReplicaId, hosts: Mapping[str, str]) -> dict[str, str]:
+HostOf = Callable[[ReplicaId], str]
+
+
+def volcano_env(job: TorchJob, rid: ReplicaId, host_of: HostOf) -> dict[str, str]:
     """What Volcano's `env` plugin (task index) and `svc` plugin (hosts of every task) set."""
     vc = job.spec.volcano
     env: dict[str, str] = {}
@@ -133,9 +142,9 @@ def volcano_env(job: TorchJob, rid: ReplicaId, hosts: Mapping[str, str]) -> dict
     if vc.hosts:
         for rtype in job.spec.pytorchReplicaSpecs:
             key = volcano_task(job, rtype).upper().replace("-", "_")
-            names = [r.name for r in replicas(job) if r.rtype == rtype]
-            env[f"VC_{key}_HOSTS"] = ",".join(hosts[n] for n in names)
-            env[f"VC_{key}_NUM"] = str(len(names))
+            n = job.replica_count(rtype)
+            env[f"VC_{key}_HOSTS"] = ",".join(host_of(ReplicaId(rtype, i)) for i in range(n))
+            env[f"VC_{key}_NUM"] = str(n)
     return env
 
 
@@ -144,16 +153,18 @@ def replica_env(
     rid: ReplicaId,
     argv: list[str],
     where: Placement,
-    hosts: Mapping[str, str] | None = None,
+    host_of: HostOf | None = None,
 ) -> ReplicaEnv:
     """The variables torchjob sets for one replica (the user's own env is merged by the caller).
-    `hosts` maps every replica name to its host name (for Volcano's VC_<TASK>_HOSTS)."""
+    `host_of` gives a replica's host name (for Volcano's VC_<TASK>_HOSTS; default: the master's
+    address). Asked only of a job that wants the hosts: each replica's own work stays O(1) in the
+    size of the job otherwise."""
     env: dict[str, str] = {
         "TORCHJOB_JOB_NAME": job.name,
         "TORCHJOB_REPLICA_TYPE": rid.rtype.lower(),
         "TORCHJOB_REPLICA_INDEX": str(rid.index),
     }
-    env.update(volcano_env(job, rid, hosts or {r.name: where.master_addr for r in replicas(job)}))
+    env.update(volcano_env(job, rid, host_of or (lambda _: where.master_addr)))
     nproc = nproc_per_node(job)
     rank = node_rank(job, rid)
     if is_torchrun(argv):
@@ -163,7 +174,7 @@ def replica_env(
         bounds = elastic_bounds(job)
         if bounds is None:
             env.update(
-                PET_NNODES=str(len(replicas(job))),
+                PET_NNODES=str(replica_total(job)),
                 PET_NODE_RANK=str(rank),
                 PET_MASTER_ADDR=where.master_addr,
                 PET_MASTER_PORT=str(where.master_port),

@@ -120,6 +120,18 @@ def host(job: TorchJob, rid: ReplicaId) -> str:
     return f"{pod_name(job, rid)}.{job.name}"
 
 
+def _replica_named(job: TorchJob, name: str) -> ReplicaId | None:
+    """The replica whose pod is `name` (`<job>-worker-1`), if the job has it."""
+    prefix = f"{job.name}-"
+    if not name.startswith(prefix):
+        return None
+    try:
+        rid = ReplicaId.parse(name[len(prefix):])
+    except ValueError:
+        return None
+    return rid if rid.index < job.replica_count(rid.rtype) and rid.name == name[len(prefix):] else None
+
+
 def placement(job: TorchJob) -> Placement:
     first = ReplicaId(MASTER if has_master(job) else WORKER, 0)
     port = master_port(job)
@@ -129,7 +141,8 @@ def placement(job: TorchJob) -> Placement:
     rdzv_host = ep.rdzvHost if ep and ep.rdzvHost else host(job, ReplicaId(WORKER, 0))
     # A host that names one of the job's pods bare (Kubeflow's default, spelled out) resolves
     # through the job's headless Service by its hostname.subdomain.
-    rdzv_host = {pod_name(job, r): host(job, r) for r in replicas(job)}.get(rdzv_host, rdzv_host)
+    named = _replica_named(job, rdzv_host)
+    rdzv_host = host(job, named) if named is not None else rdzv_host
     rdzv_port = ep.rdzvPort if ep and ep.rdzvPort else port
     return Placement(host(job, first), port, rdzv_host, rdzv_port)
 
@@ -289,8 +302,7 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
         c["command"], c["args"] = debug, []
         skip_init = any(d.skipInitContainer for d in (job.spec.runMode.debug.replicaSpecs or [])  # type: ignore[union-attr]
                         if d.type.lower() == rid.rtype.lower())
-    hosts = {r.name: host(job, r) for r in replicas(job)}
-    renv = replica_env(job, rid, argv, where, hosts)
+    renv = replica_env(job, rid, argv, where, lambda r: host(job, r))
     ours = renv.env
     ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
     if progress_url:
