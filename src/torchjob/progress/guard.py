@@ -90,6 +90,11 @@ class GuardedServer(ThreadingHTTPServer):
             self._leave(request)
             raise
 
+    def connections(self) -> int:
+        """The connections the cap counts now: open, and not let go."""
+        with self._lock:
+            return sum(not c.let_go for c in self._conns.values())
+
     def _caps(self, source: str) -> tuple[bool, bool]:
         """Whether all connections, and this source's, are at their caps (those let go not counted)."""
         live = [c for c in self._conns.values() if not c.let_go]
