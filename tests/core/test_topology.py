@@ -19,6 +19,8 @@ from torchjob.core.topology import (
     node_rank,
     nproc_per_node,
     replica_env,
+    replica_named,
+    replica_total,
     replicas,
     world_size,
 )
@@ -38,6 +40,15 @@ def test_replicas_in_rank_order() -> None:
     assert replicas(make_job(workers=3)) == [M0, W0, W1, W2]
     assert replicas(make_job(workers=2, master=False)) == [W0, W1]
     assert replicas(make_job(workers=0)) == [M0]
+
+
+def test_a_replica_is_found_by_its_name_without_listing_the_others() -> None:
+    job = make_job(workers=3)
+    assert replica_total(job) == len(replicas(job)) == 4
+    assert [replica_named(job, n) for n in ("master-0", "worker-2")] == [M0, W2]
+    # only as ReplicaId.name spells one the job has
+    assert [replica_named(job, n) for n in ("worker-3", "master-1", "Worker-0", "worker-01", "worker-0.demo", "x")] \
+        == [None] * 6
 
 
 def test_replica_count_defaults_to_one() -> None:

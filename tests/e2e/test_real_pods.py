@@ -80,7 +80,9 @@ def test_torchrun_with_two_processes_per_node(node_kubeconfig: str, node: Client
 def test_an_elastic_job_keeps_training_when_a_worker_container_is_killed(node_kubeconfig: str, node: Client,
                                                                          ns: str, tmp_path: Path) -> None:
     data = job_data("el", master=False, workers=3, restart_policy="OnFailure", nproc_per_node=1,
-                    command=("torchrun", "/opt/tests/elastic.py", "120", "0.25"),  # 30 s: killed mid-training
+                    # round 0 trains 100 s, killed mid-way whatever the node's pace (a whole-suite run's
+                    # kill once came after a 30 s round 0 had ended); the round after it, 10 s
+                    command=("torchrun", "/opt/tests/elastic.py", "400", "0.25", "40"),
                     elastic={"minReplicas": 1, "maxReplicas": 3, "rdzvBackend": "c10d", "maxRestarts": 3,
                              # a lost node's survivors go on without waiting 30 s for it
                              "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]})

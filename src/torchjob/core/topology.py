@@ -46,6 +46,15 @@ def replicas(job: TorchJob) -> list[ReplicaId]:
     return [ReplicaId(t, i) for t in REPLICA_TYPES for i in range(job.replica_count(t))]
 
 
+def replica_named(job: TorchJob, name: str) -> ReplicaId | None:
+    """The job's replica called `name` (`worker-1`, as `ReplicaId.name` spells it), if it has one."""
+    try:
+        rid = ReplicaId.parse(name)
+    except ValueError:
+        return None
+    return rid if rid.name == name and rid.index < job.replica_count(rid.rtype) else None
+
+
 def replica_total(job: TorchJob) -> int:
     """How many replicas the job has: len(replicas(job)) without listing them (a job of thousands
     of replicas asks this once per replica)."""

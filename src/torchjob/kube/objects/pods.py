@@ -17,6 +17,7 @@ from torchjob.api.defaults import ADDED_USER, INIT_IMAGE, INIT_RESOURCES
 from torchjob.api.model import API_VERSION, KIND, MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import SERVED_AS, reserved_meta, training_container
+from torchjob.core import topology
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
 from torchjob.kube.objects import gang, kueue, tensorboard
 from torchjob.kube.objects import kubeflow_labels as kf
@@ -120,18 +121,6 @@ def host(job: TorchJob, rid: ReplicaId) -> str:
     return f"{pod_name(job, rid)}.{job.name}"
 
 
-def _replica_named(job: TorchJob, name: str) -> ReplicaId | None:
-    """The replica whose pod is `name` (`<job>-worker-1`), if the job has it."""
-    prefix = f"{job.name}-"
-    if not name.startswith(prefix):
-        return None
-    try:
-        rid = ReplicaId.parse(name[len(prefix):])
-    except ValueError:
-        return None
-    return rid if rid.index < job.replica_count(rid.rtype) and rid.name == name[len(prefix):] else None
-
-
 def placement(job: TorchJob) -> Placement:
     first = ReplicaId(MASTER if has_master(job) else WORKER, 0)
     port = master_port(job)
@@ -141,7 +130,8 @@ def placement(job: TorchJob) -> Placement:
     rdzv_host = ep.rdzvHost if ep and ep.rdzvHost else host(job, ReplicaId(WORKER, 0))
     # A host that names one of the job's pods bare (Kubeflow's default, spelled out) resolves
     # through the job's headless Service by its hostname.subdomain.
-    named = _replica_named(job, rdzv_host)
+    bare = rdzv_host.removeprefix(f"{job.name}-")
+    named = topology.replica_named(job, bare) if bare != rdzv_host else None
     rdzv_host = host(job, named) if named is not None else rdzv_host
     rdzv_port = ep.rdzvPort if ep and ep.rdzvPort else port
     return Placement(host(job, first), port, rdzv_host, rdzv_port)
