@@ -11,7 +11,7 @@ from torchjob.api.status import ConditionType, ExitReason, JobStatus, Reason
 from torchjob.core.conditions import fail
 from torchjob.core.lifecycle import match_policy
 from torchjob.core.plan import Abandon, Plan, Round
-from torchjob.core.topology import replicas
+from torchjob.core.topology import replica_total
 from torchjob.core.world import Observed, Phase, Refusal, World
 
 
@@ -40,7 +40,7 @@ def lost_rank(job: TorchJob, obs: Observed) -> bool:
     Job, more than one replica): a rank the others cannot go on without. Made again alone, it would
     wait in its rendezvous for peers that have moved on or ended; core restarts the whole gang."""
     return (_deleted_while_running(job, obs) and job.restart_scope is RestartScope.JOB
-            and len(replicas(job)) > 1
+            and replica_total(job) > 1
             and match_policy(job, obs.replica.rtype, LifecycleEvent.POD_EVICTED, None) is None)
 
 

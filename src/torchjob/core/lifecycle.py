@@ -12,7 +12,7 @@ from torchjob.api.status import ConditionType, EventType, ExitReason, JobStatus,
 from torchjob.core import policy
 from torchjob.core.conditions import exit_text, fail, failure_of, finish, set_condition
 from torchjob.core.plan import Plan, Round
-from torchjob.core.topology import ReplicaId, replicas
+from torchjob.core.topology import ReplicaId, replica_total, replicas
 from torchjob.core.world import Observed, Phase
 
 FAILURE_EVENTS = (LifecycleEvent.POD_FAILED, LifecycleEvent.POD_EVICTED)
@@ -92,7 +92,7 @@ def act_on_exit(r: Round, obs: Observed) -> None:
         # A failed rank of a job that cannot go on without it: the whole gang restarts now, once and
         # counted once; the peers' exits that follow (they are stopped, or fail in their collective)
         # are of attempts already replaced, so they count for nothing.
-        gang = obs.phase is Phase.FAILED and r.job.restart_scope is RestartScope.JOB and len(replicas(r.job)) > 1
+        gang = obs.phase is Phase.FAILED and r.job.restart_scope is RestartScope.JOB and replica_total(r.job) > 1
         action = LifecycleAction.RESTART_JOB if gang else LifecycleAction.RESTART_POD
         take_action(r, action, obs, f"{obs.replica.name} exited with {exit_text(obs)}", rtype=rtype, backoff=True)
     elif obs.phase is Phase.FAILED:  # a worker that succeeded first waits for the master

@@ -93,11 +93,15 @@ class GuardedServer(ThreadingHTTPServer):
     def connections(self) -> int:
         """The connections the cap counts now: open, and not let go."""
         with self._lock:
-            return sum(not c.let_go for c in self._conns.values())
+            return len(self._live())
+
+    def _live(self) -> list[_Conn]:
+        """The connections the caps count (those let go are not); under the lock."""
+        return [c for c in self._conns.values() if not c.let_go]
 
     def _caps(self, source: str) -> tuple[bool, bool]:
         """Whether all connections, and this source's, are at their caps (those let go not counted)."""
-        live = [c for c in self._conns.values() if not c.let_go]
+        live = self._live()
         return (len(live) >= self.max_connections,
                 self.max_per_source is not None and sum(c.source == source for c in live) >= self.max_per_source)
 
