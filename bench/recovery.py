@@ -52,6 +52,8 @@ from typing import Any
 
 import yaml
 
+from torchjob.local import pids
+
 REPO = Path(__file__).resolve().parents[1]
 PROGRAM = REPO / "bench" / "programs" / "steps.py"
 PYTHON = sys.executable
@@ -175,7 +177,7 @@ def local_job(name: str, d: Path, elastic: bool, agents: int = 4) -> dict[str, A
     return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name}, "spec": spec}
 
 
-def kill_local(victim: str, group: bool, rank: int | None = None) -> Callable[[list[Line]], float]:
+def kill_local(trial: Path, victim: str, group: bool, rank: int | None = None) -> Callable[[list[Line]], float]:
     """Kill the latest process whose start line names replica `victim` (and `rank`, when given; its
     process group when `group`: the replica as a whole, as a container's kill would)."""
     def kill(lines: list[Line]) -> float:
@@ -184,10 +186,11 @@ def kill_local(victim: str, group: bool, rank: int | None = None) -> Callable[[l
         fields = starts[-1].rest.split()
         pid, pgid = int(fields[1]), int(fields[3])
         t = time.time()
-        if group:
-            os.killpg(pgid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
+        # Checked through its pidfd as this trial's (the trial's directory is in its command line); a
+        # group's members each so.
+        members = [p for p in pids.all_pids() if pids.process_group(p) == pgid] if group else [pid]
+        for p in members:
+            pids.send(p, signal.SIGKILL, lambda q: any(str(trial) in a for a in pids.cmdline(q)))
         return t
     return kill
 
@@ -212,7 +215,7 @@ def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4) -> Trial
         victim, group, rank = ("proc-2", False, None)
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True)
     try:
-        recovery, stages, k, _ = measure(d, kill_local(victim, group, rank))
+        recovery, stages, k, _ = measure(d, kill_local(d, victim, group, rank))
         rc = proc.wait(timeout=120)
         note = f"k={k}, exit {rc}"
         if rc != 0:

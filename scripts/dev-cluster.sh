@@ -17,10 +17,22 @@
 #   scripts/dev-cluster.sh down    stop what `up` started and remove the state dir: whatever it
 #                                  finds there (up, half up, half down), every step best effort
 #   scripts/dev-cluster.sh env     print the export line (exit 1 if not up)
-#   scripts/dev-cluster.sh status  print pids/ports/urls (exit 1 if not up)
+#   scripts/dev-cluster.sh status  each component: running or not, pid, port, restarts, the last exit
+#                                  (exit 1 if not up or a component is down)
+#   scripts/dev-cluster.sh check [--repair]
+#                                  is the cluster usable: every component running, the API server
+#                                  ready, every node Ready, CoreDNS answering (real node), a pod
+#                                  schedulable; exit 1 with the reasons. --repair first starts again
+#                                  a component whose keeper is gone, and waits up to 60 s
 #   scripts/dev-cluster.sh restart-apiserver
-#                                  kill kube-apiserver and start it again with the same flags
-#                                  (its watch cache starts empty: watches from before get 410)
+#                                  kill kube-apiserver; its keeper starts it again with the same
+#                                  flags (its watch cache starts empty: watches from before get 410)
+#
+# Every component runs under a keeper (hack/devcluster/keeper.py), as a kubelet keeps a static pod:
+# one that exits is logged in its log and in $STATE/<name>.exits (its exit status or signal) and
+# started again. A file $STATE/<name>.hold keeps it down until removed (tests that stop the kubelet).
+# Nothing here signals a pid read from a file without checking, at that moment, that the process
+# runs the component's binary from this state dir.
 #   scripts/dev-cluster.sh image SPEC.json
 #                                  build local images (hack/realnode/images.py) and load them
 #                                  into the real node's containerd (nothing can be pulled)
@@ -268,8 +280,6 @@ else:
     fi
 }
 
-# <pid> <name>: the process exists, is not a zombie (an orphaned daemon's zombie can linger
-# until PID 1 reaps it) and still runs the <name> binary (guards against pid reuse).
 port_free() { # <port>: nothing listens on 127.0.0.1:<port>
     python3 -c 'import socket, sys
 with socket.socket() as s:
@@ -277,25 +287,53 @@ with socket.socket() as s:
     s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
 }
 
+# <pid> <name>: the process exists, is not a zombie (an orphaned daemon's zombie can linger
+# until PID 1 reaps it), still runs the <name> binary and names this state dir in its command line:
+# pids are reused within minutes here (pid_max 32768), so a pid from a file is ours only if so.
 proc_running() {
-    local st
+    local st args
+    [[ "$1" =~ ^[0-9]+$ ]] || return 1
     st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
     [[ -n "$st" && "$st" != Z && "$st" != X ]] || return 1
-    [[ "$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -n1)" == *"$2" ]]
+    args=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+    [[ "$(head -n1 <<<"$args")" == *"$2" && "$args" == *"$STATE/"* ]]
+}
+keeper_running() { # <pid> <name>: hack/devcluster/keeper.py keeping <name> of this state dir
+    local args
+    [[ "$1" =~ ^[0-9]+$ ]] || return 1
+    args=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+    [[ "$args" == *"/keeper.py $STATE $2 -- "* ]]
 }
 pid_alive() { [[ -f "$STATE/$1.pid" ]] && proc_running "$(cat "$STATE/$1.pid")" "$1"; }
+keeper_alive() { [[ -f "$STATE/$1.keeper" ]] && keeper_running "$(cat "$STATE/$1.keeper")" "$1"; }
 
-start_proc() { # <name> <cmd...>: detached, own session, logs in $STATE/<name>.log
+signal_component() { # <signal> <name>: its running process, checked as this state dir's at this moment
+    local pid
+    pid=$(cat "$STATE/$2.pid" 2>/dev/null) || return 1
+    proc_running "$pid" "$2" || return 1
+    kill "-$1" "$pid" 2>/dev/null
+}
+
+start_proc() { # <name> <cmd...>: under its keeper, detached, own session, logs in $STATE/<name>.log
     local name=$1; shift
     printf '%q ' "$@" >"$STATE/$name.cmdline"; echo >>"$STATE/$name.cmdline"
+    rm -f "$STATE/$name.pid" "$STATE/$name.keeper" "$STATE/$name.hold"
+    : >"$STATE/$name.log"
     # 9>&- 8>&-: the daemons must not inherit (and so hold) the state or build lock.
-    setsid "$@" </dev/null >"$STATE/$name.log" 2>&1 9>&- 8>&- &
-    local pid=$!
-    echo "$pid" >"$STATE/$name.pid"
-    # Until it has exec'd, the child is still this script (then setsid): a check of its command
-    # line made too soon, on a busy machine, took a starting component for one that had exited.
-    for _ in $(seq 100); do proc_running "$pid" "$name" && break; sleep 0.05; done
-    log "started $name (pid $pid, log $STATE/$name.log)"
+    setsid python3 "$ROOT/hack/devcluster/keeper.py" "$STATE" "$name" -- "$@" </dev/null >>"$STATE/$name.log" 2>&1 9>&- 8>&- &
+    # Until the keeper has written the pid of a component that has exec'd: a check made too soon,
+    # on a busy machine, took a starting component for one that had exited.
+    for _ in $(seq 200); do pid_alive "$name" && break; sleep 0.05; done
+    log "started $name (pid $(cat "$STATE/$name.pid" 2>/dev/null || echo '?'), log $STATE/$name.log)"
+}
+
+restart_lost() { # <name>: started again from its recorded command line if its keeper is gone
+    keeper_alive "$1" && return 0
+    local -a cmd
+    eval "cmd=($(cat "$STATE/$1.cmdline"))" # written with printf %q by start_proc
+    stop_proc "$1"
+    log "$1: its keeper is gone; starting it again"
+    start_proc "$1" "${cmd[@]}"
 }
 
 fail_with_log() { # <name> <message>: report with the component's log, and fail (see stop_on_failure)
@@ -642,20 +680,32 @@ EOF
 
 # ---------------------------------------------------------------------------------------- down
 
-stop_proc() { # <name>: SIGTERM, wait up to 10s, then SIGKILL
-    local f="$STATE/$1.pid" pid
-    [[ -f "$f" ]] || return 0
-    pid=$(cat "$f")
-    if proc_running "$pid" "$1"; then
-        kill -TERM "$pid" 2>/dev/null || true
+stop_proc() { # <name>: its keeper first (which stops it: SIGTERM, SIGKILL after 10 s), then it
+    local keeper pid
+    if [[ -f "$STATE/$1.keeper" ]]; then
+        keeper=$(cat "$STATE/$1.keeper")
+        if keeper_running "$keeper" "$1"; then
+            kill -TERM "$keeper" 2>/dev/null || true
+            for _ in $(seq 150); do keeper_running "$keeper" "$1" || break; sleep 0.1; done
+            if keeper_running "$keeper" "$1"; then
+                log "the keeper of $1 (pid $keeper) did not stop on SIGTERM: SIGKILL"
+                kill -KILL "$keeper" 2>/dev/null || true
+            fi
+        fi
+        rm -f "$STATE/$1.keeper"
+    fi
+    [[ -f "$STATE/$1.pid" ]] || return 0
+    pid=$(cat "$STATE/$1.pid")
+    if proc_running "$pid" "$1"; then # no keeper (it was killed), or it did not stop the component
+        signal_component TERM "$1" || true
         for _ in $(seq 100); do proc_running "$pid" "$1" || break; sleep 0.1; done
         if proc_running "$pid" "$1"; then
             log "$1 (pid $pid) did not stop on SIGTERM: SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
+            signal_component KILL "$1" || true
         fi
-        log "stopped $1 (pid $pid)"
     fi
-    rm -f "$f"
+    log "stopped $1 (pid $pid)"
+    rm -f "$STATE/$1.pid"
 }
 
 try() { # <command...>: one step of a teardown, best effort: a failure is told, and the teardown goes on
@@ -670,6 +720,11 @@ stop_strays() { # components run from $STATE whose pid file is gone (an `up` kil
     for p in /proc/[0-9]*; do
         args=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
         exe=${args%% *}
+        if [[ "$args" == *"/keeper.py $STATE "* ]]; then # a keeper of this state dir: it would start one again
+            log "stopping a keeper (pid ${p#/proc/}) of $STATE whose pid file is gone"
+            kill -KILL "${p#/proc/}" 2>/dev/null || true
+            continue
+        fi
         case "${exe##*/}" in
             etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kwok | containerd | coredns | kubelet) ;;
             *) continue ;;
@@ -722,30 +777,110 @@ cmd_down() {
 cmd_env() { is_up || die "dev cluster is not up (state dir $STATE); run: $0 up"; export_line; }
 
 cmd_status() {
-    is_up || die "dev cluster is not up (state dir $STATE)"
-    local c
+    [[ -f "$STATE/components" ]] || die "dev cluster is not up (state dir $STATE)"
+    local c state restarts last down=0
     for c in $(cat "$STATE/components"); do
-        log "$c: pid $(cat "$STATE/$c.pid")$([[ -f "$STATE/$c.port" ]] && echo ", port $(cat "$STATE/$c.port")"), log $STATE/$c.log"
+        if pid_alive "$c"; then state="running, pid $(cat "$STATE/$c.pid")"; else state="DOWN"; down=1; fi
+        keeper_alive "$c" || { state="$state, its keeper is gone"; down=1; }
+        [[ ! -f "$STATE/$c.hold" ]] || state="$state, held down ($STATE/$c.hold)"
+        restarts=0 last=""
+        if [[ -s "$STATE/$c.exits" ]]; then
+            restarts=$(wc -l <"$STATE/$c.exits")
+            last="; last exit: $(tail -n1 "$STATE/$c.exits")"
+        fi
+        log "$c: $state$([[ -f "$STATE/$c.port" ]] && echo ", port $(cat "$STATE/$c.port")"), restarts $restarts$last, log $STATE/$c.log"
     done
+    ((down == 0)) || die "a component is down (see above)"
+    is_up || die "dev cluster is not up (state dir $STATE)"
     export_line
+}
+
+# Whether the cluster is usable, in the order its user would find out; the reasons on stderr.
+cmd_check() {
+    local repair=0 c problems=() deadline
+    [[ "${1:-}" != --repair ]] || repair=1
+    [[ -f "$STATE/up" && -f "$STATE/components" ]] || die "dev cluster is not up (state dir $STATE)"
+    if ((repair)); then
+        for c in $(cat "$STATE/components"); do restart_lost "$c"; done
+    fi
+    deadline=$((SECONDS + (repair ? 60 : 0)))
+    while :; do
+        problems=()
+        for c in $(cat "$STATE/components"); do
+            pid_alive "$c" || problems+=("$c is not running$([[ -s "$STATE/$c.exits" ]] && echo " (last exit: $(tail -n1 "$STATE/$c.exits"))")")
+            keeper_alive "$c" || problems+=("the keeper of $c is gone: nothing starts it again (check --repair does)")
+        done
+        ((${#problems[@]})) || check_usable problems
+        ((${#problems[@]} && SECONDS < deadline)) || break
+        sleep 1
+    done
+    if ((${#problems[@]})); then
+        for c in "${problems[@]}"; do log "NOT OK: $c"; done
+        exit 1
+    fi
+    log "ok: every component running, the API server ready, every node Ready$(real_node_up && echo ", CoreDNS answering"), a pod schedulable"
+}
+
+real_node_up() { grep -qw kubelet "$STATE/components" 2>/dev/null; }
+
+check_usable() { # <array name>: appends what is wrong
+    local -n out=$1
+    local body name
+    api GET /readyz >/dev/null 2>&1 || { out+=("the API server does not answer /readyz"); return; }
+    body=$(api GET /api/v1/nodes 2>/dev/null) || { out+=("cannot list the nodes"); return; }
+    while read -r name; do
+        [[ -z "$name" ]] || out+=("node $name is not Ready")
+    done < <(python3 -c '
+import json, sys
+for n in json.load(sys.stdin)["items"]:
+    if not any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])):
+        print(n["metadata"]["name"])' <<<"$body")
+    if real_node_up && ! dns_answers; then out+=("CoreDNS at $RN_HOST does not answer kubernetes.default.svc.cluster.local"); fi
+    if grep -qw kube-scheduler "$STATE/components"; then
+        pod_schedulable || out+=("a pod was not scheduled within 20 s (kube-scheduler's last line: $(tail -n1 "$STATE/kube-scheduler.log" 2>/dev/null | cut -c1-200))")
+    fi
+}
+
+dns_answers() { # one A query over UDP to the node's CoreDNS, answered NOERROR with an address
+    python3 - "$RN_HOST" <<'EOF'
+import random, socket, struct, sys
+qid = random.randrange(65536)
+name = b"".join(bytes([len(p)]) + p.encode() for p in "kubernetes.default.svc.cluster.local".split(".")) + b"\0"
+query = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + name + struct.pack(">HH", 1, 1)
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    s.settimeout(3)
+    s.sendto(query, (sys.argv[1], 53))
+    reply = s.recv(512)
+rid, flags, _, answers = struct.unpack(">HHHH", reply[:8])
+sys.exit(0 if rid == qid and flags & 0xF == 0 and answers > 0 else 1)
+EOF
+}
+
+pod_schedulable() { # a pod that tolerates everything is bound to a node within 20 s; deleted after
+    local name="devcluster-check-$RANDOM$RANDOM" bound=1
+    api POST /api/v1/namespaces/default/pods "{\"metadata\": {\"name\": \"$name\"}, \"spec\": {
+        \"containers\": [{\"name\": \"c\", \"image\": \"localhost/devcluster-check:none\", \"imagePullPolicy\": \"Never\"}],
+        \"tolerations\": [{\"operator\": \"Exists\"}], \"terminationGracePeriodSeconds\": 0}}" >/dev/null 2>&1 || return 1
+    for _ in $(seq 100); do
+        if api GET "/api/v1/namespaces/default/pods/$name" 2>/dev/null | grep -q '"nodeName"'; then bound=0; break; fi
+        sleep 0.2
+    done
+    api DELETE "/api/v1/namespaces/default/pods/$name" '{"gracePeriodSeconds": 0}' >/dev/null 2>&1 || true
+    return $bound
 }
 
 cmd_restart_apiserver() {
     is_up || die "dev cluster is not up (state dir $STATE)"
-    stop_on_failure # as it always did: a restart that fails stops the cluster
-    local -a cmd
-    eval "cmd=($(cat "$STATE/kube-apiserver.cmdline"))" # written with printf %q by start_proc
-    # SIGKILL, as a crash: a graceful stop waits for its watches for many seconds.
-    kill -KILL "$(cat "$STATE/kube-apiserver.pid")" 2>/dev/null || true
-    stop_proc kube-apiserver
-    # A killed Go process shows as a zombie while its other threads still exit holding its
-    # sockets: wait until its port can be bound again.
-    local port; port=$(cat "$STATE/kube-apiserver.port")
-    for _ in $(seq 100); do port_free "$port" && break; sleep 0.1; done
-    start_proc kube-apiserver "${cmd[@]}"
-    wait_for kube-apiserver "kube-apiserver /readyz" api GET /readyz
-    disarm
-    log "kube-apiserver restarted"
+    local old; old=$(cat "$STATE/kube-apiserver.pid")
+    # SIGKILL, as a crash: a graceful stop waits for its watches for many seconds. Its keeper starts
+    # it again (a start that finds the port still held exits, and the keeper tries again).
+    signal_component KILL kube-apiserver || die "kube-apiserver (pid $old) is not running"
+    local deadline=$((SECONDS + TIMEOUT))
+    until [[ "$(cat "$STATE/kube-apiserver.pid" 2>/dev/null)" != "$old" ]] && api GET /readyz >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || fail_with_log kube-apiserver "kube-apiserver was not ready again within ${TIMEOUT}s"
+        sleep 0.3
+    done
+    log "kube-apiserver restarted (pid $old -> $(cat "$STATE/kube-apiserver.pid"))"
 }
 
 # The operator's image, as the Dockerfile describes it, built without a Docker engine on the node's
@@ -803,11 +938,12 @@ case "${1:-}" in
     down) with_lock cmd_down ;;
     env) cmd_env ;;
     status) cmd_status ;;
+    check) shift; with_lock cmd_check "$@" ;;
     restart-apiserver) with_lock cmd_restart_apiserver ;;
     crds) cmd_crds ;;
     image) cmd_image "${2:-}" ;;
     bin) echo "$BIN" ;;
     helm) cmd_helm ;;
     operator-image) cmd_operator_image ;;
-    *) die "usage: $0 build|up|down|env|status|restart-apiserver|crds|image|operator-image|helm|bin" ;;
+    *) die "usage: $0 build|up|down|env|status|check|restart-apiserver|crds|image|operator-image|helm|bin" ;;
 esac

@@ -22,7 +22,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
 
 from tests.e2e.images import STANDINS
-from tests.kube.conftest import ENABLED, REPO, Operator, wait_established
+from tests.kube.conftest import ENABLED, REPO, Operator, ensure_usable, wait_established
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects import kubeflow_crd
 from torchjob.kube.objects.crd import CRD_NAME, crd
@@ -74,6 +74,12 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if started:
             down = devcluster("down", timeout=300)
             print(down.stderr[-3000:])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def usable_node(node_kubeconfig: str) -> None:
+    """The node's cluster checked (and repaired where its keepers can) before each module."""
+    ensure_usable({**os.environ, "TORCHJOB_DEVCLUSTER_DIR": str(STATE), "DEVCLUSTER_KWOK": "0"})
 
 
 @pytest.fixture(scope="package")

@@ -1,30 +1,53 @@
-"""The real node's daemons (the kubelet, containerd), stopped and started again as
-scripts/dev-cluster.sh started them: its recorded command line, a session of its own, its pid file
-updated so that `dev-cluster.sh down` stops the new one. For the node-loss test and bench/chaos.py."""
+"""The real node's daemons (the kubelet, containerd), killed as a crash or a lost machine would kill
+them. scripts/dev-cluster.sh runs each under a keeper (hack/devcluster/keeper.py) that starts it
+again when it exits; `hold` keeps it down until `start_daemon`. For the node-loss test and
+bench/chaos.py."""
 
 from __future__ import annotations
 
-import os
-import shlex
 import signal
-import subprocess
+import time
 from pathlib import Path
 
+from torchjob.local import pids
 
-def kill_daemon(state: Path, name: str) -> None:
-    """SIGKILL it, as a crash or a lost machine would. containerd's shims outlive it, and so do the
-    containers: a dead kubelet leaves its pods' processes running, with nobody to report them."""
+
+def ours(state: Path, name: str) -> pids.Check:
+    """The process runs the component's binary from this cluster's state dir (pids are reused)."""
+    def check(pid: int) -> bool:
+        args = pids.cmdline(pid)
+        return bool(args) and args[0].endswith(name) and any(str(state) + "/" in a for a in args)
+    return check
+
+
+def running_pid(state: Path, name: str) -> int | None:
     try:
-        os.kill(int((state / f"{name}.pid").read_text()), signal.SIGKILL)
+        pid = int((state / f"{name}.pid").read_text())
     except (OSError, ValueError):
-        pass
+        return None
+    return pid if ours(state, name)(pid) and pids.alive(pid, pids.started(pid)) else None
 
 
-def start_daemon(state: Path, name: str) -> int:
-    """Start it again from its recorded command line; its pid."""
-    cmdline = (state / f"{name}.cmdline").read_text()
-    with (state / f"{name}.log").open("ab") as out:
-        p = subprocess.Popen(shlex.split(cmdline), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-    (state / f"{name}.pid").write_text(f"{p.pid}\n")
-    return p.pid
+def kill_daemon(state: Path, name: str, hold: bool = True) -> int | None:
+    """SIGKILL it; its pid, or None if it was not running. containerd's shims outlive it, and so do the
+    containers: a dead kubelet leaves its pods' processes running, with nobody to report them. With
+    `hold` its keeper leaves it down until `start_daemon`."""
+    if hold:
+        (state / f"{name}.hold").touch()
+    pid = running_pid(state, name)
+    if pid is None or not pids.send(pid, signal.SIGKILL, ours(state, name)):
+        return None
+    return pid
+
+
+def start_daemon(state: Path, name: str, timeout: float = 60) -> int:
+    """Let its keeper start it again; the new process's pid, once it runs."""
+    old = (state / f"{name}.pid").read_text().strip()
+    (state / f"{name}.hold").unlink(missing_ok=True)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        pid = running_pid(state, name)
+        if pid is not None and str(pid) != old:
+            return pid
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} was not started again within {timeout:g} s: see {state / (name + '.log')}")

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -25,8 +26,25 @@ DURATION = 100
 BOUND = DURATION + 780
 
 
-@pytest.mark.timeout(BOUND + 120)
+# What the run restarts on purpose; every other component of the shared cluster must not exit.
+HURT = {"kube-apiserver", "kubelet", "containerd"}
+
+
+def exits(name: str) -> list[str]:
+    path = STATE / f"{name}.exits"  # one line per exit, written by the component's keeper
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def cluster_check() -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "check"], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "TORCHJOB_DEVCLUSTER_DIR": str(STATE), "DEVCLUSTER_KWOK": "0"})
+
+
+@pytest.mark.timeout(BOUND + 240)
 def test_a_short_seeded_chaos_run_breaks_no_invariant(node_kubeconfig: str, node_operator: Operator) -> None:
+    components = (STATE / "components").read_text().split()
+    exits_before = {c: len(exits(c)) for c in components}
     # The suite's own operator (a host process, no leader election) would act beside the chart's
     # two: it stops for the run and starts again after.
     node_operator.stop()
@@ -48,6 +66,16 @@ def test_a_short_seeded_chaos_run_breaks_no_invariant(node_kubeconfig: str, node
                 os.killpg(run.pid, signal.SIGKILL)
         node_operator.start()
     print(out[-6000:], err[-3000:])
+    # It leaves the shared cluster as it found it: usable (the faults' components are up again, within a
+    # minute), and nothing it did not hurt on purpose exited (the kube-scheduler once vanished here).
+    for _ in range(12):
+        check = cluster_check()
+        if check.returncode == 0:
+            break
+        time.sleep(5)
+    assert check.returncode == 0, f"the run left the cluster unusable:\n{check.stderr[-3000:]}"
+    unhurt = {c: exits(c)[exits_before[c]:] for c in components if c not in HURT}
+    assert not any(unhurt.values()), f"components the run did not hurt exited during it: {unhurt}"
     assert f"seed {SEED}" in out
     assert "replicas that ever had two live pods at once: 0" in out, out[-4000:]
     assert "pods or Services left after their job went: 0" in out, out[-4000:]

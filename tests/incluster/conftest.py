@@ -21,7 +21,7 @@ from lightkube import Client, KubeConfig
 
 from tests.e2e.conftest import STATE
 from tests.e2e.images import STANDINS
-from tests.kube.conftest import ENABLED, REPO
+from tests.kube.conftest import ENABLED, REPO, ensure_usable
 
 SYSTEM = "torchjob-system"
 USERS = "team-a"  # the users' namespace (its jobs run as root here: restricted jobs are tested elsewhere)
@@ -90,6 +90,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 raise RuntimeError(f"dev-cluster.sh {step[0]} failed:\n{built.stderr[-4000:]}")
         bin_dir = Path(devcluster("bin").stdout.strip())
         helm = devcluster("helm").stdout.strip().splitlines()[-1]
+        ensure_usable({**os.environ, "TORCHJOB_DEVCLUSTER_DIR": str(STATE), "DEVCLUSTER_KWOK": "0"})
         yield Cluster(kubeconfig, helm, str(bin_dir / "kubectl"))
     finally:
         if started:

@@ -62,6 +62,38 @@ def dev_cluster(state_dir: str | None = None) -> Iterator[str]:
         subprocess.run([*script, "down"], capture_output=True, timeout=120, env=env)
 
 
+UNUSABLE: dict[str, str] = {}  # state dir -> why its cluster could not be repaired (asked once)
+
+
+def ensure_usable(env: dict[str, str]) -> None:
+    """Before a module that uses a shared dev cluster: every component running, the API server ready,
+    the nodes Ready, CoreDNS answering (a real node), a pod schedulable (`dev-cluster.sh check`); a
+    component whose keeper is gone is started again. Otherwise the module fails at once with the
+    reason, instead of each of its tests waiting out its own timeout."""
+    state = env.get("TORCHJOB_DEVCLUSTER_DIR", "/tmp/torchjob-devcluster")
+    if state in UNUSABLE:
+        pytest.fail(f"the dev cluster in {state} is not usable (found before an earlier module):\n{UNUSABLE[state]}",
+                    pytrace=False)
+    out = subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "check", "--repair"], capture_output=True,
+                         text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        UNUSABLE[state] = out.stderr[-3000:]
+        pytest.fail(f"the dev cluster in {state} is not usable and could not be repaired:\n{out.stderr[-3000:]}",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def usable_cluster(request: pytest.FixtureRequest) -> None:
+    """The session's cluster checked before each module whose tests use it."""
+    module = request.node
+    if not any(i.module is getattr(module, "obj", None) and "kubeconfig" in getattr(i, "fixturenames", ())
+               for i in request.session.items):
+        return
+    request.getfixturevalue("kubeconfig")
+    if not os.environ.get("TORCHJOB_TEST_KUBECONFIG"):
+        ensure_usable(dict(os.environ))
+
+
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
     if not ENABLED:

@@ -20,6 +20,7 @@ import pytest
 
 from tests.kube.conftest import ENABLED
 from tests.scripts.devcluster import SCRIPT, bridge_of, leftovers, processes_of, unused_subnet
+from torchjob.local import pids
 
 pytestmark = pytest.mark.kube
 
@@ -41,11 +42,8 @@ class Cluster:
     def remove(self) -> None:
         """Whatever the test's outcome, nothing of this cluster stays (also when the scripts fail)."""
         self.run("down")
-        for pid in processes_of(self.state):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for pid in processes_of(self.state):  # each checked again, through its pidfd, as this cluster's
+            pids.send(pid, signal.SIGKILL, lambda p: any(f"{self.state}/" in a for a in pids.cmdline(p)))
         if Path(f"/sys/class/net/{bridge_of(self.subnet)}").exists():
             subprocess.run(["ip", "link", "del", bridge_of(self.subnet)], check=False)
         rule = ["FORWARD", "-s", self.subnet, "!", "-d", self.subnet, "-j", "DROP", "-m", "comment",

@@ -20,6 +20,7 @@ import pytest
 
 from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, REPO, Torchjob, job_processes, state_of, write_job
+from torchjob.local import pids
 from torchjob.local.store import Store
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +47,9 @@ def test_a_sigstopped_replica_is_a_hang_that_the_stall_deadline_ends(torchjob: T
     proc = torchjob.popen("run", "--grace-period", "2", str(write_job(tmp_path / "frozen.yaml", data)))
     desc = torchjob.wait_for("frozen", lambda d: (d["status"].get("progress") or {}).get("step", 0) >= 5, timeout=120)
     worker = next(a["pid"] for a in desc["attempts"] if a["replica"] == "worker-0")
-    os.kill(worker, signal.SIGSTOP)  # alive, holding its sockets, doing nothing: the master waits in all_reduce
+    job = pids.with_env(f"TORCHJOB_JOB_UID={desc['job']['metadata']['uid']}")
+    # alive, holding its sockets, doing nothing: the master waits in all_reduce
+    assert pids.send(worker, signal.SIGSTOP, job)
     stopped = time.monotonic()
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 1, err
@@ -63,8 +66,9 @@ def test_a_sigstopped_replica_without_reports_is_ended_by_the_jobs_deadline(torc
                     run_policy={"activeDeadlineSeconds": 5})
     proc = torchjob.popen("run", "--grace-period", "1", str(write_job(tmp_path / "still.yaml", data)))
     desc = torchjob.wait_for("still", lambda d: state_of(d) == "Running" and len(d["attempts"]) == 2)
+    job = pids.with_env(f"TORCHJOB_JOB_UID={desc['job']['metadata']['uid']}")
     for a in desc["attempts"]:
-        os.kill(a["pid"], signal.SIGSTOP)
+        assert pids.send(a["pid"], signal.SIGSTOP, job)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert torchjob.describe("still")["status"]["failure"]["reason"] == "DeadlineExceeded"

@@ -3,7 +3,6 @@ is the plan run, readers write nothing, refusals are the shared ones, TTL clean-
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import sys
@@ -17,6 +16,7 @@ from tests.jobs import job_data, make_job
 from tests.local.conftest import Torchjob, job_processes, state_of, write_job
 from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
+from torchjob.local import pids
 from torchjob.local.launch import LocalOptions
 from torchjob.local.local_runtime import LocalRuntime
 from torchjob.local.prepare import supervisor_alive
@@ -70,16 +70,16 @@ def test_describe_of_a_job_whose_supervisor_died_writes_nothing(torchjob: Torchj
     torchjob("submit", "--grace-period", "2", str(path), check=True)
     desc = torchjob.wait_for("lost", lambda d: state_of(d) == "Running" and len(d["attempts"]) == 2)
     uid = desc["job"]["metadata"]["uid"]
-    pid = Store(torchjob.home).get("lost").supervisor_pid  # type: ignore[union-attr]
-    assert pid
-    os.kill(pid, signal.SIGKILL)
+    supervisor = Store(torchjob.home).get("lost")
+    assert supervisor is not None and supervisor.supervisor_pid
+    assert pids.send(supervisor.supervisor_pid, signal.SIGKILL, pids.started_at(supervisor.supervisor_start))
     end = time.monotonic() + 20
     while job_processes(uid) and time.monotonic() < end:
         time.sleep(0.1)
     assert job_processes(uid) == []
-    while supervisor_alive(pid) and time.monotonic() < end:  # until whoever reaps the daemon has
+    while supervisor_alive(supervisor) and time.monotonic() < end:  # until whoever reaps the daemon has
         time.sleep(0.1)
-    assert not supervisor_alive(pid)
+    assert not supervisor_alive(supervisor)
     before = snapshot(torchjob.home)
 
     seen = torchjob.describe("lost")

@@ -114,6 +114,7 @@ def test_a_signal_sent_to_a_supervisor_just_started_waits_for_its_handler(tmp_pa
     import signal
 
     from torchjob.api.load import job_from_data
+    from torchjob.local import pids
     from torchjob.local.prepare import supervisor_alive
 
     store = Store(tmp_path / "home")
@@ -121,10 +122,10 @@ def test_a_signal_sent_to_a_supervisor_just_started_waits_for_its_handler(tmp_pa
     runtime.schedule(runtime.dryrun(job_from_data(job_data("early", workers=0, command=["sleep", "30"]))))
     rec = store.get("early")
     assert rec is not None and rec.supervisor_pid
-    os.kill(rec.supervisor_pid, signal.SIGUSR1)  # at once: the interpreter is still starting
-    try:
+    assert pids.send(rec.supervisor_pid, signal.SIGUSR1, pids.started_at(rec.supervisor_start))  # at once: the
+    try:  # interpreter is still starting
         time.sleep(3)
-        assert supervisor_alive(rec.supervisor_pid)
+        assert supervisor_alive(rec)
         view = runtime.describe("early")
         assert "SupervisorLost" not in str(view)
     finally:

@@ -168,11 +168,12 @@ def test_a_failed_run_raises_job_failed_with_the_root_cause() -> None:
 
 def test_submit_wait_progress_logs_and_list() -> None:
     from torchjob.local.prepare import supervisor_alive
+    from torchjob.local.store import Store
 
     handle = torchjob.Job.from_function(reports, args=(20, 0.1), name="rep").submit()
     assert handle.name == "rep" and not handle.kube
-    pid = handle.describe().supervisor
-    assert pid and supervisor_alive(pid)
+    supervisor = Store().get("rep")
+    assert handle.describe().supervisor and supervisor_alive(supervisor)
     end = time.monotonic() + 60
     while handle.progress() is None and time.monotonic() < end:
         time.sleep(0.2)
@@ -187,9 +188,9 @@ def test_submit_wait_progress_logs_and_list() -> None:
     assert [h.name for h in torchjob.list_jobs()] == ["rep"]
     # Its supervisor (this process's child) ends with the job, and is not left a zombie that looks alive.
     end = time.monotonic() + 30
-    while supervisor_alive(pid) and time.monotonic() < end:
+    while supervisor_alive(supervisor) and time.monotonic() < end:
         time.sleep(0.1)
-    assert not supervisor_alive(pid)
+    assert not supervisor_alive(supervisor)
     handle.delete()
     assert torchjob.list_jobs() == []
 

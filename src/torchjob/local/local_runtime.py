@@ -24,7 +24,7 @@ from typing import Any
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.console import Console
-from torchjob.local import read
+from torchjob.local import pids, read
 from torchjob.local.files import private_file
 from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.prepare import claim_name, placement, prepare_job, supervisor_alive
@@ -106,7 +106,7 @@ class LocalRuntime:
         """Record the plan's job (nothing runs yet); a finished job of that name gives way."""
         read.settle(self.store)
         old = self.store.get(plan.job.name)
-        if old is not None and not old.status.finished and supervisor_alive(old.supervisor_pid):
+        if old is not None and not old.status.finished and supervisor_alive(old):
             raise name_taken(old.name, old.status)
         claim_name(self.store, plan.job.name)
         self.store.create_job(plan.job, plan.opts.to_json())
@@ -187,7 +187,7 @@ class LocalRuntime:
                 if not follow:
                     return
                 fresh = self.store.get(name)
-                if fresh is None or not supervisor_alive(fresh.supervisor_pid):
+                if fresh is None or not supervisor_alive(fresh):
                     out.write(f.read())
                     out.flush()
                     return
@@ -218,7 +218,7 @@ class LocalRuntime:
         read.settle(self.store)
         rec, v = self._find(name)
         (refuse_suspend if value else refuse_resume)(name, rec.job, v.status)
-        if not supervisor_alive(rec.supervisor_pid):
+        if not supervisor_alive(rec):
             raise UserError(f"job {name!r} has no running supervisor", fix="delete it and run it again")
         rp = rec.job.run_policy.model_copy(update={"suspend": value})
         self.store.set_job(rec.job.model_copy(update={"spec": rec.job.spec.model_copy(update={"runPolicy": rp})}))
@@ -227,12 +227,12 @@ class LocalRuntime:
     def delete(self, name: str, wait_s: float = 60.0) -> None:
         read.settle(self.store)
         rec, _ = self._find(name)
-        if supervisor_alive(rec.supervisor_pid):
+        if supervisor_alive(rec):
             self.store.mark_deleting(name)
             _signal_supervisor(rec)
             end = time.monotonic() + wait_s
             while self.store.get(name) is not None and time.monotonic() < end:
-                if not supervisor_alive(rec.supervisor_pid):  # it ended (its job finished) before it saw the signal
+                if not supervisor_alive(rec):  # it ended (its job finished) before it saw the signal
                     self.store.delete_job(name)
                     return
                 time.sleep(0.05)
@@ -243,6 +243,6 @@ class LocalRuntime:
 
 
 def _signal_supervisor(rec: JobRecord) -> None:
-    if rec.supervisor_pid and supervisor_alive(rec.supervisor_pid):
-        os.kill(rec.supervisor_pid, signal.SIGUSR1)
+    if rec.supervisor_pid:
+        pids.send(rec.supervisor_pid, signal.SIGUSR1, pids.started_at(rec.supervisor_start))
 

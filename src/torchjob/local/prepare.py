@@ -14,10 +14,10 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.core.topology import Placement
-from torchjob.local import tensorboard
+from torchjob.local import pids, tensorboard
 from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.render import render
-from torchjob.local.store import Store
+from torchjob.local.store import JobRecord, Store
 
 LOOPBACK = "127.0.0.1"
 
@@ -68,7 +68,7 @@ def claim_name(store: Store, name: str) -> None:
     old = store.get(name)
     if old is None:
         return
-    if not old.status.finished and supervisor_alive(old.supervisor_pid):
+    if not old.status.finished and supervisor_alive(old):
         raise UserError(
             f"a job named {name!r} is {old.status.state.lower()} (supervisor pid {old.supervisor_pid})",
             fix=f"wait for it, delete it with `torchjob delete {name}`, or change metadata.name",
@@ -76,13 +76,16 @@ def claim_name(store: Store, name: str) -> None:
     store.delete_job(name)
 
 
-def supervisor_alive(pid: int | None) -> bool:
-    if not pid:
+def supervisor_alive(rec: JobRecord | None) -> bool:
+    """Whether the job's supervisor still runs: its pid and its start time, not the pid alone."""
+    if rec is None or not rec.supervisor_pid:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    if rec.supervisor_start is None:  # recorded by a torchjob before the start time was: the pid alone
+        try:
+            os.kill(rec.supervisor_pid, 0)  # signal 0: nothing is sent
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
-    return True
+    return pids.alive(rec.supervisor_pid, rec.supervisor_start)

@@ -72,6 +72,11 @@ class ReplicaProcess:
         self.stopping = False
         self._pump: threading.Thread | None = None
         self._kill_timer: threading.Timer | None = None
+        # The group is signalled only while its leader is not reaped: until then its pid, and so the
+        # group's number, cannot be given to another process (pids are reused within minutes).
+        self._reap_lock = threading.Lock()
+        self._reaped = False
+        self._ended = threading.Event()
 
     @property
     def pid(self) -> int:
@@ -124,14 +129,19 @@ class ReplicaProcess:
 
         def wait() -> None:
             assert self.proc is not None
-            rc = self.proc.wait()
+            with contextlib.suppress(ChildProcessError):  # exited, left unreaped (WNOWAIT)
+                os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+            self._killpg(signal.SIGKILL)  # whatever the leader left in its group goes with it
+            with self._reap_lock:
+                rc = self.proc.wait()
+                self._reaped = True
             self.ended_at = time.time()
             self.exit_code = exit_code_of(rc)
             if self.exit_code != 0:
                 self.error = read_error(self.error_file)
-            self._killpg(signal.SIGKILL)  # whatever the leader left in its group goes with it
             if self._kill_timer is not None:
                 self._kill_timer.cancel()
+            self._ended.set()
             events.put(Exited(name, self.attempt, self.exit_code, self.stopping))
 
         self._pump = threading.Thread(target=pump, name=f"pump-{name}", daemon=True)
@@ -139,12 +149,17 @@ class ReplicaProcess:
         threading.Thread(target=wait, name=f"wait-{name}", daemon=True).start()
 
     def _killpg(self, sig: signal.Signals) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        with self._reap_lock:
+            if self.proc is None or self._reaped:
+                return
+            try:
+                os.killpg(self.proc.pid, sig)  # the unreaped leader keeps the group's number ours
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def wait_ended(self, timeout: float) -> bool:
+        """Until its leader has exited and been reaped (only the replica's own thread reaps it)."""
+        return self._ended.wait(timeout)
 
     def terminate(self, grace_s: float | None = None) -> None:
         """SIGTERM the group now, SIGKILL it after the grace period."""

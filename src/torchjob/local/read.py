@@ -38,7 +38,7 @@ class Verdict:
 
 def lost_message(rec: JobRecord) -> str | None:
     """The fact: the job is unfinished and the supervisor that ran it is gone."""
-    if rec.status.finished or rec.supervisor_pid is None or supervisor_alive(rec.supervisor_pid):
+    if rec.status.finished or rec.supervisor_pid is None or supervisor_alive(rec):
         return None
     return f"the supervisor (pid {rec.supervisor_pid}) is gone; its watchdog stopped every replica"
 
@@ -62,7 +62,7 @@ def verdict(store: Store, rec: JobRecord, now: datetime | None = None) -> Verdic
         return Verdict(plan.status, msg, events=plan.events,
                        abandoned=[a for a in plan.actions if isinstance(a, Abandon)], at=now)
     expired = False
-    if rec.status.finished and not supervisor_alive(rec.supervisor_pid):
+    if rec.status.finished and not supervisor_alive(rec):
         plan = reconcile(_with_status(rec.job, rec.status), World(), now)
         expired = any(isinstance(a, DeleteJob) for a in plan.actions)
     return Verdict(rec.status, expired=expired, at=now)
@@ -115,7 +115,7 @@ def view(store: Store, rec: JobRecord, v: Verdict, *, details: bool = True) -> J
         events += [EventView(e.type, e.reason, e.message, v.at.timestamp()) for e in v.events]
     out = JobView(
         name=rec.name, job=rec.job, status=v.status, created=rec.created, uid=rec.uid, attempts=attempts,
-        events=events, supervisor=rec.supervisor_pid if supervisor_alive(rec.supervisor_pid) else None,
+        events=events, supervisor=rec.supervisor_pid if supervisor_alive(rec) else None,
         directory=str(rec.dir),
     )
     if details:

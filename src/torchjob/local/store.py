@@ -18,6 +18,7 @@ from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import MetricHistory
+from torchjob.local import pids
 from torchjob.local.files import private_dir, private_file, tighten_file
 
 SCHEMA = """
@@ -30,6 +31,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   dir TEXT NOT NULL,          -- logs and volumes
   created REAL NOT NULL,
   supervisor_pid INTEGER,
+  supervisor_start INTEGER,   -- when it started (clock ticks since boot): with the pid, its identity
   deleting INTEGER NOT NULL DEFAULT 0,
   history TEXT                -- status.progress.history, JSON: apart, so that `list` never reads it
 );
@@ -75,6 +77,7 @@ class JobRecord:
     created: float
     supervisor_pid: int | None
     deleting: bool
+    supervisor_start: int | None = None  # torchjob.local.pids.started: with the pid, its identity
 
 
 @dataclass
@@ -118,11 +121,13 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
-        if "history" not in {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}:  # a store made before it
-            try:
-                self._db.execute("ALTER TABLE jobs ADD COLUMN history TEXT")
-            except sqlite3.OperationalError:  # another process added it first
-                pass
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        for column, kind in (("history", "TEXT"), ("supervisor_start", "INTEGER")):
+            if column not in columns:  # a store made before it
+                try:
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+                except sqlite3.OperationalError:  # another process added it first
+                    pass
 
     def close(self) -> None:
         self._db.close()
@@ -161,20 +166,21 @@ class Store:
     def get(self, name: str, history: bool = True) -> JobRecord | None:
         """One job; with its metric history in status.progress unless `history` is False."""
         row = self._db.execute(
-            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting, history FROM jobs "
+            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting, supervisor_start, history "
+            "FROM jobs "
             "WHERE name=?", (name,),
         ).fetchone()
         if not row:
             return None
-        rec = self._record(row[:9])
-        if history and row[9] and rec.status.progress is not None:
-            rec.status.progress.history = MetricHistory.model_validate_json(row[9])
+        rec = self._record(row[:10])
+        if history and row[10] and rec.status.progress is not None:
+            rec.status.progress.history = MetricHistory.model_validate_json(row[10])
         return rec
 
     def all_jobs(self) -> list[JobRecord]:
         rows = self._db.execute(
-            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting FROM jobs "
-            "ORDER BY created"
+            "SELECT name, uid, job, status, options, dir, created, supervisor_pid, deleting, supervisor_start "
+            "FROM jobs ORDER BY created"
         ).fetchall()
         return [self._record(r) for r in rows]
 
@@ -183,7 +189,7 @@ class Store:
         return JobRecord(
             name=row[0], uid=row[1], job=TorchJob.model_validate_json(row[2]),
             status=JobStatus.model_validate_json(row[3]), options=json.loads(row[4]), dir=Path(row[5]),
-            created=row[6], supervisor_pid=row[7], deleting=bool(row[8]),
+            created=row[6], supervisor_pid=row[7], deleting=bool(row[8]), supervisor_start=row[9],
         )
 
     def set_status(self, name: str, status: JobStatus) -> None:
@@ -201,7 +207,10 @@ class Store:
         self._db.execute("UPDATE jobs SET job=? WHERE name=?", (spec.model_dump_json(exclude_none=True), job.name))
 
     def set_supervisor(self, name: str, pid: int | None) -> None:
-        self._db.execute("UPDATE jobs SET supervisor_pid=? WHERE name=?", (pid, name))
+        """The job's supervisor: this process or a child not yet reaped, so that its start time read now
+        is its own (a pid alone can name another process minutes later)."""
+        start = pids.started(pid) if pid else None
+        self._db.execute("UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE name=?", (pid, start, name))
 
     def mark_deleting(self, name: str) -> None:
         self._db.execute("UPDATE jobs SET deleting=1 WHERE name=?", (name,))

@@ -327,11 +327,8 @@ class Supervisor:
     def _wait_all(self, timeout: float) -> None:
         end = time.monotonic() + timeout
         for p in self.procs.values():
-            if p.proc is not None and p.alive:
-                try:
-                    p.proc.wait(max(0.0, end - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            if p.proc is not None and p.alive and not p.wait_ended(max(0.0, end - time.monotonic())):
+                p.kill()
 
     def _shutdown(self) -> None:
         if self.endpoint is not None:
@@ -343,10 +340,7 @@ class Supervisor:
                 p.kill()
         for p in self.history:
             if p.proc is not None:
-                try:
-                    p.proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    pass
+                p.wait_ended(5)
             p.drain(2.0)
         sweep(f"TORCHJOB_JOB_UID={self.uid}")
         for mp in reversed(self.created_mount_points):

@@ -6,30 +6,13 @@ from __future__ import annotations
 import os
 import signal
 
+from torchjob.local import pids
 
-def sweep(marker: str, exclude: int | None = None) -> list[int]:
+
+def sweep(marker: str, exclude: int | None = None, sig: int = signal.SIGKILL) -> list[int]:
     """SIGKILL every process whose environment carries `marker` (TORCHJOB_JOB_UID=<uid>): the
     job's descendants that left its process groups (torchrun starts its workers in sessions of
-    their own). Returns the pids killed."""
-    needle = b"\0" + marker.encode() + b"\0"
+    their own). Each is checked through its pidfd (torchjob.local.pids). Returns the pids signalled."""
     me = os.getpid()
-    killed: list[int] = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return killed
-    for pid in pids:
-        if pid in (me, exclude):
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = b"\0" + f.read()
-        except OSError:
-            continue
-        if needle in env:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except OSError:
-                pass
-    return killed
+    has = pids.with_env(marker)
+    return [pid for pid in pids.all_pids() if pid not in (me, exclude) and pids.send(pid, sig, has)]

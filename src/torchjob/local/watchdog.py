@@ -3,8 +3,9 @@
 Forked by the supervisor before any replica starts (no new interpreter to start, so it takes
 no CPU from the replicas' own start), in a session of its own, reading a pipe. The supervisor
 writes `pg <pgid>` for every replica it starts and `bye` when it ends normally. End of file
-without `bye` means the supervisor is gone: SIGTERM every group, SIGKILL after the grace period,
-and sweep the job's stray descendants. (The store is not touched here: SQLite must not be used
+without `bye` means the supervisor is gone: SIGTERM the processes of those groups that are the
+job's (its marker in their environment: a group number may have been reused), SIGKILL after the
+grace period every process of the job. (The store is not touched here: SQLite must not be used
 across a fork. Readers mark a job whose supervisor is gone as failed: `runtime.get`.)
 """
 
@@ -15,15 +16,15 @@ import signal
 import time
 from collections.abc import Iterable
 
+from torchjob.local import pids
 from torchjob.local.sweep import sweep
 
 
-def _killpg(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except OSError:
-        return False
+def _members(groups: set[int], marker: str) -> list[int]:
+    """The live processes of the replicas' groups that are the job's: a group whose replica ended
+    long ago may have given its number to a stranger's session (pids are reused), so a process
+    counts only if its environment carries the job's marker."""
+    return [pid for pid in pids.all_pids() if pids.process_group(pid) in groups and pids.environ_has(pid, marker)]
 
 
 def start(uid: str, grace_s: float) -> int:
@@ -56,12 +57,12 @@ def watch(pipe: Iterable[str], uid: str, grace_s: float) -> None:
             groups.add(int(arg))
         elif word == "bye":
             return
-    # The supervisor died.
-    alive = [g for g in groups if _killpg(g, signal.SIGTERM)]
+    # The supervisor died: SIGTERM the replicas, SIGKILL what is left after the grace period.
+    marker = f"TORCHJOB_JOB_UID={uid}"
+    ours = pids.with_env(marker)
+    for pid in _members(groups, marker):
+        pids.send(pid, signal.SIGTERM, ours)
     deadline = time.monotonic() + grace_s
-    while alive and time.monotonic() < deadline:
+    while _members(groups, marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-        alive = [g for g in alive if _killpg(g, 0)]  # signal 0: does the group still exist?
-    for g in alive:
-        _killpg(g, signal.SIGKILL)
-    sweep(f"TORCHJOB_JOB_UID={uid}")
+    sweep(marker)
