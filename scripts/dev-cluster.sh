@@ -318,7 +318,6 @@ start_proc() { # <name> <cmd...>: under its keeper, detached, own session, logs 
     local name=$1; shift
     printf '%q ' "$@" >"$STATE/$name.cmdline"; echo >>"$STATE/$name.cmdline"
     rm -f "$STATE/$name.pid" "$STATE/$name.keeper" "$STATE/$name.hold"
-    : >"$STATE/$name.log"
     # 9>&- 8>&-: the daemons must not inherit (and so hold) the state or build lock.
     setsid python3 "$ROOT/hack/devcluster/keeper.py" "$STATE" "$name" -- "$@" </dev/null >>"$STATE/$name.log" 2>&1 9>&- 8>&- &
     # Until the keeper has written the pid of a component that has exec'd: a check made too soon,
