@@ -4,6 +4,7 @@ again; a hold file keeps it down; SIGTERM to the keeper stops both. Quick: a sta
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs import blocks
 from tests.scripts.devcluster import SCRIPT
 from torchjob.local import pids
 
@@ -78,6 +80,9 @@ def test_a_killed_component_is_logged_and_started_again(kept: Kept) -> None:
     assert len(kept.exits()) == 1 and f"pid {first} killed by SIGKILL (9)" in kept.exits()[0], kept.exits()
     assert f"pid {first} killed by SIGKILL (9)" in kept.log()
     kept.wait_up(2)  # the new one's output, in the same log
+    shape = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d pid \d+ killed by SIGKILL \(9\) after \d+s$")
+    shown = blocks.tested("how-to/dev-cluster.md", "test_a_killed_component_is_logged_and_started_again")[0].strip()
+    assert shape.match(kept.exits()[0]) and shape.match(shown), (kept.exits(), shown)  # the docs show a real line
     kept.kill(second)
     third = kept.pid(other_than=second)
     assert third not in (first, second) and len(kept.exits()) == 2
