@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from torchjob import __version__
 from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
 from torchjob.cli.cluster import install, operator
 from torchjob.cli.quick import QuickCommand, quick_options
 from torchjob.ui.command import ui_command
+from torchjob.version import __version__
 
 if TYPE_CHECKING:
     from torchjob.runtime import Runtime

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torchjob import __version__
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.kube.objects import kubeflow_crd
 from torchjob.kube.objects.crd import GROUP, PLURAL, crd
+from torchjob.version import __version__
 
 NAMESPACE = "torchjob-system"
 NAME = "torchjob-operator"
