@@ -1,4 +1,6 @@
-"""Suite-wide: in CI a cluster suite that skips is a failure, not a quiet skip."""
+"""Suite-wide: in CI a cluster suite that skips is a failure, not a quiet skip; and, when the suite
+runs on several workers (pytest-xdist, `--dist loadgroup`: scripts/test.sh), the tests that share a
+cluster run on one worker, in their order, while the rest spread over the others."""
 
 from __future__ import annotations
 
@@ -7,7 +9,18 @@ import os
 import pytest
 
 CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
+# Suites that share one cluster, by the group whose tests one worker runs in collection order:
+# tests/kube shares the session's control plane; tests/e2e and tests/incluster share the real node
+# (one per machine: tests/incluster brings it up again after tests/e2e brought it down).
+SHARED_CLUSTER = {"tests/kube/": "control-plane", "tests/e2e/": "real-node", "tests/incluster/": "real-node"}
 _skipped: list[str] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for prefix, group in SHARED_CLUSTER.items():
+            if item.nodeid.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
