@@ -4,9 +4,11 @@ Deployment, or their YAML) and `torchjob operator` (the controller itself). Regi
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from torchjob.api.defaults import INIT_IMAGE
+from torchjob.kube.controller.config import Flag, OperatorConfig, flags
 
 
 @click.command()
@@ -41,65 +43,22 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
         click.echo(f"applied {name}")
 
 
-@click.command()
-@click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: in-cluster, else ~/.kube/config.")
-@click.option("--namespace", "namespaces", multiple=True, metavar="NAMESPACE",
-              help="Watch this namespace only; repeat it for several (default: all).")
-@click.option("--workers", default=4, show_default=True, help="Concurrent reconciles.")
-@click.option("--metrics-port", default=8080, show_default=True, help="Port of /metrics, /healthz, /readyz.")
-@click.option("--metrics-auth/--no-metrics-auth", default=True, show_default=True,
-              help="Serve /metrics only to a bearer token the API server authenticates and allows to get "
-                   "/metrics (TokenReview and SubjectAccessReview, as controller-runtime does; bind the scraper's "
-                   "ServiceAccount to the torchjob-metrics-reader ClusterRole). /healthz and /readyz stay open.")
-@click.option("--leader-elect/--no-leader-elect", default=False, show_default=True,
-              help="Hold a Lease so that only one replica of the operator acts.")
-@click.option("--lease-namespace", default="torchjob-system", show_default=True)
-@click.option("--lease-duration", default=15, show_default=True, metavar="SECONDS",
-              help="How long a leader's Lease holds without renewal (renewed every third of it).")
-@click.option("--init-image", default=INIT_IMAGE, show_default=True,
-              help="Image of the workers' wait-for-master init container.")
-@click.option("--wait-for-master/--no-wait-for-master", default=True, show_default=True,
-              help="Workers wait until the master's port accepts connections.")
-@click.option("--gang-scheduler-name", default=None, metavar="NAME",
-              help="The scheduler of jobs that name none (Kubeflow's flag): volcano gives them a Volcano "
-                   "PodGroup, another name a scheduler-plugins PodGroup.")
-@click.option("--force-delete-after", default=60.0, show_default=True, metavar="SECONDS",
-              help="Force-delete a job's pod still terminating this long past its deletion time "
-                   "(its node is gone), so that the job can go on.")
-@click.option("--progress-port", default=8443, show_default=True, metavar="PORT",
-              help="Serve the progress endpoint (HTTPS) that pods report to; 0 turns it off (and the pods get "
-                   "no KUBEFLOW_TRAINER_SERVER_* variables).")
-@click.option("--progress-url", default=None, metavar="URL",
-              help="The endpoint's address as pods reach it [default: https://SERVICE.LEASE-NAMESPACE.svc:PORT].")
-@click.option("--progress-service", default="torchjob-operator", show_default=True, metavar="NAME",
-              help="The operator's Service (in --lease-namespace): the name the endpoint's certificate is for.")
-@click.option("--progress-write-interval", default=5.0, show_default=True, metavar="SECONDS",
-              help="Write a job's status.progress at most once this often, however often its pods report.")
-@click.option("--kubeflow-api", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="Serve Kubeflow's kubeflow.org/v1 PyTorchJobs too. auto: when the cluster has their CRD as "
-                   "`torchjob install --kubeflow-api` installs it and Kubeflow's training-operator holds no Lease.")
-def operator(kubeconfig: str | None, namespaces: tuple[str, ...], workers: int, metrics_port: int, metrics_auth: bool,
-             leader_elect: bool,
-             lease_namespace: str, lease_duration: int, init_image: str, wait_for_master: bool,
-             gang_scheduler_name: str | None, force_delete_after: float, progress_port: int,
-             progress_url: str | None, progress_service: str, progress_write_interval: float,
-             kubeflow_api: str) -> None:
+def _option(name: str, flag: Flag, default: Any) -> click.Option:
+    """The click option of one of OperatorConfig's settings (its value arrives under the field's name)."""
+    return click.Option([name, flag.decls], default=default, show_default=True, help=flag.help,
+                        metavar=flag.metavar, multiple=flag.multiple, envvar=flag.envvar,
+                        type=click.Choice(flag.choices) if flag.choices else None)
+
+
+# Its flags are OperatorConfig's fields (kube/controller/config.py): a setting is declared there only.
+@click.command(params=[_option(*setting) for setting in flags()])
+def operator(**values: Any) -> None:
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
-    from torchjob.kube.controller.config import KubeflowApi, OperatorConfig
     from torchjob.kube.controller.operator import run_operator
     from torchjob.kube.machinery.logs import configure_logging
 
-    config = OperatorConfig(
-        kubeconfig=kubeconfig.split(":")[0] if kubeconfig else None,
-        namespace=namespaces[0] if len(set(namespaces)) == 1 else tuple(dict.fromkeys(namespaces)) or None,
-        workers=workers,
-        metrics_port=metrics_port, metrics_auth=metrics_auth, leader_elect=leader_elect,
-        lease_namespace=lease_namespace,
-        lease_duration_s=lease_duration, init_image=init_image, wait_for_master=wait_for_master,
-        gang_scheduler=gang_scheduler_name, force_delete_after_s=force_delete_after, progress_port=progress_port,
-        progress_url=progress_url, progress_service=progress_service, progress_write_s=progress_write_interval,
-        kubeflow_api=KubeflowApi(kubeflow_api))
+    config = OperatorConfig.from_flags(values)
     configure_logging()
     asyncio.run(run_operator(config))

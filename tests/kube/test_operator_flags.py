@@ -1,0 +1,59 @@
+"""`torchjob operator`'s flags are OperatorConfig's fields (kube/controller/config.py): each setting has
+one flag, the command line's values become the config the operator runs with, and every flag the install
+manifests give the Deployment is one the command takes. No cluster needed."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import click
+import pytest
+
+from torchjob.cli.cluster import operator
+from torchjob.kube.controller.config import FLAG, KubeflowApi, OperatorConfig
+from torchjob.kube.objects.install import operator_args
+
+
+@pytest.fixture(autouse=True)
+def no_kubeconfig_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)  # --kubeconfig's default comes from it
+
+
+def config_of(*args: str) -> OperatorConfig:
+    """The config `torchjob operator ARGS...` would run with."""
+    return OperatorConfig.from_flags(operator.make_context("operator", list(args)).params)
+
+
+def test_every_setting_has_a_flag_of_its_own() -> None:
+    decls = [f.metadata[FLAG].decls for f in fields(OperatorConfig)]
+    assert len(decls) == len(fields(OperatorConfig)) == len(set(decls))
+
+
+def test_the_command_line_s_defaults_are_the_fields_but_for_the_progress_endpoint() -> None:
+    assert config_of() == OperatorConfig(progress_port=8443)  # in code (tests), no endpoint unless asked
+
+
+def test_flags_become_the_config_s_values() -> None:
+    config = config_of("--kubeconfig", "/a:/b", "--namespace", "x", "--namespace", "y", "--namespace", "x",
+                       "--workers", "8", "--no-metrics-auth", "--leader-elect", "--lease-duration", "30",
+                       "--no-wait-for-master", "--gang-scheduler-name", "volcano", "--force-delete-after", "1.5",
+                       "--progress-port", "0", "--progress-write-interval", "2", "--kubeflow-api", "off")
+    assert config == OperatorConfig(kubeconfig="/a", namespace=("x", "y"), workers=8, metrics_auth=False,
+                                    leader_elect=True, lease_duration_s=30, wait_for_master=False,
+                                    gang_scheduler="volcano", force_delete_after_s=1.5, progress_port=0,
+                                    progress_write_s=2.0, kubeflow_api=KubeflowApi.OFF)
+    assert config_of("--namespace", "x", "--namespace", "x").namespace == "x"  # one namespace: a namespaced watch
+
+
+def test_a_value_outside_the_vocabulary_is_refused() -> None:
+    with pytest.raises(click.BadParameter):
+        config_of("--kubeflow-api", "maybe")
+
+
+def test_the_deployment_s_command_is_one_the_operator_takes() -> None:
+    args = operator_args("ops", ["a", "b"], {"gangSchedulerName": "volcano", "metricsAuth": False},
+                         kubeflow_api=True)
+    assert args[:2] == ["torchjob", "operator"]
+    config = config_of(*args[2:])
+    assert (config.namespace, config.gang_scheduler, config.metrics_auth, config.kubeflow_api) == (
+        ("a", "b"), "volcano", False, KubeflowApi.ON)
