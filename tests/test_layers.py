@@ -21,11 +21,12 @@ ALLOWED = {
     "progress": {"api"},
     "local": {"api", "dialects", "core", "progress", "runtime", "console"},
     "kube": {"api", "dialects", "core", "progress", "runtime", "console"},
-    "cli": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "ui"},
-    "ui": {"api", "progress", "runtime"},  # the dashboard: a face over the runtime interface, as cli/ is
+    "cli": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "connect", "ui"},
+    "ui": {"api", "progress", "runtime", "connect"},  # the dashboard: a face over connect(), as cli/ is
     # the Python API (`import torchjob`): a face beside cli/, over the same runtimes
-    "sdk": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube"},
-    "runtime.py": {"api", "core"},  # the interface both runtimes implement
+    "sdk": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "connect"},
+    "runtime.py": {"api", "core", "console"},  # the interface both runtimes implement
+    "connect.py": {"api", "runtime", "local", "kube"},  # Target -> connect(target): the one place a runtime is built
     "console.py": {"api", "progress"},  # the terminal both runtimes write a job's lines and progress to
 }
 # The rooms of kube/ (each package's docstring says what it holds) and what each may import of
@@ -94,7 +95,7 @@ def test_every_layer_imports_only_the_layers_below_it() -> None:
 
 def test_every_layer_is_known() -> None:
     dirs = {p.name for p in SRC.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    assert dirs | {"runtime.py", "console.py"} == set(ALLOWED)
+    assert dirs | {"runtime.py", "console.py", "connect.py"} == set(ALLOWED)
 
 
 def test_every_room_of_kube_imports_only_what_its_rule_allows() -> None:
@@ -169,3 +170,43 @@ def test_no_module_is_over_400_lines() -> None:
 def test_no_two_modules_share_a_name_with_different_meanings() -> None:
     """`runtime.py` is the interface; the runtimes and Trainer's runtimes are named for what they are."""
     assert sorted(str(p.relative_to(SRC)) for p in SRC.rglob("runtime.py")) == ["runtime.py"]
+
+
+# The runtimes' classes, and the one module that may build them (besides where they are defined).
+RUNTIMES = {"torchjob.local.local_runtime": "LocalRuntime", "torchjob.kube.clientside.kube_runtime": "KubeRuntime"}
+BUILDER = "torchjob.connect"
+
+
+def runtime_builds(source: str) -> list[str]:
+    """Where a module's source imports or names a runtime class (to construct it), as `line: what`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module in RUNTIMES:
+            found += [f"{node.lineno}: imports {a.name}" for a in node.names if a.name in (RUNTIMES[node.module], "*")]
+        elif isinstance(node, ast.Name | ast.Attribute):
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            if name in RUNTIMES.values():
+                found.append(f"{node.lineno}: names {name}")
+    return found
+
+
+def test_only_connect_builds_a_runtime() -> None:
+    """Every face (cli/, sdk/, ui/) gets its runtime from `torchjob.connect`, so that it asks only
+    what the interface offers."""
+    builds = {}
+    for path in sorted(SRC.rglob("*.py")):
+        me = module_of(path)
+        if me == BUILDER or me in RUNTIMES:
+            continue
+        if found := runtime_builds(path.read_text()):
+            builds[str(path.relative_to(SRC))] = found
+    assert builds == {}
+
+
+@pytest.mark.parametrize("source", [
+    "from torchjob.local.local_runtime import LocalRuntime\n",
+    "from torchjob.kube.clientside import kube_runtime\nrt = kube_runtime.KubeRuntime(None)\n",
+    "def pick():\n    from torchjob.local import local_runtime as m\n    return m.LocalRuntime()\n",
+])
+def test_the_runtime_check_finds_a_runtime_built_outside_connect(source: str) -> None:
+    assert runtime_builds(source)

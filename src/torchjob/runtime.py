@@ -4,23 +4,33 @@ TorchX's split is the model: `dryrun(job)` gives a plan of exactly what will run
 processes with their argv, env and ports; on Kubernetes the objects), `schedule(plan)` starts that
 plan, and the verbs on a job by name (`describe`, `list`, `logs`, `suspend`, `resume`, `delete`)
 work the same way on both. The local runtime (`torchjob.local.local_runtime.LocalRuntime`) and the
-Kubernetes one (`torchjob.kube.clientside.kube_runtime.KubeRuntime`) implement it; the CLI picks one, once.
+Kubernetes one (`torchjob.kube.clientside.kube_runtime.KubeRuntime`) implement it; `torchjob.connect`
+builds one, and every face (the command line, the Python API, the dashboard) asks only this interface.
 
 A reader (`describe`, `list`, `logs`) never writes: it shows what core decides from the facts.
 Both runtimes fill one typed view of a job (`JobView`) that one printer shows, and refuse what
-cannot be done with one message (`refuse_suspend`, `refuse_resume`, `no_such_job`).
+cannot be done with one message (`refuse_suspend`, `refuse_resume`, `no_such_job`); a job that is
+not there is its own kind of error (`JobNotFound`), so that a face tells it apart without reading
+the message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, TorchJob
+from torchjob.api.status import EventType
+
+if TYPE_CHECKING:
+    from torchjob.console import Console
 
 Say = Callable[[str], None]
+Show = Callable[[Path | None], "Console"]  # the console a run shows a job on, from its combined log (if any)
+Code = Mapping[str, bytes]  # the files a job ships with it: its code ConfigMap's keys -> contents
 
 
 @dataclass(frozen=True)
@@ -39,12 +49,18 @@ class AttemptView:
     log: str | None = None  # local: the attempt's output file
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class EventView:
-    type: str
-    reason: str
+    type: EventType
+    reason: str  # a word of `api.status.Reason`, or another component's on a cluster
     message: str
     time: float | None = None
+
+    def __init__(self, type: EventType | str, reason: str, message: str, time: float | None = None) -> None:
+        # Readers hand over the word they stored or the API server gave: Kubernetes knows two.
+        kind = EventType.WARNING if type == EventType.WARNING else EventType.NORMAL
+        for name, value in (("type", kind), ("reason", reason), ("message", message), ("time", time)):
+            object.__setattr__(self, name, value)
 
 
 @dataclass
@@ -81,12 +97,22 @@ class DryRun(Protocol):
         ...
 
     @property
+    def code(self) -> Code | None:
+        """The files shipped with the job (None: none); `data()` shows where they go."""
+        ...
+
+    @property
     def hint(self) -> str | None:
         """A line `render` adds on stderr about the plan (e.g. that its ports are this plan's)."""
         ...
 
     def data(self) -> Any:
         """The plan for `-o json|yaml`."""
+        ...
+
+    def documents(self) -> list[dict[str, Any]]:
+        """What `schedule` creates, as documents to keep (`run --dry-run -o yaml`): the job, and on a
+        cluster its code's ConfigMap before it; a kept file applies as it is."""
         ...
 
     def text(self) -> str:
@@ -101,24 +127,32 @@ class Runtime(Protocol[PlanT]):
     """What the CLI asks of a runtime; each verb is one call. A runtime starts only the plans its own
     dry run made (`Runtime[LocalPlan]`, `Runtime[KubePlan]`)."""
 
-    def dryrun(self, job: TorchJob, lenient: bool = False) -> PlanT:
-        """The plan of what `schedule` would start. `lenient` (`render`): what only a run refuses
-        is a note in the plan instead of an error."""
+    def dryrun(self, job: TorchJob, lenient: bool = False, code: Code | None = None) -> PlanT:
+        """The plan of what `schedule` would start, `code` (the files the job ships, as the
+        builder keyed them: `torchjob.api.build.Built`) included. `lenient` (`render`): what only a
+        run refuses is a note in the plan instead of an error."""
         ...
 
     def schedule(self, plan: PlanT) -> str:
         """Start the plan detached; returns the line that tells the user how to follow it."""
         ...
 
-    def run(self, plan: PlanT, quiet: bool) -> JobView:
-        """Start the plan and follow it to its end in the foreground; returns its last view."""
+    def run(self, plan: PlanT, quiet: bool = False, console: Show | None = None) -> JobView:
+        """Start the plan and follow it to its end in the foreground; returns its last view.
+        `console`: where its lines and progress are shown (default: this terminal)."""
         ...
 
     def describe(self, name: str) -> JobView: ...
 
     def list(self) -> list[JobView]: ...
 
-    def logs(self, name: str, replica: str | None, attempt: int | None, follow: bool, say: Say) -> None: ...
+    def logs(self, name: str, replica: str | None = None, attempt: int | None = None, *, follow: bool = False,
+             tail: int | None = None) -> Iterator[str]:
+        """The job's output line by line (no line ends): every replica's, prefixed `[worker-1] `,
+        or one replica's attempt (default: its latest) as it wrote it. `tail`: only the last that
+        many lines of each source read (nothing before them is read); `follow`: then go on as lines
+        come, until the job ends. Raises at the first `next()` when there is nothing to read."""
+        ...
 
     def suspend(self, name: str) -> None: ...
 
@@ -135,10 +169,18 @@ class Runtime(Protocol[PlanT]):
 # --- one answer to one request, whichever runtime ---------------------------------------
 
 
-def no_such_job(name: str, known: list[str], where: str = "") -> UserError:
+class JobNotFound(UserError):
+    """No job of that name where the runtime looked."""
+
+
+class OutputGone(UserError):
+    """The output asked for was there and is not any more (removed with its replica)."""
+
+
+def no_such_job(name: str, known: list[str], where: str = "") -> JobNotFound:
     hint = f"known jobs{where}: {', '.join(known)}" if known else \
         f"there are no jobs{where}; start one with torchjob run"
-    return UserError(f"no job named {name!r}" + where, fix=hint)
+    return JobNotFound(f"no job named {name!r}" + where, fix=hint)
 
 
 def name_taken(name: str, status: JobStatus, flags: str = "", where: str = "") -> UserError:

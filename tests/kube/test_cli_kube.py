@@ -157,9 +157,8 @@ def test_a_pod_deleted_while_logs_reads_them_is_said_and_the_others_shown(
                 kube.delete(Pod, name, namespace=namespace, grace_period=0)
             return super().log(name, **kw)  # type: ignore[arg-type]
 
-    said: list[str] = []
     client = DeletesMasterFirst(config=kube.config, field_manager="torchjob-tests")
-    kube_logs(client, "gonelog", namespace, None, False, said.append)
+    said = list(kube_logs(client, "gonelog", namespace))
     assert said == ["[master-0] (no logs: the pod was deleted while they were read)",
                     "[worker-0] fake container output from KWOK (scripts/dev-cluster.sh)", "[worker-0] second line"]
 

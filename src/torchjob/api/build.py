@@ -1,6 +1,7 @@
 """A TorchJob from what a torchrun or TorchX user types: `-j NxM` (or `MIN:MAXxM`), a script, a module
 or a command, a name, an image, env. Pure (no process, no cluster): the command line and the Python API
-both build their jobs here, and print or return the document, so that a user can keep it as YAML.
+both build their jobs here (`build`: the job and the files it ships, every mistake refused in one
+place), and print or return the document, so that a user can keep it as YAML.
 
 The shape follows torchrun and TorchX: N replicas of M processes each, through torchrun. The first
 replica is the Master, the others Workers (Kubeflow's layout). `-j MIN:MAXxM` is elastic, as TorchX
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,68 @@ def build_job(spec: JobSpec) -> TorchJob:
             specs["Worker"] = replicas(shape.nnodes - 1)
     data = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": body}
     return job_from_data(data)
+
+
+@dataclass(frozen=True)
+class Words:
+    """How a face names what it was given, in its refusals: flags on the command line, arguments
+    in Python. What is refused, and why, is the same."""
+
+    need_image: str  # the start of the refusal of a cluster job without an image
+    image_example: str  # how to pass one ({} is the image)
+    other_entries: str  # what to run instead of a script
+
+
+FLAGS = Words("--kube needs --image", "--image {}", "pass -m MODULE or -- COMMAND")
+ARGUMENTS = Words("a cluster needs an image", 'image="{}"', "use Job.from_module or Job.from_command")
+EXAMPLE_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+
+
+@dataclass(frozen=True)
+class Built:
+    """A job and the files it ships (relative path -> content; None: it runs from what is there).
+    A runtime places the files: locally in the directory the job runs in, on a cluster in the
+    ConfigMap the job's `torchjob-code` volume names (`CodeVolume` says which key is which file)."""
+
+    job: TorchJob
+    code: dict[str, bytes] | None = None
+
+
+def check_script(script: str, words: Words = FLAGS) -> Path:
+    """A script is a file, or a directory that `python DIR` runs (one with `__main__.py`)."""
+    path = Path(script)
+    if not path.exists():
+        raise UserError(f"script {script!r} does not exist",
+                        fix=f"check the path (relative to this directory), or {words.other_entries}")
+    if path.is_dir() and not (path / "__main__.py").is_file():
+        raise UserError(f"script {script!r} is a directory without __main__.py",
+                        fix="name the script in it, or add __main__.py (python DIR runs it)")
+    return path
+
+
+def build(spec: JobSpec, *, kube: bool = False, files: Mapping[str, bytes] | None = None,
+          words: Words = FLAGS) -> Built:
+    """The job `spec` describes, to run on a cluster (`kube`) or here, and the files it ships.
+
+    `files` are those the entry runs from (a function's shipment, its runner the entry script);
+    without them a script runs from disk where it is, and on a cluster travels itself (a directory
+    whole). Every mistake is refused here, before anything starts; the name is drawn once."""
+    if kube and not spec.image:
+        raise UserError(f"{words.need_image}: the image every replica runs (with python and torch in it)",
+                        fix=f"e.g. {words.image_example.format(EXAMPLE_IMAGE)} (python and torch in it)")
+    script = None
+    if spec.entry.script is not None and files is None:
+        script = check_script(spec.entry.script, words)
+    spec = replace(spec, name=spec.name or default_name(spec.entry))
+    assert spec.name is not None
+    if files is None and kube and script is not None:
+        files = collect(script)
+    if files is None:
+        return Built(build_job(spec))
+    check_size(files, f"the code of job {spec.name}")
+    if not kube:  # the runtime writes them where the job runs: no working directory of its own
+        return Built(build_job(replace(spec, working_dir=None)), dict(files))
+    # the entry's path among the files: a shipped file, the script's own name, or a directory ("." runs it)
+    entry_as = (spec.entry.script or ".") if script is None else ("." if script.is_dir() else script.name)
+    code = code_volume(spec.name, list(files), entry_as)
+    return Built(build_job(replace(spec, working_dir=None, code=code)), dict(files))

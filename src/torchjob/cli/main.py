@@ -1,5 +1,6 @@
-"""The `torchjob` command: a thin layer over the runtime interface (`torchjob.runtime`): it picks
-the local runtime or, with --kube, the cluster's, once, and calls it once per verb.
+"""The `torchjob` command: a thin layer over the runtime interface (`torchjob.runtime`): its flags
+name a `Target` (this machine or, with --kube, a cluster), `torchjob.connect` gives the runtime
+there, once, and each verb is one call of it.
 
 Exit codes: 0 success; 1 the job failed; 2 a mistake in the input (nothing was started);
 130/143 the job was stopped by SIGINT/SIGTERM.
@@ -19,6 +20,7 @@ from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
 from torchjob.cli.cluster import install, operator
 from torchjob.cli.quick import QuickCommand, quick_options
+from torchjob.connect import HERE, Target, connect
 from torchjob.ui.command import ui_command
 from torchjob.version import __version__
 
@@ -74,19 +76,21 @@ def _pairs(flag: str, items: tuple[str, ...], example: str) -> dict[str, str]:
     return out
 
 
-def _runtime(kube: bool = False, kubeconfig: str | None = None, kube_context: str | None = None,
-             namespace: str | None = None, configmaps: tuple[str, ...] = (), pvcs: tuple[str, ...] = (),
-             document_ports: bool = False, no_resolve_python: bool = False, grace_period: float | None = None,
-             **_: Any) -> Runtime[Any]:
-    """The runtime a command acts on, picked once: the cluster's with --kube, else this machine's."""
-    if kube:
-        from torchjob.kube.clientside.kube_runtime import KubeRuntime
+def target_of(kube: bool = False, kubeconfig: str | None = None, kube_context: str | None = None,
+              namespace: str | None = None, **_: Any) -> Target:
+    """Where the --kube flags point: a cluster with --kube (the others mean nothing without it)."""
+    return Target(True, kubeconfig, kube_context, namespace) if kube else HERE
 
-        return KubeRuntime(kubeconfig.split(":")[0] if kubeconfig else None, kube_context, namespace)
+
+def _runtime(configmaps: tuple[str, ...] = (), pvcs: tuple[str, ...] = (), document_ports: bool = False,
+             no_resolve_python: bool = False, grace_period: float | None = None, **where: Any) -> Runtime[Any]:
+    """The runtime a command acts on, connected once: the cluster's with --kube, else this machine's."""
+    target = target_of(**where)
+    if target.kube:
+        return connect(target)
     from torchjob.local.launch import LocalOptions
-    from torchjob.local.local_runtime import LocalRuntime
 
-    return LocalRuntime(LocalOptions(
+    return connect(target, LocalOptions(
         configmaps=_pairs("--configmap", configmaps, "scripts=./train.py"),
         pvcs=_pairs("--pvc", pvcs, "data=/mnt/data"),
         document_ports=document_ports, resolve_python=not no_resolve_python, grace_period_s=grace_period,
@@ -250,7 +254,8 @@ def describe(name: str, output: str, **where: Any) -> None:
 @kube_options
 def logs(name: str, follow: bool, replica: str | None, attempt: int | None, **where: Any) -> None:
     """A job's output (all replicas, prefixed), or one replica's."""
-    _runtime(**where).logs(name, replica, attempt, follow, click.echo)
+    for line in _runtime(**where).logs(name, replica, attempt, follow=follow):
+        click.echo(line)
 
 
 @cli.command()
@@ -283,7 +288,7 @@ def resume(name: str, **where: Any) -> None:
 
 cli.add_command(install)  # the platform engineer's commands (cli/cluster.py)
 cli.add_command(operator)
-cli.add_command(ui_command(kube_options, _runtime))  # torchjob ui: the web dashboard (src/torchjob/ui/)
+cli.add_command(ui_command(kube_options, target_of))  # torchjob ui: the web dashboard (src/torchjob/ui/)
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """`torchjob run|submit` without a document, as torchrun and TorchX users type it:
 `[-j NxM | --nnodes N --nproc-per-node M] [--name] [--image] [--env K=V]... SCRIPT [-- ARGS...]`,
 `-m MODULE [-- ARGS...]`, or `-- COMMAND...`. The flags become a `JobSpec`; the job itself is built by
-`torchjob.api.build` (pure), and `--dry-run -o yaml` prints it."""
+`torchjob.api.build` (pure), and `--dry-run -o yaml` prints it (with --kube, its code's ConfigMap
+before it)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from torchjob.api.build import Entry, JobSpec, build_job, code_volume, collect, parse_env, parse_shape
+from torchjob.api.build import Built, Entry, JobSpec, build, parse_env, parse_shape
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
+from torchjob.runtime import DryRun, Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
 DOCUMENT_SUFFIXES = (".yaml", ".yml", ".json")
@@ -94,63 +96,50 @@ def used(opts: dict[str, Any]) -> list[str]:
 
 
 def job_from_flags(entry: Entry, kube: bool, shape: str | None, nnodes: str | None, nproc_per_node: int | None,
-                   name: str | None, image: str | None, env: tuple[str, ...], **_: Any,
-                   ) -> tuple[TorchJob, dict[str, bytes] | None]:
-    """The job, and with --kube the files its ConfigMap carries. Every mistake is refused here,
-    before anything starts."""
+                   name: str | None, image: str | None, env: tuple[str, ...], **_: Any) -> Built:
+    """The job, and with --kube the files it ships (`torchjob.api.build.build` refuses every mistake,
+    before anything starts)."""
     spec = JobSpec(entry, parse_shape(shape, nnodes, nproc_per_node), name, image, parse_env(env),
                    working_dir=os.getcwd())
-    files = None
-    if kube and not image:
-        raise UserError("--kube needs --image: the image every replica runs (with python and torch in it)",
-                        fix="e.g. --image pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime (python and torch in it)")
-    if entry.script is not None:
-        path = Path(entry.script)
-        if not path.exists():
-            raise UserError(f"script {entry.script!r} does not exist",
-                            fix="check the path (relative to this directory), or pass -m MODULE or -- COMMAND")
-        if path.is_dir() and not (path / "__main__.py").is_file():
-            raise UserError(f"script {entry.script!r} is a directory without __main__.py",
-                            fix="name the script in it, or add __main__.py (python DIR runs it)")
-        if kube:
-            files = collect(path)
-    job = build_job(spec)  # the name, drawn once, is the ConfigMap's too
-    if files is not None:
-        code = code_volume(job.name, list(files), path.name if path.is_file() else ".")
-        job = build_job(JobSpec(entry, spec.shape, job.name, image, spec.env, code=code))
-    return job, files
+    return build(spec, kube=kube)
 
 
 JOB_FLAGS = ("shape", "nnodes", "nproc_per_node", "module", "name", "image", "env", "dry_run", "output")
 
 
 def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], TorchJob],
-         runtime: Callable[..., Any], say: Callable[[str], None], dump: Callable[[Any, str], None]) -> Any:
-    """The plan `run`/`submit` start (a document's, or one built from the flags), or None after
-    --dry-run printed the job. `where` holds every flag; the job-building ones are taken out of it."""
-    from torchjob.dialects.convert import explicit
-
+         runtime: Callable[..., Runtime[Any]], say: Callable[[str], None], dump: Callable[[Any, str], None],
+         ) -> tuple[Runtime[Any], DryRun] | None:
+    """The runtime and the plan `run`/`submit` start (a document's, or one built from the flags), or
+    None after --dry-run printed what the plan would create. `where` holds every flag; the job-building
+    ones are taken out of it."""
     opts = {k: where.pop(k) for k in JOB_FLAGS}
     document, entry = split_target(target, opts["module"])
-    files = None
     if document is not None:
         given = used(opts)
         if given:
             raise UserError(f"{', '.join(given)}: these build a job from a script, and {document} is a job already",
                             fix=f"drop them, or run a script instead of {document}")
-        job = load(document)
+        built = Built(load(document))
     else:
         assert entry is not None
-        job, files = job_from_flags(entry, bool(where.get("kube")), **opts)
-    if opts["dry_run"]:
-        dump(explicit(job), opts["output"])
-        if files is not None:
-            say(f"note: with --kube, the code ({len(files)} file(s), {sum(map(len, files.values())):,} bytes) "
-                f"goes in ConfigMap {job.name}-code, made with the job and deleted with it")
-        return None
+        built = job_from_flags(entry, bool(where.get("kube")), **opts)
     rt = runtime(**where)
-    made = rt.dryrun(job)
-    if files is not None:
-        code = code_volume(job.name, list(files))
-        made.code = {key: files[path] for key, path in code.items}
-    return rt, made
+    made = rt.dryrun(built.job, lenient=bool(opts["dry_run"]), code=built.code)
+    if not opts["dry_run"]:
+        return rt, made
+    documents = made.documents()
+    if len(documents) == 1:
+        dump(documents[0], opts["output"])
+    elif opts["output"] == "json":  # one document kubectl applies as it is
+        dump({"apiVersion": "v1", "kind": "List", "items": documents}, "json")
+    else:
+        for i, doc in enumerate(documents):
+            if i:
+                click.echo("---")
+            dump(doc, "yaml")
+    if built.code is not None:
+        say(f"note: with --kube, the code ({len(built.code)} file(s), {sum(map(len, built.code.values())):,} bytes) "
+            f"goes in ConfigMap {built.job.name}-code, made with the job and deleted with it (applied from a kept "
+            "file, it is yours to delete)")
+    return None

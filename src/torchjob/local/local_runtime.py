@@ -2,7 +2,9 @@
 are processes run by a supervisor on this machine, recorded in the store.
 
 `dryrun` renders the processes (argv, env, working directory, mounts, GPUs) with the ports it
-picked; `schedule`/`run` start exactly that plan: the ports travel with it to the supervisor.
+picked; `schedule`/`run` start exactly that plan: the ports travel with it to the supervisor. Code the
+job ships (a function's files) is written to TORCHJOB_HOME/code/NAME, its working directory, as a
+cluster's replicas run in the ConfigMap that carries it.
 Readers (`describe`, `list`, `logs`) write nothing; a writing verb first records core's verdict on
 the stored jobs (`read.settle`: a lost supervisor, a TTL passed).
 """
@@ -12,26 +14,39 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.console import Console
 from torchjob.local import pids, read
-from torchjob.local.files import private_file
+from torchjob.local.files import private_dir, private_file
 from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.prepare import claim_name, placement, prepare_job, supervisor_alive
 from torchjob.local.render import warnings
 from torchjob.local.store import JobRecord, Store
 from torchjob.local.supervisor import Supervisor
-from torchjob.runtime import JobView, Say, name_taken, no_output, no_such_job, refuse_resume, refuse_suspend
+from torchjob.runtime import (
+    Code,
+    JobView,
+    OutputGone,
+    Show,
+    name_taken,
+    no_output,
+    no_such_job,
+    refuse_resume,
+    refuse_suspend,
+)
+
+CHUNK = 65536
 
 
 @dataclass
@@ -43,6 +58,11 @@ class LocalPlan:
     opts: LocalOptions
     specs: list[LaunchSpec]
     notes: list[str] = field(default_factory=list)
+    code: Code | None = None  # written to opts.cwd before the job starts
+    document: dict[str, Any] = field(default_factory=dict)  # the job as given, to keep
+
+    def documents(self) -> list[dict[str, Any]]:
+        return [self.document]
 
     @property
     def hint(self) -> str | None:
@@ -93,14 +113,19 @@ class LocalRuntime:
 
     # --- plan and schedule ---
 
-    def dryrun(self, job: TorchJob, lenient: bool = False) -> LocalPlan:
+    def dryrun(self, job: TorchJob, lenient: bool = False, code: Code | None = None) -> LocalPlan:
         """The plan, with its ports picked now. `lenient` (`render`, which goes on whatever happens):
         what only a run would refuse is noted in the plan's notes; otherwise it is refused here."""
+        from torchjob.dialects.convert import explicit
+
         notes = warnings(job) if lenient else None
         where = placement(job, self.opts)
         opts = dataclasses.replace(self.opts, ports=(where.master_port, where.rdzv_port))
+        if code is not None:  # run where the code is written (a container's own workingDir still wins)
+            opts = dataclasses.replace(opts, cwd=str(self.store.root / "code" / job.name))
+        document = explicit(job)
         job, specs = prepare_job(job, opts, self.store, notes)
-        return LocalPlan(job, opts, specs, notes if notes is not None else [])
+        return LocalPlan(job, opts, specs, notes if notes is not None else [], code, document)
 
     def _create(self, plan: LocalPlan) -> TorchJob:
         """Record the plan's job (nothing runs yet); a finished job of that name gives way."""
@@ -109,6 +134,8 @@ class LocalRuntime:
         if old is not None and not old.status.finished and supervisor_alive(old):
             raise name_taken(old.name, old.status)
         claim_name(self.store, plan.job.name)
+        if plan.code is not None:
+            _write_code(Path(plan.opts.cwd), plan.code)
         self.store.create_job(plan.job, plan.opts.to_json())
         return plan.job
 
@@ -131,8 +158,7 @@ class LocalRuntime:
         self.store.set_supervisor(job.name, proc.pid)
         return f"job {job.name} submitted; follow it with: torchjob logs {job.name} -f"
 
-    def run(self, plan: LocalPlan, quiet: bool = False,
-            console: Callable[[Path], Console] | None = None) -> JobView:
+    def run(self, plan: LocalPlan, quiet: bool = False, console: Show | None = None) -> JobView:
         """Run in the foreground, streaming output; returns the final view. `console` makes the console
         from the job's combined log (the Python API's, in a notebook); default: this terminal's."""
         job = self._create(plan)
@@ -171,27 +197,33 @@ class LocalRuntime:
     def list(self) -> list[JobView]:
         return [read.view(self.store, rec, v, details=False) for rec, v in read.visible(self.store)]
 
-    def logs(self, name: str, replica: str | None, attempt: int | None, follow: bool, say: Say) -> None:
+    def logs(self, name: str, replica: str | None = None, attempt: int | None = None, *, follow: bool = False,
+             tail: int | None = None) -> Iterator[str]:
+        """The combined log (every replica's lines, prefixed), or one attempt's own file."""
         rec, _ = self._find(name)
         path = self._attempt_log(rec, replica, attempt) if replica else rec.dir / "job.log"
         if not path.exists():
             raise no_output(name, None, [])
-        out = sys.stdout.buffer
         with path.open("rb") as f:
+            if tail is not None:
+                f.seek(_tail_start(f, tail))
+            pending = b""
             while True:
-                chunk = f.read(65536)
-                if chunk:
-                    out.write(chunk)
-                    out.flush()
-                    continue
-                if not follow:
-                    return
-                fresh = self.store.get(name)
-                if fresh is None or not supervisor_alive(fresh):
-                    out.write(f.read())
-                    out.flush()
-                    return
-                time.sleep(0.1)
+                chunk = f.read(CHUNK)
+                if not chunk:
+                    if not follow:
+                        break
+                    fresh = self.store.get(name)
+                    if fresh is None or not supervisor_alive(fresh):
+                        chunk = f.read()  # what it wrote before it ended
+                        follow = False
+                    else:
+                        time.sleep(0.1)
+                *done, pending = (pending + chunk).split(b"\n")
+                for line in done:
+                    yield line.decode("utf-8", "replace")
+            if pending:
+                yield pending.decode("utf-8", "replace")
 
     def _attempt_log(self, rec: JobRecord, replica: str, attempt: int | None) -> Path:
         mine = [a for a in self.store.attempts(rec.name) if a.replica == replica]
@@ -203,7 +235,7 @@ class LocalRuntime:
                 raise UserError(f"{replica} has no attempt {attempt}")
         chosen = max(mine, key=lambda a: a.attempt)
         if not chosen.log or not Path(chosen.log).exists():
-            raise UserError(f"the output of {replica} attempt {chosen.attempt} was removed (cleanPodPolicy: All)")
+            raise OutputGone(f"the output of {replica} attempt {chosen.attempt} was removed (cleanPodPolicy: All)")
         return Path(chosen.log)
 
     # --- writers ---
@@ -246,3 +278,33 @@ def _signal_supervisor(rec: JobRecord) -> None:
     if rec.supervisor_pid:
         pids.send(rec.supervisor_pid, signal.SIGUSR1, pids.started_at(rec.supervisor_start))
 
+
+
+def _tail_start(f: BinaryIO, lines: int) -> int:
+    """Where the last `lines` lines of a file begin, read backwards: what comes before is not read."""
+    end = f.seek(0, os.SEEK_END)
+    at, seen = end, 0
+    while at > 0:
+        step = min(CHUNK, at)
+        at -= step
+        f.seek(at)
+        block = f.read(step)
+        if at + step == end and block.endswith(b"\n"):
+            block = block[:-1]  # the last line's end starts no line
+        for i in range(len(block) - 1, -1, -1):
+            if block[i] == 0x0A:
+                seen += 1
+                if seen == lines:
+                    return at + i + 1
+    return 0
+
+
+def _write_code(where: Path, files: Code) -> None:
+    """A job's shipped files, written again for each run (private: they may hold the user's code)."""
+    shutil.rmtree(where, ignore_errors=True)
+    private_dir(where.parent)
+    private_dir(where)
+    for rel, data in files.items():
+        path = where / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)

@@ -9,10 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from torchjob.api.build import ARGUMENTS, Built, JobSpec, build, default_name, parse_shape
 from torchjob.api.build import Entry as _Entry
-from torchjob.api.build import JobSpec, build_job, code_volume, collect, default_name, parse_shape
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
+from torchjob.connect import Target, connect
 from torchjob.sdk.result import JobHandle, JobResult, result_of
 from torchjob.sdk.ship import RUNNER, shipment
 
@@ -20,7 +21,7 @@ _NAMES = ("nnodes", "nproc_per_node")
 
 
 def _spec(entry: _Entry, nnodes: int | str, nproc_per_node: int, name: str | None, image: str | None,
-          env: Mapping[str, str] | None) -> JobSpec:
+          env: Mapping[str, str] | None, files: Mapping[str, bytes] | None = None) -> JobSpec:
     if isinstance(nnodes, bool) or not isinstance(nnodes, int | str):
         raise UserError(f"nnodes {nnodes!r} is not a number of replicas", fix='e.g. nnodes=2, or nnodes="1:4"')
     shape = parse_shape(None, nnodes, nproc_per_node, names=_NAMES)
@@ -28,8 +29,8 @@ def _spec(entry: _Entry, nnodes: int | str, nproc_per_node: int, name: str | Non
         if not isinstance(k, str) or not isinstance(v, str) or not k:
             raise UserError(f"env {k!r}: {v!r} is not a name and a string value", fix='e.g. env={"NCCL_DEBUG": "INFO"}')
     spec = JobSpec(entry, shape, name, image, dict(env or {}), working_dir=os.getcwd())
-    build_job(spec)  # every mistake now, before anything runs (the name too)
-    return spec
+    # every mistake now, before anything runs; the name drawn once: local and kube runs share it
+    return replace(spec, name=build(spec, files=files, words=ARGUMENTS).job.name)
 
 
 class Job:
@@ -51,16 +52,16 @@ class Job:
     """
 
     def __init__(self, spec: JobSpec | None = None, *, document: TorchJob | None = None,
-                 files: Mapping[str, bytes] | None = None, source: str | None = None) -> None:
+                 files: Mapping[str, bytes] | None = None) -> None:
         """Use the `from_*` constructors."""
         if (spec is None) == (document is None):
             raise TypeError("Job() takes a JobSpec or a document: use Job.from_function, from_script or from_file")
-        self._spec, self._document = spec, document
+        self._document = document
         self._files = dict(files) if files is not None else None  # a function's shipment
-        self._source = source  # a script or directory shipped with kube=True
-        self.name: str = document.name if document is not None else build_job(spec).name if spec else ""
-        if spec is not None:
-            self._spec = replace(spec, name=self.name)  # drawn once: local and kube runs share it
+        if spec is not None and spec.name is None:
+            spec = replace(spec, name=build(spec, files=self._files, words=ARGUMENTS).job.name)
+        self._spec = spec
+        self.name: str = document.name if document is not None else spec.name if spec and spec.name else ""
 
     # --- building ---
 
@@ -98,7 +99,7 @@ class Job:
         """
         files = shipment(fn, args, kwargs)
         name = name or default_name(_Entry(script=getattr(fn, "__name__", "function")))
-        return cls(_spec(_Entry(script=RUNNER), nnodes, nproc_per_node, name, image, env), files=files)
+        return cls(_spec(_Entry(script=RUNNER), nnodes, nproc_per_node, name, image, env, files), files=files)
 
     @classmethod
     def from_script(cls, path: str | os.PathLike[str], args: Sequence[str] = (), *, nnodes: int | str = 1,
@@ -111,14 +112,8 @@ class Job:
         Example:
             >>> torchjob.Job.from_script("train.py", ["--epochs", "3"], nnodes=2, nproc_per_node=4).run()
         """
-        p = Path(path)
-        if not p.exists():
-            raise UserError(f"script {str(path)!r} does not exist", fix="check the path (relative to the current "
-                                                                         "directory)")
-        if p.is_dir() and not (p / "__main__.py").is_file():
-            raise UserError(f"script {str(path)!r} is a directory without __main__.py", fix="name the script in it")
         entry = _Entry(script=str(path), args=tuple(str(a) for a in args))
-        return cls(_spec(entry, nnodes, nproc_per_node, name, image, env), source=str(path))
+        return cls(_spec(entry, nnodes, nproc_per_node, name, image, env))
 
     @classmethod
     def from_module(cls, module: str, args: Sequence[str] = (), *, nnodes: int | str = 1, nproc_per_node: int = 1,
@@ -147,31 +142,14 @@ class Job:
     def to_torchjob(self, *, kube: bool = False) -> TorchJob:
         """The TorchJob this job runs as; `kube=True`: as it is submitted to a cluster (its code in a
         ConfigMap). Raises `UserError` for what only a cluster needs (an image, code over 1 MiB)."""
+        return self._built(kube).job
+
+    def _built(self, kube: bool) -> Built:
+        """The job and the files it ships (`torchjob.api.build`: the command line's builder too)."""
         if self._document is not None:
-            return self._document
+            return Built(self._document)
         assert self._spec is not None
-        files = self._code(kube)
-        if not kube:
-            if self._files is not None:
-                from torchjob.sdk.local import code_dir
-
-                return build_job(replace(self._spec, working_dir=str(code_dir(self.name))))
-            return build_job(self._spec)
-        if not self._spec.image:
-            raise UserError(f"job {self.name}: a cluster needs an image for its replicas",
-                            fix="pass image=... (python, and torch, in it) to the Job.from_* that built it")
-        if files is None:
-            return build_job(self._spec)
-        script = "." if self._source and Path(self._source).is_dir() else (
-            Path(self._source).name if self._source else RUNNER)
-        return build_job(replace(self._spec, code=code_volume(self.name, list(files), script)))
-
-    def _code(self, kube: bool) -> dict[str, bytes] | None:
-        if self._files is not None:
-            return self._files
-        if kube and self._source is not None:
-            return collect(self._source)
-        return None
+        return build(self._spec, kube=kube, files=self._files, words=ARGUMENTS)
 
     def to_dict(self, *, kube: bool = False) -> dict[str, Any]:
         """The TorchJob document as plain data."""
@@ -204,16 +182,12 @@ class Job:
             >>> result = job.run()
             >>> result.ok, result.value
         """
-        from torchjob.sdk.local import run_local, write_code
+        from torchjob.sdk.local import console_here, local_runtime
 
-        tj = self.to_torchjob()
-        if self._files is not None:
-            write_code(self.name, self._files)
-        view = run_local(tj, quiet)
-        output = None
-        if self._files is not None and view.directory:
-            log = Path(view.directory) / "job.log"
-            output = log.read_text(errors="replace") if log.exists() else ""
+        built = self._built(False)
+        rt = local_runtime()
+        view = rt.run(rt.dryrun(built.job, code=built.code), quiet, console_here(quiet))
+        output = JobHandle(self.name, rt).output() if self._files is not None else None
         result = result_of(view, output)
         return result.check() if check else result
 
@@ -226,34 +200,22 @@ class Job:
             >>> handle = job.submit(kube=True, namespace="team-a")
             >>> handle.wait(timeout=3600).ok
         """
-        tj = self.to_torchjob(kube=kube)
-        function = self._files is not None
-        if kube:
-            from torchjob.kube.clientside.kube_runtime import KubeRuntime
+        from torchjob.sdk.local import local_runtime
 
-            krt = KubeRuntime(kubeconfig, context, namespace)
-            plan = krt.dryrun(tj)
-            files = self._code(True)
-            if files is not None:
-                plan.code = {key: files[path] for key, path in code_volume(self.name, list(files)).items}
-            krt.schedule(plan)
-            ns = namespace or krt.kube.namespace or "default"
-            return JobHandle(self.name, krt, kube=True, namespace=ns, function=function)
-        from torchjob.sdk.local import local_runtime, write_code
-
-        if self._files is not None:
-            write_code(self.name, self._files)
-        rt = local_runtime()
-        rt.schedule(rt.dryrun(tj))
-        _reap(rt.store.get(self.name))
-        return JobHandle(self.name, rt, function=function)
+        built = self._built(kube)
+        target = Target(True, kubeconfig, context, namespace) if kube else None
+        rt = connect(target) if target is not None else local_runtime()
+        rt.schedule(rt.dryrun(built.job, code=built.code))
+        view = rt.describe(self.name)
+        if target is None:
+            _reap(view.supervisor)
+        return JobHandle(self.name, rt, kube=kube, namespace=view.namespace, function=self._files is not None)
 
 
-def _reap(rec: Any) -> None:
+def _reap(pid: int | None) -> None:
     """The detached supervisor is this process's child (unlike `torchjob submit`'s, which exits at once):
     wait for it in the background, so that once it ends it is gone, not a zombie that looks alive."""
     import threading
 
-    pid = rec.supervisor_pid if rec is not None else None
     if pid:
         threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True, name=f"reap-{pid}").start()

@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress
+from torchjob.api.status import JobState
 from torchjob.sdk.errors import JobFailed, JobTimeout, UnreturnableValue
 from torchjob.sdk.ship import value_in
 
@@ -21,7 +23,8 @@ class JobResult:
 
     Attributes:
         name: the job's name.
-        state: "Succeeded", "Failed", "Running", "Suspended", ... (`JobStatus.state`).
+        state: `JobState.SUCCEEDED`, `FAILED`, `RUNNING`, `SUSPENDED`, ... (`JobStatus.state`; a `str`
+            enum: it equals and prints as "Succeeded", "Failed", ...).
         status: the full status (conditions, replica counts, progress, failure).
         root_cause: the first failure, torchrun-style (None when it succeeded).
 
@@ -32,7 +35,7 @@ class JobResult:
     """
 
     name: str
-    state: str
+    state: JobState
     status: JobStatus
     root_cause: str | None = None
     has_value: bool = False
@@ -42,7 +45,7 @@ class JobResult:
     @property
     def ok(self) -> bool:
         """True when the job succeeded."""
-        return self.state == "Succeeded"
+        return self.state is JobState.SUCCEEDED
 
     @property
     def value(self) -> Any:
@@ -65,8 +68,8 @@ def result_of(view: JobView, output: str | None) -> JobResult:
     root = view.root_cause
     if why is not None:
         root = f"{why}\n{root}" if root else why
-    return JobResult(view.name, view.status.state, view.status, None if view.status.state == "Succeeded" else root,
-                     found, value, why)
+    state = view.status.state
+    return JobResult(view.name, state, view.status, None if state is JobState.SUCCEEDED else root, found, value, why)
 
 
 class JobHandle:
@@ -82,7 +85,7 @@ class JobHandle:
     def __init__(self, name: str, runtime: Runtime[Any], *, kube: bool = False, namespace: str | None = None,
                  function: bool = False) -> None:
         self.name = name
-        self.kube = kube
+        self.kube = kube  # where it runs, for its repr: each call goes to the runtime alike
         self.namespace = namespace
         self._rt = runtime
         self._function = function
@@ -101,8 +104,9 @@ class JobHandle:
         return self._rt.describe(self.name).status
 
     @property
-    def state(self) -> str:
-        """"Created", "Running", "Succeeded", "Failed", "Suspended", ..."""
+    def state(self) -> JobState:
+        """`JobState.CREATED`, `RUNNING`, `SUCCEEDED`, `FAILED`, `SUSPENDED`, ... (equal to "Created",
+        "Running", ...)."""
         return self.status().state
 
     def progress(self) -> Progress | None:
@@ -126,25 +130,26 @@ class JobHandle:
             if end is not None and time.monotonic() >= end:
                 raise JobTimeout(f"job {self.name} is still {view.status.state.lower()} after {timeout:g}s")
             time.sleep(poll_s)
-        result = result_of(view, self.logs() if self._function else None)
+        result = result_of(view, self.output() if self._function else None)
         return result.check() if check else result
+
+    def output(self) -> str:
+        """Every line of the job's output (what a function returned is read from it); empty once the
+        job and its output are gone."""
+        try:
+            return self.logs()
+        except UserError:
+            return ""
 
     def logs(self, replica: str | None = None, *, follow: bool = False) -> str:
         """The job's output: every replica's lines prefixed (`[worker-1] ...`), or one replica's
         (`replica="master-0"`). With `follow`, also print them as they come until the job ends."""
         lines: list[str] = []
-
-        def say(line: str) -> None:
+        for line in self._rt.logs(self.name, replica, follow=follow):
             lines.append(line)
             if follow:
                 print(line, flush=True)
-
-        if self.kube:
-            self._rt.logs(self.name, replica, None, follow, say)
-            return "\n".join(lines) + ("\n" if lines else "")
-        from torchjob.sdk.local import read_logs
-
-        return read_logs(self._rt, self.name, replica, follow, say)
+        return "\n".join(lines) + ("\n" if lines else "")
 
     def suspend(self) -> None:
         """Stop every replica; `resume` starts them again."""
@@ -168,13 +173,14 @@ def list_jobs(*, kube: bool = False, namespace: str | None = None, all_namespace
     Example:
         >>> [(h.name, h.state) for h in torchjob.list_jobs()]
     """
-    if kube:
-        from torchjob.kube.clientside.kube_runtime import KubeRuntime
+    if not kube:
+        from torchjob.sdk.local import local_runtime
 
-        krt = KubeRuntime(kubeconfig, context, "*" if all_namespaces else namespace)
-        return [JobHandle(v.name, KubeRuntime(kubeconfig, context, v.namespace), kube=True, namespace=v.namespace)
-                for v in krt.list()]
-    from torchjob.sdk.local import local_runtime
+        rt = local_runtime()
+        return [JobHandle(v.name, rt) for v in rt.list()]
+    from torchjob.connect import ALL_NAMESPACES, Target, connect
 
-    rt = local_runtime()
-    return [JobHandle(v.name, rt) for v in rt.list()]
+    every = Target(True, kubeconfig, context, ALL_NAMESPACES if all_namespaces else namespace)
+    found = connect(every).list()
+    runtimes = {ns: connect(every.in_namespace(ns)) for ns in {v.namespace for v in found}}
+    return [JobHandle(v.name, runtimes[v.namespace], kube=True, namespace=v.namespace) for v in found]

@@ -25,6 +25,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from torchjob.api.errors import UserError
+from torchjob.runtime import JobNotFound
 from torchjob.ui.source import Source
 
 STATIC = resources.files("torchjob.ui") / "static"
@@ -55,7 +56,7 @@ def make_app(source: Source, token: str, cookie: str) -> Starlette:
             try:
                 response = await handler(request)
             except UserError as e:
-                response = JSONResponse({"error": e.render()}, 404 if "no job named" in e.message else 409)
+                response = JSONResponse({"error": e.render()}, 404 if isinstance(e, JobNotFound) else 409)
             except Exception as e:  # a cluster that refused (RBAC), or went away: the page says so
                 response = JSONResponse({"error": f"{type(e).__name__}: {e}"}, 502)
             response.headers["Content-Security-Policy"] = CSP
@@ -79,8 +80,8 @@ def make_app(source: Source, token: str, cookie: str) -> Starlette:
         return JSONResponse({"where": where(), "jobs": await run_in_threadpool(source.jobs)})
 
     def where() -> dict[str, Any]:
-        w = source.where
-        return {"local": w.local, "namespace": w.namespace, "context": w.context}
+        w = source.target
+        return {"local": not w.kube, "namespace": w.namespace, "context": w.context}
 
     async def job(request: Request) -> Response:
         ns, name = request.path_params["ns"], request.path_params["name"]

@@ -8,13 +8,13 @@ from typing import Any
 
 import click
 
-from torchjob.runtime import Runtime
+from torchjob.connect import Target
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def ui_command(kube_options: Decorator, runtime: Callable[..., Runtime[Any]]) -> click.Command:
-    """`torchjob ui`, acting through `runtime(**where)` (the CLI's runtime picker, with its --kube flags)."""
+def ui_command(kube_options: Decorator, target_of: Callable[..., Target]) -> click.Command:
+    """`torchjob ui`, on the target `target_of(**where)` names (the CLI's reading of its --kube flags)."""
 
     @click.command(name="ui")
     @click.option("--port", default=0, show_default="a free one", help="The port to serve on.")
@@ -26,15 +26,13 @@ def ui_command(kube_options: Decorator, runtime: Callable[..., Runtime[Any]]) ->
     def ui(port: int, host: str, no_browser: bool, all_namespaces: bool, **where: Any) -> None:
         """A web dashboard of the jobs: live progress, metric curves, attempts, events, logs. The URL
         it prints (the first line on stdout) carries the token every request needs."""
+        from torchjob.connect import ALL_NAMESPACES
         from torchjob.ui.serve import serve
-        from torchjob.ui.source import Where
 
         if all_namespaces and where["kube"]:
-            where["namespace"] = "*"
+            where["namespace"] = ALL_NAMESPACES
         elif all_namespaces:
             raise click.UsageError("-A/--all-namespaces needs --kube (local jobs have no namespace)")
-        place = Where(local=not where["kube"], kubeconfig=where["kubeconfig"], context=where["kube_context"],
-                      namespace=where["namespace"])
-        serve(place, lambda ns: runtime(**{**where, "namespace": ns}), host, port, not no_browser)
+        serve(target_of(**where), host, port, not no_browser)
 
     return ui

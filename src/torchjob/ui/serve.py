@@ -8,12 +8,10 @@ import secrets
 import socket
 import sys
 import webbrowser
-from collections.abc import Callable
-from typing import Any
 
 from torchjob.api.errors import UserError
-from torchjob.runtime import Runtime
-from torchjob.ui.source import Source, Where
+from torchjob.connect import Target
+from torchjob.ui.source import Source
 
 
 def loopback(host: str) -> bool:
@@ -50,8 +48,7 @@ def url_of(host: str, port: int, token: str) -> str:
     return f"http://{shown}:{port}/?token={token}"
 
 
-def serve(where: Where, runtime_for: Callable[[str | None], Runtime[Any]], host: str, port: int,
-          open_browser: bool) -> None:
+def serve(target: Target, host: str, port: int, open_browser: bool) -> None:
     import uvicorn
 
     from torchjob.ui.app import make_app
@@ -64,10 +61,10 @@ def serve(where: Where, runtime_for: Callable[[str | None], Runtime[Any]], host:
               "sees the URL (and its token) can suspend and delete your jobs", file=sys.stderr)
     bound = sock.getsockname()[1]
     token = secrets.token_hex(24)
-    app = make_app(Source(where, runtime_for).start(), token, cookie=f"torchjob-ui-{bound}")
+    app = make_app(Source(target).start(), token, cookie=f"torchjob-ui-{bound}")
     url = url_of(host, bound, token)
     print(url, flush=True)  # the first line on stdout, for scripts and tests
-    print(f"torchjob ui: serving {'this machine' if where.local else 'the cluster'}'s jobs at {url} "
+    print(f"torchjob ui: serving {target.where}'s jobs at {url} "
           "(Ctrl-C stops it)", file=sys.stderr, flush=True)
     if open_browser:
         webbrowser.open(url)

@@ -1,24 +1,24 @@
 """What the dashboard shows, as plain JSON-able data, read through the runtime interface (the same
-calls `list`, `describe`, `logs`, `suspend`, `resume` and `delete` make): the local store, or with
---kube the cluster as the user's own kubeconfig lets them see it. Blocking; the server runs it in
-threads, one call at a time (the store's connection and the client are shared)."""
+calls `list`, `describe`, `logs`, `suspend`, `resume` and `delete` make) of the runtime
+`torchjob.connect` gives for the target: the local store, or with --kube the cluster as the user's
+own kubeconfig lets them see it. Blocking; the server runs it in threads, one call at a time (the
+store's connection and the client are shared)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
+from torchjob.connect import Target, connect
 from torchjob.progress.history import first_is_loss
-from torchjob.runtime import JobView, Runtime
+from torchjob.runtime import JobView, OutputGone, Runtime
 
-LOG_BYTES = 256 * 1024  # the log view shows a replica's last this much (search and follow work on it)
+LOG_LINES = 5000  # the log view shows a replica's last this many lines (search and follow work on them)
 
 
 def _ts(dt: Any) -> float | None:
@@ -82,22 +82,14 @@ def _history(h: Any) -> dict[str, Any] | None:
             "series": [{"name": n, "values": by_name[n]} for n in order]}
 
 
-@dataclass(frozen=True)
-class Where:
-    local: bool
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None  # with --kube: one namespace, "*" for all, None for the context's
-
-
 class Source:
-    """The dashboard's one way to the jobs. `runtime_for(namespace)` gives the runtime acting in
-    that namespace (locally the one store, whatever the namespace)."""
+    """The dashboard's one way to the jobs of a target: a runtime per namespace acted in (locally
+    the one store, whatever the namespace), connected when first asked."""
 
-    def __init__(self, where: Where, runtime_for: Callable[[str | None], Runtime[Any]],
-                 refresh_s: float = 1.0) -> None:
-        self.where = where
-        self._runtime_for = runtime_for
+    def __init__(self, target: Target, refresh_s: float = 1.0,
+                 connect_to: Callable[[Target], Runtime[Any]] = connect) -> None:
+        self.target = target
+        self._connect = connect_to
         self._runtimes: dict[str | None, Runtime[Any]] = {}
         self._lock = threading.Lock()
         self.refresh_s = refresh_s
@@ -108,9 +100,9 @@ class Source:
         self.problem: str | None = None  # why the last listing failed (RBAC, a cluster away)
 
     def _rt(self, namespace: str | None) -> Runtime[Any]:
-        key = None if self.where.local else (namespace or self.where.namespace)
+        key = (namespace or self.target.namespace) if self.target.kube else None
         if key not in self._runtimes:
-            self._runtimes[key] = self._runtime_for(key)
+            self._runtimes[key] = self._connect(self.target.in_namespace(key))
         return self._runtimes[key]
 
     def start(self) -> Source:
@@ -127,7 +119,7 @@ class Source:
         while True:
             try:
                 if lister is None:  # its own (store connection, client): no lock with the pages' calls
-                    lister = self._runtime_for(self.where.namespace)
+                    lister = self._connect(self.target)
                 rows = [row(v) for v in lister.list()]
                 self.problem = None
             except Exception as e:  # the cluster refused or went away: the pages say so, and it goes on
@@ -153,33 +145,15 @@ class Source:
             return detail(self._rt(namespace or None).describe(name))
 
     def log(self, namespace: str, name: str, replica: str, attempt: int | None) -> dict[str, Any]:
-        """A replica attempt's output, its last LOG_BYTES."""
+        """A replica attempt's output, its last LOG_LINES lines."""
         with self._lock:
-            rt = self._rt(namespace or None)
-            if self.where.local:
-                return self._local_log(rt.describe(name), replica, attempt)
-            lines: list[str] = []
-            rt.logs(name, replica, attempt, False, lines.append)
-            prefix = f"[{replica}] "
-            text = "\n".join(line.removeprefix(prefix) for line in lines)
-            return {"text": text[-LOG_BYTES:], "truncated": len(text) > LOG_BYTES}
-
-    @staticmethod
-    def _local_log(v: JobView, replica: str, attempt: int | None) -> dict[str, Any]:
-        mine = [a for a in v.attempts if a.replica == replica and (attempt is None or a.attempt == attempt)]
-        if not mine:
-            raise UserError(f"job {v.name!r} has no replica {replica!r}" +
-                            (f" attempt {attempt}" if attempt is not None else ""),
-                            fix="pick one of the replicas the job page lists")
-        chosen = max(mine, key=lambda a: a.attempt)
-        if not chosen.log or not Path(chosen.log).exists():
-            return {"text": "", "truncated": False, "gone": True}
-        with Path(chosen.log).open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - LOG_BYTES))
-            data = f.read()
-        return {"text": data.decode("utf-8", "replace"), "truncated": size > LOG_BYTES}
+            try:
+                lines = list(self._rt(namespace or None).logs(name, replica, attempt, tail=LOG_LINES + 1))
+            except OutputGone:
+                return {"text": "", "truncated": False, "gone": True}
+        prefix = f"[{replica}] "  # a cluster's lines name their pod's replica: the view shows one
+        text = "\n".join(line.removeprefix(prefix) for line in lines[-LOG_LINES:])
+        return {"text": text, "truncated": len(lines) > LOG_LINES}
 
     def act(self, namespace: str, name: str, verb: str) -> None:
         with self._lock:

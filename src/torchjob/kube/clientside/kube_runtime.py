@@ -6,7 +6,7 @@ runtime: both fill one `JobView` and refuse with one message."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx2  # lightkube's HTTP client: what it raises for calls that fail below the Kubernetes API
@@ -18,25 +18,21 @@ from lightkube.types import PatchType
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.pod import training_index
+from torchjob.api.status import EventType
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside.code import with_code
+from torchjob.kube.clientside.plan import KubePlan
 from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, parse_time, status_code, to_dict
 from torchjob.kube.objects import kueue
-from torchjob.kube.objects.pods import (
-    LABEL_INDEX,
-    LABEL_JOB,
-    LABEL_TYPE,
-    as_torchjob,
-    manifests,
-    replica_name,
-    terminated,
-)
+from torchjob.kube.objects.pods import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name, terminated
 from torchjob.kube.objects.pods import attempt_of as pod_attempt
 from torchjob.runtime import (
     AttemptView,
+    Code,
     EventView,
     JobView,
     Say,
+    Show,
     name_taken,
     no_output,
     no_such_job,
@@ -85,11 +81,11 @@ def _ns(kube: Client, namespace: str | None) -> str:
     return namespace or kube.namespace or "default"
 
 
-def submit(kube: Client, job: TorchJob, namespace: str | None, code: dict[str, bytes] | None = None) -> str:
+def submit(kube: Client, job: TorchJob, namespace: str | None, configmap: dict[str, Any] | None = None) -> str:
     data = explicit(job)  # created after its code's ConfigMap, when it ships code
     ns = data["metadata"]["namespace"] = _ns(kube, namespace)
-    if code is not None:
-        with_code(kube, job, ns, code, lambda: _create(kube, job, data, ns))
+    if configmap is not None:
+        with_code(kube, configmap, ns, lambda: _create(kube, job, data, ns))
     else:
         _create(kube, job, data, ns)
     return ns
@@ -231,8 +227,9 @@ def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
     return [to_dict(o) for o in kube.list(TorchJobRes, namespace=_ns(kube, namespace))]
 
 
-def logs(kube: Client, name: str, namespace: str | None, replica: str | None, follow_: bool, say: Say,
-         attempt: int | None = None) -> None:
+def logs(kube: Client, name: str, namespace: str | None, replica: str | None = None, follow_: bool = False,
+         attempt: int | None = None, tail: int | None = None) -> Iterator[str]:
+    """Each pod's lines (its last `tail`), prefixed with its replica; followed when there is one pod."""
     data = get(kube, name, namespace)
     every = pods(kube, data)
     if not every:
@@ -250,14 +247,14 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None, fo
         prefix = f"[{replica_name(p.metadata.labels)}] "
         try:
             for line in kube.log(p.metadata.name, namespace=p.metadata.namespace,
-                                 follow=follow_ and len(targets) == 1):
-                say(prefix + line.rstrip("\n"))
+                                 follow=follow_ and len(targets) == 1, tail_lines=tail):
+                yield prefix + line.rstrip("\n")
         except ApiError as e:
             if status_code(e) != 404:
                 raise
             # Deleted between the listing and the read (the job ended and stopped it): its logs
             # went with it; the others are still worth showing.
-            say(f"{prefix}(no logs: the pod was deleted while they were read)")
+            yield f"{prefix}(no logs: the pod was deleted while they were read)"
 
 
 def _served(data: dict[str, Any]) -> ServedKind:
@@ -295,7 +292,7 @@ def view_of(data: dict[str, Any], kube: Client | None = None) -> JobView:
         found = pods(kube, data)
         evs = events(kube, data)
         out.attempts = [attempt_of(p) for p in found]
-        out.events = [EventView(e.type or "", e.reason or "", e.message or "",
+        out.events = [EventView(e.type or EventType.NORMAL, e.reason or "", e.message or "",
                                 _timestamp(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
                       for e in evs]
         f = out.status.failure
@@ -309,28 +306,6 @@ def _timestamp(value: Any) -> float | None:
     """A time as the API serves it (a string in a dict, a datetime in a model) in seconds since the epoch."""
     when = parse_time(value) if isinstance(value, str) else value
     return when.timestamp() if when is not None else None
-
-
-class KubePlan:
-    """Exactly what the operator creates for the job's first attempt (`render --kube`), from the
-    functions the operator makes them with (`kube.objects.pods`)."""
-
-    def __init__(self, job: TorchJob) -> None:
-        from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL
-
-        self.job = job
-        self.notes: list[str] = []
-        self.hint: str | None = None
-        self.objects = manifests(as_torchjob(job), progress_url=DEFAULT_PROGRESS_URL)  # as the operator makes them
-        self.code: dict[str, bytes] | None = None  # its code's ConfigMap's data, when it ships code
-
-    def data(self) -> Any:
-        return self.objects
-
-    def text(self) -> str:
-        import yaml
-
-        return yaml.safe_dump_all(self.objects, sort_keys=False).rstrip()
 
 
 class KubeRuntime:
@@ -349,14 +324,14 @@ class KubeRuntime:
             self._client = client(self.kubeconfig, self.context)
         return self._client
 
-    def dryrun(self, job: TorchJob, lenient: bool = False) -> KubePlan:
-        return KubePlan(job)
+    def dryrun(self, job: TorchJob, lenient: bool = False, code: Code | None = None) -> KubePlan:
+        return KubePlan(job, code)
 
     def schedule(self, plan: KubePlan) -> str:
-        ns = submit(self.kube, plan.job, self.namespace, plan.code)
+        ns = submit(self.kube, plan.job, self.namespace, plan.configmap)
         return f"job {plan.job.name} submitted to {ns}; follow it with: torchjob describe --kube {plan.job.name}"
 
-    def run(self, plan: KubePlan, quiet: bool = False) -> JobView:
+    def run(self, plan: KubePlan, quiet: bool = False, console: Show | None = None) -> JobView:
         """Submit, then show the job's events (its failure's among them) as they come and its
         progress as a live bar, until it ends."""
         import sys
@@ -364,13 +339,13 @@ class KubeRuntime:
         from torchjob.console import Console
 
         name = plan.job.name
-        ns = submit(self.kube, plan.job, self.namespace, plan.code)
+        ns = submit(self.kube, plan.job, self.namespace, plan.configmap)
         print(f"torchjob: job {name} created in {ns}", file=sys.stderr, flush=True)
-        console = Console(None)
+        shown = console(None) if console is not None else Console(None)
         try:
-            follow(self.kube, name, ns, console.note, on_progress=lambda p: console.progress(p, name))
+            follow(self.kube, name, ns, shown.note, on_progress=lambda p: shown.progress(p, name))
         finally:
-            console.close()
+            shown.close()
         return view_of(get(self.kube, name, ns))
 
     def describe(self, name: str) -> JobView:
@@ -386,8 +361,9 @@ class KubeRuntime:
     def list(self) -> list[JobView]:
         return [view_of(data) for data in list_jobs(self.kube, self.namespace)]
 
-    def logs(self, name: str, replica: str | None, attempt: int | None, follow: bool, say: Say) -> None:
-        logs(self.kube, name, self.namespace, replica, follow, say, attempt)
+    def logs(self, name: str, replica: str | None = None, attempt: int | None = None, *, follow: bool = False,
+             tail: int | None = None) -> Iterator[str]:
+        return logs(self.kube, name, self.namespace, replica, follow, attempt, tail)
 
     def suspend(self, name: str) -> None:
         set_suspend(self.kube, name, self.namespace, True)

@@ -1,0 +1,41 @@
+"""What `--kube` would create, offline: the plan of a job on a cluster (`Runtime.dryrun`). The
+objects the operator makes for its first attempt (`render --kube`), from the functions the operator
+makes them with, and the documents this side creates (`run --kube --dry-run -o yaml`): the job, and
+the ConfigMap that carries its code before it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchjob.api.model import TorchJob
+from torchjob.dialects.convert import explicit
+from torchjob.kube.clientside.code import configmap_of
+from torchjob.kube.objects.pods import as_torchjob, manifests
+from torchjob.runtime import Code
+
+
+class KubePlan:
+    """A job for a cluster and the files it ships (relative path -> content, as the builder keyed
+    them); both are checked and placed here, before anything is sent."""
+
+    def __init__(self, job: TorchJob, code: Code | None = None) -> None:
+        from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL
+
+        self.job = job
+        self.code = code
+        self.notes: list[str] = []
+        self.hint: str | None = None
+        self.objects = manifests(as_torchjob(job), progress_url=DEFAULT_PROGRESS_URL)  # as the operator makes them
+        # created before the job, so that no pod waits for it
+        self.configmap: dict[str, Any] | None = configmap_of(job, code) if code is not None else None
+
+    def data(self) -> Any:
+        return self.objects
+
+    def text(self) -> str:
+        import yaml
+
+        return yaml.safe_dump_all(self.objects, sort_keys=False).rstrip()
+
+    def documents(self) -> list[dict[str, Any]]:
+        return [*([self.configmap] if self.configmap is not None else []), explicit(self.job)]
