@@ -8,7 +8,7 @@ import pytest
 
 from torchjob.api.errors import InvalidJob, Problem, UserError
 from torchjob.api.model import TorchJob
-from torchjob.dialects.load import load_job
+from torchjob.dialects import load as loading
 
 BASE = """\
 apiVersion: torchjob.dev/v1
@@ -74,7 +74,7 @@ def apply(old: str, new: str) -> str:
 def load(tmp_path: Path, text: str) -> TorchJob:
     path = tmp_path / "job.yaml"
     path.write_text(text)
-    return load_job(path)
+    return loading.load(path).job
 
 
 def problems_of(tmp_path: Path, text: str) -> list[Problem]:
@@ -348,7 +348,7 @@ def test_two_documents(tmp_path: Path) -> None:
 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no such file"):
-        load_job(tmp_path / "nope.yaml")
+        loading.load(tmp_path / "nope.yaml")
 
 
 # --- leniencies ------------------------------------------------------------------------------
@@ -408,7 +408,7 @@ def test_json_document(tmp_path: Path) -> None:
 
     path = tmp_path / "job.json"
     path.write_text(json.dumps(yaml.safe_load(BASE)))
-    assert load_job(path).name == "demo"
+    assert loading.load(path).job.name == "demo"
 
 
 def test_union_type_error_is_one_problem(tmp_path: Path) -> None:

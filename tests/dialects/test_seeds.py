@@ -13,7 +13,7 @@ from torchjob.api.validate import training_container
 from torchjob.core.advice import advise
 from torchjob.core.topology import Placement, ReplicaId, replica_env, replicas
 from torchjob.dialects.convert import convert, explicit
-from torchjob.dialects.load import load, load_job
+from torchjob.dialects.load import load
 
 SEED_FILES = {
     "000-volcano.yaml": "batch.volcano.sh/v1alpha1 Job",
@@ -27,7 +27,7 @@ WHERE = Placement(master_addr="127.0.0.1", master_port=29500, rdzv_addr="127.0.0
 
 
 def seed(name: str) -> TorchJob:
-    return load_job(SEEDS / name)
+    return load(SEEDS / name).job
 
 
 def test_every_seed_is_here_and_nothing_else() -> None:

@@ -11,7 +11,7 @@ import pytest
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.core.topology import ReplicaId
-from torchjob.dialects.load import load_job
+from torchjob.dialects.load import load
 from torchjob.kube.objects import gang, tensorboard
 from torchjob.kube.objects import pods as kr
 
@@ -25,7 +25,7 @@ def with_resources(data: dict[str, Any], rtype: str, resources: dict[str, Any]) 
 
 
 def test_volcano_seed_gets_a_volcano_podgroup_with_its_min_available() -> None:
-    job = load_job(SEEDS / "000-volcano.yaml")
+    job = load(SEEDS / "000-volcano.yaml").job
     pg = gang.podgroup(job, OWNER)
     assert pg is not None
     assert (pg["apiVersion"], pg["kind"], pg["metadata"]["name"]) == ("scheduling.volcano.sh/v1beta1", "PodGroup",
@@ -39,7 +39,7 @@ def test_volcano_seed_gets_a_volcano_podgroup_with_its_min_available() -> None:
 
 
 def test_only_volcano_podgroups_hold_the_pods_until_admitted() -> None:
-    volcano = load_job(SEEDS / "000-volcano.yaml")
+    volcano = load(SEEDS / "000-volcano.yaml").job
     assert gang.awaits_admission(volcano)
     policy = {"schedulingPolicy": {"schedulerName": "coscheduler"}}
     plugins = job_from_data(job_data("sp", workers=1, run_policy=policy))

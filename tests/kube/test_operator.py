@@ -20,7 +20,7 @@ from lightkube.types import PatchType
 from tests.jobs import job_data
 from tests.kube.conftest import Operator, admit_podgroup, finished, set_pod, wait_job
 from torchjob.dialects.convert import explicit
-from torchjob.dialects.load import load_job
+from torchjob.dialects.load import load
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects.pods import LABEL_JOB
 
@@ -56,7 +56,7 @@ def env(pod: Any) -> dict[str, str]:
 
 def test_volcano_seed_reconciles_to_pods_service_and_env(kube: Client, namespace: str, operator: Operator,
                                                          scheduling_crds: list[str]) -> None:
-    job = load_job(SEEDS / "001-volcano-cm.yaml")
+    job = load(SEEDS / "001-volcano-cm.yaml").job
     create(kube, explicit(job), namespace)
     admit_podgroup(kube, job.name, namespace)
     pods = {p.metadata.name: p for p in wait_pods(kube, job.name, namespace, 3)}

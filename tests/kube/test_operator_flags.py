@@ -10,8 +10,9 @@ import click
 import pytest
 
 from torchjob.cli.cluster import operator
-from torchjob.kube.controller.config import FLAG, KubeflowApi, OperatorConfig
+from torchjob.kube.controller.config import FLAG, OperatorConfig
 from torchjob.kube.objects.install import operator_args
+from torchjob.kube.served.kubeflow_mode import KubeflowApi
 
 
 @pytest.fixture(autouse=True)

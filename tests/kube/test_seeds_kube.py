@@ -15,7 +15,7 @@ from tests.kube.conftest import Operator, admit_podgroup
 from tests.kube.test_operator import create, wait_pods
 from torchjob.core.topology import node_rank, replicas
 from torchjob.dialects.convert import explicit
-from torchjob.dialects.load import load_job
+from torchjob.dialects.load import load
 from torchjob.kube.machinery.client import VolcanoPodGroup
 from torchjob.kube.objects import gang
 from torchjob.kube.objects import pods as kr
@@ -34,7 +34,7 @@ def env(pod: Any) -> dict[str, str]:
 @pytest.mark.parametrize("seed", SEEDS, ids=[s.stem for s in SEEDS])
 def test_seed_reconciles_to_its_pods_service_and_env(seed: Path, kube: Client, namespace: str, operator: Operator,
                                                      scheduling_crds: list[str]) -> None:
-    job = load_job(seed)
+    job = load(seed).job
     create(kube, explicit(job), namespace)
     if gang.awaits_admission(job):
         admit_podgroup(kube, job.name, namespace)

@@ -21,6 +21,7 @@ from torchjob.api.status import ConditionType
 from torchjob.cli.cluster import install, operator
 from torchjob.cli.quick import QuickCommand, quick_options
 from torchjob.connect import HERE, Target, connect
+from torchjob.dialects.convert import TARGETS
 from torchjob.ui.command import ui_command
 from torchjob.version import __version__
 
@@ -205,7 +206,7 @@ def render(job_file: str, output: str, runtimes: tuple[str, ...], **where: Any) 
 
 @cli.command()
 @click.argument("job_file", metavar="FILE")
-@click.option("--to", "target", type=click.Choice(["torchjob", "kubeflow", "volcano", "trainjob"]),
+@click.option("--to", "target", type=click.Choice(TARGETS),
               default="torchjob", show_default=True, help="The dialect to write.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @RUNTIME

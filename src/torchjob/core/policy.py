@@ -16,7 +16,6 @@ from torchjob.api.duration import parse_duration as parse_duration  # re-exporte
 from torchjob.api.model import RestartPolicy
 
 RETRYABLE_MIN = 128
-RESTART_REQUEST_CODE = 138  # "restart me": 128 + SIGUSR1 on Linux, documented by T9k
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 30.0
 

@@ -72,7 +72,3 @@ def load(path: str | Path, runtimes: Sequence[str | Path] = ()) -> Loaded:
     if given and loaded.dialect != "trainer.kubeflow.org/v1alpha1 TrainJob":
         loaded.notes.append(f"{job.source}: the training runtimes given are used by a TrainJob only; ignored")
     return loaded
-
-
-def load_job(path: str | Path) -> TorchJob:
-    return load(path).job

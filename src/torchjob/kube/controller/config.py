@@ -9,22 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import Any
 
 from torchjob.api.defaults import INIT_IMAGE
+from torchjob.kube.served.kubeflow_mode import KubeflowApi
 
 FORCE_DELETE_AFTER_S = 60.0  # past its deletionTimestamp, a pod stuck terminating (lost node) is force-deleted
 FLAG = "flag"  # the key of a setting's Flag in its field's metadata
 AS_FIELD: Any = object()  # a flag's default that is its field's
-
-
-class KubeflowApi(StrEnum):
-    """Whether the operator serves Kubeflow's PyTorchJob API (`--kubeflow-api`)."""
-
-    AUTO = "auto"
-    ON = "on"
-    OFF = "off"
 
 
 @dataclass(frozen=True, kw_only=True)
