@@ -3,6 +3,9 @@
 client beside envtest. It stands beside the real-API-server suite (tests/kube), never instead of it:
 it holds objects in memory, serves lists and watches from them, records every call in order, and
 fails the calls a test tells it to. It does not validate, default or garbage-collect anything.
+
+It implements the protocol the real `Api` implements (kube/machinery/api_protocol.py) and does not
+inherit from it: a call it lacks is an error, never the real client's code run against nothing.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ from typing import Any
 import httpx2
 from lightkube.core.exceptions import ApiError
 
-from torchjob.kube.machinery.client import Api, kind_of
+from torchjob.kube.machinery.api_protocol import ApiProtocol
+from torchjob.kube.machinery.client import kind_of, status_code
 
 ObjKey = tuple[str, str | None, str]  # (kind as Api names it, namespace, name)
 
 
 @dataclass(frozen=True)
 class Call:
-    verb: str  # create | delete | patch_status | patch_spec | patch_data | apply_status | event | get
+    verb: str  # create | delete | patch_status | patch_spec | patch_data | apply_status | event | get | review_*
     kind: str
     name: str
     namespace: str | None
@@ -60,9 +64,8 @@ def matches(labels: dict[str, str], selector: dict[str, Any] | None) -> bool:
     return True
 
 
-class FakeApi(Api):
+class FakeApi:
     def __init__(self) -> None:
-        super().__init__(client=None)  # type: ignore[arg-type]
         self.objects: dict[ObjKey, dict[str, Any]] = {}
         self.calls: list[Call] = []
         self.failures: list[tuple[Callable[[Call], bool], ApiError]] = []
@@ -100,6 +103,10 @@ class FakeApi(Api):
         """The calls that changed something, in order (those of `kinds` only, when given)."""
         return [c for c in self.calls if c.verb != "get" and (not kinds or c.kind in kinds)]
 
+    def unseen(self) -> bool:
+        """Whether a change is published that a watcher has not taken yet."""
+        return any(not queue.empty() for *_, queue in self._watchers)
+
     def named(self, kind: str, namespace: str | None = None) -> list[str]:
         return sorted(n for (k, ns, n) in self.objects if k == kind and (namespace is None or ns == namespace))
 
@@ -113,7 +120,7 @@ class FakeApi(Api):
                  and matches(o["metadata"].get("labels") or {}, labels)]
         return items, str(next(self._rv))
 
-    async def watch(self, kind: str, namespace: str | None, resource_version: str,  # type: ignore[override]
+    async def watch(self, kind: str, namespace: str | None, resource_version: str,
                     labels: dict[str, Any] | None = None) -> AsyncIterator[tuple[str, Any]]:
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         watcher = (kind, namespace, labels, queue)
@@ -130,6 +137,14 @@ class FakeApi(Api):
         if found is None:
             raise api_error(404, f'{kind} "{name}" not found', kind.lower() + "s", name)
         return copy.deepcopy(found)
+
+    async def find(self, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+        try:
+            return await self.get(kind, name, namespace)
+        except Exception as e:  # as the real one: no such object, or no such kind
+            if status_code(e) != 404:
+                raise
+            return None
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
@@ -164,9 +179,13 @@ class FakeApi(Api):
         self._merge(Call("apply_status", kind, meta["name"], meta["namespace"], copy.deepcopy(body)),
                     {"status": body.get("status") or {}})
 
-    async def review_token(self, token: str, audience: str) -> dict[str, Any]:
+    async def review_token(self, token: str, audience: str | None) -> dict[str, Any]:
         self._check(Call("review_token", "TokenReview", "", None, audience))
         return {"authenticated": False}
+
+    async def review_access(self, user: dict[str, Any], path: str, verb: str) -> bool:
+        self._check(Call("review_access", "SubjectAccessReview", path, None, (user.get("username"), verb)))
+        return False
 
     async def event(self, job: dict[str, Any], type_: str, reason: str, message: str,
                     at: datetime | None = None) -> None:
@@ -225,3 +244,6 @@ def merge(into: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
         else:
             into[key] = copy.deepcopy(value)
     return into
+
+
+_conforms: ApiProtocol = FakeApi()  # mypy: the fake implements what the operator may call

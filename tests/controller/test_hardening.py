@@ -5,14 +5,16 @@ the same on a real API server is in tests/kube."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from tests.controller.fakeapi import FakeApi
-from tests.controller.test_sequencing import NS, condition, run, running, status_of, torchjob, until
+from tests.controller.test_sequencing import KEY, NS, condition, events, one_round, run, status_of, synced, torchjob
 from tests.dialects.cli import torchjob as cli
 from torchjob.core.topology import ReplicaId
+from torchjob.kube.controller import gates
+from torchjob.kube.controller.outcome import Result
+from torchjob.kube.controller.reconciler import STALE_RECHECK_S
 from torchjob.kube.objects import kubeflow_labels as kfl
 from torchjob.kube.objects import pods as kr
 from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
@@ -83,14 +85,15 @@ def test_an_impostor_torchjobs_pods_are_the_torchjobs_own_and_not_a_pytorchjobs(
     async def scenario() -> None:
         api = FakeApi()
         api.put(impostor())
-        async with running(api):
-            await until(lambda: len(api.named("Pod", NS)) == 3)
+        async with synced(api) as c:
+            assert await one_round(api, c) == Result()
+            assert len(api.named("Pod", NS)) == 3
             for name in api.named("Pod", NS):
                 pod = api.objects[("Pod", NS, name)]
                 assert pod["metadata"]["ownerReferences"][0]["kind"] == "TorchJob"
                 assert kfl.LABEL_OPERATOR not in pod["metadata"]["labels"]
-            await asyncio.sleep(0.05)
-            assert condition(api, "Failed") is None
+            await one_round(api, c)  # its pods seen by the TorchJob's pod informer: its own, not lost
+            assert condition(api, "Failed") is None and condition(api, "Created") is not None
 
     run(scenario)
 
@@ -116,14 +119,18 @@ def test_only_pods_an_earlier_job_of_the_name_and_kind_left_under_its_names_are_
         api.put(labelled_pod("intruder", None))  # anyone's, labelled as the job's
         api.put(labelled_pod("demo-extra-0", earlier))  # the earlier job's, but not one of this job's names
         api.put(labelled_pod("notebook", {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "nb", "uid": "r"}))
-        async with running(api):
-            await until(lambda: len([c for c in api.calls if c.verb == "create" and c.kind == "Pod"]) == 3)
+        async with synced(api) as c:
+            # its name held by the earlier job's pod (deleted now): made once that is gone
+            assert await one_round(api, c) == Result(requeue_after=STALE_RECHECK_S)
+            creates = [c.name for c in api.calls if c.verb == "create" and c.kind == "Pod"]
+            assert sorted(creates) == ["demo-master-0", "demo-worker-1"]
             deletes = [c.name for c in api.calls if c.verb == "delete" and c.kind == "Pod"]
             assert deletes == ["demo-worker-0"]
             assert {"intruder", "demo-extra-0", "notebook"} <= set(api.named("Pod", NS))
-            await until(lambda: [c for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"])
-            await asyncio.sleep(0.05)
-            told = [c.body[2] for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"]
+            assert await one_round(api, c) == Result()
+            assert [c.name for c in api.calls if c.verb == "create" and c.kind == "Pod"][2:] == ["demo-worker-0"]
+            await one_round(api, c)
+            told = [c.body[2] for c in events(api, "NotOurs")]
             assert len(told) == 3  # once each, however many rounds
             assert any("pod intruder" in m and "no controller" in m and "left alone" in m for m in told)
             assert any("pod notebook" in m and "ReplicaSet nb" in m for m in told)
@@ -148,31 +155,29 @@ def admitted_workload(owner: dict[str, Any]) -> dict[str, Any]:
                        "admission": {"clusterQueue": "cq", "podSetAssignments": []}}}
 
 
-def test_an_admitted_workload_left_by_an_earlier_job_of_the_name_never_admits_the_new_one(
-        monkeypatch: Any) -> None:
-    from torchjob.kube.controller import gates
-
-    monkeypatch.setattr(gates, "NOT_OURS_POLL_S", 0.05, raising=False)
-
+def test_an_admitted_workload_left_by_an_earlier_job_of_the_name_never_admits_the_new_one() -> None:
     async def scenario() -> None:
         api = FakeApi()
         api.put(admitted_workload(EARLIER_OWNER))
         data = torchjob()
         data["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-queue"}
         api.put(data)
-        async with running(api):
-            await asyncio.sleep(0.3)
+        async with synced(api) as c:
+            assert await one_round(api, c) == Result()  # held suspended; its watch event brings it back
+            # the Workload of its name is not its own: not read, said, and looked at again until it is gone
+            assert await one_round(api, c) == Result(requeue_after=gates.NOT_OURS_POLL_S)
+            await one_round(api, c)
             resumed = [c for c in api.calls if c.verb == "patch_spec" and c.body["runPolicy"]["suspend"] is False]
             assert resumed == []  # never admitted by another's Workload
-            await until(lambda: condition(api, "Suspended"))
+            assert condition(api, "Suspended")
             spec = api.objects[("TorchJob", NS, "demo")]["spec"]
             assert spec["runPolicy"]["suspend"] is True and api.named("Pod", NS) == []  # not admitted by it
-            await until(lambda: [c for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"])
-            told = [c.body[2] for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"]
+            told = [c.body[2] for c in events(api, "NotOurs")]
             assert len(told) == 1 and "Workload torchjob-demo" in told[0] and "u-earlier" in told[0]
             # the garbage collector takes it: the job makes its own, which Kueue has yet to admit
             await api.delete("kueue.x-k8s.io/v1beta1/Workload", "torchjob-demo", NS)
-            made = await until(lambda: api.objects.get(("kueue.x-k8s.io/v1beta1/Workload", NS, "torchjob-demo")))
+            await one_round(api, c, KEY)
+            made = api.objects[("kueue.x-k8s.io/v1beta1/Workload", NS, "torchjob-demo")]
             job_uid = api.objects[("TorchJob", NS, "demo")]["metadata"]["uid"]
             assert made["metadata"]["ownerReferences"][0]["uid"] == job_uid
             assert api.objects[("TorchJob", NS, "demo")]["spec"]["runPolicy"]["suspend"] is True
@@ -187,10 +192,7 @@ def podgroup(owner: dict[str, Any], phase: str = "Running") -> dict[str, Any]:
             "spec": {"minMember": 3}, "status": {"phase": phase}}
 
 
-def test_a_podgroup_of_the_jobs_name_that_is_not_its_own_is_never_joined(monkeypatch: Any) -> None:
-    from torchjob.kube.controller import gates
-
-    monkeypatch.setattr(gates, "NOT_OURS_POLL_S", 0.05, raising=False)
+def test_a_podgroup_of_the_jobs_name_that_is_not_its_own_is_never_joined() -> None:
     volcano_job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "demo", "uid": "v-1",
                    "controller": True}
     kind = "scheduling.volcano.sh/v1beta1/PodGroup"
@@ -199,19 +201,23 @@ def test_a_podgroup_of_the_jobs_name_that_is_not_its_own_is_never_joined(monkeyp
         api = FakeApi()
         api.put(podgroup(volcano_job))  # another kind's gang, admitted
         api.put(torchjob(run_policy={"schedulingPolicy": {"schedulerName": "volcano"}}))
-        async with running(api):
-            await until(lambda: status_of(api).get("conditions"))
-            await asyncio.sleep(0.2)
+        async with synced(api) as c:
+            # another's PodGroup holds the name: no pod joins its gang; looked at again until it is gone
+            assert await one_round(api, c) == Result(requeue_after=gates.NOT_OURS_POLL_S)
+            assert status_of(api).get("conditions")  # the decision was written all the same
             assert api.named("Pod", NS) == [] and api.named("PodGroup", NS) == []  # (kind named in full)
-            await until(lambda: [c for c in api.calls if c.verb == "event" and c.body[1] == "NotOurs"])
+            assert len(events(api, "NotOurs")) == 1
             assert api.objects[(kind, NS, "demo")]["metadata"]["ownerReferences"][0]["uid"] == "v-1"
             assert not [c for c in api.calls if c.verb == "delete" and c.kind == kind]  # and left alone
             # it goes; then an earlier TorchJob of the name left one: deleted, and the job's own made
             await api.delete(kind, "demo", NS)
             api.put(podgroup(EARLIER_OWNER))
-            await until(lambda: len([c for c in api.calls if c.verb == "delete" and c.kind == kind]) == 2)
-            mine = await until(lambda: (g := api.objects.get((kind, NS, "demo"))) and
-                               g["metadata"]["ownerReferences"][0]["uid"] != "u-earlier" and g)
+            assert await one_round(api, c) == Result(requeue_after=gates.NOT_OURS_POLL_S)
+            assert len([c for c in api.calls if c.verb == "delete" and c.kind == kind]) == 2
+            # the job's own, Pending: Volcano has not admitted it, and until its kind is watched the job looks
+            assert await one_round(api, c) == Result(requeue_after=gates.ADMISSION_POLL_S)
+            mine = api.objects[(kind, NS, "demo")]
+            assert mine["metadata"]["ownerReferences"][0]["uid"] != "u-earlier"
             assert mine["metadata"]["ownerReferences"][0]["kind"] == "TorchJob"
             assert api.named("Pod", NS) == []  # the job's own PodGroup is Pending: Volcano has not admitted it
 

@@ -17,7 +17,7 @@ import pytest
 from cryptography import x509
 
 from tests.controller.fakeapi import FakeApi
-from tests.controller.test_sequencing import NS, run, torchjob, until
+from tests.controller.test_sequencing import NS, one_round, run, torchjob
 from torchjob.kube.controller import reconciler as reconciler_module
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
@@ -117,16 +117,22 @@ def test_keep_hands_a_renewed_pair_over(monkeypatch: pytest.MonkeyPatch) -> None
         got: list[tls.Tls] = []
         monkeypatch.setattr(tls, "_now", lambda: dt.datetime.now(dt.UTC) + dt.timedelta(days=75))
         task = asyncio.create_task(tls.keep(api, OPS, "torchjob-operator", (), current, got.append, every_s=0.01))
-        await until(lambda: got)
+        await asyncio.wait_for(handed_over(got), 3)  # its timer's first turns
         task.cancel()
         assert got[0].cert_pem != current.cert_pem and got[0].ca_pem == current.ca_pem
 
     run(scenario)
 
 
+async def handed_over(got: list[tls.Tls]) -> None:
+    while not got:
+        await asyncio.sleep(0.01)
+
+
 @asynccontextmanager
 async def running_with(api: FakeApi, link: ProgressLink) -> AsyncIterator[Controller]:
-    controller = Controller(api, OperatorConfig(progress_port=8443), progress=link)
+    """The controller with the progress link, no worker: the test runs each round."""
+    controller = Controller(api, OperatorConfig(progress_port=8443, workers=0), progress=link)
     task = asyncio.create_task(controller.run())
     await asyncio.wait_for(controller.ready.wait(), 3)
     try:
@@ -145,16 +151,21 @@ def test_a_namespaces_ca_configmap_is_looked_at_again(monkeypatch: pytest.Monkey
         api = FakeApi()
         link = ProgressLink(Books(), tls.Trust(made.trusted))
         api.put(torchjob("one"))
-        async with running_with(api, link):
-            await until(lambda: ("ConfigMap", NS, kr.CA_CONFIGMAP) in api.objects)
+        async with running_with(api, link) as c:
+            await one_round(api, c, (NS, "one"))
+            assert api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == made.trusted
             # someone changes it (or an older operator wrote another CA): the next job's pods are made
             # only after it is brought back
             await api.patch_data("ConfigMap", kr.CA_CONFIGMAP, NS, {kr.CA_KEY: "stale"})
             api.put(torchjob("two"))
-            await until(lambda: api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == made.trusted)
+            await one_round(api, c, (NS, "two"))
+            assert api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == made.trusted
+            before = [str(w) for w in api.writes(("ConfigMap", "Pod"))]
+            assert before.index("patch_data ConfigMap " + kr.CA_CONFIGMAP) < before.index("create Pod two-master-0")
             # the CAs renewed: the next job's namespace gets them
             link.trust.pem = "renewed"
             api.put(torchjob("three"))
-            await until(lambda: api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == "renewed")
+            await one_round(api, c, (NS, "three"))
+            assert api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == "renewed"
 
     run(scenario)

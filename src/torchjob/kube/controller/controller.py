@@ -1,6 +1,8 @@
 """A kind's controller: informers on its jobs and the Pods and Services they own, a work queue
-keyed by job, and workers that run one round per key at a time (reconciler.py). A round that
-fails is retried with a per-job backoff (kube/machinery/queue.py) and said in an Event."""
+keyed by job, and workers that run one round per key at a time (reconciler.py). The controller
+alone calls the queue: it follows the `Result` a round returns, and a round that fails is retried
+with a per-job backoff (kube/machinery/queue.py) and said in an Event. It holds every job's memory
+(memory.py) and forgets all of a deleted job's in one place (`_forget`)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,13 @@ from lightkube.core.exceptions import ApiError
 from torchjob.api.status import EventType, Reason
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, ThirdPartyWatches
-from torchjob.kube.controller.reconciler import JobCaches, PodIndex, ProgressLink, Reconciler
+from torchjob.kube.controller.memory import Memories
+from torchjob.kube.controller.outcome import Result
+from torchjob.kube.controller.pod_index import PodIndex
+from torchjob.kube.controller.reconciler import JobCaches, ProgressLink, Reconciler
 from torchjob.kube.machinery import metrics
-from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.api_protocol import ApiProtocol
+from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only, pod_cached, whole
 from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import pods as kr
@@ -25,6 +31,7 @@ from torchjob.kube.progress.view import KindCaches
 from torchjob.kube.served.kinds import TORCHJOB, ServedKind
 
 log = logging.getLogger("torchjob.kube")
+GONE_RECHECK_S = 1.0  # a job deleted while its round wrote: looked at once more, to forget it
 
 
 def job_gone(e: Exception, key: Key, plural: str = TORCHJOB.plural) -> bool:
@@ -42,9 +49,9 @@ def owner_key(obj: dict[str, Any]) -> Key | None:
 class Controller:
     """One kind's controller. `progress` links it to the progress books and CA (None: no endpoint)."""
 
-    def __init__(self, api: Api, config: OperatorConfig, *, kind: ServedKind = TORCHJOB,
+    def __init__(self, api: ApiProtocol, config: OperatorConfig, *, kind: ServedKind = TORCHJOB,
                  progress: ProgressLink | None = None) -> None:
-        self.api, self.kind, self.config = api, kind, config
+        self.api, self.kind, self.config, self.progress = api, kind, config, progress
         namespace = config.namespace
         self.queue = WorkQueue(kind.plural.removesuffix("s"))  # "torchjob", "pytorchjob": the metrics label
         self.jobs = Informer(api, kind.kind, namespace, self._on_job, transform=whole)
@@ -52,12 +59,12 @@ class Controller:
         self.services = Informer(api, "Service", namespace, self._on_owned, labels=kind.pod_labels,
                                  transform=metadata_only)
         self.index = PodIndex()
+        self.memories = Memories()
         self.watches = ThirdPartyWatches(api, namespace, self._on_owned)
         self.reconciler = Reconciler(
             api=api, kind=kind, caches=JobCaches(self.jobs, self.pods, self.services, self.index),
-            queue=self.queue, kueue_gate=KueueGate(api, self.jobs, self.watches, self.queue),
-            podgroup_gate=PodGroupGate(api, self.queue, self.watches), config=config, progress=progress,
-            spawn=self._spawn)
+            memories=self.memories, kueue_gate=KueueGate(api, self.jobs, self.watches),
+            podgroup_gate=PodGroupGate(api, self.watches), config=config, progress=progress, spawn=self._spawn)
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()
 
@@ -83,7 +90,7 @@ class Controller:
         if key_of(obj) in self.pods.cache:
             pods[name] = self.pods.cache[key_of(obj)]
         elif pods.pop(name, None) is not None:
-            self.index.gone.setdefault(key, {})[name] = obj  # its last state: an eviction, maybe
+            self.memories.of(key).gone[name] = obj  # its last state: an eviction, maybe
         if not pods:
             del self.index.live[key]
         self.queue.add(key)
@@ -127,14 +134,16 @@ class Controller:
         while True:
             key = await self.queue.get()
             # Shielded: a stopping operator cancels its workers, but lets what they started finish (drain).
-            await asyncio.shield(self._spawn(self._process(key)))
+            await asyncio.shield(self._spawn(self.process(key)))
 
-    async def _process(self, key: Key) -> None:
+    async def process(self, key: Key) -> None:
+        """One round of `key` as a worker runs it: the queue follows its result, or its failure."""
         metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).inc()
         start = time.monotonic()
         try:
-            await self.reconciler.reconcile(key)
+            result = await self.reconciler.reconcile(key)
             self.queue.succeeded(key)
+            self._follow(key, result)
             metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
         except asyncio.CancelledError:
             raise
@@ -143,7 +152,7 @@ class Controller:
                 # Deleted while this reconcile wrote for it: not an error. Its delete event comes
                 # through the watch; one more look then finds nothing left to do.
                 log.debug("reconcile %s/%s: the job is gone", key[0], key[1])
-                self.queue.add_after(key, 1.0)
+                self.queue.add_after(key, GONE_RECHECK_S)
                 return
             metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
             metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
@@ -159,6 +168,24 @@ class Controller:
             metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.monotonic() - start)
             metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
             self.queue.done(key)
+
+    def _follow(self, key: Key, result: Result) -> None:
+        """What a round asked of the queue."""
+        if result.forget:
+            self._forget(key)
+        if result.requeue:
+            self.queue.add(key)
+        if result.requeue_after is not None:
+            self.queue.add_after(key, result.requeue_after)
+
+    def _forget(self, key: Key) -> None:
+        """A deleted job: everything kept for it goes (its pods stay indexed until they go: a new job
+        of that name must see them). The progress book is the endpoint's, shared with its receiver,
+        and keyed by kind too."""
+        self.memories.forget(key)
+        self.queue.forget(key)
+        if self.progress is not None:
+            self.progress.books.forget(self.kind.plural, key)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)

@@ -2,7 +2,9 @@
 and the gang scheduler's (a Volcano or scheduler-plugins PodGroup, admitted by Volcano).
 
 A gate only observes and asks; what a refusal means for the job (a PodGroup or Kueue kind missing
-on this cluster) is core's decision: the gate hands back a `Refusal` fact."""
+on this cluster) is core's decision: the gate hands back a `Refusal` fact. What a gate remembers of
+a job lives in the job's memory (memory.py), and when the job should be looked at again is part of
+its answer (`Gate.recheck_s`): a gate never calls the work queue."""
 
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from typing import Any
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import EventType, Reason
 from torchjob.core.reconcile import Refusal
+from torchjob.kube.controller.memory import GangMemory, JobMemory
 from torchjob.kube.machinery import client
-from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.api_protocol import ApiProtocol
+from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, Namespaces, pod_summary
-from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, kueue
 from torchjob.kube.objects import pods as kr
 
@@ -31,16 +34,18 @@ NOT_OURS_POLL_S = 5.0  # how often a job looks again whether a Workload or PodGr
 
 class Verdict(Enum):
     CREATE = "create"  # go on: the pods may be made
-    WAIT = "wait"  # hold the pods back (the job is requeued)
+    WAIT = "wait"  # hold the pods back (the job comes back by a watch event, or after recheck_s)
     STOP = "stop"  # end this round: the job was just patched, and its watch event brings it back
 
 
 @dataclass(frozen=True)
 class Gate:
-    """What a gate says, and, when the job cannot run as written, why (`refused`: a fact for core)."""
+    """What a gate says, and, when the job cannot run as written, why (`refused`: a fact for core);
+    `recheck_s`: look at the job again after this long (something the gate waits for is not watched)."""
 
     verdict: Verdict
     refused: Refusal | None = None
+    recheck_s: float | None = None
 
 
 CREATE, WAIT, STOP = Gate(Verdict.CREATE), Gate(Verdict.WAIT), Gate(Verdict.STOP)
@@ -50,7 +55,7 @@ class ThirdPartyWatches:
     """Informers on third-party kinds (Volcano PodGroups, Kueue Workloads), started from the first
     object of the kind this operator makes or finds: never without their CRD."""
 
-    def __init__(self, api: Api, namespace: Namespaces, on_change: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, api: ApiProtocol, namespace: Namespaces, on_change: Callable[[dict[str, Any]], None]) -> None:
         self.api, self.namespace, self.on_change = api, namespace, on_change
         self.informers: dict[str, Informer] = {}
         self.tasks: list[asyncio.Task[None]] = []
@@ -82,29 +87,21 @@ class ThirdPartyWatches:
             t.cancel()
 
 
-class NotOurs:
+async def not_ours(api: ApiProtocol, raw: dict[str, Any], key: Key, found: dict[str, Any], what: str,
+                   told: set[str]) -> float:
     """A Workload or PodGroup of the name a job's would have, which the job does not control (an
     earlier job's of that name, not yet collected; another kind's; anyone's): never trusted, never
-    adopted; said once in an event, and looked at again until it is gone."""
-
-    def __init__(self, api: Api, queue: WorkQueue) -> None:
-        self.api, self.queue = api, queue
-        self.told: set[tuple[Key, str]] = set()
-
-    async def wait(self, raw: dict[str, Any], key: Key, found: dict[str, Any], what: str) -> None:
-        self.queue.add_after(key, NOT_OURS_POLL_S)
-        name = f"{found.get('kind')} {found['metadata']['name']}"
-        if (key, name) in self.told:
-            return
-        self.told.add((key, name))
+    adopted; said once in an event (`told`: what the job was told); returns when to look again,
+    until it is gone."""
+    name = f"{found.get('kind')} {found['metadata']['name']}"
+    if name not in told:
+        told.add(name)
         message = (f"{name} {what}, but its controller is {kr.whose(found)}, not this job: it is not this job's "
                    "and is not used; this job waits until it is gone (an earlier job's is deleted by the garbage "
                    "collector)")
         log.warning("%s/%s: %s", key[0], key[1], message)
-        await self.api.event(raw, EventType.WARNING, Reason.NOT_OURS, message)
-
-    def forget(self, key: Key) -> None:
-        self.told = {t for t in self.told if t[0] != key}
+        await api.event(raw, EventType.WARNING, Reason.NOT_OURS, message)
+    return NOT_OURS_POLL_S
 
 
 class KueueGate:
@@ -114,21 +111,17 @@ class KueueGate:
     Workload the job controls (its uid) is read: an admitted one an earlier job of the name left
     never admits this one."""
 
-    def __init__(self, api: Api, jobs: Informer, watches: ThirdPartyWatches, queue: WorkQueue) -> None:
+    def __init__(self, api: ApiProtocol, jobs: Informer, watches: ThirdPartyWatches) -> None:
         self.api, self.jobs, self.watches = api, jobs, watches
-        self.not_ours = NotOurs(api, queue)
 
-    def forget(self, key: Key) -> None:
-        self.not_ours.forget(key)
-
-    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key) -> Gate:
+    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory) -> Gate:
         if not kueue.queue_name(job):
             return CREATE
         status = job.status or JobStatus()
         if not status.conditions and not job.run_policy.suspend:
             await self._hold(raw, job)
             return STOP
-        return await self._sync_workload(raw, job, key, status)
+        return await self._sync_workload(raw, job, key, status, memory)
 
     async def _hold(self, raw: dict[str, Any], job: TorchJob) -> None:
         meta = raw["metadata"]
@@ -137,13 +130,14 @@ class KueueGate:
         await self.api.event(raw, EventType.NORMAL, Reason.QUEUED, f"suspended until Kueue admits it from queue "
                                                       f"{kueue.queue_name(job)}")
 
-    async def _sync_workload(self, raw: dict[str, Any], job: TorchJob, key: Key, status: JobStatus) -> Gate:
+    async def _sync_workload(self, raw: dict[str, Any], job: TorchJob, key: Key, status: JobStatus,
+                             memory: JobMemory) -> Gate:
         wl_key = (key[0], kueue.workload_name(job.name))
         wl, _ = await self.watches.look_up(kueue.WORKLOAD, wl_key)
         if wl is not None and not kr.owned_by(wl, job):
             # Not read: the job stays as it is (a suspended one suspended) until the name is free.
-            await self.not_ours.wait(raw, key, wl, "is the name of this job's Kueue Workload")
-            return CREATE
+            again = await not_ours(self.api, raw, key, wl, "is the name of this job's Kueue Workload", memory.told)
+            return Gate(Verdict.CREATE, recheck_s=again)
         if status.finished:
             if wl is not None and not kueue.finished(wl):
                 now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -198,64 +192,53 @@ class PodGroupGate:
     pods are created once the PodGroup leaves Pending (a change of a watched PodGroup requeues its
     job; until PodGroups are watched, the job looks again every ADMISSION_POLL_S)."""
 
-    def __init__(self, api: Api, queue: WorkQueue, watches: ThirdPartyWatches) -> None:
-        self.api, self.queue, self.watches = api, queue, watches
-        self.groups: set[Key] = set()  # jobs whose PodGroup this process created or found (its own)
-        self.admitted: set[Key] = set()  # jobs whose PodGroup lets their pods be created
-        self.waiting: set[Key] = set()  # jobs told (by an event) that they wait for admission
-        self.not_ours = NotOurs(api, queue)
+    def __init__(self, api: ApiProtocol, watches: ThirdPartyWatches) -> None:
+        self.api, self.watches = api, watches
 
-    def forget(self, key: Key) -> None:
-        self.groups.discard(key)
-        self.admitted.discard(key)
-        self.waiting.discard(key)
-        self.not_ours.forget(key)
-
-    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key, active: bool, started: bool) -> Gate:
+    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, active: bool,
+                    started: bool) -> Gate:
         """Without the PodGroup CRD a job that has no pod yet is refused; one already running goes on."""
         group = kr.podgroup(job)
         if group is None:
             return CREATE
         if not active:
-            if key in self.groups:
-                self.forget(key)
+            if memory.gang.made:
+                memory.gang = GangMemory()  # made afresh (and admitted again) if the job runs again
                 await self.api.delete(client.kind_of(group), job.name, key[0])
             return CREATE
-        if key not in self.groups:
-            refused = await self._create(raw, job, key, group, started)
-            if refused is not None:
-                return Gate(Verdict.STOP, refused)
-            if key not in self.groups:  # the name is another's PodGroup: no pod joins its gang
-                return WAIT
-        return await self._admission(raw, job, key, group)
+        if not memory.gang.made:
+            held = await self._create(raw, job, key, group, memory.gang, started)
+            if held is not None:
+                return held
+        return await self._admission(raw, job, key, group, memory.gang)
 
-    async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]) -> Gate:
-        if key in self.admitted or not gang.awaits_admission(job):
+    async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
+                         gang_memory: GangMemory) -> Gate:
+        if gang_memory.admitted or not gang.awaits_admission(job):
             return CREATE
         stored, watched = await self.watches.look_up(client.kind_of(group), key)
         if stored is None or not kr.owned_by(stored, job):
-            self.groups.discard(key)  # deleted by someone (made again on the next reconcile), or replaced
-            self.queue.add_after(key, ADMISSION_POLL_S)
-            return WAIT
+            gang_memory.made = False  # deleted by someone (made again on the next reconcile), or replaced
+            return Gate(Verdict.WAIT, recheck_s=ADMISSION_POLL_S)
         if gang.admitted(stored):
-            self.admitted.add(key)
+            gang_memory.admitted = True
             return CREATE
-        if key not in self.waiting:
-            self.waiting.add(key)
+        if not gang_memory.waiting_said:
+            gang_memory.waiting_said = True
             await self.api.event(raw, EventType.NORMAL, Reason.POD_GROUP_PENDING, gang.admission_message(job))
-        if not watched:
-            self.queue.add_after(key, ADMISSION_POLL_S)  # until the watch can tell
-        return WAIT
+        # a change of a watched PodGroup brings the job back; until the watch can tell, it looks again
+        return WAIT if watched else Gate(Verdict.WAIT, recheck_s=ADMISSION_POLL_S)
 
     async def _create(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
-                      started: bool) -> Refusal | None:
+                      gang_memory: GangMemory, started: bool) -> Gate | None:
+        """The PodGroup made (or the job's own found): None, go on to its admission; else the gate's
+        answer (refused, or waiting for its name to be free)."""
         try:
             await self.api.create(group)
         except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
             code = status_code(e)
             if code == 409:  # made before: adopted when it is the job's own (this operator's, before a restart)
-                await self._adopt(raw, job, key, group)
-                return None
+                return await self._adopt(raw, job, key, group, gang_memory)
             if code != 404:
                 raise
             kind = gang.podgroup_kind(job)
@@ -264,23 +247,24 @@ class PodGroupGate:
                        f"is not installed on this cluster: install {kind.flavor}, or remove schedulerName from "
                        f"runPolicy.schedulingPolicy and the pod templates")
             if not started:
-                return Refusal(Reason.POD_GROUP_UNAVAILABLE, message)
+                return Gate(Verdict.STOP, Refusal(Reason.POD_GROUP_UNAVAILABLE, message))
             await self.api.event(raw, EventType.WARNING, Reason.POD_GROUP_UNAVAILABLE, message)
-            self.admitted.add(key)  # its pods run without one; nothing to wait for
-        self.groups.add(key)
+            gang_memory.admitted = True  # its pods run without one; nothing to wait for
+        gang_memory.made = True
         return None
 
-    async def _adopt(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any]) -> None:
-        """The PodGroup of the job's name that exists: the job's own is adopted; one an earlier job of
-        the name left is deleted (as the garbage collector would); any other is left alone. Until the
-        name is free the job waits (NotOurs)."""
+    async def _adopt(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
+                     gang_memory: GangMemory) -> Gate | None:
+        """The PodGroup of the job's name that exists: the job's own is adopted (None: go on); one an
+        earlier job of the name left is deleted (as the garbage collector would); any other is left
+        alone. Until the name is free no pod joins its gang: the job waits (`not_ours`)."""
         found = await self.api.find(client.kind_of(group), job.name, key[0])
         if found is None:  # gone in between: made on the next round
-            self.queue.add_after(key, ADMISSION_POLL_S)
-            return
+            return Gate(Verdict.WAIT, recheck_s=ADMISSION_POLL_S)
         if kr.owned_by(found, job):
-            self.groups.add(key)
-            return
+            gang_memory.made = True
+            return None
         if kr.left_by_earlier(found, job) and not found["metadata"].get("deletionTimestamp"):
             await self.api.delete(client.kind_of(group), job.name, key[0])
-        await self.not_ours.wait(raw, key, found, "is the name of this job's PodGroup")
+        again = await not_ours(self.api, raw, key, found, "is the name of this job's PodGroup", gang_memory.told)
+        return Gate(Verdict.WAIT, recheck_s=again)

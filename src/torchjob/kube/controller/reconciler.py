@@ -9,9 +9,13 @@ a stale cache gets 409 and changes nothing; after a restart the operator adopts 
 decision is written to the job's status *before* it is acted on, so a crash between the two
 repeats the action instead of losing or double-counting it (Kubeflow's #3419 marked the job
 Failed only after deleting its pods). What the round learns while acting and cannot act on (a pod
-the API server refuses, a PodGroup or Kueue kind missing) is recorded as a fact of the job and the
-job is requeued: the next round's World carries it and core decides the ending. Kueue's gate runs
-before the decision: it may hold the job (patch it suspended) and end the round there.
+the API server refuses, a PodGroup or Kueue kind missing) is recorded as a fact of the job (its
+memory: memory.py) and the round asks to be run again at once: the next round's World carries it
+and core decides the ending. Kueue's gate runs before the decision: it may hold the job (patch it
+suspended) and end the round there.
+
+A round returns its outcome (`Result`: look again at once, after a while, or forget the job); the
+controller alone acts on it with the work queue.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, assert_never
 
@@ -41,15 +45,17 @@ from torchjob.core.reconcile import (
     reconcile,
 )
 from torchjob.core.reconcile import refuse as refuse_unreadable
-from torchjob.core.topology import replicas
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
 from torchjob.kube.controller.leaving import leaving
-from torchjob.kube.controller.observe import observe, observe_pod
+from torchjob.kube.controller.memory import JobMemory, Memories
+from torchjob.kube.controller.observe import observe
+from torchjob.kube.controller.outcome import DONE, GONE, Result
+from torchjob.kube.controller.pod_index import PodIndex
 from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
-from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.api_protocol import ApiProtocol
+from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key
-from torchjob.kube.machinery.queue import WorkQueue
 from torchjob.kube.objects import gang, tensorboard
 from torchjob.kube.objects import pods as kr
 from torchjob.kube.progress.books import Books
@@ -61,56 +67,7 @@ CA_RECHECK_S = 600.0  # how long a namespace's CA ConfigMap, once made current, 
 # The grace of a pod stopped because its replica restarts, where its template sets none (the pod's own
 # default is 30 s): a peer of a failed rank is hung or failing; a job that checkpoints on SIGTERM sets its own.
 RESTART_GRACE_S = 3
-
-
-def controller_uid(obj: dict[str, Any]) -> str | None:
-    owner = kr.controller_of(obj)
-    return owner.get("uid") if owner is not None else None
-
-
-@dataclass
-class PodIndex:
-    """The pods of each job, from the pod informer, and those deleted since (their last state),
-    kept until core has decided on them."""
-
-    live: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    gone: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
-
-    def split(self, job: TorchJob, key: Key) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                        list[dict[str, Any]], list[dict[str, Any]]]:
-        """The job's pods; pods of an earlier job of the same name and kind, named as this job's
-        (left by it); pods labelled as the job's that are neither (not ours to touch); the job's pods
-        deleted since."""
-        pods: list[dict[str, Any]] = []
-        stale: list[dict[str, Any]] = []
-        foreign: list[dict[str, Any]] = []
-        here = self.live.get(key, {})
-        names = {kr.pod_name(job, r) for r in replicas(job)}
-        for p in here.values():
-            if kr.owned_by(p, job):
-                pods.append(p)
-            elif kr.left_by_earlier(p, job) and p["metadata"]["name"] in names:
-                stale.append(p)
-            else:
-                foreign.append(p)
-        gone = [p for name, p in self.gone.pop(key, {}).items()
-                if name not in here and controller_uid(p) == job.metadata.uid]
-        return pods, stale, foreign, gone
-
-    def keep_undecided(self, decided: TorchJob, key: Key, gone: list[dict[str, Any]]) -> None:
-        """A deleted pod whose attempt the decision did not move on (a policy's timeout holds it
-        back) is shown to core again on the next reconcile; one that was decided on is dropped."""
-        status = decided.status
-        if status is None or status.finished:
-            return
-        kept = {}
-        for p in gone:
-            obs = observe_pod(decided, p)
-            current = status.replicas.get(obs.replica.name) if obs is not None else None
-            if obs is not None and current is not None and current.attempt == obs.attempt:
-                kept[p["metadata"]["name"]] = p
-        if kept:  # beside any deleted since this reconcile began (it awaited in between)
-            self.gone.setdefault(key, {}).update(kept)
+STALE_RECHECK_S = 1.0  # how soon a job looks again whether an earlier job's pods have freed its names
 
 
 @dataclass(frozen=True)
@@ -138,66 +95,54 @@ class NameTaken(Exception):
 
 
 class Reconciler:
-    def __init__(self, *, api: Api, kind: ServedKind, caches: JobCaches, queue: WorkQueue, kueue_gate: KueueGate,
-                 podgroup_gate: PodGroupGate, config: OperatorConfig, progress: ProgressLink | None,
-                 spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
-        self.api, self.kind, self.queue, self.config = api, kind, queue, config
+    """One round of one job (`reconcile`), returning what the work queue should do with it. What it
+    keeps of each job between rounds is in `memories` (the controller's, which forgets)."""
+
+    def __init__(self, *, api: ApiProtocol, kind: ServedKind, caches: JobCaches, memories: Memories,
+                 kueue_gate: KueueGate, podgroup_gate: PodGroupGate, config: OperatorConfig,
+                 progress: ProgressLink | None, spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
+        self.api, self.kind, self.memories, self.config = api, kind, memories, config
         self.progress, self.spawn = progress, spawn
         self.jobs, self.pods, self.services, self.index = caches.jobs, caches.pods, caches.services, caches.index
         self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate
         self.pod_options = config.pods
-        self.learned: dict[Key, Refusal] = {}  # what acting taught about a job, for its next round's World
-        # where the CA ConfigMap was made current: the CAs published, until when that is trusted
+        # where the CA ConfigMap was made current: the CAs published, until when that is trusted (per
+        # namespace, not per job: it outlives the jobs that made it)
         self.ca_namespaces: dict[str, tuple[str, float]] = {}
-        self.boards: set[Key] = set()  # jobs whose TensorBoard this process created or found
-        self.told: dict[Key, set[str]] = {}  # the pods not ours that each job's events have named
 
-    def forget(self, key: Key) -> None:
-        self.queue.forget(key)  # its pods stay indexed until they go: a new job of that name must see them
-        self.index.gone.pop(key, None)
-        self.learned.pop(key, None)
-        self.podgroup_gate.forget(key)
-        self.kueue_gate.forget(key)
-        self.boards.discard(key)
-        self.told.pop(key, None)
-        if self.progress is not None:
-            self.progress.books.forget(self.kind.plural, key)
-
-    def learn(self, key: Key, refused: Refusal) -> None:
-        """A fact found while acting: the job is looked at again at once, and core decides on it."""
-        self.learned.setdefault(key, refused)
-        self.queue.add(key)
-
-    async def reconcile(self, key: Key) -> None:
+    async def reconcile(self, key: Key) -> Result:
         raw = self.jobs.cache.get(key)
         if raw is None or raw["metadata"].get("deletionTimestamp"):
-            self.forget(key)
-            return
+            return GONE
         if not self.kind.serves(raw):  # another manager's (Kueue's MultiKueue): nothing made, nothing written
-            return
+            return DONE
         status = self.kind.status_of(raw)
         now = datetime.now(UTC)
         try:
             job = self.kind.read(raw)
         except Unreadable as e:
             await self._write(raw, None, status, refuse_unreadable(status, Refusal(Reason.INVALID_SPEC, str(e)), now))
-            return
+            return DONE
         job = gang.with_default_scheduler(job, self.config.gang_scheduler).model_copy(update={"status": status})
+        memory = self.memories.of(key)
+        result = DONE
         if self.kind.own_kueue:
-            gate = await self.kueue_gate.check(raw, job, key)
+            gate = await self.kueue_gate.check(raw, job, key, memory)
+            result = result.after(gate.recheck_s)
             if gate.refused is not None:
-                self.learned.setdefault(key, gate.refused)
+                memory.learned = memory.learned or gate.refused
             elif gate.verdict is Verdict.STOP:
-                return
-        pods, stale, foreign, gone = self.index.split(job, key)
-        world = observe(job, pods, gone=gone, refused=self.learned.get(key), last_report=self._reports(key))
+                return result  # the job was just patched: its watch event brings it back
+        pods, stale, foreign, gone = self.index.split(job, key, memory)
+        world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key))
         plan = reconcile(job, world, now)
-        self.index.keep_undecided(job.model_copy(update={"status": plan.status}), key, gone)
+        self.index.keep_undecided(job.model_copy(update={"status": plan.status}), memory, gone)
         await self._write(raw, job, status, plan)
         if plan.status.finished:
-            self.learned.pop(key, None)  # decided on: a finished job ignores it
-        await self._act(raw, job, key, plan, pods, stale, now)
-        self._tell_foreign(raw, key, foreign)
+            memory.learned = None  # decided on: a finished job ignores it
+        result = await self._act(raw, job, key, memory, plan, pods, stale, now, result)
+        self._tell_foreign(raw, key, memory, foreign)
+        return result
 
     def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
         if self.progress is None:
@@ -205,12 +150,17 @@ class Reconciler:
         books, plural = self.progress.books, self.kind.plural
         return lambda replica, attempt: books.last_report(plural, key, replica, attempt)
 
-    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, plan: Plan, pods: list[dict[str, Any]],
-                   stale: list[dict[str, Any]], now: datetime) -> None:
+    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, plan: Plan,
+                   pods: list[dict[str, Any]], stale: list[dict[str, Any]], now: datetime, result: Result) -> Result:
+        """Carry the plan out; returns `result` with what acting adds: a fact learned (look again at
+        once), the PodGroup's recheck, the earlier job's pods to wait for, the plan's deadline, a
+        stuck pod's."""
         active = not plan.status.finished and not plan.status.is_true(ConditionType.SUSPENDED)
-        gate = await self.podgroup_gate.check(raw, job, key, active, started=bool(pods))
+        gate = await self.podgroup_gate.check(raw, job, key, memory, active, started=bool(pods))
+        result = result.after(gate.recheck_s)
         if gate.refused is not None:
-            self.learn(key, gate.refused)
+            memory.learned = memory.learned or gate.refused
+            result = result.now()
         creates = gate.refused is None and gate.verdict is Verdict.CREATE
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
@@ -218,6 +168,8 @@ class Reconciler:
                 isinstance(a, Create) for a in plan.actions):
             await self._publish_ca(key[0], self.progress.trust.pem)  # before the pods, which project it
         blocked = await self._clear_stale(job, stale)
+        if blocked:
+            result = result.after(STALE_RECHECK_S)
         try:
             await self._apply(job, plan, blocked, creates=creates)
         except PodRefused as e:
@@ -225,13 +177,13 @@ class Reconciler:
             # a webhook's denial: core.refusals): a fact of the job, which fails in the next round
             # with the server's words, instead of being retried forever.
             log.warning("%s/%s: %s", key[0], key[1], e.refusal.message)
-            self.learn(key, e.refusal)
-            return
-        if job.spec.tensorboard is not None and not plan.status.finished and key not in self.boards:
-            await self._create_tensorboard(raw, job, key)
+            memory.learned = memory.learned or e.refusal
+            return result.now()
+        if job.spec.tensorboard is not None and not plan.status.finished and not memory.board:
+            await self._create_tensorboard(raw, job, memory)
         if plan.requeue_at is not None:
-            self.queue.add_after(key, (plan.requeue_at - now).total_seconds())
-        self._force_delete_stuck(raw, key, pods, now)
+            result = result.after((plan.requeue_at - now).total_seconds())
+        return result.after(self._force_delete_stuck(raw, memory, pods, now))
 
     async def _write(self, raw: dict[str, Any], job: TorchJob | None, status: JobStatus, plan: Plan) -> None:
         """The decision, before it is acted on: the status (when it or the generation it was decided on
@@ -255,10 +207,10 @@ class Reconciler:
         for i, ev in enumerate(events):  # stamped when decided, in the plan's order
             await self.api.event(raw, ev.type, ev.reason, ev.message, at + timedelta(microseconds=i))
 
-    def _tell_foreign(self, raw: dict[str, Any], key: Key, foreign: list[dict[str, Any]]) -> None:
+    def _tell_foreign(self, raw: dict[str, Any], key: Key, memory: JobMemory, foreign: list[dict[str, Any]]) -> None:
         """Pods labelled as this job's that neither it nor an earlier job of its name and kind made
         (someone's, anyone's): never observed, never deleted; said once each in an event."""
-        told = self.told.setdefault(key, set())
+        told = memory.told
         for p in foreign:
             meta = p["metadata"]
             if meta["name"] in told:
@@ -283,8 +235,6 @@ class Reconciler:
             if not meta.get("deletionTimestamp"):
                 log.info("deleting %s/%s, left by an earlier job %s", meta.get("namespace"), meta["name"], job.name)
                 await self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0)
-        if names:
-            self.queue.add_after((job.metadata.namespace or "default", job.name), 1.0)
         return names
 
     def _ca_due(self, namespace: str) -> bool:
@@ -304,9 +254,9 @@ class Reconciler:
             await self.api.patch_data("ConfigMap", kr.CA_CONFIGMAP, namespace, {kr.CA_KEY: ca_pem})
         self.ca_namespaces[namespace] = (ca_pem, time.monotonic() + CA_RECHECK_S)
 
-    async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, key: Key) -> None:
+    async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, memory: JobMemory) -> None:
         created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]
-        self.boards.add(key)
+        memory.board = True
         if any(created):
             await self.api.event(raw, EventType.NORMAL, Reason.TENSORBOARD_CREATED,
                                  f"TensorBoard at {tensorboard.address(job)}")
@@ -385,9 +335,11 @@ class Reconciler:
         except ApiError as e:
             raise refusal_of(e, job, a.replica.rtype, obj["metadata"]["name"]) from e
 
-    def _force_delete_stuck(self, raw: dict[str, Any], key: Key, pods: list[dict[str, Any]], now: datetime) -> None:
-        """Pods on their way out (controller/leaving.py): said on the job once, force-deleted when stuck."""
-        out, told = leaving(pods, now, self.config.force_delete_after_s), self.told.setdefault(key, set())
+    def _force_delete_stuck(self, raw: dict[str, Any], memory: JobMemory, pods: list[dict[str, Any]],
+                            now: datetime) -> float | None:
+        """Pods on their way out (controller/leaving.py): said on the job once, force-deleted when stuck.
+        Returns when the next one is due (seconds), if one is."""
+        out, told = leaving(pods, now, self.config.force_delete_after_s), memory.told
         for once, reason, message in out.said:
             if once not in told:
                 told.add(once)
@@ -396,5 +348,4 @@ class Reconciler:
             meta = p["metadata"]
             log.warning("force-deleting %s, stuck terminating since %s", meta["name"], meta["deletionTimestamp"])
             self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
-        if out.recheck_at is not None:
-            self.queue.add_after(key, (out.recheck_at - now).total_seconds())
+        return (out.recheck_at - now).total_seconds() if out.recheck_at is not None else None

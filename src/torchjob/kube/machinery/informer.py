@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from torchjob.kube.machinery.client import Api, status_code, to_dict
+from torchjob.kube.machinery.api_protocol import ApiProtocol
+from torchjob.kube.machinery.client import status_code, to_dict
 
 log = logging.getLogger("torchjob.kube")
 Key = tuple[str, str]  # (namespace, name)
@@ -121,7 +122,7 @@ Namespaces = str | tuple[str, ...] | None  # one, several (one list and watch ea
 
 
 class Informer:
-    def __init__(self, api: Api, kind: str, namespace: Namespaces, on_change: Callable[[dict[str, Any]], None],
+    def __init__(self, api: ApiProtocol, kind: str, namespace: Namespaces, on_change: Callable[[dict[str, Any]], None],
                  labels: dict[str, Any] | None = None,
                  transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         """`transform` trims each object before it is cached (controller-runtime's TransformFunc):

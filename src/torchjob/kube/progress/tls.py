@@ -31,7 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from torchjob.kube.machinery.client import Api, status_code
+from torchjob.kube.machinery.api_protocol import ApiProtocol
+from torchjob.kube.machinery.client import status_code
 from torchjob.kube.objects.pods import CA_KEY
 
 log = logging.getLogger("torchjob.kube")
@@ -183,7 +184,7 @@ def renewed(stored: Tls, hosts: list[str], now: dt.datetime | None = None) -> Tl
     return None
 
 
-async def ensure(api: Api, namespace: str, service: str, extra_hosts: tuple[str, ...] = (),
+async def ensure(api: ApiProtocol, namespace: str, service: str, extra_hosts: tuple[str, ...] = (),
                  now: dt.datetime | None = None) -> Tls:
     """The Secret's CA and certificate, made and stored if there is none yet (two operators starting
     at once: the second's create gets 409 and it reads the first's), renewed when due (`renewed`).
@@ -219,7 +220,7 @@ async def ensure(api: Api, namespace: str, service: str, extra_hosts: tuple[str,
         return _decode(await api.get("Secret", SECRET, namespace))
 
 
-async def keep(api: Api, namespace: str, service: str, extra_hosts: tuple[str, ...], current: Tls,
+async def keep(api: ApiProtocol, namespace: str, service: str, extra_hosts: tuple[str, ...], current: Tls,
                on_change: Callable[[Tls], None], every_s: float = CHECK_S) -> None:
     """Look every `every_s` whether the pair is due (or was renewed by another operator); hand a new
     one to `on_change` (the endpoint swaps its context, the namespaces get the new trust)."""
