@@ -124,12 +124,11 @@ class Supervisor:
     def _loop(self) -> JobStatus:
         while True:
             self._merge_progress()
-            for _ in range(20):  # apply until the plan stops changing the world
-                plan = reconcile(self.job, self._observe(), now())
-                self._record(plan)
-                changed = self._apply(plan)
-                if not changed:
-                    break
+            # One decision per wake-up, as the operator's round: a plan that changed the world
+            # (started or stopped a replica) wakes the loop again at once, to decide on what it sees.
+            plan = reconcile(self.job, self._observe(), now())
+            self._record(plan)
+            changed = self._apply(plan)
             if plan.done and not any(p.alive for p in self.procs.values()):
                 if self.deleting:
                     self._wait_all(0)
@@ -137,8 +136,8 @@ class Supervisor:
                 return self.job.status or plan.status
             if self.deleting and not any(p.alive for p in self.procs.values()):
                 return plan.status
-            timeout = None
-            if plan.requeue_at is not None:
+            timeout = 0.0 if changed else None
+            if plan.requeue_at is not None and not changed:
                 timeout = max(0.0, (plan.requeue_at - now()).total_seconds())
             if self._progress_pending():
                 wait = max(0.0, self._progress_at + PROGRESS_WRITE_S - time.monotonic())
