@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 
 from torchjob.api.build import (
+    ARGUMENTS,
     CODE_DIR,
     CODE_LIMIT,
     CODE_MARGIN,
+    FLAGS,
     Entry,
     JobSpec,
     Shape,
+    build,
     build_job,
     code_volume,
     collect,
@@ -103,3 +106,42 @@ def test_default_names_are_dns_labels_that_differ() -> None:
     a, b = default_name(Entry(script="My_Train.py")), default_name(Entry(script="My_Train.py"))
     assert a != b and a.startswith("my-train-")
     assert default_name(Entry(script="1.py")).startswith("job-1-")
+
+
+def test_one_builder_refuses_for_both_faces_in_their_words(tmp_path: Path) -> None:
+    """The command line and the Python API build through `build`: the same checks, each face's words."""
+    for words, image in ((FLAGS, "--image pytorch/"), (ARGUMENTS, 'image="pytorch/')):
+        with pytest.raises(UserError, match="does not exist") as e:
+            build(JobSpec(Entry(script=str(tmp_path / "missing.py"))), words=words)
+        assert words.other_entries in (e.value.fix or "")
+        with pytest.raises(UserError, match=words.need_image) as e:
+            build(JobSpec(Entry(module="m")), kube=True, words=words)
+        assert image in (e.value.fix or "")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="directory without __main__.py"):
+        build(JobSpec(Entry(script=str(tmp_path / "empty"))))
+
+
+def test_a_script_runs_from_disk_here_and_travels_to_a_cluster(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    spec = JobSpec(Entry(script=str(tmp_path / "train.py")), name="t", image="img", working_dir=str(tmp_path))
+    here = build(spec)
+    assert here.code is None and here.job.name == "t"
+    there = build(spec, kube=True)
+    assert there.code == {"train.py": b"print(1)\n"}
+    c = there.job.spec.pytorchReplicaSpecs["Master"].template.spec.containers[0]
+    assert c.command == ["torchrun", f"{CODE_DIR}/train.py"] and c.workingDir == CODE_DIR
+
+
+def test_shipped_files_run_where_the_runtime_writes_them() -> None:
+    """A function's files: its runner is the entry; here the runtime picks their directory."""
+    files = {"run.py": b"", "lib/x.py": b""}
+    spec = JobSpec(Entry(script="run.py"), image="img", working_dir="/elsewhere")
+    here = build(spec, files=files)
+    assert here.code == files and here.job.name.startswith("run-")
+    assert here.job.spec.pytorchReplicaSpecs["Master"].template.spec.containers[0].workingDir is None
+    there = build(spec, kube=True, files=files)
+    volume = there.job.spec.pytorchReplicaSpecs["Master"].template.spec.volumes[0]
+    assert sorted(i.path for i in volume.configMap.items) == ["lib/x.py", "run.py"]
+    assert there.job.spec.pytorchReplicaSpecs["Master"].template.spec.containers[0].command == [
+        "torchrun", f"{CODE_DIR}/run.py"]

@@ -51,6 +51,25 @@ def test_the_plan_rendered_is_the_plan_run(tmp_path: Path, monkeypatch: pytest.M
     assert view.uid == plan.job.metadata.uid  # the job the plan rendered, not a new one
 
 
+LINES = ["python", "-c", "print('\\n'.join(f'line {i}' for i in range(5000)), end='')"]
+
+
+def test_logs_are_lines_and_a_tail_reads_only_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Runtime.logs` yields lines (the last one without its end too); `tail` starts near the end of the file."""
+    monkeypatch.setenv("TORCHJOB_HOME", str(tmp_path / "home"))
+    rt = LocalRuntime(LocalOptions(), Store(tmp_path / "home"))
+    view = rt.run(rt.dryrun(make_job("lines", command=LINES)), quiet=True)
+    assert view.status.is_true(ConditionType.SUCCEEDED), view.status
+    own = list(rt.logs("lines", "master-0"))
+    assert own == [f"line {i}" for i in range(5000)]
+    assert list(rt.logs("lines", "master-0", tail=3)) == ["line 4997", "line 4998", "line 4999"]
+    assert list(rt.logs("lines", "master-0", tail=10_000)) == own
+    combined = list(rt.logs("lines"))
+    assert "[master-0] line 4999" in combined and list(rt.logs("lines", tail=1)) == combined[-1:]
+    with pytest.raises(UserError, match="no job named"):
+        list(rt.logs("nope"))
+
+
 def test_run_uses_the_port_it_rendered_even_when_another_would_be_picked(torchjob: Torchjob, tmp_path: Path) -> None:
     # Two renders pick two ports (a later run may pick new ones) ...
     path = write_job(tmp_path / "p.yaml", job_data("p", workers=1, command=PRINT_PORT))

@@ -70,6 +70,23 @@ def test_dry_run_prints_a_document_that_runs_the_same_job(torchjob: Torchjob, sc
     assert ranks(proc.stdout) == [0, 1] and "args ['x']" in proc.stdout
 
 
+def test_a_kube_dry_run_prints_every_object_it_would_create(torchjob: Torchjob, script: Path,
+                                                            tmp_path: Path) -> None:
+    """The code's ConfigMap before the job: a kept file applies as it is (`kubectl apply -f`)."""
+    torchjob.env["KUBECONFIG"] = str(tmp_path / "no-kubeconfig")  # offline: no cluster is asked
+    dry = torchjob("run", "-j", "1x1", "--kube", "--image", "img", "--name", "kk", str(script), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    cm, job = yaml.safe_load_all(dry.stdout)
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "kk-code" and cm["data"] == {
+        "train.py": script.read_text()}
+    volume = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"][0]
+    assert job["kind"] == "TorchJob" and volume["configMap"]["name"] == "kk-code"
+    listed = json.loads(torchjob("run", "-j", "1x1", "--kube", "--image", "img", "--name", "kk", str(script),
+                                 "--dry-run", "-o", "json").stdout)
+    assert listed["kind"] == "List" and [o["kind"] for o in listed["items"]] == ["ConfigMap", "TorchJob"]
+    assert "ConfigMap kk-code" in dry.stderr
+
+
 def test_a_module_and_a_command(torchjob: Torchjob, tmp_path: Path) -> None:
     (tmp_path / "steppkg").mkdir()
     (tmp_path / "steppkg" / "__init__.py").write_text("")
