@@ -118,7 +118,7 @@ def test_one_builder_refuses_for_both_faces_in_their_words(tmp_path: Path) -> No
             build(JobSpec(Entry(module="m")), kube=True, words=words)
         assert image in (e.value.fix or "")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="directory without __main__.py"):
+    with pytest.raises(UserError, match=r"directory without __main__\.py"):
         build(JobSpec(Entry(script=str(tmp_path / "empty"))))
 
 

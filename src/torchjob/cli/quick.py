@@ -128,16 +128,9 @@ def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], T
     made = rt.dryrun(built.job, lenient=bool(opts["dry_run"]), code=built.code)
     if not opts["dry_run"]:
         return rt, made
-    documents = made.documents()
-    if len(documents) == 1:
-        dump(documents[0], opts["output"])
-    elif opts["output"] == "json":  # one document kubectl applies as it is
-        dump({"apiVersion": "v1", "kind": "List", "items": documents}, "json")
-    else:
-        for i, doc in enumerate(documents):
-            if i:
-                click.echo("---")
-            dump(doc, "yaml")
+    from torchjob.cli import views
+
+    views.documents(made.documents(), opts["output"], dump)
     if built.code is not None:
         say(f"note: with --kube, the code ({len(built.code)} file(s), {sum(map(len, built.code.values())):,} bytes) "
             f"goes in ConfigMap {built.job.name}-code, made with the job and deleted with it (applied from a kept "

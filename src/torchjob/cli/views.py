@@ -158,13 +158,28 @@ def plan(p: DryRun, fmt: str, dump: Dump) -> None:
     elif fmt == "yaml":
         data = p.data()
         if isinstance(data, list):  # Kubernetes objects: one YAML document each
-            import yaml
-
-            print(yaml.safe_dump_all(data, sort_keys=False).rstrip())
+            _yaml_documents(data)
         else:
             dump(data, fmt)
     else:
         print(p.text())
+
+
+def documents(docs: list[dict[str, Any]], fmt: str, dump: Dump) -> None:
+    """`run --dry-run`: what it would create, to keep: one document as it is; several as YAML
+    documents, or in JSON as one v1 List (kubectl applies either as it is)."""
+    if len(docs) == 1:
+        dump(docs[0], fmt)
+    elif fmt == "json":
+        dump({"apiVersion": "v1", "kind": "List", "items": docs}, fmt)
+    else:
+        _yaml_documents(docs)
+
+
+def _yaml_documents(docs: list[Any]) -> None:
+    import yaml
+
+    print(yaml.safe_dump_all(docs, sort_keys=False).rstrip())
 
 
 def outcome(name: str, st: JobStatus, flags: str) -> None:
