@@ -8,7 +8,7 @@ import base64
 from typing import Any
 
 from torchjob.api.model import API_VERSION, KIND
-from torchjob.kube.objects.pods import LABEL_JOB
+from torchjob.kube.objects.labels import LABEL_JOB
 
 
 def code_configmap(name: str, job: str, namespace: str, files: dict[str, bytes]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ DEFAULT_PROGRESS_URL = f"https://{NAME}.{NAMESPACE}.svc:{PROGRESS_PORT}"  # what
 LEASE = NAME  # kube/controller/operator.py's LEASE_NAME
 TLS_SECRET = "torchjob-progress-tls"  # kube/progress/tls.py's SECRET
 KUBEFLOW_LEASE = "1ca428e5.training-operator.kubeflow.org"  # kube/served/kubeflow_api.py's (in `kubeflow`)
-CA_CONFIGMAP = "torchjob-progress-ca"  # kube/objects/pods.py's CA_CONFIGMAP (one in each job namespace)
+CA_CONFIGMAP = "torchjob-progress-ca"  # kube/objects/reporting.py's (one in each job namespace)
 RBAC = "rbac.authorization.k8s.io/v1"
 
 # The operator's flags as the chart's values name them, with their defaults (those of `torchjob

@@ -1,0 +1,48 @@
+"""How a job's pods and Service are named and labelled, and what those names and labels say back:
+which job, which replica, which attempt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torchjob.api.model import TorchJob
+from torchjob.core.topology import ReplicaId
+
+LABEL_JOB = "torchjob.dev/job-name"
+LABEL_TYPE = "torchjob.dev/replica-type"
+LABEL_INDEX = "torchjob.dev/replica-index"
+ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
+
+
+def pod_name(job: TorchJob, rid: ReplicaId) -> str:
+    return f"{job.name}-{rid.name}"
+
+
+def host(job: TorchJob, rid: ReplicaId) -> str:
+    """The replica's DNS name through the job's headless Service (pod hostname.subdomain)."""
+    return f"{pod_name(job, rid)}.{job.name}"
+
+
+def selector(job: TorchJob) -> dict[str, str]:
+    return {LABEL_JOB: job.name}
+
+
+def replica_name(labels: Mapping[str, str]) -> str | None:
+    """The replica a pod or Service of a job is (`worker-1`), from its labels; None when not one."""
+    rtype, index = labels.get(LABEL_TYPE), labels.get(LABEL_INDEX)
+    return f"{rtype}-{index}" if rtype and index is not None else None
+
+
+def replica_of(obj: Mapping[str, Any]) -> ReplicaId | None:
+    """The replica an object of a job is, from its labels; None when not one of a known type."""
+    name = replica_name(obj.get("metadata", {}).get("labels") or {})
+    try:
+        return ReplicaId.parse(name) if name else None
+    except ValueError:
+        return None
+
+
+def attempt_of(obj: Mapping[str, Any]) -> int:
+    """Which attempt of its replica a pod runs (the annotation the operator sets)."""
+    return int((obj.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_ATTEMPT, "0"))
