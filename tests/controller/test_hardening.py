@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.controller.fakeapi import FakeApi
+from tests.controller.fakeapi import Call, FakeApi
 from tests.controller.test_sequencing import KEY, NS, condition, events, one_round, run, status_of, synced, torchjob
 from tests.dialects.cli import torchjob as cli
 from torchjob.core.topology import ReplicaId
@@ -163,8 +163,11 @@ def test_an_admitted_workload_left_by_an_earlier_job_of_the_name_never_admits_th
         data["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-queue"}
         api.put(data)
         async with synced(api) as c:
-            assert await one_round(api, c) == Result()  # held suspended; its watch event brings it back
-            # the Workload of its name is not its own: not read, said, and looked at again until it is gone
+            # the Workload of its name is not its own: not read, said, and looked at again until it is gone;
+            # the job is held suspended all the same
+            assert await one_round(api, c) == Result(requeue_after=gates.NOT_OURS_POLL_S)
+            held = [c for c in api.writes(("TorchJob",))]
+            assert held == [Call("patch_spec", "TorchJob", "demo", NS, {"runPolicy": {"suspend": True}})]
             assert await one_round(api, c) == Result(requeue_after=gates.NOT_OURS_POLL_S)
             await one_round(api, c)
             resumed = [c for c in api.calls if c.verb == "patch_spec" and c.body["runPolicy"]["suspend"] is False]

@@ -295,7 +295,8 @@ def test_a_pod_deleted_by_someone_is_made_again_as_a_new_pod() -> None:
     run(scenario)
 
 
-def test_a_kueue_job_is_held_suspended_before_any_decision_or_pod(decisions: list[int]) -> None:
+def test_a_kueue_job_is_held_suspended_by_cores_first_decision_before_any_status_or_pod(
+        decisions: list[int]) -> None:
     async def scenario() -> None:
         api = FakeApi()
         data = torchjob()
@@ -303,11 +304,14 @@ def test_a_kueue_job_is_held_suspended_before_any_decision_or_pod(decisions: lis
         api.put(data)
         async with synced(api) as c:
             assert await one_round(api, c) == Result()  # held: its watch event brings it back
-            assert decisions == [0]  # the round ended before core decided
+            assert decisions == [1]  # core decided the hold (the Workload's absence a fact of its World)
             first = next(c for c in api.calls if c.kind == "TorchJob" and c.verb.startswith("patch"))
             assert first == Call("patch_spec", "TorchJob", "demo", NS, {"runPolicy": {"suspend": True}})
+            assert status_of(api) == {}  # the hold ended the round: nothing written before the spec changed
             await one_round(api, c)
-            assert condition(api, "Suspended") and decisions == [1]
+            assert condition(api, "Suspended") and decisions == [2]
+            made = creates(api, "kueue.x-k8s.io/v1beta1/Workload")  # while it waits: Kueue admits that
+            assert [c.name for c in made] == ["torchjob-demo"]
             assert api.named("Pod", NS) == []
 
     run(scenario)

@@ -3,6 +3,7 @@ status; and `Round`, one reconcile's inputs with the plan it is building."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -63,6 +64,24 @@ class DeleteJob:
 Action = Create | Stop | Forget | Purge | Abandon | DeleteJob
 
 
+class Admit(str, enum.Enum):
+    """A step of the job's admission, decided by core (core/admission.py), carried out by a runtime's
+    gates: before the pods, in this order."""
+
+    HOLD = "Hold"  # suspend the job until its Kueue queue admits it (before anything else)
+    RESUME = "Resume"  # its Workload is admitted: resume it where Kueue placed it
+    REQUEUE = "Requeue"  # its Workload's admission was taken back: suspend it again
+    MAKE_WORKLOAD = "MakeWorkload"
+    FINISH_WORKLOAD = "FinishWorkload"  # the job ended: its Workload is marked Finished (its quota freed)
+    MAKE_PODGROUP = "MakePodGroup"
+    DELETE_PODGROUP = "DeletePodGroup"
+
+    @property
+    def ends_round(self) -> bool:
+        """It changes the job's spec: nothing else is decided or done in this round."""
+        return self in (Admit.HOLD, Admit.RESUME, Admit.REQUEUE)
+
+
 @dataclass(frozen=True)
 class Event:
     type: str  # an EventType: Normal | Warning
@@ -76,6 +95,7 @@ class Plan:
     actions: list[Action] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requeue_at: datetime | None = None  # reconcile again at this time at the latest
+    admission: list[Admit] = field(default_factory=list)  # what the admission gates carry out
     done: bool = False  # finished and nothing left running: the runtime may stop watching
 
     def requeue(self, at: datetime) -> None:

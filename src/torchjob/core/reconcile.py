@@ -6,6 +6,8 @@ bookkeeping that makes that so lives in `status.replicas`: the attempt each repl
 running. An observed attempt older than that is stale (its restart is already decided).
 
 Decisions, in order (each step below; the first that decides the round ends it):
+0. Kueue's say (core/admission.py): hold a queued job suspended, resume an admitted one, suspend
+   one whose admission was taken back; each changes the job's spec and ends the round.
 1. A finished job: stop what still runs (after a success, once the others had SUCCESS_SETTLE_S
    to end on their own), purge per cleanPodPolicy, delete after the TTL.
 2. What the runtime learned (`World.runner_lost`, `World.refused`): the job fails with it.
@@ -21,6 +23,8 @@ Before all of it, each replica deleted by someone else is decided on (core/facts
 a lost rank of a gang, or simply missing.
 When the job fails, every replica still running is stopped at once, whatever cleanPodPolicy
 says; cleanPodPolicy decides only what is kept of finished replicas (`All` purges them).
+After all of it, the Workload and the PodGroup as the decided status wants them, and no pod while
+the PodGroup is not there or not admitted (core/admission.py).
 
 The pieces live in world.py (what is observed), plan.py (what is decided), conditions.py,
 lifecycle.py, stalls.py and facts.py; this module re-exports what runtimes and tests import.
@@ -41,13 +45,14 @@ from torchjob.api.status import (
     ReplicaAttemptState,
     ReplicaStatus,
 )
-from torchjob.core import policy
+from torchjob.core import admission, policy
 from torchjob.core.conditions import drop_condition, fail, finish, set_condition
 from torchjob.core.facts import as_core_sees, evicted, fail_by_fact, lost_rank, refuse
 from torchjob.core.lifecycle import act_on_completed_types, act_on_exit, match_policy, restart_for_lost_rank
 from torchjob.core.plan import (
     Abandon,
     Action,
+    Admit,
     Create,
     DeleteJob,
     Event,
@@ -59,22 +64,24 @@ from torchjob.core.plan import (
 )
 from torchjob.core.stalls import act_on_stalls, quiet_replicas
 from torchjob.core.topology import ReplicaId, has_master, replicas
-from torchjob.core.world import Observed, Phase, Refusal, World
+from torchjob.core.world import Admission, Observed, Phase, Refusal, Seen, World
 
 __all__ = [
-    "SUCCESS_SETTLE_S", "Abandon", "Action", "Create", "DeleteJob", "Event", "Forget", "Observed", "Phase", "Plan",
-    "Purge", "Refusal", "Stop", "World", "as_core_sees", "evicted", "lost_rank", "match_policy", "quiet_replicas",
-    "reconcile",
-    "refuse",
-    "set_condition",
+    "SUCCESS_SETTLE_S", "Abandon", "Action", "Admission", "Admit", "Create", "DeleteJob", "Event", "Forget",
+    "Observed", "Phase", "Plan", "Purge", "Refusal", "Seen", "Stop", "World", "as_core_sees", "evicted", "lost_rank",
+    "match_policy", "quiet_replicas", "reconcile", "refuse", "set_condition",
 ]
 
 SUCCESS_SETTLE_S = 10.0
 
 
 def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
+    first = admission.queue_first(job, world)
+    if first is not None:  # the job's spec changes first; its watch event brings it back
+        return Plan(status=(job.status or JobStatus()).model_copy(deep=True), admission=[first])
     world = as_core_sees(job, world, now)
     plan = _decide(job, world, now)
+    admission.after_decision(world, plan)
     was_finished = job.status is not None and job.status.finished
     if plan.status.finished and not was_finished:
         plan.requeue(now)  # the end's own work (stop, clean up, TTL) comes in the next round

@@ -1,5 +1,6 @@
-"""What a runtime observes and tells core: the current attempt of each replica, and the facts it
-learned (a user's stop, a refusal, a lost runner, a replica deleted by someone else)."""
+"""What a runtime observes and tells core: the current attempt of each replica, what the job's
+admitters say (Kueue's Workload, the gang scheduler's PodGroup), and the facts it learned (a user's
+stop, a refusal, a lost runner, a replica deleted by someone else)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,28 @@ class Refusal:
     message: str
 
 
+class Seen(str, enum.Enum):
+    """An admitter's object of the job's name (a Workload, a PodGroup), as the runtime observed it."""
+
+    NONE = "None"  # there is none (not made yet, or deleted by someone)
+    NOT_OURS = "NotOurs"  # one the job does not control (an earlier job's, another kind's): never read
+    PENDING = "Pending"  # the job's own, not admitted (or its admission was taken back)
+    ADMITTED = "Admitted"  # the job's own, admitted (a PodGroup whose scheduler admits none: made)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What admits the job, observed; core decides on it (core/admission.py). `workload`: Kueue's
+    Workload (None: the job waits for no queue); `podgroup`: its gang scheduler's PodGroup (None: it
+    has none); `podgroup_awaited`: its pods wait for the PodGroup's admission (Volcano), not only
+    for the PodGroup to exist (scheduler-plugins)."""
+
+    workload: Seen | None = None
+    workload_finished: bool = False  # the job's own Workload is marked Finished
+    podgroup: Seen | None = None
+    podgroup_awaited: bool = False
+
+
 @dataclass(frozen=True)
 class World:
     replicas: Mapping[str, Observed] = field(default_factory=dict)  # by replica name
@@ -63,3 +86,4 @@ class World:
     # Local: the supervisor died; the message says how that was found. The job fails with reason
     # SupervisorLost and every open attempt is ended (Abandon: nothing is left to stop them).
     runner_lost: str | None = None
+    admission: Admission = field(default_factory=Admission)

@@ -1,10 +1,12 @@
 """The gates a job passes before its pods are made: Kueue's (a Workload admitted from its queue)
 and the gang scheduler's (a Volcano or scheduler-plugins PodGroup, admitted by Volcano).
 
-A gate only observes and asks; what a refusal means for the job (a PodGroup or Kueue kind missing
-on this cluster) is core's decision: the gate hands back a `Refusal` fact. What a gate remembers of
-a job lives in the job's memory (memory.py), and when the job should be looked at again is part of
-its answer (`Gate.recheck_s`): a gate never calls the work queue."""
+A gate observes (`observe`: a `Look`, which goes into the round's World) and carries out what core
+decided (`carry_out`: core/admission.py decides hold, resume, suspend, make and delete); it decides
+nothing. What a refusal means for the job (a PodGroup or Kueue kind missing on this cluster) is
+core's decision too: the gate hands back a `Refusal` fact. What a gate remembers of a job lives in
+the job's memory (memory.py), and when the job should be looked at again is part of its answer
+(`recheck_s`): a gate never calls the work queue."""
 
 from __future__ import annotations
 
@@ -13,12 +15,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import Enum
 from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import EventType, Reason
-from torchjob.core.reconcile import Refusal
+from torchjob.core.reconcile import Admit, Refusal, Seen
 from torchjob.kube.controller.memory import GangMemory, JobMemory
 from torchjob.kube.machinery import client
 from torchjob.kube.machinery.api_protocol import ApiProtocol
@@ -32,23 +33,29 @@ ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks,
 NOT_OURS_POLL_S = 5.0  # how often a job looks again whether a Workload or PodGroup of its name not its own is gone
 
 
-class Verdict(Enum):
-    CREATE = "create"  # go on: the pods may be made
-    WAIT = "wait"  # hold the pods back (the job comes back by a watch event, or after recheck_s)
-    STOP = "stop"  # end this round: the job was just patched, and its watch event brings it back
+@dataclass(frozen=True)
+class Look:
+    """What a gate observed of the job's admitter (for the World: core decides on it), with what
+    carrying out a decision needs of it."""
+
+    seen: Seen | None = None  # None: the job has no such admitter
+    finished: bool = False  # a Workload marked Finished
+    awaited: bool = False  # a PodGroup whose admission the pods wait for
+    found: dict[str, Any] | None = None  # the Workload as read: the job is resumed or suspended from it
+    recheck_s: float | None = None  # look again after this long (what is waited for is not watched)
 
 
 @dataclass(frozen=True)
-class Gate:
-    """What a gate says, and, when the job cannot run as written, why (`refused`: a fact for core);
-    `recheck_s`: look at the job again after this long (something the gate waits for is not watched)."""
+class Done:
+    """What carrying a step out came to: `refused` (the job cannot run as written: a fact for core's
+    next round), whether the job's pods may be made now (`pods`), when to look again."""
 
-    verdict: Verdict
     refused: Refusal | None = None
+    pods: bool = True
     recheck_s: float | None = None
 
 
-CREATE, WAIT, STOP = Gate(Verdict.CREATE), Gate(Verdict.WAIT), Gate(Verdict.STOP)
+DONE = Done()
 
 
 class ThirdPartyWatches:
@@ -105,79 +112,73 @@ async def not_ours(api: ApiProtocol, raw: dict[str, Any], key: Key, found: dict[
 
 
 class KueueGate:
-    """Kueue admits a job by resuming it. A job under a Kueue queue starts suspended, before any
-    pod; its Workload is made while it waits; its admission resumes it (with the flavors' node
-    labels), a lost admission suspends it again, and its end marks the Workload Finished. Only a
-    Workload the job controls (its uid) is read: an admitted one an earlier job of the name left
-    never admits this one."""
+    """Kueue admits a job by resuming it (core/admission.py decides; this observes the job's
+    Workload and carries the steps out). Only a Workload the job controls (its uid) is read: an
+    admitted one an earlier job of the name left never admits this one."""
 
     def __init__(self, api: ApiProtocol, jobs: Informer, watches: ThirdPartyWatches) -> None:
         self.api, self.jobs, self.watches = api, jobs, watches
 
-    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory) -> Gate:
+    async def observe(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory) -> Look:
         if not kueue.queue_name(job):
-            return CREATE
-        status = job.status or JobStatus()
-        if not status.conditions and not job.run_policy.suspend:
-            await self._hold(raw, job)
-            return STOP
-        return await self._sync_workload(raw, job, key, status, memory)
-
-    async def _hold(self, raw: dict[str, Any], job: TorchJob) -> None:
-        meta = raw["metadata"]
-        self.jobs.remember(await self.api.patch_spec(meta["name"], meta.get("namespace", "default"),
-                                                     {"runPolicy": {"suspend": True}}))
-        await self.api.event(raw, EventType.NORMAL, Reason.QUEUED, f"suspended until Kueue admits it from queue "
-                                                      f"{kueue.queue_name(job)}")
-
-    async def _sync_workload(self, raw: dict[str, Any], job: TorchJob, key: Key, status: JobStatus,
-                             memory: JobMemory) -> Gate:
-        wl_key = (key[0], kueue.workload_name(job.name))
-        wl, _ = await self.watches.look_up(kueue.WORKLOAD, wl_key)
-        if wl is not None and not kr.owned_by(wl, job):
+            return Look()
+        wl, _ = await self.watches.look_up(kueue.WORKLOAD, (key[0], kueue.workload_name(job.name)))
+        if wl is None:
+            return Look(Seen.NONE)
+        if not kr.owned_by(wl, job):
             # Not read: the job stays as it is (a suspended one suspended) until the name is free.
             again = await not_ours(self.api, raw, key, wl, "is the name of this job's Kueue Workload", memory.told)
-            return Gate(Verdict.CREATE, recheck_s=again)
-        if status.finished:
-            if wl is not None and not kueue.finished(wl):
-                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                await self.api.apply_status(kueue.WORKLOAD, kueue.finished_status(wl_key[1], key[0], status, now))
-            return CREATE
-        if wl is None:
-            return await self._create_workload(job)
-        suspended, admitted = bool(job.run_policy.suspend), kueue.admitted(wl)
-        if admitted and suspended:
-            flavors = {}
-            for name in sorted(kueue.flavor_names(wl)):
-                found = await self._flavor(name)
-                if found is not None:
-                    flavors[name] = found
-            self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.admit_patch(job, wl, flavors)))
-            where = f" on {', '.join(sorted(flavors))}" if flavors else ""
-            await self.api.event(raw, EventType.NORMAL, Reason.ADMITTED,
-                                 f"admitted by Kueue ClusterQueue {kueue.cluster_queue(wl)}{where}")
-            return STOP
-        if not admitted and not suspended:
-            self.jobs.remember(await self.api.patch_spec(job.name, key[0], kueue.suspend_patch(job, wl)))
-            await self.api.event(raw, EventType.NORMAL, Reason.QUEUED, f"suspended: {kueue.lost_admission(wl)}")
-            return STOP
-        return CREATE
+            return Look(Seen.NOT_OURS, recheck_s=again)
+        return Look(Seen.ADMITTED if kueue.admitted(wl) else Seen.PENDING, finished=kueue.finished(wl), found=wl)
 
-    async def _create_workload(self, job: TorchJob) -> Gate:
+    async def carry_out(self, step: Admit, raw: dict[str, Any], job: TorchJob, key: Key, look: Look,
+                        status: JobStatus) -> Done:
+        match step:
+            case Admit.HOLD:
+                await self._patch(raw, job, key, {"runPolicy": {"suspend": True}}, Reason.QUEUED,
+                                  f"suspended until Kueue admits it from queue {kueue.queue_name(job)}")
+            case Admit.RESUME:
+                assert look.found is not None
+                flavors = {}
+                for name in sorted(kueue.flavor_names(look.found)):
+                    found = await self._flavor(name)
+                    if found is not None:
+                        flavors[name] = found
+                where = f" on {', '.join(sorted(flavors))}" if flavors else ""
+                await self._patch(raw, job, key, kueue.admit_patch(job, look.found, flavors), Reason.ADMITTED,
+                                  f"admitted by Kueue ClusterQueue {kueue.cluster_queue(look.found)}{where}")
+            case Admit.REQUEUE:
+                assert look.found is not None
+                await self._patch(raw, job, key, kueue.suspend_patch(job, look.found), Reason.QUEUED,
+                                  f"suspended: {kueue.lost_admission(look.found)}")
+            case Admit.MAKE_WORKLOAD:
+                return await self._create_workload(job)
+            case Admit.FINISH_WORKLOAD:
+                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                name = kueue.workload_name(job.name)
+                await self.api.apply_status(kueue.WORKLOAD, kueue.finished_status(name, key[0], status, now))
+        return DONE
+
+    async def _patch(self, raw: dict[str, Any], job: TorchJob, key: Key, spec: dict[str, Any], reason: Reason,
+                     message: str) -> None:
+        self.jobs.remember(await self.api.patch_spec(job.name, key[0], spec, kind=raw.get("kind") or "TorchJob"))
+        await self.api.event(raw, EventType.NORMAL, reason, message)
+
+    async def _create_workload(self, job: TorchJob) -> Done:
         try:
             await self.api.create(kueue.workload(job, kr.owner_reference(job), kr.selector(job)))
         except Exception as e:
             code = status_code(e)
             if code == 409:
-                return CREATE  # made in between (its watch event comes), or held by another (seen next round)
+                return DONE  # made in between (its watch event comes), or held by another (seen next round)
             if code != 404:
                 raise
             message = (f"the job names the Kueue queue {kueue.queue_name(job)!r}, but Kueue's Workload CRD "
                        f"{kueue.WORKLOAD_CRD} is not installed on this cluster: install Kueue, or remove the "
                        f"label {kueue.QUEUE_LABEL}")
-            return Gate(Verdict.STOP, Refusal(Reason.KUEUE_UNAVAILABLE, message))
+            return Done(Refusal(Reason.KUEUE_UNAVAILABLE, message))
         self.watches.watch(kueue.WORKLOAD)
-        return CREATE
+        return DONE
 
     async def _flavor(self, name: str) -> dict[str, Any] | None:
         found = await self.api.find(kueue.RESOURCE_FLAVOR, name, None)
@@ -187,52 +188,55 @@ class KueueGate:
 
 
 class PodGroupGate:
-    """The PodGroup exists while the job can run (created before its pods) and is deleted when it
-    ends or is suspended, so that the scheduler stops holding room for it. Volcano's admission:
-    pods are created once the PodGroup leaves Pending (a change of a watched PodGroup requeues its
-    job; until PodGroups are watched, the job looks again every ADMISSION_POLL_S)."""
+    """The job's PodGroup (core/admission.py decides when it is made and deleted, and holds the pods
+    until it is there, or admitted; this observes it and carries the steps out). Volcano's admission:
+    a change of a watched PodGroup brings its job back; until PodGroups are watched, the job looks
+    again every ADMISSION_POLL_S."""
 
     def __init__(self, api: ApiProtocol, watches: ThirdPartyWatches) -> None:
         self.api, self.watches = api, watches
 
-    async def check(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, active: bool,
-                    started: bool) -> Gate:
-        """Without the PodGroup CRD a job that has no pod yet is refused; one already running goes on."""
+    async def observe(self, job: TorchJob, key: Key, memory: JobMemory) -> Look:
         group = kr.podgroup(job)
         if group is None:
-            return CREATE
-        if not active:
-            if memory.gang.made:
-                memory.gang = GangMemory()  # made afresh (and admitted again) if the job runs again
-                await self.api.delete(client.kind_of(group), job.name, key[0])
-            return CREATE
-        if not memory.gang.made:
-            held = await self._create(raw, job, key, group, memory.gang, started)
-            if held is not None:
-                return held
-        return await self._admission(raw, job, key, group, memory.gang)
-
-    async def _admission(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
-                         gang_memory: GangMemory) -> Gate:
-        if gang_memory.admitted or not gang.awaits_admission(job):
-            return CREATE
+            return Look()
+        awaited, known = gang.awaits_admission(job), memory.gang
+        if not known.made:
+            return Look(Seen.NONE, awaited=awaited)
+        if known.admitted or not awaited:
+            return Look(Seen.ADMITTED, awaited=awaited)
         stored, watched = await self.watches.look_up(client.kind_of(group), key)
         if stored is None or not kr.owned_by(stored, job):
-            gang_memory.made = False  # deleted by someone (made again on the next reconcile), or replaced
-            return Gate(Verdict.WAIT, recheck_s=ADMISSION_POLL_S)
+            known.made = False  # deleted by someone (made again), or replaced
+            return Look(Seen.NONE, awaited=awaited)
         if gang.admitted(stored):
-            gang_memory.admitted = True
-            return CREATE
-        if not gang_memory.waiting_said:
-            gang_memory.waiting_said = True
+            known.admitted = True
+            return Look(Seen.ADMITTED, awaited=awaited)
+        return Look(Seen.PENDING, awaited=awaited, recheck_s=None if watched else ADMISSION_POLL_S)
+
+    async def carry_out(self, step: Admit, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory,
+                        started: bool) -> Done:
+        group = kr.podgroup(job)
+        assert group is not None
+        if step is Admit.DELETE_PODGROUP:
+            memory.gang = GangMemory()  # made afresh (and admitted again) if the job runs again
+            await self.api.delete(client.kind_of(group), job.name, key[0])
+            return DONE
+        assert step is Admit.MAKE_PODGROUP
+        done = await self._create(raw, job, key, group, memory.gang, started)
+        if memory.gang.made and not memory.gang.admitted and gang.awaits_admission(job):
+            self.watches.watch(client.kind_of(group))  # its admission brings the job back
+            return Done(pods=False, recheck_s=ADMISSION_POLL_S)  # until the watch can tell
+        return done
+
+    async def wait(self, raw: dict[str, Any], job: TorchJob, memory: JobMemory) -> None:
+        """The pods wait for the PodGroup's admission: said once."""
+        if not memory.gang.waiting_said:
+            memory.gang.waiting_said = True
             await self.api.event(raw, EventType.NORMAL, Reason.POD_GROUP_PENDING, gang.admission_message(job))
-        # a change of a watched PodGroup brings the job back; until the watch can tell, it looks again
-        return WAIT if watched else Gate(Verdict.WAIT, recheck_s=ADMISSION_POLL_S)
 
     async def _create(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
-                      gang_memory: GangMemory, started: bool) -> Gate | None:
-        """The PodGroup made (or the job's own found): None, go on to its admission; else the gate's
-        answer (refused, or waiting for its name to be free)."""
+                      gang_memory: GangMemory, started: bool) -> Done:
         try:
             await self.api.create(group)
         except Exception as e:  # an unknown resource type is a plain 404, not an ApiError
@@ -247,24 +251,24 @@ class PodGroupGate:
                        f"is not installed on this cluster: install {kind.flavor}, or remove schedulerName from "
                        f"runPolicy.schedulingPolicy and the pod templates")
             if not started:
-                return Gate(Verdict.STOP, Refusal(Reason.POD_GROUP_UNAVAILABLE, message))
+                return Done(Refusal(Reason.POD_GROUP_UNAVAILABLE, message), pods=False)
             await self.api.event(raw, EventType.WARNING, Reason.POD_GROUP_UNAVAILABLE, message)
             gang_memory.admitted = True  # its pods run without one; nothing to wait for
         gang_memory.made = True
-        return None
+        return DONE
 
     async def _adopt(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
-                     gang_memory: GangMemory) -> Gate | None:
-        """The PodGroup of the job's name that exists: the job's own is adopted (None: go on); one an
-        earlier job of the name left is deleted (as the garbage collector would); any other is left
-        alone. Until the name is free no pod joins its gang: the job waits (`not_ours`)."""
+                     gang_memory: GangMemory) -> Done:
+        """The PodGroup of the job's name that exists: the job's own is adopted; one an earlier job of
+        the name left is deleted (as the garbage collector would); any other is left alone. Until the
+        name is free no pod joins its gang: the job waits (`not_ours`)."""
         found = await self.api.find(client.kind_of(group), job.name, key[0])
         if found is None:  # gone in between: made on the next round
-            return Gate(Verdict.WAIT, recheck_s=ADMISSION_POLL_S)
+            return Done(pods=False, recheck_s=ADMISSION_POLL_S)
         if kr.owned_by(found, job):
             gang_memory.made = True
-            return None
+            return DONE
         if kr.left_by_earlier(found, job) and not found["metadata"].get("deletionTimestamp"):
             await self.api.delete(client.kind_of(group), job.name, key[0])
         again = await not_ours(self.api, raw, key, found, "is the name of this job's PodGroup", gang_memory.told)
-        return Gate(Verdict.WAIT, recheck_s=again)
+        return Done(pods=False, recheck_s=again)

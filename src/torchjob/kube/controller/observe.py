@@ -1,6 +1,7 @@
 """The world as `core` sees one job, built in one function (`observe`): the current attempt of
 each replica from its pods (phase, exit code, reason), the pods deleted since (their last state),
-when each running attempt last reported progress, and what the operator learned while acting."""
+when each running attempt last reported progress, what the job's admitters say (Kueue's Workload,
+the PodGroup: observed by the gates), and what the operator learned while acting."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from torchjob.api.model import TorchJob
 from torchjob.api.validate import training_container
 from torchjob.core import torch_errors
-from torchjob.core.reconcile import Observed, Phase, Refusal, World
+from torchjob.core.reconcile import Admission, Observed, Phase, Refusal, World
 from torchjob.kube.machinery.client import parse_time
 from torchjob.kube.objects import pods as kr
 
@@ -50,7 +51,8 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
 
 
 def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dict[str, Any]] = (),
-             last_report: LastReport | None = None, refused: Refusal | None = None) -> World:
+             last_report: LastReport | None = None, refused: Refusal | None = None,
+             admission: Admission | None = None) -> World:
     """The one place a round's `World` is built: the replicas from the job's pods and those deleted
     since, each running attempt's last progress report, and a refusal the operator learned. A pod
     being deleted that torchjob did not stop, or one of `gone` (deleted since; its last state), is
@@ -69,4 +71,4 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dic
     if last_report is not None:
         seen = {name: replace(o, last_report=last_report(name, o.attempt)) if o.phase is Phase.RUNNING else o
                 for name, o in seen.items()}
-    return World(replicas=seen, refused=refused)
+    return World(replicas=seen, refused=refused, admission=admission or Admission())

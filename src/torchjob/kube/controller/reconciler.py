@@ -11,8 +11,9 @@ repeats the action instead of losing or double-counting it (Kubeflow's #3419 mar
 Failed only after deleting its pods). What the round learns while acting and cannot act on (a pod
 the API server refuses, a PodGroup or Kueue kind missing) is recorded as a fact of the job (its
 memory: memory.py) and the round asks to be run again at once: the next round's World carries it
-and core decides the ending. Kueue's gate runs before the decision: it may hold the job (patch it
-suspended) and end the round there.
+and core decides the ending. Admission too is observed (the gates' `observe`: what Kueue's Workload and
+the PodGroup say) and decided by core (core/admission.py); the gates only carry the steps out. Kueue's
+hold, resume and suspend change the job's spec and end the round there, before any status write.
 
 A round returns its outcome (`Result`: look again at once, after a while, or forget the job); the
 controller alone acts on it with the work queue.
@@ -34,6 +35,8 @@ from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType, EventType, Reason
 from torchjob.core.reconcile import (
     Abandon,
+    Admission,
+    Admit,
     Create,
     DeleteJob,
     Event,
@@ -41,12 +44,13 @@ from torchjob.core.reconcile import (
     Plan,
     Purge,
     Refusal,
+    Seen,
     Stop,
     reconcile,
 )
 from torchjob.core.reconcile import refuse as refuse_unreadable
 from torchjob.kube.controller.config import OperatorConfig
-from torchjob.kube.controller.gates import KueueGate, PodGroupGate, Verdict
+from torchjob.kube.controller.gates import KueueGate, Look, PodGroupGate
 from torchjob.kube.controller.leaving import leaving
 from torchjob.kube.controller.memory import JobMemory, Memories
 from torchjob.kube.controller.observe import observe
@@ -125,22 +129,26 @@ class Reconciler:
             return DONE
         job = gang.with_default_scheduler(job, self.config.gang_scheduler).model_copy(update={"status": status})
         memory = self.memories.of(key)
-        result = DONE
-        if self.kind.own_kueue:
-            gate = await self.kueue_gate.check(raw, job, key, memory)
-            result = result.after(gate.recheck_s)
-            if gate.refused is not None:
-                memory.learned = memory.learned or gate.refused
-            elif gate.verdict is Verdict.STOP:
-                return result  # the job was just patched: its watch event brings it back
+        queue = await self.kueue_gate.observe(raw, job, key, memory) if self.kind.own_kueue else Look()
+        group = await self.podgroup_gate.observe(job, key, memory)
+        result = DONE.after(queue.recheck_s).after(group.recheck_s)
         pods, stale, foreign, gone = self.index.split(job, key, memory)
-        world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key))
+        admission = Admission(queue.seen, queue.finished, group.seen, group.awaited)
+        world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key),
+                        admission=admission)
         plan = reconcile(job, world, now)
+        if plan.admission and plan.admission[0].ends_round:
+            # Kueue's say changes the job's spec first: nothing else is written or done; its watch
+            # event brings it back, and the pods deleted since are shown to core then.
+            memory.gone = {**{p["metadata"]["name"]: p for p in gone}, **memory.gone}
+            await self.kueue_gate.carry_out(plan.admission[0], raw, job, key, queue, plan.status)
+            return result
         self.index.keep_undecided(job.model_copy(update={"status": plan.status}), memory, gone)
         await self._write(raw, job, status, plan)
         if plan.status.finished:
             memory.learned = None  # decided on: a finished job ignores it
-        result = await self._act(raw, job, key, memory, plan, pods, stale, now, result)
+        creates, result = await self._admit(raw, job, key, memory, plan, queue, group, bool(pods), result)
+        result = await self._act(raw, job, key, memory, plan, pods, stale, now, result, creates)
         self._tell_foreign(raw, key, memory, foreign)
         return result
 
@@ -150,18 +158,31 @@ class Reconciler:
         books, plural = self.progress.books, self.kind.plural
         return lambda replica, attempt: books.last_report(plural, key, replica, attempt)
 
-    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, plan: Plan,
-                   pods: list[dict[str, Any]], stale: list[dict[str, Any]], now: datetime, result: Result) -> Result:
-        """Carry the plan out; returns `result` with what acting adds: a fact learned (look again at
-        once), the PodGroup's recheck, the earlier job's pods to wait for, the plan's deadline, a
-        stuck pod's."""
+    async def _admit(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, plan: Plan,
+                     queue: Look, group: Look, started: bool, result: Result) -> tuple[bool, Result]:
+        """The admission steps core decided, carried out before the Service and the pods; returns
+        whether the pods may be made (not when the PodGroup could not be), and `result` with what
+        carrying them out adds (a refusal learned: look again at once; a recheck)."""
+        creates = True
+        for step in plan.admission:
+            if step in (Admit.MAKE_PODGROUP, Admit.DELETE_PODGROUP):
+                done = await self.podgroup_gate.carry_out(step, raw, job, key, memory, started)
+            else:
+                done = await self.kueue_gate.carry_out(step, raw, job, key, queue, plan.status)
+            creates, result = creates and done.pods, result.after(done.recheck_s)
+            if done.refused is not None:
+                memory.learned = memory.learned or done.refused
+                creates, result = False, result.now()
         active = not plan.status.finished and not plan.status.is_true(ConditionType.SUSPENDED)
-        gate = await self.podgroup_gate.check(raw, job, key, memory, active, started=bool(pods))
-        result = result.after(gate.recheck_s)
-        if gate.refused is not None:
-            memory.learned = memory.learned or gate.refused
-            result = result.now()
-        creates = gate.refused is None and gate.verdict is Verdict.CREATE
+        if active and group.seen is Seen.PENDING:  # core holds the pods back until Volcano admits the gang
+            await self.podgroup_gate.wait(raw, job, memory)
+        return creates, result
+
+    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, plan: Plan,
+                   pods: list[dict[str, Any]], stale: list[dict[str, Any]], now: datetime, result: Result,
+                   creates: bool) -> Result:
+        """Carry the plan out; returns `result` with what acting adds: a fact learned (look again at
+        once), the earlier job's pods to wait for, the plan's deadline, a stuck pod's."""
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(kr.service(job))  # before the pods: their names resolve as they start
         if creates and self.progress is not None and self._ca_due(key[0]) and any(
