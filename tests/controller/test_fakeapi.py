@@ -1,5 +1,6 @@
 """The recording fake implements the protocol the real Api implements, call for call: mypy checks
-it (`_conforms` in fakeapi.py and api_protocol.py); this checks it where mypy is not run on tests."""
+it (`_conforms` in fakeapi.py and api_protocol.py; pyproject's mypy files name the fake); this says
+so in the test run too, by the calls' parameters."""
 
 from __future__ import annotations
 
