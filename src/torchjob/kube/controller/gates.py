@@ -55,7 +55,7 @@ class Done:
     recheck_s: float | None = None
 
 
-DONE = Done()
+CARRIED_OUT = Done()
 
 
 class ThirdPartyWatches:
@@ -157,7 +157,7 @@ class KueueGate:
                 now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 name = kueue.workload_name(job.name)
                 await self.api.apply_status(kueue.WORKLOAD, kueue.finished_status(name, key[0], status, now))
-        return DONE
+        return CARRIED_OUT
 
     async def _patch(self, raw: dict[str, Any], job: TorchJob, key: Key, spec: dict[str, Any], reason: Reason,
                      message: str) -> None:
@@ -170,7 +170,7 @@ class KueueGate:
         except Exception as e:
             code = status_code(e)
             if code == 409:
-                return DONE  # made in between (its watch event comes), or held by another (seen next round)
+                return CARRIED_OUT  # made in between (its watch event comes), or held by another (seen next round)
             if code != 404:
                 raise
             message = (f"the job names the Kueue queue {kueue.queue_name(job)!r}, but Kueue's Workload CRD "
@@ -178,7 +178,7 @@ class KueueGate:
                        f"label {kueue.QUEUE_LABEL}")
             return Done(Refusal(Reason.KUEUE_UNAVAILABLE, message))
         self.watches.watch(kueue.WORKLOAD)
-        return DONE
+        return CARRIED_OUT
 
     async def _flavor(self, name: str) -> dict[str, Any] | None:
         found = await self.api.find(kueue.RESOURCE_FLAVOR, name, None)
@@ -221,7 +221,7 @@ class PodGroupGate:
         if step is Admit.DELETE_PODGROUP:
             memory.gang = GangMemory()  # made afresh (and admitted again) if the job runs again
             await self.api.delete(client.kind_of(group), job.name, key[0])
-            return DONE
+            return CARRIED_OUT
         assert step is Admit.MAKE_PODGROUP
         done = await self._create(raw, job, key, group, memory.gang, started)
         if memory.gang.made and not memory.gang.admitted and gang.awaits_admission(job):
@@ -255,7 +255,7 @@ class PodGroupGate:
             await self.api.event(raw, EventType.WARNING, Reason.POD_GROUP_UNAVAILABLE, message)
             gang_memory.admitted = True  # its pods run without one; nothing to wait for
         gang_memory.made = True
-        return DONE
+        return CARRIED_OUT
 
     async def _adopt(self, raw: dict[str, Any], job: TorchJob, key: Key, group: dict[str, Any],
                      gang_memory: GangMemory) -> Done:
@@ -267,7 +267,7 @@ class PodGroupGate:
             return Done(pods=False, recheck_s=ADMISSION_POLL_S)
         if kr.owned_by(found, job):
             gang_memory.made = True
-            return DONE
+            return CARRIED_OUT
         if kr.left_by_earlier(found, job) and not found["metadata"].get("deletionTimestamp"):
             await self.api.delete(client.kind_of(group), job.name, key[0])
         again = await not_ours(self.api, raw, key, found, "is the name of this job's PodGroup", gang_memory.told)
