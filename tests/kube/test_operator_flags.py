@@ -4,7 +4,7 @@ manifests give the Deployment is one the command takes. No cluster needed."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import click
 import pytest
@@ -58,3 +58,12 @@ def test_the_deployment_s_command_is_one_the_operator_takes() -> None:
     config = config_of(*args[2:])
     assert (config.namespace, config.gang_scheduler, config.metrics_auth, config.kubeflow_api) == (
         ("a", "b"), "volcano", False, KubeflowApi.ON)
+
+
+def test_the_install_s_defaults_are_the_command_s() -> None:
+    """The install manifests (and the chart, tests/kube/test_chart.py) write every setting out, from
+    their own table of defaults (install.OPERATOR_FLAGS: objects/ may not import the controller's
+    config): left as they are, the Deployment runs the operator as `torchjob operator` would, but for
+    what an install means (a Lease; Kubeflow's API only when installed)."""
+    config = config_of(*operator_args("torchjob-system")[2:])
+    assert config == replace(config_of(), leader_elect=True, kubeflow_api=KubeflowApi.OFF)
