@@ -14,7 +14,7 @@ import click
 
 from torchjob.api.model import JobStatus, Progress
 from torchjob.api.pod import training_container
-from torchjob.api.status import ConditionType
+from torchjob.api.status import ConditionType, Reason
 from torchjob.progress import show
 from torchjob.runtime import DryRun, JobView
 
@@ -193,5 +193,5 @@ def outcome(name: str, st: JobStatus, flags: str) -> None:
         return
     click.echo(f"torchjob: job {name} {st.state.lower()}{took}{restarts}; "
                f"see `torchjob describe{flags} {name}` and `torchjob logs{flags} {name}`", err=True)
-    stopped_by = st.failure.signal if st.failure and st.failure.reason == "Terminated" else None
+    stopped_by = st.failure.signal if st.failure and st.failure.reason == Reason.TERMINATED else None
     sys.exit({"SIGINT": 130, "SIGTERM": 143}.get(stopped_by or "", 1))

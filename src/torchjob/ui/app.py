@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from torchjob.api.errors import UserError
 from torchjob.runtime import JobNotFound
-from torchjob.ui.source import Source
+from torchjob.ui.source import Action, Source
 
 STATIC = resources.files("torchjob.ui") / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "uPlot.iife.min.js": "text/javascript",
@@ -96,7 +96,7 @@ def make_app(source: Source, token: str, cookie: str) -> Starlette:
 
     async def act(request: Request) -> Response:
         ns, name, verb = request.path_params["ns"], request.path_params["name"], request.path_params["verb"]
-        if verb not in ("suspend", "resume", "delete"):
+        if verb not in set(Action):
             return JSONResponse({"error": f"no action {verb!r}: suspend, resume or delete"}, 404)
         await run_in_threadpool(source.act, _ns(ns), name, verb)
         return JSONResponse({"ok": True, "verb": verb, "name": name})

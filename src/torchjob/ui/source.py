@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 import yaml
@@ -17,6 +18,15 @@ from torchjob.api.model import TorchJob
 from torchjob.connect import Target, connect
 from torchjob.progress.history import first_is_loss
 from torchjob.runtime import JobView, OutputGone, Runtime
+
+
+class Action(StrEnum):
+    """What a page may ask of a job (each a verb of the runtime interface of the same name)."""
+
+    SUSPEND = "suspend"
+    RESUME = "resume"
+    DELETE = "delete"
+
 
 LOG_LINES = 5000  # the log view shows a replica's last this many lines (search and follow work on them)
 
@@ -158,5 +168,6 @@ class Source:
     def act(self, namespace: str, name: str, verb: str) -> None:
         with self._lock:
             rt = self._rt(namespace or None)
-            {"suspend": rt.suspend, "resume": rt.resume, "delete": rt.delete}[verb](name)
+            verbs = {Action.SUSPEND: rt.suspend, Action.RESUME: rt.resume, Action.DELETE: rt.delete}
+            verbs[Action(verb)](name)
         self._stale.set()  # the jobs page shows it at once
