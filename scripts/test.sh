@@ -39,6 +39,5 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 # Tests keep their state in a throwaway TORCHJOB_HOME (see tests/local/conftest.py); -rs says why
 # a test was skipped (in CI a skipped cluster test fails the run: tests/conftest.py). Most tests
 # wait on processes, an API server or pods rather than compute, so they run on several workers;
-# the tests that share a cluster run on one worker, in order (tests/conftest.py: loadgroup).
-.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=25 \
-    -n "${TORCHJOB_TEST_WORKERS:-3}" --dist loadgroup "$@"
+# the tests that share a cluster run on one worker, in order (tests/conftest.py).
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=25 -n "${TORCHJOB_TEST_WORKERS:-3}" "$@"

@@ -1,10 +1,11 @@
 """Suite-wide: in CI a cluster suite that skips is a failure, not a quiet skip; and, when the suite
-runs on several workers (pytest-xdist, `--dist loadgroup`: scripts/test.sh), the tests that share a
+runs on several workers (pytest-xdist: scripts/test.sh), the tests that share a
 cluster run on one worker, in their order, while the rest spread over the others."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -16,11 +17,16 @@ SHARED_CLUSTER = {"tests/kube/": "control-plane", "tests/e2e/": "real-node", "te
 _skipped: list[str] = []
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        for prefix, group in SHARED_CLUSTER.items():
-            if item.nodeid.startswith(prefix):
-                item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduling by scope, a suite that shares a cluster being one scope (every other test
+    its own). Not `--dist loadgroup` with marks: pytest 9.2 made the node id it appends to read-only."""
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class SharedClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return next((group for prefix, group in SHARED_CLUSTER.items() if nodeid.startswith(prefix)), nodeid)
+
+    return SharedClusterScheduling(config, log)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

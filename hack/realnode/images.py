@@ -34,7 +34,7 @@ import argparse
 import hashlib
 import io
 import json
-import shutil
+import os
 import sys
 import tarfile
 import tempfile
@@ -142,7 +142,10 @@ def build(spec: list[dict[str, Any]], rootfs: Path | None, out: Path, venv: str,
             (tmp / config_name).write_bytes(raw)
             manifest.append({"Config": config_name, "RepoTags": [image["name"]],
                              "Layers": [f"{d}/layer.tar" for d in layers]})
-        with tarfile.open(out.with_suffix(".partial"), "w") as tar:
+        # Written under a name of this process's own, then renamed: two builds of the same images at
+        # once (two checkouts share the cache) each finish, and the rename is atomic.
+        partial = out.with_name(f"{out.name}.{os.getpid()}.partial")
+        with tarfile.open(partial, "w") as tar:
             for digest, path in blobs.items():
                 tar.add(path, arcname=f"{digest}/layer.tar")
             for m in manifest:
@@ -151,7 +154,7 @@ def build(spec: list[dict[str, Any]], rootfs: Path | None, out: Path, venv: str,
             info = tarfile.TarInfo("manifest.json")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-        shutil.move(out.with_suffix(".partial"), out)
+        os.replace(partial, out)
 
 
 def main() -> None:
