@@ -233,7 +233,7 @@ class Chaos:
         from lightkube.resources.core_v1 import Pod
 
         from torchjob.kube.machinery.client import PyTorchJobRes, TorchJobRes
-        from torchjob.kube.objects.pods import LABEL_JOB
+        from torchjob.kube.objects.labels import LABEL_JOB
 
         while not self.stop.is_set():
             now = time.monotonic()
@@ -413,7 +413,7 @@ class Chaos:
         from lightkube.models.meta_v1 import ObjectMeta
         from lightkube.resources.core_v1 import Namespace, Pod, Service
 
-        from torchjob.kube.objects.pods import LABEL_JOB
+        from torchjob.kube.objects.labels import LABEL_JOB
 
         self.image = image
         for name in (self.ns, "torchjob-system"):
@@ -512,7 +512,7 @@ class Chaos:
         """Log what a job that did not end in time looks like: its conditions and its pods' phases."""
         from lightkube.resources.core_v1 import Pod
 
-        from torchjob.kube.objects.pods import LABEL_JOB
+        from torchjob.kube.objects.labels import LABEL_JOB
 
         try:
             status = self.client.get(self.res(job), job.name, namespace=self.ns).status or {}

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
     from torchjob.kube.machinery.client import TorchJobRes
     from torchjob.kube.objects.crd import crd
     from torchjob.kube.objects.install import apply
-    from torchjob.kube.objects.pods import LABEL_JOB
+    from torchjob.kube.objects.labels import LABEL_JOB
     from torchjob.progress.server import audience, status_path
 
     kube = Client(config=KubeConfig.from_file(kubeconfig), field_manager="bench")

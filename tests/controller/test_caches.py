@@ -11,14 +11,15 @@ from torchjob.core.topology import replicas
 from torchjob.kube.controller.observe import observe
 from torchjob.kube.controller.pod_index import controller_uid
 from torchjob.kube.machinery.informer import LAST_APPLIED, metadata_only, pod_cached, whole
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.labels import attempt_of, replica_name
 
 
 def real_pods() -> tuple[Any, list[dict[str, Any]]]:
     job = job_from_data(job_data("c", workers=2, uid="job-uid"))
     pods = []
     for i, rid in enumerate(replicas(job)):
-        p = kr.pod(job, rid, 1)
+        p = pod_objects.pod(job, rid, 1)
         p["metadata"] |= {"uid": f"pod-{i}", "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
                           "managedFields": [{"manager": "torchjob-operator", "fieldsV1": {"f:spec": {}}}]}
         container = p["spec"]["containers"][0]["name"]
@@ -42,7 +43,7 @@ def test_core_sees_the_same_world_from_cached_pods() -> None:
     assert [controller_uid(p) for p in cached] == ["job-uid"] * 3
     owner = cached[0]["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("TorchJob", "c")  # whose it is: the stale-pod rule reads it
-    assert kr.replica_name(cached[1]["metadata"]["labels"]) == "worker-0" and kr.attempt_of(cached[1]) == 1
+    assert replica_name(cached[1]["metadata"]["labels"]) == "worker-0" and attempt_of(cached[1]) == 1
 
 
 def test_a_cached_pod_drops_what_nobody_reads() -> None:

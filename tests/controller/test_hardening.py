@@ -16,19 +16,22 @@ from torchjob.kube.controller import gates
 from torchjob.kube.controller.outcome import Result
 from torchjob.kube.controller.reconciler import STALE_RECHECK_S
 from torchjob.kube.objects import kubeflow_labels as kfl
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.init_container import ANNOTATION_WAIT
+from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
+from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
 from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
 
 RESERVED_LABELS = {kfl.LABEL_OPERATOR: kfl.OPERATOR_NAME, kfl.LABEL_JOB_NAME: "victim",
-                   kr.LABEL_JOB: "victim", kr.LABEL_TYPE: "master", "team": "a"}
-RESERVED_ANNOTATIONS = {kr.ANNOTATION_SERVED_AS: "kubeflow.org/v1/PyTorchJob", kr.ANNOTATION_ATTEMPT: "7",
-                        kr.ANNOTATION_WAIT: "false", "note": "b"}
+                   LABEL_JOB: "victim", LABEL_TYPE: "master", "team": "a"}
+RESERVED_ANNOTATIONS = {ANNOTATION_SERVED_AS: "kubeflow.org/v1/PyTorchJob", ANNOTATION_ATTEMPT: "7",
+                        ANNOTATION_WAIT: "false", "note": "b"}
 
 
 def impostor(name: str = "demo") -> dict[str, Any]:
     """A TorchJob whose document says its pods are a PyTorchJob's (or another job's)."""
     data = torchjob(name)
-    data["metadata"]["annotations"] = {kr.ANNOTATION_SERVED_AS: "kubeflow.org/v1/PyTorchJob"}
+    data["metadata"]["annotations"] = {ANNOTATION_SERVED_AS: "kubeflow.org/v1/PyTorchJob"}
     for spec in data["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["metadata"] = {"labels": dict(RESERVED_LABELS), "annotations": dict(RESERVED_ANNOTATIONS)}
     return data
@@ -41,15 +44,15 @@ def test_a_templates_reserved_labels_and_annotations_never_reach_its_pods() -> N
     raw = impostor()
     raw["metadata"]["uid"] = "u-1"
     job = TORCHJOB.read(raw)
-    pod = kr.pod(job, ReplicaId("Worker", 1), attempt=0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 1), attempt=0)
     meta = pod["metadata"]
-    assert meta["labels"] == {kr.LABEL_JOB: "demo", kr.LABEL_TYPE: "worker", kr.LABEL_INDEX: "1", "team": "a"}
-    assert meta["annotations"] == {kr.ANNOTATION_ATTEMPT: "0", kr.ANNOTATION_WAIT: "false", "note": "b"}
+    assert meta["labels"] == {LABEL_JOB: "demo", LABEL_TYPE: "worker", LABEL_INDEX: "1", "team": "a"}
+    assert meta["annotations"] == {ANNOTATION_ATTEMPT: "0", ANNOTATION_WAIT: "false", "note": "b"}
     assert meta["ownerReferences"][0]["kind"] == "TorchJob" and meta["ownerReferences"][0]["uid"] == "u-1"
     assert "initContainers" not in pod["spec"]  # the one annotation a template may set still works
     # the PyTorchJob controller's pod informer does not select it; the TorchJob controller's does
     assert meta["labels"].get(kfl.LABEL_OPERATOR) is None
-    service = kr.service(job)
+    service = pod_objects.service(job)
     assert kfl.LABEL_OPERATOR not in service["metadata"]["labels"]
 
 
@@ -58,8 +61,8 @@ def test_a_pytorchjob_keeps_its_kubeflow_labels_and_a_templates_own_are_overridd
     raw.update(apiVersion="kubeflow.org/v1", kind="PyTorchJob")
     raw["metadata"]["uid"] = "k-1"
     job = PYTORCHJOB.read(raw)
-    meta = kr.pod(job, ReplicaId("Worker", 0), attempt=0)["metadata"]
-    assert meta["labels"][kfl.LABEL_JOB_NAME] == "demo" and meta["labels"][kr.LABEL_JOB] == "demo"
+    meta = pod_objects.pod(job, ReplicaId("Worker", 0), attempt=0)["metadata"]
+    assert meta["labels"][kfl.LABEL_JOB_NAME] == "demo" and meta["labels"][LABEL_JOB] == "demo"
     assert meta["labels"][kfl.LABEL_REPLICA_TYPE] == "worker" and kfl.LABEL_JOB_ROLE not in meta["labels"]
     assert meta["ownerReferences"][0]["kind"] == "PyTorchJob"
 
@@ -102,8 +105,8 @@ def test_an_impostor_torchjobs_pods_are_the_torchjobs_own_and_not_a_pytorchjobs(
 
 
 def labelled_pod(name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {kr.LABEL_JOB: "demo"},
-                            "annotations": {kr.ANNOTATION_ATTEMPT: "0"}}
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {LABEL_JOB: "demo"},
+                            "annotations": {ANNOTATION_ATTEMPT: "0"}}
     if owner is not None:
         meta["ownerReferences"] = [{"controller": True, "blockOwnerDeletion": True, **owner}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [{"name": "x"}]}}
@@ -148,7 +151,7 @@ EARLIER_OWNER = {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "name": "d
 
 def admitted_workload(owner: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-            "metadata": {"name": "torchjob-demo", "namespace": NS, "labels": {kr.LABEL_JOB: "demo"},
+            "metadata": {"name": "torchjob-demo", "namespace": NS, "labels": {LABEL_JOB: "demo"},
                          "ownerReferences": [owner]},
             "spec": {"queueName": "team-queue", "podSets": [], "active": True},
             "status": {"conditions": [{"type": "Admitted", "status": "True"}],
@@ -190,7 +193,7 @@ def test_an_admitted_workload_left_by_an_earlier_job_of_the_name_never_admits_th
 
 def podgroup(owner: dict[str, Any], phase: str = "Running") -> dict[str, Any]:
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": "demo", "namespace": NS, "labels": {kr.LABEL_JOB: "demo"},
+            "metadata": {"name": "demo", "namespace": NS, "labels": {LABEL_JOB: "demo"},
                          "ownerReferences": [owner]},
             "spec": {"minMember": 3}, "status": {"phase": phase}}
 

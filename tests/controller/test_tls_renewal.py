@@ -23,7 +23,7 @@ from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
 from torchjob.kube.controller.operator import _renewed
 from torchjob.kube.controller.reconciler import ProgressLink
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY
 from torchjob.kube.progress import tls
 from torchjob.kube.progress.books import Books
 from torchjob.progress.server import ProgressServer
@@ -153,19 +153,19 @@ def test_a_namespaces_ca_configmap_is_looked_at_again(monkeypatch: pytest.Monkey
         api.put(torchjob("one"))
         async with running_with(api, link) as c:
             await one_round(api, c, (NS, "one"))
-            assert api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == made.trusted
+            assert api.objects[("ConfigMap", NS, CA_CONFIGMAP)]["data"][CA_KEY] == made.trusted
             # someone changes it (or an older operator wrote another CA): the next job's pods are made
             # only after it is brought back
-            await api.patch_data("ConfigMap", kr.CA_CONFIGMAP, NS, {kr.CA_KEY: "stale"})
+            await api.patch_data("ConfigMap", CA_CONFIGMAP, NS, {CA_KEY: "stale"})
             api.put(torchjob("two"))
             await one_round(api, c, (NS, "two"))
-            assert api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == made.trusted
+            assert api.objects[("ConfigMap", NS, CA_CONFIGMAP)]["data"][CA_KEY] == made.trusted
             before = [str(w) for w in api.writes(("ConfigMap", "Pod"))]
-            assert before.index("patch_data ConfigMap " + kr.CA_CONFIGMAP) < before.index("create Pod two-master-0")
+            assert before.index("patch_data ConfigMap " + CA_CONFIGMAP) < before.index("create Pod two-master-0")
             # the CAs renewed: the next job's namespace gets them
             link.trust.pem = "renewed"
             api.put(torchjob("three"))
             await one_round(api, c, (NS, "three"))
-            assert api.objects[("ConfigMap", NS, kr.CA_CONFIGMAP)]["data"][kr.CA_KEY] == "renewed"
+            assert api.objects[("ConfigMap", NS, CA_CONFIGMAP)]["data"][CA_KEY] == "renewed"
 
     run(scenario)

@@ -12,7 +12,7 @@ import pytest
 from tests.dialects.util import doc, line_of, problem_at, problems, read
 from torchjob.api.model import TorchJob
 from torchjob.core.topology import Placement, ReplicaId, replicas
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
 from torchjob.local.launch import LaunchSpec, LocalOptions
 from torchjob.local.render import render
 
@@ -58,7 +58,7 @@ def local(job: TorchJob, tmp_path: Path) -> dict[str, LaunchSpec]:
 
 
 def pod_env(job: TorchJob, rid: ReplicaId) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = kr.pod(job, rid, 0)["spec"]["containers"][0]["env"]
+    env: list[dict[str, Any]] = pod_objects.pod(job, rid, 0)["spec"]["containers"][0]["env"]
     return env
 
 
@@ -119,7 +119,7 @@ def test_explicit_launcher_arguments_are_kept(tmp_path: Path) -> None:
     job = read(kubeflow(command)).job
     s = local(job, tmp_path)["worker-0"]
     assert s.argv == command and s.torchrun
-    pod = kr.pod(job, ReplicaId("Worker", 0), 0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
     assert pod["spec"]["containers"][0]["command"] == command
 
 
@@ -137,7 +137,7 @@ def test_command_and_args_are_expanded_locally_as_the_kubelet_does(tmp_path: Pat
                       "--rdzv_id=kfl-$(ESCAPED)", "train.py", "--out=/data/kfl/$(UNKNOWN)"]
     assert s.env["OUT"] == "/data/kfl"
     # On Kubernetes the kubelet expands them: the pod carries them as written, with the values in its env.
-    pod = kr.pod(job, ReplicaId("Worker", 0), 0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
     assert pod["spec"]["containers"][0]["command"] == RDZV
     env_kube = values(pod["spec"]["containers"][0]["env"])
     assert (env_kube["MASTER_ADDR"], env_kube["MASTER_PORT"]) == ("kfl-master-0.kfl", "23456")
@@ -292,7 +292,7 @@ def test_a_hostname_or_subdomain_the_pods_do_not_keep_is_said(tmp_path: Path) ->
         "'my-svc' is replaced on Kubernetes by 'kfl', the job's headless Service, through which every replica's "
         "host name resolves (ignored locally)",
     ]
-    spec = kr.pod(loaded.job, ReplicaId("Worker", 1), 0)["spec"]
+    spec = pod_objects.pod(loaded.job, ReplicaId("Worker", 1), 0)["spec"]
     assert (spec["hostname"], spec["subdomain"]) == ("kfl-worker-1", "kfl")  # what the warning says it gets
     (tmp_path / "job.yaml").write_text(text)
     for command in (["validate"], ["render", "--kube"]):

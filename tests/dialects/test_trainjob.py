@@ -16,7 +16,7 @@ from torchjob.core.topology import Placement, ReplicaId, replica_env, replicas
 from torchjob.dialects.convert import convert, explicit
 from torchjob.dialects.load import load
 from torchjob.dialects.trainjob import nproc
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
 
 WHERE = Placement("127.0.0.1", 41000, "127.0.0.1", 41001)
 
@@ -120,7 +120,7 @@ def test_the_env_is_trainers_torch_contract() -> None:
             "PET_NNODES": "3", "PET_NPROC_PER_NODE": "4", "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": "41000"}
         ranks.append(env["PET_NODE_RANK"])
     assert ranks == ["0", "1", "2"]
-    pod = kr.pod(job, ReplicaId(WORKER, 1), 0)
+    pod = pod_objects.pod(job, ReplicaId(WORKER, 1), 0)
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"], env["PET_NODE_RANK"]) == ("fashion-master-0.fashion",
                                                                                      "29500", "2")

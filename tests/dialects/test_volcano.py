@@ -508,18 +508,19 @@ def _plugin(flags: str) -> str:
 
 
 def test_wait_master_flags_give_the_init_containers_image_and_timeout() -> None:
-    from torchjob.kube.objects import pods as kr
+    from torchjob.kube.objects import pods as pod_objects
+    from torchjob.kube.objects.init_container import WAIT_CONTAINER
 
     job = read(_plugin('["--port", "29500", "--wait-master-enabled", "--wait-master-timeout=600", '
                        '"--wait-master-image", "alpine:3.20"]')).job
     assert job.spec.waitForMaster is not None
     assert job.spec.waitForMaster.model_dump() == {"enabled": True, "image": "alpine:3.20", "timeoutSeconds": 600}
     assert master_port(job) == 29500
-    init = kr.pod(job, ReplicaId(WORKER, 0), 0)["spec"]["initContainers"][0]
-    assert (init["name"], init["image"]) == (kr.WAIT_CONTAINER, "alpine:3.20")
+    init = pod_objects.pod(job, ReplicaId(WORKER, 0), 0)["spec"]["initContainers"][0]
+    assert (init["name"], init["image"]) == (WAIT_CONTAINER, "alpine:3.20")
     script = init["command"][2]  # (what it says when it gives up: tests/kube/test_wait_script.py runs it)
     assert script.startswith("host=small-master-0.small port=29500\n") and "\ntimeout=600\n" in script
-    assert "initContainers" not in kr.pod(job, ReplicaId(MASTER, 0), 0)["spec"]  # workers only, as Volcano
+    assert "initContainers" not in pod_objects.pod(job, ReplicaId(MASTER, 0), 0)["spec"]  # workers only, as Volcano
 
 
 def test_wait_master_defaults_are_volcanos() -> None:
@@ -529,18 +530,18 @@ def test_wait_master_defaults_are_volcanos() -> None:
 
 
 def test_without_wait_master_enabled_the_operators_default_applies() -> None:
-    from torchjob.kube.objects import pods as kr
+    from torchjob.kube.objects import pods as pod_objects
 
     text = _plugin('["--wait-master-timeout=60"]')
     loaded = read(text)
     assert loaded.job.spec.waitForMaster is None
     assert loaded.notes == [f"job.yaml:{line_of(text, 'pytorch:')}: spec.plugins.pytorch: "
                             "--wait-master-timeout is ignored without --wait-master-enabled (as Volcano ignores it)"]
-    pod = kr.pod(loaded.job, ReplicaId(WORKER, 0), 0, init_image=INIT_IMAGE)
+    pod = pod_objects.pod(loaded.job, ReplicaId(WORKER, 0), 0, init_image=INIT_IMAGE)
     assert pod["spec"]["initContainers"][0]["image"] == INIT_IMAGE  # the operator's --init-image, no limit
     assert "gave up" not in pod["spec"]["initContainers"][0]["command"][2]
     off = read(_plugin('["--wait-master-enabled=false"]')).job
-    assert "initContainers" not in kr.pod(off, ReplicaId(WORKER, 0), 0)["spec"]
+    assert "initContainers" not in pod_objects.pod(off, ReplicaId(WORKER, 0), 0)["spec"]
 
 
 @pytest.mark.parametrize(("flags", "message"), [

@@ -27,7 +27,7 @@ from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects import kubeflow_crd
 from torchjob.kube.objects.crd import CRD_NAME, crd
 from torchjob.kube.objects.install import apply
-from torchjob.kube.objects.pods import LABEL_JOB
+from torchjob.kube.objects.labels import LABEL_JOB
 
 # A cluster already up there (`TORCHJOB_DEVCLUSTER_DIR=... dev-cluster.sh up --real-node`) is used
 # as it is and left up: the inner loop of development.

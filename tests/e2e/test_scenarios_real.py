@@ -18,7 +18,7 @@ from tests.e2e.conftest import running_container, status_of, wait_for
 from tests.e2e.images import TESTS_IMAGE
 from tests.scenarios import SCENARIOS, Scenario
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects.pods import LABEL_JOB
+from torchjob.kube.objects.labels import LABEL_JOB
 
 pytestmark = pytest.mark.kube
 

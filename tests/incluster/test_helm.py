@@ -28,7 +28,7 @@ from tests.incluster.conftest import RELEASE, SYSTEM, USERS, Cluster
 from tests.jobs import job_data
 from torchjob.kube.machinery.client import PyTorchJobRes, TorchJobRes
 from torchjob.kube.objects import install
-from torchjob.kube.objects.pods import LABEL_JOB
+from torchjob.kube.objects.labels import LABEL_JOB
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "operator" / "install.md"

@@ -13,7 +13,7 @@ from torchjob.api.status import ConditionType
 from torchjob.core.reconcile import Create, Phase, Stop, as_core_sees, reconcile
 from torchjob.core.topology import ReplicaId, replicas
 from torchjob.kube.controller.observe import observe
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -28,7 +28,7 @@ def running_job(policies: list[dict[str, Any]] | None) -> tuple[TorchJob, list[d
     job = job.model_copy(update={"status": first.status})
     pods = []
     for rid in replicas(job):
-        pod = kr.pod(job, rid, 0)
+        pod = pod_objects.pod(job, rid, 0)
         pod["status"] = {"phase": "Running"}
         pods.append(pod)
     return job, pods

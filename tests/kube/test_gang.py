@@ -13,7 +13,8 @@ from torchjob.api.load import job_from_data
 from torchjob.core.topology import ReplicaId
 from torchjob.dialects.load import load
 from torchjob.kube.objects import gang, tensorboard
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.labels import LABEL_JOB
 
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"
 OWNER = {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "name": "demo", "uid": "u"}
@@ -32,7 +33,7 @@ def test_volcano_seed_gets_a_volcano_podgroup_with_its_min_available() -> None:
                                                                         "pytorch-job")
     assert pg["spec"] == {"minMember": 1, "queue": "default"}  # the seed's minAvailable; no requests to add up
     assert pg["metadata"]["ownerReferences"] == [OWNER]
-    pod = kr.pod(job, ReplicaId("Worker", 1), 0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 1), 0)
     assert pod["spec"]["schedulerName"] == "volcano"
     assert pod["metadata"]["annotations"][gang.VOLCANO_GROUP_ANNOTATION] == "pytorch-job"
     assert pod["metadata"]["annotations"][gang.VOLCANO_TASK_ANNOTATION] == "worker"
@@ -75,7 +76,7 @@ def test_another_scheduler_named_in_the_policy_gets_a_scheduler_plugins_podgroup
     pg = gang.podgroup(job, OWNER)
     assert pg is not None and pg["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
     assert pg["spec"] == {"minMember": 3, "scheduleTimeoutSeconds": 120}
-    pod = kr.pod(job, ReplicaId("Master", 0), 0)
+    pod = pod_objects.pod(job, ReplicaId("Master", 0), 0)
     assert pod["metadata"]["labels"][gang.PLUGINS_POD_GROUP_LABEL] == "demo"
     assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
     assert gang.VOLCANO_GROUP_ANNOTATION not in pod["metadata"]["annotations"]
@@ -97,7 +98,7 @@ def test_volcano_in_every_pod_template_is_enough() -> None:
 def test_no_podgroup_without_a_gang_scheduler(policy: dict[str, Any] | None) -> None:
     job = job_from_data(job_data("demo", workers=1, run_policy=policy))
     assert gang.podgroup(job, OWNER) is None
-    pod = kr.pod(job, ReplicaId("Worker", 0), 0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
     assert gang.PLUGINS_POD_GROUP_LABEL not in pod["metadata"]["labels"]
     assert gang.VOLCANO_GROUP_ANNOTATION not in pod["metadata"]["annotations"]
 
@@ -108,7 +109,7 @@ def test_a_scheduler_only_in_the_templates_is_not_a_gang() -> None:
         rspec["template"]["spec"]["schedulerName"] = "my-scheduler"
     job = job_from_data(data)
     assert gang.podgroup(job, OWNER) is None
-    assert kr.pod(job, ReplicaId("Master", 0), 0)["spec"]["schedulerName"] == "my-scheduler"
+    assert pod_objects.pod(job, ReplicaId("Master", 0), 0)["spec"]["schedulerName"] == "my-scheduler"
 
 
 def test_t9k_tensorboard_becomes_a_deployment_and_service_on_the_claim() -> None:
@@ -128,7 +129,7 @@ def test_t9k_tensorboard_becomes_a_deployment_and_service_on_the_claim() -> None
     assert c["volumeMounts"] == [{"name": "logs-0", "mountPath": "/tensorboard/runs", "readOnly": True},
                                  {"name": "tmp", "mountPath": "/tmp"}]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    assert kr.LABEL_JOB not in deployment["spec"]["template"]["metadata"]["labels"]  # not counted as a replica
+    assert LABEL_JOB not in deployment["spec"]["template"]["metadata"]["labels"]  # not counted as a replica
     assert tensorboard.objects(job_from_data(job_data("demo", workers=1)), OWNER) == []
 
 

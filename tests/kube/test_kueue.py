@@ -97,7 +97,7 @@ def _merge(base: Any, patch: Any) -> Any:
 
 
 def test_render_kube_shows_the_workload_first() -> None:
-    from torchjob.kube.objects import pods as kr
+    from torchjob.kube.objects import pods as pod_objects
 
-    kinds = [m["kind"] for m in kr.manifests(queued_job(workers=1))]
+    kinds = [m["kind"] for m in pod_objects.manifests(queued_job(workers=1))]
     assert kinds == ["Workload", "Service", "Pod", "Pod"]

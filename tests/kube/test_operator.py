@@ -22,7 +22,7 @@ from tests.kube.conftest import Operator, admit_podgroup, finished, set_pod, wai
 from torchjob.dialects.convert import explicit
 from torchjob.dialects.load import load
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects.pods import LABEL_JOB
+from torchjob.kube.objects.labels import LABEL_JOB
 
 pytestmark = pytest.mark.kube
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"

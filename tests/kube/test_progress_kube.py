@@ -28,7 +28,7 @@ from tests.kube.reporting import (
     url,
 )
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects.pods import ANNOTATION_ATTEMPT, LABEL_JOB
+from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB
 from torchjob.progress.server import audience
 
 pytestmark = pytest.mark.kube

@@ -6,9 +6,10 @@ import ssl
 
 from tests.jobs import make_job
 from torchjob.core.topology import ReplicaId
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.crd import crd
 from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL, LEASE_RULES, RULES, manifests
+from torchjob.kube.objects.reporting import PROGRESS_DIR, PROGRESS_VOLUME
 from torchjob.kube.progress.tls import covers, generate, hosts_for
 
 URL = "https://torchjob-operator.torchjob-system.svc:8443"
@@ -17,21 +18,21 @@ URL = "https://torchjob-operator.torchjob-system.svc:8443"
 def test_pods_get_trainers_variables_and_a_projected_token_with_the_jobs_audience() -> None:
     job = make_job("llm", workers=1)
     job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"namespace": "team-a"})})
-    pod = kr.pod(job, ReplicaId("Worker", 0), 2, progress_url=URL)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 0), 2, progress_url=URL)
     c = pod["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["KUBEFLOW_TRAINER_SERVER_URL"] == f"{URL}/apis/torchjob.dev/v1/namespaces/team-a/torchjobs/llm/status"
     assert env["KUBEFLOW_TRAINER_SERVER_TOKEN"] == "/var/run/secrets/torchjob.dev/progress/token"
     assert env["KUBEFLOW_TRAINER_SERVER_CA_CERT"] == "/var/run/secrets/torchjob.dev/progress/ca.crt"
-    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == kr.PROGRESS_VOLUME]
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == PROGRESS_VOLUME]
     token, ca = volume["projected"]["sources"]
     assert token["serviceAccountToken"] == {"audience": "torchjob.dev/v1/namespaces/team-a/torchjobs/llm/status",
                                             "expirationSeconds": 3600, "path": "token"}
     assert ca["configMap"]["name"] == "torchjob-progress-ca"
-    assert {"name": kr.PROGRESS_VOLUME, "mountPath": kr.PROGRESS_DIR, "readOnly": True} in c["volumeMounts"]
+    assert {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True} in c["volumeMounts"]
     assert pod["spec"]["serviceAccountName"] == "default"  # a projected token needs one named
     # without an endpoint, nothing of it
-    plain = kr.pod(job, ReplicaId("Worker", 0), 0)
+    plain = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
     assert "volumes" not in plain["spec"] and not any(e["name"].startswith("KUBEFLOW_")
                                                       for e in plain["spec"]["containers"][0]["env"])
 

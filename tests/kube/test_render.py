@@ -15,8 +15,10 @@ from torchjob.api.load import job_from_data
 from torchjob.core.reconcile import Phase
 from torchjob.core.topology import ReplicaId
 from torchjob.kube.controller.observe import observe
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.crd import crd
+from torchjob.kube.objects.init_container import WAIT_CONTAINER
+from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -25,28 +27,29 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
 
 def test_pods_carry_names_labels_owner_and_the_env_contract() -> None:
     job = make_job("demo", workers=2, uid="u-1")
-    pod = kr.pod(job, ReplicaId("Worker", 1), attempt=3)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 1), attempt=3)
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == "demo-worker-1"
-    assert meta["labels"] == {kr.LABEL_JOB: "demo", kr.LABEL_TYPE: "worker", kr.LABEL_INDEX: "1"}
-    assert meta["annotations"][kr.ANNOTATION_ATTEMPT] == "3"
+    assert meta["labels"] == {LABEL_JOB: "demo", LABEL_TYPE: "worker", LABEL_INDEX: "1"}
+    assert meta["annotations"][ANNOTATION_ATTEMPT] == "3"
     assert meta["ownerReferences"][0]["uid"] == "u-1" and meta["ownerReferences"][0]["controller"]
     assert spec["restartPolicy"] == "Never" and spec["hostname"] == "demo-worker-1" and spec["subdomain"] == "demo"
     env = env_of(pod)
     assert env["MASTER_ADDR"] == "demo-master-0.demo" and env["MASTER_PORT"] == "23456"
     assert env["RANK"] == "2" and env["WORLD_SIZE"] == "3"
-    assert env["TORCHELASTIC_ERROR_FILE"] == kr.TERMINATION_LOG
+    assert env["TORCHELASTIC_ERROR_FILE"] == pod_objects.TERMINATION_LOG
     assert [p["name"] for p in spec["containers"][0]["ports"]] == ["pytorchjob-port"]
     assert "initContainers" not in spec  # a restarted worker does not wait: torch's store client retries
-    first = kr.pod(job, ReplicaId("Worker", 1), attempt=0)["spec"]
-    assert first["initContainers"][0]["name"] == kr.WAIT_CONTAINER
+    first = pod_objects.pod(job, ReplicaId("Worker", 1), attempt=0)["spec"]
+    assert first["initContainers"][0]["name"] == WAIT_CONTAINER
     assert "nc -z" in first["initContainers"][0]["command"][2]
     data = job_data("demo", workers=2, uid="u-1")
     data["spec"]["waitForMaster"] = {"timeoutSeconds": 60}  # asked for: every attempt waits
     asked = job_from_data(data)
-    assert kr.pod(asked, ReplicaId("Worker", 1), attempt=3)["spec"]["initContainers"][0]["name"] == kr.WAIT_CONTAINER
-    assert "initContainers" not in kr.pod(job, ReplicaId("Master", 0), 0)["spec"]
-    assert "initContainers" not in kr.pod(job, ReplicaId("Worker", 0), 0, wait=False)["spec"]
+    made = pod_objects.pod(asked, ReplicaId("Worker", 1), attempt=3)
+    assert made["spec"]["initContainers"][0]["name"] == WAIT_CONTAINER
+    assert "initContainers" not in pod_objects.pod(job, ReplicaId("Master", 0), 0)["spec"]
+    assert "initContainers" not in pod_objects.pod(job, ReplicaId("Worker", 0), 0, wait=False)["spec"]
 
 
 def test_an_elastic_rendezvous_host_resolves_through_the_headless_service() -> None:
@@ -54,17 +57,17 @@ def test_an_elastic_rendezvous_host_resolves_through_the_headless_service() -> N
     # since torchjob makes one headless Service `<job>`, not one per replica.
     job = make_job("el", master=False, workers=3, command=("torchrun", "train.py"),
                    elastic={"minReplicas": 1, "maxReplicas": 3, "rdzvBackend": "c10d"})
-    pod = kr.pod(job, ReplicaId("Worker", 2), 0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 2), 0)
     env = env_of(pod)
     assert env["PET_RDZV_ENDPOINT"] == "el-worker-0.el:23456"
     # A pod made again has the same hostname and pid as the one it replaces: the rendezvous tells
     # them apart by the pod's IP.
     local = [e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "PET_LOCAL_ADDR"]
     assert local == [{"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    assert "PET_LOCAL_ADDR" not in env_of(kr.pod(make_job("plain", workers=1), ReplicaId("Worker", 0), 0))
+    assert "PET_LOCAL_ADDR" not in env_of(pod_objects.pod(make_job("plain", workers=1), ReplicaId("Worker", 0), 0))
     pinned = make_job("el", master=False, workers=2, command=("torchrun", "train.py"),
                       elastic={"rdzvHost": "etcd.infra", "rdzvPort": 2379, "rdzvBackend": "etcd"})
-    assert env_of(kr.pod(pinned, ReplicaId("Worker", 1), 0))["PET_RDZV_ENDPOINT"] == "etcd.infra:2379"
+    assert env_of(pod_objects.pod(pinned, ReplicaId("Worker", 1), 0))["PET_RDZV_ENDPOINT"] == "etcd.infra:2379"
 
 
 def test_user_env_is_upserted_never_duplicated() -> None:
@@ -74,29 +77,29 @@ def test_user_env_is_upserted_never_duplicated() -> None:
         {"name": "PYTHONUNBUFFERED", "value": "0"}, {"name": "NCCL_DEBUG", "value": "INFO"}]
     from torchjob.api.load import job_from_data
 
-    pod = kr.pod(job_from_data(data), ReplicaId("Worker", 0), 0)
+    pod = pod_objects.pod(job_from_data(data), ReplicaId("Worker", 0), 0)
     names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
     assert len(names) == len(set(names))
     assert names[:2] == ["PYTHONUNBUFFERED", "NCCL_DEBUG"] and env_of(pod)["PYTHONUNBUFFERED"] == "0"
 
 
 def test_headless_service_publishes_not_ready_addresses() -> None:
-    svc = kr.service(make_job("demo", workers=1))
+    svc = pod_objects.service(make_job("demo", workers=1))
     assert svc["metadata"]["name"] == "demo"
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"]
-    assert svc["spec"]["selector"] == {kr.LABEL_JOB: "demo"}
+    assert svc["spec"]["selector"] == {LABEL_JOB: "demo"}
 
 
 def test_gang_scheduling_annotations() -> None:
     job = make_job("demo", workers=1, run_policy={"schedulingPolicy": {"schedulerName": "volcano", "queue": "q"}})
-    pod = kr.pod(job, ReplicaId("Worker", 0), 0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
     assert pod["spec"]["schedulerName"] == "volcano"
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "demo"
 
 
 def test_observe_reads_phase_exit_code_and_attempt() -> None:
     job = make_job("demo", workers=1)
-    pod = kr.pod(job, ReplicaId("Worker", 0), 2)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 0), 2)
     pod["status"] = {"phase": "Failed", "containerStatuses": [
         {"name": "pytorch", "state": {"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T00:00:00Z"}}}]}
     world = observe(job, [pod])
@@ -106,24 +109,24 @@ def test_observe_reads_phase_exit_code_and_attempt() -> None:
 
 def test_a_pod_on_a_node_that_stopped_reporting_stays_active() -> None:
     job = make_job("demo", workers=1)
-    pod = kr.pod(job, ReplicaId("Worker", 0), 0)
+    pod = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
     pod["status"] = {"phase": "Unknown", "reason": "NodeLost"}
     assert observe(job, [pod]).replicas["worker-0"].phase is Phase.RUNNING
 
 
 def test_pods_leave_a_lost_node_after_30_s_unless_the_template_says_otherwise() -> None:
     job = make_job("demo", workers=1)
-    spec = kr.pod(job, ReplicaId("Worker", 0), attempt=0)["spec"]
+    spec = pod_objects.pod(job, ReplicaId("Worker", 0), attempt=0)["spec"]
     assert spec["tolerations"] == [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
-                                   for key in kr.NODE_LOST_TAINTS]
+                                   for key in pod_objects.NODE_LOST_TAINTS]
     own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
            "tolerationSeconds": 600}
     pool = {"key": "pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
-    assert kr.node_lost_tolerations([pool, own]) == [
+    assert pod_objects.node_lost_tolerations([pool, own]) == [
         pool, own, {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
                     "tolerationSeconds": 30}]
     everything = {"operator": "Exists"}  # tolerates every taint, for ever: the template's word
-    assert kr.node_lost_tolerations([everything]) == [everything]
+    assert pod_objects.node_lost_tolerations([everything]) == [everything]
 
 
 def test_crd_is_structural_with_subresources_and_cel() -> None:

@@ -25,7 +25,8 @@ from torchjob.api.load import job_from_data
 from torchjob.api.model import TensorBoardSpec, TorchJob
 from torchjob.core.topology import ReplicaId
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.ownership import owner_reference
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "operator" / "restricted.md"
@@ -70,7 +71,8 @@ def example_job(namespace: str, name: str) -> TorchJob:
 
 def test_the_page_shows_the_wait_for_master_container_as_made() -> None:
     shown = yaml.safe_load(blocks(PAGE, "test_the_page_shows_the_wait_for_master_container_as_made")[0])
-    made = kr.pod(example_job("team-a", "ddp-restricted"), ReplicaId("Worker", 0), 0)["spec"]["initContainers"][0]
+    pod = pod_objects.pod(example_job("team-a", "ddp-restricted"), ReplicaId("Worker", 0), 0)
+    made = pod["spec"]["initContainers"][0]
     assert made["command"][:2] == ["sh", "-c"]
     assert {**made, "command": ["sh", "-c", "..."]} == shown
 
@@ -81,7 +83,7 @@ def test_every_container_torchjob_adds_passes_restricted_and_a_quota_that_requir
     job = example_job(ns, "ok")
     job = job.model_copy(update={"spec": job.spec.model_copy(update={"tensorboard": TensorBoardSpec(
         logDirs=["t9k://pvc/runs/logs"])})})
-    made = kr.manifests(job, init_image="busybox:1.36")
+    made = pod_objects.manifests(job, init_image="busybox:1.36")
     pods = [o for o in made if o["kind"] == "Pod"]
     assert any(p["spec"].get("initContainers") for p in pods)  # the workers wait for the master
     deployment = next(o for o in made if o["kind"] == "Deployment")
@@ -169,7 +171,7 @@ def worker_init(pod_context: dict[str, Any] | None, **spec: Any) -> dict[str, An
         template["securityContext"] = pod_context
     template.update(spec)
     job = job_from_data({**data, "metadata": {**data["metadata"], "uid": "u"}})
-    return dict(kr.pod(job, ReplicaId("Worker", 0), 0)["spec"]["initContainers"][0])
+    return dict(pod_objects.pod(job, ReplicaId("Worker", 0), 0)["spec"]["initContainers"][0])
 
 
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
@@ -207,7 +209,7 @@ def test_tensorboard_runs_as_the_jobs_user_else_65532_with_a_writable_tmp() -> N
     job = example_job("team-a", "tb")
     job = job.model_copy(update={"spec": job.spec.model_copy(update={"tensorboard": TensorBoardSpec(
         logDirs=["t9k://pvc/runs/logs"])})})
-    deployment = next(o for o in tensorboard.objects(job, kr.owner_reference(job)) if o["kind"] == "Deployment")
+    deployment = next(o for o in tensorboard.objects(job, owner_reference(job)) if o["kind"] == "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     assert spec["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True,
                                        "seccompProfile": {"type": "RuntimeDefault"}}

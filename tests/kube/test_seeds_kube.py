@@ -18,7 +18,8 @@ from torchjob.dialects.convert import explicit
 from torchjob.dialects.load import load
 from torchjob.kube.machinery.client import VolcanoPodGroup
 from torchjob.kube.objects import gang
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.labels import pod_name
 
 pytestmark = pytest.mark.kube
 SEEDS = sorted((Path(__file__).resolve().parents[1] / "dialects" / "seeds").glob("*.yaml"))
@@ -40,13 +41,13 @@ def test_seed_reconciles_to_its_pods_service_and_env(seed: Path, kube: Client, n
         admit_podgroup(kube, job.name, namespace)
     expected = replicas(job)
     pods = {p.metadata.name: p for p in wait_pods(kube, job.name, namespace, len(expected))}
-    assert set(pods) == {kr.pod_name(job, r) for r in expected}
-    where = kr.placement(job)
+    assert set(pods) == {pod_name(job, r) for r in expected}
+    where = pod_objects.placement(job)
     for rid in expected:
-        e = env(pods[kr.pod_name(job, rid)])
+        e = env(pods[pod_name(job, rid)])
         assert e["RANK"] == str(node_rank(job, rid)) and e["WORLD_SIZE"] == str(len(expected))
         assert e["MASTER_ADDR"] == where.master_addr and e["MASTER_PORT"] == str(where.master_port)
-        assert pods[kr.pod_name(job, rid)].spec.subdomain == job.name
+        assert pods[pod_name(job, rid)].spec.subdomain == job.name
     svc = kube.get(Service, job.name, namespace=namespace)
     assert svc.spec is not None and svc.spec.clusterIP == "None" and svc.spec.publishNotReadyAddresses
     if gang.podgroup_kind(job) is gang.VOLCANO_PG:

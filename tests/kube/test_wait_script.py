@@ -16,7 +16,7 @@ from tests.jobs import make_job
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import WaitForMaster
 from torchjob.core.topology import Placement
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.init_container import wait_for_master
 
 SH = shutil.which("sh")
 pytestmark = pytest.mark.skipif(SH is None or shutil.which("bash") is None, reason="needs sh and bash")
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(SH is None or shutil.which("bash") is None, reas
 def script(port: int, timeout: int | None = 5) -> str:
     job = make_job("w", workers=1)
     job.spec.waitForMaster = WaitForMaster(timeoutSeconds=timeout)
-    init = kr.wait_for_master(job, Placement("127.0.0.1", port, "127.0.0.1", port), INIT_IMAGE)
+    init = wait_for_master(job, Placement("127.0.0.1", port, "127.0.0.1", port), INIT_IMAGE)
     assert init["command"][:2] == ["sh", "-c"]
     return str(init["command"][2])
 
@@ -107,7 +107,7 @@ def test_the_host_is_data_never_code(tmp_path: Path, evil: str) -> None:
     evil = evil.format(d=tmp_path)
     job = make_job("w", workers=1)
     job.spec.waitForMaster = WaitForMaster(timeoutSeconds=5)
-    init = kr.wait_for_master(job, Placement(evil, 29500, evil, 29500), INIT_IMAGE)
+    init = wait_for_master(job, Placement(evil, 29500, evil, 29500), INIT_IMAGE)
     done = run(str(init["command"][2]), tmp_path, ["touch"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert not any((tmp_path / name).exists() for name in "abc")

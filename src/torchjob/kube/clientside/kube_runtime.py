@@ -24,8 +24,9 @@ from torchjob.kube.clientside.code import with_code
 from torchjob.kube.clientside.plan import KubePlan
 from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, parse_time, status_code, to_dict
 from torchjob.kube.objects import kueue
-from torchjob.kube.objects.pods import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name, terminated
-from torchjob.kube.objects.pods import attempt_of as pod_attempt
+from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
+from torchjob.kube.objects.labels import attempt_of as pod_attempt
+from torchjob.kube.objects.pod_status import terminated
 from torchjob.runtime import (
     AttemptView,
     Code,

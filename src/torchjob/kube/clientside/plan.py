@@ -10,7 +10,8 @@ from typing import Any
 from torchjob.api.model import TorchJob
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside.code import configmap_of
-from torchjob.kube.objects.pods import as_torchjob, manifests
+from torchjob.kube.objects.ownership import as_torchjob
+from torchjob.kube.objects.pods import manifests
 from torchjob.runtime import Code
 
 

@@ -26,7 +26,7 @@ from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only, pod_cached, whole
 from torchjob.kube.machinery.queue import WorkQueue
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.labels import LABEL_JOB
 from torchjob.kube.progress.view import KindCaches
 from torchjob.kube.served.kinds import TORCHJOB, ServedKind
 
@@ -42,7 +42,7 @@ def job_gone(e: Exception, key: Key, plural: str = TORCHJOB.plural) -> bool:
 
 def owner_key(obj: dict[str, Any]) -> Key | None:
     """The job an object of ours belongs to, by its label."""
-    job = obj["metadata"].get("labels", {}).get(kr.LABEL_JOB)
+    job = obj["metadata"].get("labels", {}).get(LABEL_JOB)
     return (obj["metadata"].get("namespace") or "default", job) if job else None
 
 

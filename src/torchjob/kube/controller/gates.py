@@ -25,8 +25,10 @@ from torchjob.kube.machinery import client
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, Namespaces, pod_summary
-from torchjob.kube.objects import gang, kueue
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import gang, kueue, ownership
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.labels import LABEL_JOB, selector
+from torchjob.kube.objects.ownership import left_by_earlier, owned_by, owner_reference
 
 log = logging.getLogger("torchjob.kube")
 ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks, until PodGroups are watched
@@ -71,7 +73,7 @@ class ThirdPartyWatches:
         if kind not in self.informers:
             # A PodGroup is read for its status only; a Workload's spec holds the templates to restore.
             trim = None if kind == kueue.WORKLOAD else pod_summary
-            informer = Informer(self.api, kind, self.namespace, self.on_change, labels={kr.LABEL_JOB: None},
+            informer = Informer(self.api, kind, self.namespace, self.on_change, labels={LABEL_JOB: None},
                                 transform=trim)
             self.informers[kind] = informer
             self.tasks.append(asyncio.get_running_loop().create_task(informer.run()))
@@ -103,7 +105,7 @@ async def not_ours(api: ApiProtocol, raw: dict[str, Any], key: Key, found: dict[
     name = f"{found.get('kind')} {found['metadata']['name']}"
     if name not in told:
         told.add(name)
-        message = (f"{name} {what}, but its controller is {kr.whose(found)}, not this job: it is not this job's "
+        message = (f"{name} {what}, but its controller is {ownership.whose(found)}, not this job: it is not this job's "
                    "and is not used; this job waits until it is gone (an earlier job's is deleted by the garbage "
                    "collector)")
         log.warning("%s/%s: %s", key[0], key[1], message)
@@ -125,7 +127,7 @@ class KueueGate:
         wl, _ = await self.watches.look_up(kueue.WORKLOAD, (key[0], kueue.workload_name(job.name)))
         if wl is None:
             return Look(Seen.NONE)
-        if not kr.owned_by(wl, job):
+        if not owned_by(wl, job):
             # Not read: the job stays as it is (a suspended one suspended) until the name is free.
             again = await not_ours(self.api, raw, key, wl, "is the name of this job's Kueue Workload", memory.told)
             return Look(Seen.NOT_OURS, recheck_s=again)
@@ -166,7 +168,7 @@ class KueueGate:
 
     async def _create_workload(self, job: TorchJob) -> Done:
         try:
-            await self.api.create(kueue.workload(job, kr.owner_reference(job), kr.selector(job)))
+            await self.api.create(kueue.workload(job, owner_reference(job), selector(job)))
         except Exception as e:
             code = status_code(e)
             if code == 409:
@@ -197,7 +199,7 @@ class PodGroupGate:
         self.api, self.watches = api, watches
 
     async def observe(self, job: TorchJob, key: Key, memory: JobMemory) -> Look:
-        group = kr.podgroup(job)
+        group = pod_objects.podgroup(job)
         if group is None:
             return Look()
         awaited, known = gang.awaits_admission(job), memory.gang
@@ -206,7 +208,7 @@ class PodGroupGate:
         if known.admitted or not awaited:
             return Look(Seen.ADMITTED, awaited=awaited)
         stored, watched = await self.watches.look_up(client.kind_of(group), key)
-        if stored is None or not kr.owned_by(stored, job):
+        if stored is None or not owned_by(stored, job):
             known.made = False  # deleted by someone (made again), or replaced
             return Look(Seen.NONE, awaited=awaited)
         if gang.admitted(stored):
@@ -216,7 +218,7 @@ class PodGroupGate:
 
     async def carry_out(self, step: Admit, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory,
                         started: bool) -> Done:
-        group = kr.podgroup(job)
+        group = pod_objects.podgroup(job)
         assert group is not None
         if step is Admit.DELETE_PODGROUP:
             memory.gang = GangMemory()  # made afresh (and admitted again) if the job runs again
@@ -265,10 +267,10 @@ class PodGroupGate:
         found = await self.api.find(client.kind_of(group), job.name, key[0])
         if found is None:  # gone in between: made on the next round
             return Done(pods=False, recheck_s=ADMISSION_POLL_S)
-        if kr.owned_by(found, job):
+        if owned_by(found, job):
             gang_memory.made = True
             return CARRIED_OUT
-        if kr.left_by_earlier(found, job) and not found["metadata"].get("deletionTimestamp"):
+        if left_by_earlier(found, job) and not found["metadata"].get("deletionTimestamp"):
             await self.api.delete(client.kind_of(group), job.name, key[0])
         again = await not_ours(self.api, raw, key, found, "is the name of this job's PodGroup", gang_memory.told)
         return Done(pods=False, recheck_s=again)

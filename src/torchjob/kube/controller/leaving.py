@@ -13,7 +13,7 @@ from typing import Any
 
 from torchjob.api.status import Reason
 from torchjob.kube.machinery.client import parse_time
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.pod_status import disruption
 
 
 @dataclass
@@ -31,7 +31,7 @@ def leaving(pods: list[dict[str, Any]], now: datetime, force_after_s: float) -> 
         if since is None:
             continue
         where = f"pod {meta['name']} on node {(p.get('spec') or {}).get('nodeName') or '(none)'}"
-        why = kr.disruption(p)
+        why = disruption(p)
         if why:
             out.said.append((f"disrupted {meta.get('uid')}", Reason.POD_DISRUPTED,
                              f"{where} is being deleted by Kubernetes: {why}"))

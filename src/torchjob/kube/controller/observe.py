@@ -15,7 +15,8 @@ from torchjob.api.validate import training_container
 from torchjob.core import torch_errors
 from torchjob.core.reconcile import Admission, Observed, Phase, Refusal, World
 from torchjob.kube.machinery.client import parse_time
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import pod_status
+from torchjob.kube.objects.labels import attempt_of, replica_of
 
 # Unknown: the pod's node stopped reporting after the pod was scheduled there; its container most likely
 # still runs, so it stays active (not Pending, which would flip a Running job back) until the node
@@ -27,14 +28,14 @@ LastReport = Callable[[str, int], datetime | None]  # (replica, attempt) -> when
 
 
 def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
-    rid = kr.replica_of(pod)
+    rid = replica_of(pod)
     if rid is None or rid.rtype not in job.spec.pytorchReplicaSpecs:
         return None
     meta, status = pod.get("metadata", {}), pod.get("status") or {}
     phase = PHASES.get(status.get("phase", "Pending"), Phase.PENDING)
     containers = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec.containers
     name = containers[training_container(containers)].name
-    terminated = kr.terminated(pod, name)
+    terminated = pod_status.terminated(pod, name)
     exit_code: int | None = terminated.get("exitCode")
     reason = status.get("reason") or terminated.get("reason")
     # torch's error file is the termination message (TORCHELASTIC_ERROR_FILE=/dev/termination-log)
@@ -46,7 +47,7 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
     finished = parse_time(terminated.get("finishedAt")) if phase in (Phase.SUCCEEDED, Phase.FAILED) else None
     if finished is None and phase in (Phase.SUCCEEDED, Phase.FAILED):
         finished = parse_time(meta.get("creationTimestamp"))
-    return Observed(rid, kr.attempt_of(pod), phase, exit_code, reason, message, finished,
+    return Observed(rid, attempt_of(pod), phase, exit_code, reason, message, finished,
                     stopping=meta.get("deletionTimestamp") is not None)
 
 

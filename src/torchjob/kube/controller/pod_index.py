@@ -12,11 +12,12 @@ from torchjob.core.topology import replicas
 from torchjob.kube.controller.memory import JobMemory
 from torchjob.kube.controller.observe import observe_pod
 from torchjob.kube.machinery.informer import Key
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.labels import pod_name
+from torchjob.kube.objects.ownership import controller_of, left_by_earlier, owned_by
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
-    owner = kr.controller_of(obj)
+    owner = controller_of(obj)
     return owner.get("uid") if owner is not None else None
 
 
@@ -36,11 +37,11 @@ class PodIndex:
         stale: list[dict[str, Any]] = []
         foreign: list[dict[str, Any]] = []
         here = self.live.get(key, {})
-        names = {kr.pod_name(job, r) for r in replicas(job)}
+        names = {pod_name(job, r) for r in replicas(job)}
         for p in here.values():
-            if kr.owned_by(p, job):
+            if owned_by(p, job):
                 pods.append(p)
-            elif kr.left_by_earlier(p, job) and p["metadata"]["name"] in names:
+            elif left_by_earlier(p, job) and p["metadata"]["name"] in names:
                 stale.append(p)
             else:
                 foreign.append(p)

@@ -60,8 +60,11 @@ from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key
-from torchjob.kube.objects import gang, tensorboard
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects import gang, ownership, tensorboard
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.labels import LABEL_JOB, pod_name
+from torchjob.kube.objects.ownership import owner_reference
+from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY, ca_configmap
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.tls import Trust
 from torchjob.kube.served.kinds import ServedKind, Unreadable
@@ -184,7 +187,7 @@ class Reconciler:
         """Carry the plan out; returns `result` with what acting adds: a fact learned (look again at
         once), the earlier job's pods to wait for, the plan's deadline, a stuck pod's."""
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
-            await self._create(kr.service(job))  # before the pods: their names resolve as they start
+            await self._create(pod_objects.service(job))  # before the pods: their names resolve as they start
         if creates and self.progress is not None and self._ca_due(key[0]) and any(
                 isinstance(a, Create) for a in plan.actions):
             await self._publish_ca(key[0], self.progress.trust.pem)  # before the pods, which project it
@@ -237,11 +240,11 @@ class Reconciler:
             if meta["name"] in told:
                 continue
             told.add(meta["name"])
-            whose = kr.whose(p)
+            whose = ownership.whose(p)
             log.warning("%s/%s: pod %s is labelled as this job's but its controller is %s: left alone", key[0],
                         key[1], meta["name"], whose)
             self.spawn(self.api.event(raw, EventType.WARNING, Reason.NOT_OURS,
-                                      f"pod {meta['name']} is labelled {kr.LABEL_JOB}={key[1]} but its controller "
+                                      f"pod {meta['name']} is labelled {LABEL_JOB}={key[1]} but its controller "
                                       f"is {whose}, not this job: left alone (not counted, not deleted)"))
 
     async def _clear_stale(self, job: TorchJob, stale: list[dict[str, Any]]) -> set[str]:
@@ -268,15 +271,15 @@ class Reconciler:
 
     async def _publish_ca(self, namespace: str, ca_pem: str) -> None:
         """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
-        found = await self.api.find("ConfigMap", kr.CA_CONFIGMAP, namespace)
+        found = await self.api.find("ConfigMap", CA_CONFIGMAP, namespace)
         if found is None:
-            await self._create(kr.ca_configmap(namespace, ca_pem))
-        elif (found.get("data") or {}).get(kr.CA_KEY) != ca_pem:
-            await self.api.patch_data("ConfigMap", kr.CA_CONFIGMAP, namespace, {kr.CA_KEY: ca_pem})
+            await self._create(ca_configmap(namespace, ca_pem))
+        elif (found.get("data") or {}).get(CA_KEY) != ca_pem:
+            await self.api.patch_data("ConfigMap", CA_CONFIGMAP, namespace, {CA_KEY: ca_pem})
         self.ca_namespaces[namespace] = (ca_pem, time.monotonic() + CA_RECHECK_S)
 
     async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, memory: JobMemory) -> None:
-        created = [await self._create(obj) for obj in tensorboard.objects(job, kr.owner_reference(job))]
+        created = [await self._create(obj) for obj in tensorboard.objects(job, owner_reference(job))]
         memory.board = True
         if any(created):
             await self.api.event(raw, EventType.NORMAL, Reason.TENSORBOARD_CREATED,
@@ -293,7 +296,7 @@ class Reconciler:
             raise
         if obj["kind"] == "Pod":
             self.pods.on_change(self.pods.remember(created))
-        elif obj["kind"] == "Service" and kr.LABEL_JOB in created["metadata"].get("labels", {}):
+        elif obj["kind"] == "Service" and LABEL_JOB in created["metadata"].get("labels", {}):
             self.services.remember(created)  # not created twice before its watch event
         return True
 
@@ -329,9 +332,9 @@ class Reconciler:
                         # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1
                         # ignores SIGTERM) held the replacement of its name that long (bench/recovery.py)
                         grace = RESTART_GRACE_S
-                    await self.api.delete("Pod", kr.pod_name(job, a.replica), ns, grace_s=grace)
+                    await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=grace)
                 case Forget() | Purge():  # a finished pod: nothing runs in it
-                    await self.api.delete("Pod", kr.pod_name(job, a.replica), ns, grace_s=0)
+                    await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=0)
                 case DeleteJob():
                     await self.api.delete(self.kind.kind, job.name, ns)
                 case Create():
@@ -343,13 +346,13 @@ class Reconciler:
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
         done = await asyncio.gather(*(self._create_pod(job, a) for a in made
-                                      if creates and kr.pod_name(job, a.replica) not in blocked),
+                                      if creates and pod_name(job, a.replica) not in blocked),
                                     return_exceptions=True)
         raise_first(done)
 
     async def _create_pod(self, job: TorchJob, a: Create) -> None:
         o = self.pod_options
-        obj = kr.pod(job, a.replica, a.attempt, init_image=o.init_image, wait=o.wait_for_master,
+        obj = pod_objects.pod(job, a.replica, a.attempt, init_image=o.init_image, wait=o.wait_for_master,
                      progress_url=o.progress_url)
         try:
             await self._create(obj)

@@ -6,9 +6,8 @@ same `core` as the local runtime (so both give the same answer), and counts each
 backoffLimit (Kubeflow's ExitCode restarts were never counted: its #2045).
 
 A pod is put together from the modules of each role: labels (names and labels), ownership (the owner
-reference), init_container (wait-for-master), reporting (the progress endpoint's env and volume).
-Their names are also read through this module (`pods.LABEL_JOB`, `pods.owned_by`, ...), as its callers
-have read them since before it was split.
+reference), init_container (wait-for-master), reporting (the progress endpoint's env and volume);
+a caller imports a name from the module that defines it.
 """
 
 from __future__ import annotations
@@ -24,9 +23,6 @@ from torchjob.core.topology import Placement, ReplicaId, debug_command, has_mast
 from torchjob.kube.objects import gang, kueue, tensorboard
 from torchjob.kube.objects import kubeflow_labels as kf
 from torchjob.kube.objects.init_container import (
-    ANNOTATION_WAIT,
-    WAIT_CONTAINER,
-    added_security,
     is_windows,
     wait_for_master,
     waits_for_master,
@@ -36,44 +32,18 @@ from torchjob.kube.objects.labels import (
     LABEL_INDEX,
     LABEL_JOB,
     LABEL_TYPE,
-    attempt_of,
     host,
     pod_name,
-    replica_name,
-    replica_of,
     selector,
 )
 from torchjob.kube.objects.ownership import (
-    ANNOTATION_SERVED_AS,
-    as_torchjob,
-    controller_of,
-    left_by_earlier,
-    owned_by,
     owner_reference,
     served_as,
-    whose,
 )
-from torchjob.kube.objects.pod_status import disruption, terminated
 from torchjob.kube.objects.reporting import (
-    CA_CONFIGMAP,
-    CA_KEY,
-    PROGRESS_DIR,
-    PROGRESS_TOKEN_S,
     PROGRESS_VOLUME,
-    ca_configmap,
     progress_env,
 )
-
-# What this module offers, its own names and those of the modules it was split into (see above).
-__all__ = [
-    "ANNOTATION_ATTEMPT", "ANNOTATION_SERVED_AS", "ANNOTATION_WAIT", "CA_CONFIGMAP", "CA_KEY", "LABEL_INDEX",
-    "LABEL_JOB", "LABEL_TYPE", "LOCAL_ADDR_ENV", "NODE_LOST_TAINTS", "NODE_LOST_TOLERATION_S", "PROGRESS_DIR",
-    "PROGRESS_TOKEN_S", "PROGRESS_VOLUME", "TERMINATION_LOG", "WAIT_CONTAINER", "added_security", "as_torchjob",
-    "attempt_of", "ca_configmap", "controller_of", "disruption", "host", "is_windows", "left_by_earlier",
-    "manifests", "node_lost_tolerations", "owned_by", "owner_reference", "placement", "pod", "pod_name",
-    "podgroup", "progress_env", "replica_name", "replica_of", "selector", "served_as", "service", "terminated",
-    "wait_for_master", "waits_for_master", "whose",
-]
 
 TERMINATION_LOG = "/dev/termination-log"
 # A lost node's NoExecute taints, and how long torchjob's pods stay on such a node (see node_lost_tolerations)

@@ -27,7 +27,8 @@ from collections.abc import Callable
 
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.client import Api
-from torchjob.kube.objects import pods as kr
+from torchjob.kube.objects.labels import LABEL_JOB, attempt_of, replica_name
+from torchjob.kube.objects.ownership import controller_of
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.view import CachesView, Key
 from torchjob.progress.book import Book
@@ -114,11 +115,11 @@ class ProgressReceiver:
         if pod is None or pod["metadata"].get("uid") != pod_uid:
             return None, ""  # not bound to a pod, or to one the operator does not know (of another job or kind)
         labels = pod["metadata"].get("labels") or {}
-        replica = kr.replica_name(labels)
-        if labels.get(kr.LABEL_JOB) != job or replica is None:
+        replica = replica_name(labels)
+        if labels.get(LABEL_JOB) != job or replica is None:
             return None, ""
-        owner = kr.controller_of(pod)
-        return Reporter(namespace, job, replica, kr.attempt_of(pod), plural), str((owner or {}).get("uid") or "")
+        owner = controller_of(pod)
+        return Reporter(namespace, job, replica, attempt_of(pod), plural), str((owner or {}).get("uid") or "")
 
     def book(self, reporter: Reporter) -> Book | None:
         return self.books.open(reporter, self.caches)

@@ -33,7 +33,7 @@ from cryptography.x509.oid import NameOID
 
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
-from torchjob.kube.objects.pods import CA_KEY
+from torchjob.kube.objects.reporting import CA_KEY
 
 log = logging.getLogger("torchjob.kube")
 SECRET = "torchjob-progress-tls"

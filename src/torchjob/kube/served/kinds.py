@@ -17,10 +17,11 @@ from torchjob.api.model import WORKER, JobStatus, TorchJob
 from torchjob.api.source import Document
 from torchjob.dialects import kubeflow as kubeflow_dialect
 from torchjob.kube.objects import kubeflow_labels as kfl
-from torchjob.kube.objects import pods as kr
 from torchjob.kube.objects.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
 from torchjob.kube.objects.kubeflow_crd import KIND as KUBEFLOW_KIND
 from torchjob.kube.objects.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
+from torchjob.kube.objects.labels import LABEL_JOB, LABEL_TYPE
+from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS, as_torchjob
 from torchjob.kube.served import kubeflow_status as kf
 
 META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
@@ -43,7 +44,7 @@ def read_torchjob(raw: dict[str, Any]) -> TorchJob:
     from pydantic import ValidationError
 
     try:
-        return kr.as_torchjob(TorchJob.model_validate(_stored(raw)))
+        return as_torchjob(TorchJob.model_validate(_stored(raw)))
     except ValidationError as e:
         raise Unreadable("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from e
 
@@ -58,7 +59,7 @@ def read_pytorchjob(raw: dict[str, Any]) -> TorchJob:
     except InvalidJob as e:
         raise Unreadable(str(e)) from e
     served_as = f"{KUBEFLOW_API_VERSION}/{KUBEFLOW_KIND}"
-    annotations = {**(job.metadata.annotations or {}), kr.ANNOTATION_SERVED_AS: served_as}
+    annotations = {**(job.metadata.annotations or {}), ANNOTATION_SERVED_AS: served_as}
     return job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": annotations})})
 
 
@@ -67,7 +68,7 @@ def torchjob_status_patch(job: TorchJob | None, status: JobStatus, now: datetime
     del data["progress"]  # the progress writer's (kube/progress/writer.py): a reconcile neither writes nor clears it
     data["state"] = status.state  # for `kubectl get tj`
     if job is not None and WORKER in job.spec.pytorchReplicaSpecs:
-        data["workerSelector"] = f"{kr.LABEL_JOB}={job.name},{kr.LABEL_TYPE}=worker"
+        data["workerSelector"] = f"{LABEL_JOB}={job.name},{LABEL_TYPE}=worker"
     return data
 
 
@@ -103,7 +104,7 @@ class ServedKind:
 TORCHJOB = ServedKind(
     kind="TorchJob", plural="torchjobs",
     # Not a pod of a PyTorchJob torchjob serves (those carry Kubeflow's operator label too).
-    pod_labels={kr.LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: operators.not_exists()},
+    pod_labels={LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: operators.not_exists()},
     read=read_torchjob,
     status_of=lambda raw: JobStatus.model_validate(raw.get("status") or {}),
     status_patch=torchjob_status_patch,
@@ -114,7 +115,7 @@ TORCHJOB = ServedKind(
 
 PYTORCHJOB = ServedKind(
     kind=f"{KUBEFLOW_API_VERSION}/{KUBEFLOW_KIND}", plural=KUBEFLOW_PLURAL,
-    pod_labels={kr.LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: kfl.OPERATOR_NAME},
+    pod_labels={LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: kfl.OPERATOR_NAME},
     read=read_pytorchjob,
     status_of=lambda raw: kf.torchjob_status(raw.get("status")),
     status_patch=pytorchjob_status_patch,
