@@ -40,4 +40,4 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 # a test was skipped (in CI a skipped cluster test fails the run: tests/conftest.py). Most tests
 # wait on processes, an API server or pods rather than compute, so they run on several workers;
 # the tests that share a cluster run on one worker, in order (tests/conftest.py).
-.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=25 -n "${TORCHJOB_TEST_WORKERS:-3}" "$@"
+.venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=25 -n "${TORCHJOB_TEST_WORKERS:-4}" "$@"

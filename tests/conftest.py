@@ -10,11 +10,27 @@ from typing import Any
 import pytest
 
 CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
-# Suites that share one cluster, by the group whose tests one worker runs in collection order:
-# tests/kube shares the session's control plane; tests/e2e and tests/incluster share the real node
-# (one per machine: tests/incluster brings it up again after tests/e2e brought it down).
-SHARED_CLUSTER = {"tests/kube/": "control-plane", "tests/e2e/": "real-node", "tests/incluster/": "real-node"}
+# Suites that share one cluster, by the group whose tests one worker runs in order: tests/kube shares
+# the session's control plane; tests/incluster has a real node of its own; tests/e2e is two groups,
+# each on a real node of its worker's own (pytest_configure), balanced by what they took here.
+SHARED_CLUSTER = {
+    "tests/kube/": "control-plane",
+    "tests/incluster/": "in-cluster",
+    **{f"tests/e2e/{m}.py": "real-node-a" for m in ("test_scenarios_real", "test_chaos_real", "test_node_lost_real",
+                                                    "test_kubeflow_real")},
+    "tests/e2e/": "real-node-b",
+}
 _skipped: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On an xdist worker: its own real node for tests/e2e (a state dir and a pod subnet of its own:
+    real nodes on different subnets coexist), unless one was named (a cluster kept up by hand)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and "TORCHJOB_E2E_DEVCLUSTER_DIR" not in os.environ:
+        n = int(worker.removeprefix("gw"))
+        os.environ["TORCHJOB_E2E_DEVCLUSTER_DIR"] = f"/tmp/torchjob-devcluster-e2e-{n}"
+        os.environ["DEVCLUSTER_POD_SUBNET"] = f"10.250.{n}.0/24"
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -24,7 +40,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class SharedClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return next((group for prefix, group in SHARED_CLUSTER.items() if nodeid.startswith(prefix)), nodeid)
+            group = next((group for prefix, group in SHARED_CLUSTER.items() if nodeid.startswith(prefix)), nodeid)
+            # a real node named by hand is one cluster: its suite on one worker
+            return "real-node-a" if group == "real-node-b" and named_node else group
+
+    named_node = "TORCHJOB_E2E_DEVCLUSTER_DIR" in os.environ
 
     return SharedClusterScheduling(config, log)
 

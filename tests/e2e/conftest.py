@@ -144,9 +144,10 @@ def running_container(pod: Pod, container: str | None = None) -> str:
     return ""
 
 
-def kill_container(container_id: str, signal: str = "SIGKILL") -> None:
-    """Kill a container's process on the node, as the kernel's OOM killer or a crash would."""
-    subprocess.run(["ctr", "--address", str(SOCK), "-n", "k8s.io", "tasks", "kill", "-s", signal, container_id],
+def kill_container(container_id: str, signal: str = "SIGKILL", sock: Path = SOCK) -> None:
+    """Kill a container's process on the node (its containerd's socket), as the kernel's OOM killer or a
+    crash would."""
+    subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "tasks", "kill", "-s", signal, container_id],
                    check=True, capture_output=True, timeout=30)
 
 

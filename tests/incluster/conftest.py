@@ -3,9 +3,9 @@ no Docker engine), installed by real Helm from charts/torchjob, two replicas in 
 enforces Pod Security `restricted`, on the dev cluster's real node, whose API server writes an audit
 log (DEVCLUSTER_AUDIT=1) from which the operator ServiceAccount's calls are read.
 
-Its own package: the real-node tests of tests/e2e run an operator on the host for the whole of their
-package, which would reconcile these jobs too. The cluster is the same state dir and subnet
-(TORCHJOB_E2E_DEVCLUSTER_DIR, DEVCLUSTER_POD_SUBNET), brought up again after tests/e2e brought it down."""
+Its own package, and its own cluster: the real-node tests of tests/e2e run an operator on the host for
+the whole of their package, which would reconcile these jobs too. Its real node is on a subnet of its
+own (real nodes on different subnets coexist), so this suite runs while tests/e2e runs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from lightkube import Client, KubeConfig
 
-from tests.e2e.conftest import STATE
 from tests.e2e.images import STANDINS
 from tests.kube.conftest import ENABLED, REPO, ensure_usable
 
@@ -27,10 +26,16 @@ SYSTEM = "torchjob-system"
 USERS = "team-a"  # the users' namespace (its jobs run as root here: restricted jobs are tested elsewhere)
 RELEASE = "torchjob"
 SA_USER = f"system:serviceaccount:{SYSTEM}:torchjob-operator"
+STATE = Path(os.environ.get("TORCHJOB_INCLUSTER_DEVCLUSTER_DIR", "/tmp/torchjob-devcluster-incluster"))
+SOCK = STATE / "realnode" / "containerd" / "containerd.sock"
+# Beside tests/e2e's 10.250.N.0/24 (one per worker), the benches' 10.249, 10.251 and 10.252, the
+# dev-cluster tests' 10.253.x.
+SUBNET = "10.254.0.0/24"
+ENV = {"TORCHJOB_DEVCLUSTER_DIR": str(STATE), "DEVCLUSTER_POD_SUBNET": SUBNET, "DEVCLUSTER_KWOK": "0"}
 
 
 def devcluster(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TORCHJOB_DEVCLUSTER_DIR": str(STATE), "DEVCLUSTER_KWOK": "0", "DEVCLUSTER_AUDIT": "1"}
+    env = {**os.environ, **ENV, "DEVCLUSTER_AUDIT": "1"}
     return subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
@@ -43,7 +48,7 @@ class Cluster:
 
     def run(self, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         # this suite's cluster (the docs' `dev-cluster.sh operator-image` loads the image into its node)
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "TORCHJOB_DEVCLUSTER_DIR": str(STATE)}
+        env = {**os.environ, **ENV, "KUBECONFIG": self.kubeconfig}
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
                               stdin=subprocess.DEVNULL)
 
@@ -90,7 +95,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 raise RuntimeError(f"dev-cluster.sh {step[0]} failed:\n{built.stderr[-4000:]}")
         bin_dir = Path(devcluster("bin").stdout.strip())
         helm = devcluster("helm").stdout.strip().splitlines()[-1]
-        ensure_usable({**os.environ, "TORCHJOB_DEVCLUSTER_DIR": str(STATE), "DEVCLUSTER_KWOK": "0"})
+        ensure_usable({**os.environ, **ENV})
         yield Cluster(kubeconfig, helm, str(bin_dir / "kubectl"))
     finally:
         if started:

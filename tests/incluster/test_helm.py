@@ -24,7 +24,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 
 from tests.e2e.conftest import kill_container, running_container, wait_for
 from tests.e2e.images import TESTS_IMAGE
-from tests.incluster.conftest import RELEASE, SYSTEM, USERS, Cluster
+from tests.incluster.conftest import RELEASE, SOCK, SYSTEM, USERS, Cluster
 from tests.jobs import job_data
 from torchjob.kube.machinery.client import PyTorchJobRes, TorchJobRes
 from torchjob.kube.objects import install
@@ -272,7 +272,7 @@ def test_a_crashed_leader_is_replaced_when_its_lease_expires(cluster: Cluster) -
     identity = c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec.holderIdentity
     pod = c.client.get(Pod, leader(c), namespace=SYSTEM)
     died = datetime.now().astimezone()
-    kill_container(running_container(pod))
+    kill_container(running_container(pod), sock=SOCK)
     t0 = time.monotonic()
     wait_for("another process leading", lambda: c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec
              .holderIdentity not in (identity, None, ""), timeout=60, every=0.1)

@@ -17,7 +17,7 @@ def bridge_of(subnet: str) -> str:
 
 
 def unused_subnet() -> str:
-    """A pod /24 whose bridge is not on this machine (the suite's real node is on 10.250.0.0/24, the
+    """A pod /24 whose bridge is not on this machine (the suite's real nodes are on 10.250.N.0/24, the
     bench's on 10.251.0.0/24), so that a test's `up` or `down` never touches another real node."""
     for c in random.sample(range(1, 255), 254):
         if not Path(f"/sys/class/net/{bridge_of(f'10.253.{c}.0/24')}").exists():
