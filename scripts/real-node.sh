@@ -244,11 +244,16 @@ rn_import() { # <spec.json> <archive name>: build the spec's images (cached by c
 print("\n".join(f["source"] for i in json.load(open(sys.argv[1])) for f in i.get("files", []) if "source" in f))' "$spec")
     # shellcheck disable=SC2086 # one path a line
     archive="$RN_CACHE/$2-$(sha "$spec" "$(rn_rootfs_tar)" "$ROOT/hack/realnode/images.py" <(echo "$home") $sources).tar"
+    # One build at a time per cache (real nodes of two test workers ask for the same images): the
+    # second finds the first's archive; nor does its clean-up of older archives remove the new one.
+    mkdir -p "$RN_CACHE" && exec 7>"$RN_CACHE/.images.lock"
+    flock -w 1800 7 || die "could not get the lock $RN_CACHE/.images.lock"
     if [[ ! -s "$archive" ]]; then
         rm -f "$RN_CACHE/$2"-*.tar
         python3 "$ROOT/hack/realnode/images.py" --rootfs "$(rn_rootfs_tar)" --venv "$VENV_IN_CONTAINER" \
             --python-home "$home" --out "$archive" "$spec" || die "building the images of $spec failed"
     fi
+    flock -u 7
     local t0=$SECONDS
     ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"
     log "imported $2 in $((SECONDS - t0))s"

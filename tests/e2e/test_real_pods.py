@@ -27,6 +27,7 @@ from tests.e2e.images import TESTS_IMAGE
 from tests.jobs import job_data
 from tests.kube.conftest import REPO
 from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT
 
 pytestmark = pytest.mark.kube
 
@@ -84,11 +85,13 @@ def test_an_elastic_job_keeps_training_when_a_worker_container_is_killed(node_ku
                     # round 0 trains 100 s, killed mid-way whatever the node's pace (a whole-suite run's
                     # kill once came after a 30 s round 0 had ended); the round after it, 10 s
                     command=("torchrun", "/opt/tests/elastic.py", "400", "0.25", "40"),
-                    # Three nodes at least: with fewer, two pods that start before the third (a busy
-                    # machine) train in a world of 2, and the third's arrival is a new round (a short
-                    # one) before any kill. The survivors wait for the pod made again for the lost one.
-                    elastic={"minReplicas": 3, "maxReplicas": 3, "rdzvBackend": "c10d", "maxRestarts": 3,
+                    elastic={"minReplicas": 1, "maxReplicas": 3, "rdzvBackend": "c10d", "maxRestarts": 3,
+                             # a lost node's survivors go on without waiting 30 s for it
                              "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]})
+    # The round with the pod made again is the short one (elastic.py): each pod is told its attempt.
+    attempt = {"fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_ATTEMPT}']"}}
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "POD_ATTEMPT", "valueFrom": attempt}]
     sub = torchjob(node_kubeconfig, "submit", str(job_file(tmp_path, data)), "-n", ns)
     assert sub.returncode == 0, sub.stderr
 
@@ -97,7 +100,8 @@ def test_an_elastic_job_keeps_training_when_a_worker_container_is_killed(node_ku
 
     # Every node trains in one world of 3 (the rendezvous on el-worker-0.el resolved from each); the
     # group's rank 0, whichever node it is, prints every step.
-    wait_for("a world of 3", lambda: any("round 0 world 3 step 5" in log for log in logs().values()), timeout=180)
+    wait_for("a world of 3", lambda: any(re.search(r"round \d+ world 3 step 5\n", log) for log in logs().values()),
+             timeout=180)
     survivors = {p.metadata.name: p.metadata.uid for p in pods(node, "el", ns) if p.metadata.name != "el-worker-2"}
     before = node.get(Pod, "el-worker-2", namespace=ns)
     kill_container(running_container(before))  # not worker-0: its agent holds the c10d rendezvous store

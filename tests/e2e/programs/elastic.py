@@ -1,5 +1,5 @@
 """An elastic trainer under torchrun: STEPS all-reduce steps over gloo, STEP_S seconds each
-(AFTER_STEPS instead in a round after a restart, when given: a test that kills a node mid-round
+(AFTER_STEPS instead in a round with a node made again, when given: a test that kills a node mid-round
 gives round 0 a long time and the round after it a short one).
 Prints `round R world W step S` (R: torchrun's restart count) so that a test can see the job go
 on training, in a new round and maybe another world size, after a node is lost."""
@@ -16,9 +16,10 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 if len(sys.argv) > 3:
-    # A node made again after a loss starts its own agent (restart count 0) in the survivors' round
-    # (theirs 1 or more): the round trains as long as the shortest wants.
-    want = torch.tensor([steps if restart == "0" else int(sys.argv[3])])
+    # A round with a node made again after a loss (its pod's attempt, POD_ATTEMPT from the downward
+    # API) is short; not one where an agent merely restarted its workers (a slow first rendezvous on a
+    # busy node can), which would make round 0 short before any loss. The shortest wanted wins.
+    want = torch.tensor([steps if os.environ.get("POD_ATTEMPT", "0") == "0" else int(sys.argv[3])])
     dist.all_reduce(want, op=dist.ReduceOp.MIN)
     steps = int(want.item())
 node = os.environ.get("TORCHJOB_REPLICA_INDEX", "?")
