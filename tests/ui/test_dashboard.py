@@ -135,7 +135,8 @@ def test_suspend_and_resume_through_the_page(tmp_path: Path, page: Page, artifac
 
 def test_a_thousand_jobs_first_paint(tmp_path: Path, page: Page, artifacts: Path,
                                      dashboard: Callable[..., Dashboard]) -> None:
-    """The bound is generous (a loaded CI machine); bench/ui_first_paint.py prints the numbers."""
+    """The bound catches a pathological regression only (the suite runs on four workers beside real
+    nodes: 5.9 s was seen there); bench/ui_first_paint.py measures it."""
     seed_jobs(tmp_path, 1000)
     d = dashboard(tmp_path)
     p = page.page
@@ -144,7 +145,7 @@ def test_a_thousand_jobs_first_paint(tmp_path: Path, page: Page, artifacts: Path
     assert p.locator("#rows tr").count() == 1000
     fcp = p.evaluate("performance.getEntriesByName('first-contentful-paint')[0]?.startTime")
     print(f"1000 jobs: rows painted at {paint:.0f} ms, first contentful paint {fcp:.0f} ms")
-    assert paint < 5000
+    assert paint < 20000
     p.screenshot(path=str(artifacts / "jobs-1000.png"))
     p.select_option("#f-state", "Failed")
     assert p.locator("#rows tr").count() == len(range(5, 1000, 6))
