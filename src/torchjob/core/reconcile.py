@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from torchjob.api.model import MASTER, REPLICA_TYPES, WORKER, TorchJob
+from torchjob.api.model import MASTER, REPLICA_TYPES, WORKER, RestartScope, TorchJob
 from torchjob.api.status import (
     ConditionType,
     EventType,
@@ -63,7 +63,7 @@ from torchjob.core.plan import (
     Stop,
 )
 from torchjob.core.stalls import act_on_stalls, quiet_replicas
-from torchjob.core.topology import ReplicaId, has_master, replicas
+from torchjob.core.topology import ReplicaId, has_master, replica_total, replicas
 from torchjob.core.world import Admission, Observed, Phase, Refusal, Seen, World
 
 __all__ = [
@@ -302,8 +302,8 @@ def _start_missing(r: Round) -> None:
     """Create each missing replica whose time has come; the job is Running once every replica runs
     (a pod still Pending, e.g. unscheduled, is not running yet)."""
     expected = replicas(r.job)
-    waiting = False
-    for rid in expected:
+    waiting = _old_round_lingers(r)
+    for rid in expected if not waiting else ():
         if rid.name not in r.current:
             waiting = not _create_if_due(r, rid) or waiting
     current = r.current
@@ -313,6 +313,21 @@ def _start_missing(r: Round) -> None:
     if all_up and set_condition(r.status, ConditionType.RUNNING, True, Reason.RUNNING,
                                 f"TorchJob {r.job.name} is running.", r.now):
         r.plan.event(EventType.NORMAL, Reason.RUNNING, "every replica is running")
+
+
+def _old_round_lingers(r: Round) -> bool:
+    """A gang (restartScope Job) whose earlier round still has a rank alive (running, or going away):
+    its new round starts once all of the old one has ended. A new rank started beside an old one can
+    join the old round's rendezvous (the old master's store still answers while it goes away) and end
+    with it, leaving the new round a rank short for good (chaos seed 5: a deleted master ignoring
+    SIGTERM for its grace period; the new worker ran its collective with it and succeeded)."""
+    if r.job.restart_scope is not RestartScope.JOB or replica_total(r.job) < 2:
+        return False
+    for name, obs in r.world.replicas.items():
+        st = r.status.replicas.get(name)
+        if st is not None and obs.attempt < st.attempt and obs.phase.active and not (obs.deleted and not obs.stopping):
+            return True
+    return False
 
 
 def _create_if_due(r: Round, rid: ReplicaId) -> bool:
