@@ -29,8 +29,8 @@ SA_USER = f"system:serviceaccount:{SYSTEM}:torchjob-operator"
 STATE = Path(os.environ.get("TORCHJOB_INCLUSTER_DEVCLUSTER_DIR", "/tmp/torchjob-devcluster-incluster"))
 SOCK = STATE / "realnode" / "containerd" / "containerd.sock"
 # Beside tests/e2e's 10.250.N.0/24 (one per worker), the benches' 10.249, 10.251 and 10.252, the
-# dev-cluster tests' 10.253.x.
-SUBNET = "10.254.0.0/24"
+# dev-cluster tests' 10.253.x (another, for a second copy of this suite beside it: TORCHJOB_INCLUSTER_POD_SUBNET).
+SUBNET = os.environ.get("TORCHJOB_INCLUSTER_POD_SUBNET", "10.254.0.0/24")
 ENV = {"TORCHJOB_DEVCLUSTER_DIR": str(STATE), "DEVCLUSTER_POD_SUBNET": SUBNET, "DEVCLUSTER_KWOK": "0"}
 
 
