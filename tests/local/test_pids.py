@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +68,11 @@ def test_sweep_kills_by_the_marker_only(stranger: subprocess.Popen[bytes]) -> No
     marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
                               env={"TORCHJOB_JOB_UID": uid})
     try:
+        # Popen returns once the child's exec closed its pipe, a moment before the kernel sets up the
+        # new program's environment: /proc/PID/environ can still read empty (seen under load).
+        deadline = time.monotonic() + 10
+        while not pids.environ_has(marked.pid, f"TORCHJOB_JOB_UID={uid}") and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert sweep(f"TORCHJOB_JOB_UID={uid}") == [marked.pid]
         assert marked.wait(timeout=10) == -signal.SIGKILL
         assert alive(stranger)
