@@ -32,11 +32,13 @@ def torchjob_argv(line: str) -> list[str]:
 
 
 def test_torchjob_ui_prints_its_url_first_and_opens_the_browser(tmp_path: Path) -> None:
-    """`torchjob ui` as the page shows it; $BROWSER (which Python's webbrowser honours) records the URL
-    it opens instead of starting one."""
-    opened = tmp_path / "opened"
+    """`torchjob ui` as the page shows it; $BROWSER (which Python's webbrowser honours) records what
+    it is asked to open instead of starting a browser: a 0600 file that sends it on to the URL, never
+    the URL (a command line, its token with it, is readable by every local user in /proc)."""
+    opened, kept, mode = tmp_path / "opened", tmp_path / "kept.html", tmp_path / "mode"
     browser = tmp_path / "browser.sh"
-    browser.write_text(f"#!/bin/sh\necho \"$1\" > {opened}\n")
+    browser.write_text(f'#!/bin/sh\nf="${{1#file://}}"\nstat -c %a "$f" > {mode}\ncp "$f" {kept}\n'
+                       f'echo "$1" > {opened}\n')
     browser.chmod(0o755)
     (line,) = block("test_torchjob_ui_prints_its_url_first_and_opens_the_browser").splitlines()
     proc = subprocess.Popen(torchjob_argv(line), cwd=REPO, text=True, stdout=subprocess.PIPE,
@@ -54,10 +56,15 @@ def test_torchjob_ui_prints_its_url_first_and_opens_the_browser(tmp_path: Path) 
 
             time.sleep(0.1)
             deadline -= 1
-        assert opened.read_text().strip() == url
+        arg = opened.read_text().strip()
+        token = url.partition("?token=")[2]
+        assert arg.startswith("file:///") and arg.endswith(".html") and token not in arg, arg
+        assert mode.read_text().strip() == "600"
+        assert f'http-equiv="refresh" content="0;url={url}"' in kept.read_text()
     finally:
         proc.terminate()
         proc.wait(10)
+    assert not Path(arg.removeprefix("file://")).exists()  # gone with the server
 
 
 def test_a_host_beyond_loopback_is_served_with_a_warning_and_a_bad_port_is_refused(tmp_path: Path) -> None:

@@ -2,10 +2,13 @@
 files shipped in the package, a JSON API over `Source`, and one Server-Sent Events stream per page
 that pushes the jobs (and the open job) when they change, so that no page reloads or polls.
 
-Every request carries the token the URL was printed with (`?token=`, the `X-Torchjob-Token`
-header, or the cookie the first page sets), as Jupyter's does: other users of the machine can
-reach 127.0.0.1. A state-changing request (POST) must carry it in the header: a cookie alone, which
-a browser also sends from another site's form, is not enough.
+Every request carries the token the URL was printed with (`?token=` or the `X-Torchjob-Token`
+header), as Jupyter's does: other users of the machine can reach 127.0.0.1. The first page sets a
+cookie whose value is a key of its own (random, not the token): cookies are not kept apart by port,
+so every other service on 127.0.0.1 receives it, and it lets a page read, never act. A
+state-changing request (POST) must carry the token in the header: neither the cookie nor the query
+(which a browser also sends from another site's form or link) is enough. A request whose Host is
+not one of the dashboard's own names is refused (DNS rebinding), and no page sends a Referer.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from torchjob.api.errors import UserError
 from torchjob.runtime import JobNotFound
-from torchjob.ui.source import Action, Source
+from torchjob.ui.source import Action, OutOfScope, Source
 
 STATIC = resources.files("torchjob.ui") / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "uPlot.iife.min.js": "text/javascript",
@@ -41,33 +46,50 @@ def _digest(data: Any) -> str:
     return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def make_app(source: Source, token: str, cookie: str) -> Starlette:
+def _same(given: str | None, want: str) -> bool:
+    """Constant-time equality of any text a client sent (compare_digest takes ASCII str only)."""
+    return given is not None and secrets.compare_digest(given.encode("utf-8", "replace"), want.encode())
+
+
+def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = None) -> Starlette:
+    """`token`: what the URL carries (reads and actions); `cookie`: the cookie's name, its value a
+    read-only key of its own; `hosts`: the Host names a request may carry (None: any)."""
+    read_key = secrets.token_hex(24)
+
     def allowed(request: Request, header_only: bool = False) -> bool:
-        given = request.headers.get("x-torchjob-token")
-        if given is None and not header_only:
-            given = request.query_params.get("token") or request.cookies.get(cookie)
-        return given is not None and secrets.compare_digest(given, token)
+        if _same(request.headers.get("x-torchjob-token"), token):
+            return True
+        if header_only:
+            return False
+        return _same(request.query_params.get("token"), token) or _same(request.cookies.get(cookie), read_key)
+
+    def secure(response: Response) -> Response:
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
 
     def guarded(handler: Callable[[Request], Awaitable[Response]], header_only: bool = False,
                 ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
             if not allowed(request, header_only):
-                return JSONResponse({"error": "a token is needed: open the URL `torchjob ui` printed"}, 403)
+                need = "the token in the X-Torchjob-Token header" if header_only else "a token"
+                return secure(JSONResponse({"error": f"{need} is needed: open the URL `torchjob ui` printed"}, 403))
             try:
                 response = await handler(request)
+            except OutOfScope as e:
+                response = JSONResponse({"error": e.render()}, 403)
             except UserError as e:
                 response = JSONResponse({"error": e.render()}, 404 if isinstance(e, JobNotFound) else 409)
             except Exception as e:  # a cluster that refused (RBAC), or went away: the page says so
                 response = JSONResponse({"error": f"{type(e).__name__}: {e}"}, 502)
-            response.headers["Content-Security-Policy"] = CSP
-            response.headers["X-Content-Type-Options"] = "nosniff"
-            response.headers["Cache-Control"] = "no-store"
-            return response
+            return secure(response)
         return run
 
     async def index(request: Request) -> Response:
         response = Response((STATIC / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
-        response.set_cookie(cookie, token, httponly=True, samesite="strict")
+        response.set_cookie(cookie, read_key, httponly=True, samesite="strict")
         return response
 
     async def asset(request: Request) -> Response:
@@ -142,7 +164,8 @@ def make_app(source: Source, token: str, cookie: str) -> Starlette:
         Route("/api/jobs/{ns}/{name}/log", guarded(log)),
         Route("/api/jobs/{ns}/{name}/{verb}", guarded(act, header_only=True), methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts is not None else []
+    return Starlette(routes=routes, middleware=middleware)
 
 
 def _ns(ns: str) -> str:

@@ -7,6 +7,7 @@ store's connection and the client are shared)."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
@@ -15,7 +16,7 @@ import yaml
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
-from torchjob.connect import Target, connect
+from torchjob.connect import ALL_NAMESPACES, Target, connect
 from torchjob.progress.history import first_is_loss
 from torchjob.runtime import JobView, OutputGone, Runtime
 
@@ -26,6 +27,10 @@ class Action(StrEnum):
     SUSPEND = "suspend"
     RESUME = "resume"
     DELETE = "delete"
+
+
+class OutOfScope(UserError):
+    """A namespace the dashboard was not started for (`torchjob ui --kube -n NS` serves NS only)."""
 
 
 LOG_LINES = 5000  # the log view shows a replica's last this many lines (search and follow work on them)
@@ -92,15 +97,19 @@ def _history(h: Any) -> dict[str, Any] | None:
             "series": [{"name": n, "values": by_name[n]} for n in order]}
 
 
+RUNTIMES = 16  # with -A: the runtimes of the namespaces acted in lately kept (one client each)
+
+
 class Source:
     """The dashboard's one way to the jobs of a target: a runtime per namespace acted in (locally
-    the one store, whatever the namespace), connected when first asked."""
+    the one store, whatever the namespace), connected when first asked. A page acts only in the
+    namespace the target names (its context's when it names none), or in any with `-A`."""
 
     def __init__(self, target: Target, refresh_s: float = 1.0,
                  connect_to: Callable[[Target], Runtime[Any]] = connect) -> None:
         self.target = target
         self._connect = connect_to
-        self._runtimes: dict[str | None, Runtime[Any]] = {}
+        self._runtimes: OrderedDict[str | None, Runtime[Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.refresh_s = refresh_s
         self._rows: list[dict[str, Any]] | None = None
@@ -108,12 +117,40 @@ class Source:
         self._stale = threading.Event()
         self._lister: threading.Thread | None = None
         self.problem: str | None = None  # why the last listing failed (RBAC, a cluster away)
+        self._own: str | None = None  # the context's namespace, once known (a target that names none)
 
-    def _rt(self, namespace: str | None) -> Runtime[Any]:
-        key = (namespace or self.target.namespace) if self.target.kube else None
+    def _rt(self, namespace: str | None, name: str) -> Runtime[Any]:
+        return self._runtime(self.scope(namespace, name))
+
+    def _runtime(self, key: str | None) -> Runtime[Any]:
         if key not in self._runtimes:
             self._runtimes[key] = self._connect(self.target.in_namespace(key))
+            while len(self._runtimes) > RUNTIMES:
+                self._runtimes.popitem(last=False)
+        self._runtimes.move_to_end(key)
         return self._runtimes[key]
+
+    def scope(self, namespace: str | None, name: str) -> str | None:
+        """The namespace a page's call on job `name` acts in (None: the target's own), or OutOfScope.
+        A target of one namespace acts only there, whatever a URL says; with none named, that is the
+        context's (learnt from the listing, else from the job itself)."""
+        t = self.target
+        if not t.kube:
+            return None
+        if t.namespace == ALL_NAMESPACES:
+            if not namespace:
+                raise OutOfScope(f"job {name!r}: a dashboard of every namespace needs the job's namespace",
+                                 fix="open the job from the jobs page")
+            return namespace
+        own = t.namespace or self._own
+        if own is None and namespace:
+            rows = self._rows
+            own = self._own = rows[0]["namespace"] if rows else self._runtime(None).describe(name).namespace
+        if namespace and namespace != own:
+            raise OutOfScope(f"namespace {namespace!r} is not served here: this dashboard was started for "
+                             f"namespace {own!r}",
+                             fix=f"start `torchjob ui --kube -n {namespace}`, or `-A` for every namespace")
+        return t.namespace
 
     def start(self) -> Source:
         """List the jobs in the background, every `refresh_s` (and at once after an action): every
@@ -152,13 +189,13 @@ class Source:
 
     def job(self, namespace: str, name: str) -> dict[str, Any]:
         with self._lock:
-            return detail(self._rt(namespace or None).describe(name))
+            return detail(self._rt(namespace or None, name).describe(name))
 
     def log(self, namespace: str, name: str, replica: str, attempt: int | None) -> dict[str, Any]:
         """A replica attempt's output, its last LOG_LINES lines."""
         with self._lock:
             try:
-                lines = list(self._rt(namespace or None).logs(name, replica, attempt, tail=LOG_LINES + 1))
+                lines = list(self._rt(namespace or None, name).logs(name, replica, attempt, tail=LOG_LINES + 1))
             except OutputGone:
                 return {"text": "", "truncated": False, "gone": True}
         prefix = f"[{replica}] "  # a cluster's lines name their pod's replica: the view shows one
@@ -167,7 +204,7 @@ class Source:
 
     def act(self, namespace: str, name: str, verb: str) -> None:
         with self._lock:
-            rt = self._rt(namespace or None)
+            rt = self._rt(namespace or None, name)
             verbs = {Action.SUSPEND: rt.suspend, Action.RESUME: rt.resume, Action.DELETE: rt.delete}
             verbs[Action(verb)](name)
         self._stale.set()  # the jobs page shows it at once
