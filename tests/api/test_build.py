@@ -3,6 +3,10 @@ code's ConfigMap volume and its size limit."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,7 @@ from torchjob.api.build import (
     collect,
     default_name,
     parse_shape,
+    select,
 )
 from torchjob.api.errors import UserError
 from torchjob.core.topology import elastic_bounds, replicas
@@ -145,3 +150,78 @@ def test_shipped_files_run_where_the_runtime_writes_them() -> None:
     assert sorted(i.path for i in volume.configMap.items) == ["lib/x.py", "run.py"]
     assert there.job.spec.pytorchReplicaSpecs["Master"].template.spec.containers[0].command == [
         "torchrun", f"{CODE_DIR}/run.py"]
+
+
+def _project(tmp_path: Path) -> Path:
+    """A project in a repository: a link out of it, dotfiles, ignored files (its own .gitignore and
+    the repository's), a fifo."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("*.ckpt\n")
+    (tmp_path / "secret").write_text("password\n")
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "data").mkdir()
+    (proj / ".cfg").mkdir()
+    (proj / "__main__.py").write_text("print(1)\n")
+    (proj / "sub" / "s.py").write_text("s = 1\n")
+    (proj / ".env").write_text("TOKEN=x\n")
+    (proj / ".cfg" / "c").write_text("c\n")
+    (proj / ".gitignore").write_text("data/\n*.log\n")
+    (proj / "data" / "big").write_text("d\n")
+    (proj / "a.log").write_text("l\n")
+    (proj / "m.ckpt").write_text("m\n")
+    (proj / "alias.py").symlink_to("sub/s.py")  # a link inside: its file goes under its name
+    os.mkfifo(proj / "pipe")  # never read (a read would block)
+    return proj
+
+
+def test_a_directory_ships_no_dotfile_nor_ignored_file_unless_included(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    assert collect(proj) == {"__main__.py": b"print(1)\n", "alias.py": b"s = 1\n", "sub/s.py": b"s = 1\n"}
+    chosen = select(proj)
+    assert set(chosen.left_out) == {".cfg/ (a dot directory)", ".env (a dotfile)", ".gitignore (a dotfile)",
+                                    "data/ (.gitignore)", "a.log (.gitignore)", "m.ckpt (.gitignore)",
+                                    "pipe (not a regular file)"}
+    assert set(collect(proj, include=[".env", "data/", ".cfg/c"])) == {
+        "__main__.py", "alias.py", "sub/s.py", ".env", "data/big", ".cfg/c"}
+
+
+def test_a_link_out_of_the_directory_is_refused(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    (proj / "creds").symlink_to("../secret")
+    with pytest.raises(UserError, match="creds is a link to .*secret, outside the directory") as e:
+        collect(proj)
+    assert e.value.fix and "copy" in e.value.fix
+    (proj / "creds").unlink()
+    (proj / "up").symlink_to(tmp_path, target_is_directory=True)  # a directory link out: refused too
+    with pytest.raises(UserError, match="up is a link to"):
+        collect(proj)
+    (proj / "up").unlink()
+    (proj / ".hidden").symlink_to("../secret")  # left out as a dotfile: never followed, nothing refused
+    assert ".hidden" not in collect(proj)
+
+
+def test_sizes_are_checked_by_stat_before_any_file_is_read(tmp_path: Path) -> None:
+    """A 4 GiB file (sparse: nothing written) refuses the directory before a byte is read: in a process
+    that may map 1 GiB in all, reading it would end in MemoryError instead of the refusal."""
+    proj = _project(tmp_path)
+    with (proj / "weights.bin").open("wb") as f:
+        f.truncate(4 << 30)
+    probe = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+             "from torchjob.api.build import collect\nfrom torchjob.api.errors import UserError\n"
+             f"try:\n    collect({str(proj)!r})\nexcept UserError as e:\n    print('refused:', e.message)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "refused:" in done.stdout and "is 4,294,967," in done.stdout, done.stderr
+
+
+def test_build_says_which_files_go_and_which_stay(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    spec = JobSpec(Entry(script=str(proj)), name="t", image="img")
+    built = build(spec, kube=True)
+    assert built.code is not None and set(built.code) == {"__main__.py", "alias.py", "sub/s.py"}
+    said = built.shipped()
+    assert said is not None and "ConfigMap t-code: __main__.py, alias.py, sub/s.py" in said
+    assert ".env (a dotfile)" in said and "--include" in said
+    with_env = build(replace(spec, include=(".env",)), kube=True)
+    assert with_env.code is not None and with_env.code[".env"] == b"TOKEN=x\n"
+    assert build(spec).shipped() is None  # locally the directory runs where it is: nothing ships

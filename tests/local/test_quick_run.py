@@ -87,6 +87,35 @@ def test_a_kube_dry_run_prints_every_object_it_would_create(torchjob: Torchjob, 
     assert "ConfigMap kk-code" in dry.stderr
 
 
+def test_a_directory_ships_without_its_dotfiles_and_ignored_files_unless_included(torchjob: Torchjob,
+                                                                                   tmp_path: Path) -> None:
+    """`--include` ships what a directory leaves out; run says which files go before it asks a cluster."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "__main__.py").write_text("print('hi')\n")
+    (project / ".env").write_text("TOKEN=x\n")
+    (project / ".gitignore").write_text("*.ckpt\n")
+    (project / "w.ckpt").write_text("w\n")
+    torchjob.env["KUBECONFIG"] = str(tmp_path / "no-kubeconfig")  # offline: no cluster is asked
+    dry = torchjob("run", "-j", "1x1", "--kube", "--image", "img", "--name", "kk", str(project), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    cm = next(yaml.safe_load_all(dry.stdout))
+    assert set(cm["data"]) == {"__main__.py"}
+    assert "left out: .env (a dotfile), .gitignore (a dotfile), w.ckpt (.gitignore)" in dry.stderr
+    dry = torchjob("run", "-j", "1x1", "--kube", "--image", "img", "--name", "kk", "--include", ".env", str(project),
+                   "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert set(next(yaml.safe_load_all(dry.stdout))["data"]) == {"__main__.py", ".env"}
+    real = torchjob("run", "-j", "1x1", "--kube", "--image", "img", "--name", "kk", str(project))
+    assert real.returncode == 2 and "no Kubernetes configuration" in real.stderr  # said before the cluster is asked
+    assert "goes in ConfigMap kk-code: __main__.py; left out: .env (a dotfile)" in real.stderr
+    (project / "creds").symlink_to(tmp_path / "secret")
+    (tmp_path / "secret").write_text("password\n")
+    refused = torchjob("run", "-j", "1x1", "--kube", "--image", "img", str(project), "--dry-run")
+    assert refused.returncode == 2 and "creds is a link to" in refused.stderr and "Traceback" not in refused.stderr
+    assert "password" not in refused.stdout
+
+
 def test_a_module_and_a_command(torchjob: Torchjob, tmp_path: Path) -> None:
     (tmp_path / "steppkg").mkdir()
     (tmp_path / "steppkg" / "__init__.py").write_text("")

@@ -49,6 +49,9 @@ def quick_options(f: F) -> F:
                                                      "nothing.")(f)
     f = click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
                      help="With --dry-run: the format of the job printed.")(f)
+    f = click.option("--include", "include", multiple=True, metavar="PATTERN",
+                     help="With --kube and a directory: ship its dotfiles and .gitignore'd files that PATTERN "
+                          "(gitignore syntax, relative to the directory) names too (repeatable).")(f)
     f = click.option("-e", "--env", "env", multiple=True, metavar="K=V", help="Set K=V in every process "
                      "(repeatable).")(f)
     f = click.option("--image", default=None, metavar="IMAGE",
@@ -91,20 +94,21 @@ def split_target(target: tuple[str, ...], module: str | None) -> tuple[str | Non
 def used(opts: dict[str, Any]) -> list[str]:
     """The job-building flags given (they mean nothing with a document)."""
     flags = {"shape": "-j", "nnodes": "--nnodes", "nproc_per_node": "--nproc-per-node", "module": "-m",
-             "name": "--name", "image": "--image", "env": "--env"}
+             "name": "--name", "image": "--image", "env": "--env", "include": "--include"}
     return [flag for key, flag in flags.items() if opts.get(key)]
 
 
 def job_from_flags(entry: Entry, kube: bool, shape: str | None, nnodes: str | None, nproc_per_node: int | None,
-                   name: str | None, image: str | None, env: tuple[str, ...], **_: Any) -> Built:
+                   name: str | None, image: str | None, env: tuple[str, ...], include: tuple[str, ...] = (),
+                   **_: Any) -> Built:
     """The job, and with --kube the files it ships (`torchjob.api.build.build` refuses every mistake,
     before anything starts)."""
     spec = JobSpec(entry, parse_shape(shape, nnodes, nproc_per_node), name, image, parse_env(env),
-                   working_dir=os.getcwd())
+                   working_dir=os.getcwd(), include=tuple(include))
     return build(spec, kube=kube)
 
 
-JOB_FLAGS = ("shape", "nnodes", "nproc_per_node", "module", "name", "image", "env", "dry_run", "output")
+JOB_FLAGS = ("shape", "nnodes", "nproc_per_node", "module", "name", "image", "env", "include", "dry_run", "output")
 
 
 def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], TorchJob],
@@ -126,13 +130,15 @@ def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], T
         built = job_from_flags(entry, bool(where.get("kube")), **opts)
     rt = runtime(**where)
     made = rt.dryrun(built.job, lenient=bool(opts["dry_run"]), code=built.code)
+    shipped = built.shipped() if where.get("kube") else None
     if not opts["dry_run"]:
+        if shipped:
+            say(f"torchjob: {shipped}")
         return rt, made
     from torchjob.cli import views
 
     views.documents(made.documents(), opts["output"], dump)
-    if built.code is not None:
-        say(f"note: with --kube, the code ({len(built.code)} file(s), {sum(map(len, built.code.values())):,} bytes) "
-            f"goes in ConfigMap {built.job.name}-code, made with the job and deleted with it (applied from a kept "
+    if shipped:
+        say(f"note: with --kube, {shipped}; it is made with the job and deleted with it (applied from a kept "
             "file, it is yours to delete)")
     return None

@@ -104,16 +104,21 @@ class Job:
     @classmethod
     def from_script(cls, path: str | os.PathLike[str], args: Sequence[str] = (), *, nnodes: int | str = 1,
                     nproc_per_node: int = 1, name: str | None = None, image: str | None = None,
-                    env: Mapping[str, str] | None = None) -> Job:
+                    env: Mapping[str, str] | None = None, include: Sequence[str] = ()) -> Job:
         """A job that runs a script (a file, or a directory with `__main__.py`) in every process,
         as `torchjob run -j NxM SCRIPT -- ARGS` does. Locally the file on disk runs; with
-        `submit(kube=True)` it (or the whole directory) travels in a ConfigMap made for the job.
+        `submit(kube=True)` it (or the directory) travels in a ConfigMap made for the job: a directory
+        without its dotfiles and what its `.gitignore` ignores, but those `include` names (patterns in
+        gitignore syntax, relative to the directory, as `--include`); a link out of it is refused.
 
         Example:
             >>> torchjob.Job.from_script("train.py", ["--epochs", "3"], nnodes=2, nproc_per_node=4).run()
         """
+        if isinstance(include, str) or not all(isinstance(p, str) for p in include):
+            raise UserError(f"include {include!r} is not a list of patterns",
+                            fix='e.g. include=[".env", "data/*.json"]')
         entry = _Entry(script=str(path), args=tuple(str(a) for a in args))
-        return cls(_spec(entry, nnodes, nproc_per_node, name, image, env))
+        return cls(replace(_spec(entry, nnodes, nproc_per_node, name, image, env), include=tuple(include)))
 
     @classmethod
     def from_module(cls, module: str, args: Sequence[str] = (), *, nnodes: int | str = 1, nproc_per_node: int = 1,
@@ -203,6 +208,10 @@ class Job:
         from torchjob.sdk.local import local_runtime
 
         built = self._built(kube)
+        if kube and self._files is None and built.shipped():  # a script's files: say which go, as the CLI does
+            import sys
+
+            print(f"torchjob: {built.shipped()}", file=sys.stderr, flush=True)
         target = Target(True, kubeconfig, context, namespace) if kube else None
         rt = connect(target) if target is not None else local_runtime()
         rt.schedule(rt.dryrun(built.job, code=built.code))
