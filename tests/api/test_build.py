@@ -1,5 +1,5 @@
 """Building a job from torchrun-style input (`torchjob.api.build`, pure): the shape, the entry, the
-code's ConfigMap volume and its size limit."""
+code's ConfigMap volume, what a directory ships (`torchjob.api.shipping`) and its size limit."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import pytest
 from torchjob.api.build import (
     ARGUMENTS,
     CODE_DIR,
-    CODE_LIMIT,
-    CODE_MARGIN,
     FLAGS,
     Entry,
     JobSpec,
@@ -23,12 +21,11 @@ from torchjob.api.build import (
     build,
     build_job,
     code_volume,
-    collect,
     default_name,
     parse_shape,
-    select,
 )
 from torchjob.api.errors import UserError
+from torchjob.api.shipping import CODE_LIMIT, CODE_MARGIN, collect, select
 from torchjob.core.topology import elastic_bounds, replicas
 
 
@@ -189,7 +186,7 @@ def test_a_directory_ships_no_dotfile_nor_ignored_file_unless_included(tmp_path:
 def test_a_link_out_of_the_directory_is_refused(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     (proj / "creds").symlink_to("../secret")
-    with pytest.raises(UserError, match="creds is a link to .*secret, outside the directory") as e:
+    with pytest.raises(UserError, match=r"creds is a link to .*secret, outside the directory") as e:
         collect(proj)
     assert e.value.fix and "copy" in e.value.fix
     (proj / "creds").unlink()
@@ -208,7 +205,7 @@ def test_sizes_are_checked_by_stat_before_any_file_is_read(tmp_path: Path) -> No
     with (proj / "weights.bin").open("wb") as f:
         f.truncate(4 << 30)
     probe = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-             "from torchjob.api.build import collect\nfrom torchjob.api.errors import UserError\n"
+             "from torchjob.api.shipping import collect\nfrom torchjob.api.errors import UserError\n"
              f"try:\n    collect({str(proj)!r})\nexcept UserError as e:\n    print('refused:', e.message)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "refused:" in done.stdout and "is 4,294,967," in done.stdout, done.stderr
