@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
+from torchjob.api.errors import UserError
 from torchjob.kube.controller.config import Flag, OperatorConfig, flags
+
+
+class NotReady(UserError):
+    """The operator was installed but does not run: what its pods say, and what to do (exit 1)."""
+
+    exit_code = 1
 
 
 @click.command()
@@ -25,10 +32,16 @@ from torchjob.kube.controller.config import Flag, OperatorConfig, flags
 @click.option("--operator-arg", "operator_args", multiple=True, metavar="ARG",
               help="One more `torchjob operator` flag for the Deployment (repeat it), e.g. "
                    "--operator-arg=--gang-scheduler-name=volcano.")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the operator's Deployment is Ready; fail, saying why, when its image cannot be "
+                   "pulled or it keeps crashing.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True, metavar="SECONDS",
+              help="With --wait: how long to wait for the operator to be Ready.")
 def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
             kubeconfig: str | None, watch_namespaces: tuple[str, ...], replicas: int,
-            operator_args: tuple[str, ...]) -> None:
-    """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster."""
+            operator_args: tuple[str, ...], wait: bool, timeout: float) -> None:
+    """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster, and
+    wait until the operator is Ready (exit 1, saying what its pods say, when it does not come up)."""
     from torchjob.kube.objects.install import DEFAULT_IMAGE, apply, manifests
 
     objs = manifests(image or DEFAULT_IMAGE, namespace, replicas=replicas, args=list(operator_args),
@@ -39,8 +52,23 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
 
         click.echo(yaml.safe_dump_all(objs, sort_keys=False).rstrip())
         return
-    for name in apply(objs, kubeconfig.split(":")[0] if kubeconfig else None):
+    config = kubeconfig.split(":")[0] if kubeconfig else None
+    for name in apply(objs, config):
         click.echo(f"applied {name}")
+    if wait and not crd_only:
+        _wait_for_operator(config, namespace, image or DEFAULT_IMAGE, timeout)
+
+
+def _wait_for_operator(kubeconfig: str | None, namespace: str, image: str, timeout: float) -> None:
+    from torchjob.kube.clientside.kube_runtime import client
+    from torchjob.kube.clientside.operator_status import wait_ready
+
+    click.echo(f"waiting up to {timeout:g} s for the operator ({image}) to be Ready (--no-wait: do not)", err=True)
+    trouble = wait_ready(client(kubeconfig, None), namespace, image, timeout,
+                         on_wait=lambda now: click.echo(f"  {now}", err=True))
+    if trouble is not None:
+        raise NotReady(f"{trouble.pod}: {trouble.what}", fix=trouble.fix)
+    click.echo(f"the operator is Ready in {namespace} ({image})")
 
 
 def _option(name: str, flag: Flag, default: Any) -> click.Option:

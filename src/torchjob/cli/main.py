@@ -19,7 +19,8 @@ import click
 from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
 from torchjob.cli.cluster import install, operator
-from torchjob.cli.quick import QuickCommand, quick_options
+from torchjob.cli.quick import QuickCommand, examples, quick_options
+from torchjob.cli.version import version
 from torchjob.connect import HERE, Target, connect
 from torchjob.dialects.convert import TARGETS
 from torchjob.ui.command import ui_command
@@ -114,10 +115,26 @@ def _load(path: str, runtimes: tuple[str, ...] = ()) -> Any:
     return loaded.job
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """The command list in `--help` with each command's whole first sentence (click cuts it at the
+    terminal's width with "...")."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="torchjob")
 def cli() -> None:
-    """Run PyTorch distributed training jobs (TorchJob documents) on this machine."""
+    """Run PyTorch distributed training jobs: on this machine as supervised processes, or with --kube
+    on a Kubernetes cluster where `torchjob operator` runs them."""
 
 
 TARGET = click.argument("target", nargs=-1, metavar="JOB.yaml | [-j NxM] SCRIPT [-- ARGS] | -m MODULE | -- COMMAND")
@@ -130,23 +147,48 @@ def _plan(target: tuple[str, ...], runtimes: tuple[str, ...], where: dict[str, A
                       _dump)
 
 
-@cli.command(cls=QuickCommand)
+RUN_EXAMPLES = examples(
+    ("torchjob run examples/ddp/job.yaml", "a job document: TorchJob, PyTorchJob, TrainJob, Volcano, T9k"),
+    ("torchjob run -j 1x4 train.py -- --lr 0.1", "1 replica of 4 processes, through torchrun"),
+    ("torchjob run -j 2x2 --max-restarts 3 train.py", "2 replicas of 2; the job restarted up to 3 times"),
+    ("torchjob run --nproc-per-node gpu train.py", "one process per GPU"),
+    ("torchjob run -j 1x4 --ranks-filter 0 train.py", "show rank 0's lines (every rank's are logged)"),
+    ("torchjob run -m mypkg.train -- --epochs 2", "a module, as python -m runs it"),
+    ("torchjob run -- bash run.sh", "a command, in every process"),
+    ("torchjob run -j 2x8 --kube --image IMG train.py", "on the cluster; the script travels with the job"),
+)
+
+
+@cli.command(cls=QuickCommand, epilog=RUN_EXAMPLES)
 @TARGET
 @quick_options
 @local_options
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
+@click.option("--ranks-filter", default=None, metavar="RANKS",
+              help="Show only these ranks' lines, e.g. 0 or 0,3 (as torchrun's --local-ranks-filter; by global "
+                   "rank); every line is still logged.")
 @kube_options
 @RUNTIME
-def run(target: tuple[str, ...], quiet: bool, runtimes: tuple[str, ...], **where: Any) -> None:
+def run(target: tuple[str, ...], quiet: bool, ranks_filter: str | None, runtimes: tuple[str, ...],
+        **where: Any) -> None:
     """Run a job in the foreground until it ends; exit 0 when it succeeded. The job is a document
     (any dialect), or built from torchrun-style flags: `torchjob run -j 2x4 train.py -- --lr 0.1`."""
+    from torchjob.cli import ranks
+
+    wanted = ranks.parse(ranks_filter)
     planned = _plan(target, runtimes, where)
     if planned is None:
         return
     from torchjob.cli import views
 
     rt, made = planned
-    job = rt.run(made, quiet)
+    shown = None
+    if wanted is not None:
+        from torchjob.console import Console
+
+        keep = ranks.line_filter(made.job, wanted)
+        shown = lambda log: Console(log, out=None if quiet else sys.stdout, err=sys.stderr, show=keep)  # noqa: E731
+    job = rt.run(made, quiet, shown)
     if not job.status.is_true(ConditionType.SUCCEEDED) and job.root_cause:
         click.echo(job.root_cause, err=True)
     views.outcome(job.name, job.status, rt.flags)
@@ -252,10 +294,22 @@ def describe(name: str, output: str, **where: Any) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("--replica", default=None, metavar="REPLICA", help="Only this replica, e.g. worker-1.")
 @click.option("--attempt", type=int, default=None, help="That attempt of --replica (default: the latest).")
+@click.option("--ranks-filter", default=None, metavar="RANKS",
+              help="Only these ranks' lines, e.g. 0 or 0,3 (a replica of several processes tags each line "
+                   "[rankN]:; torchjob's own notes stay).")
 @kube_options
-def logs(name: str, follow: bool, replica: str | None, attempt: int | None, **where: Any) -> None:
+def logs(name: str, follow: bool, replica: str | None, attempt: int | None, ranks_filter: str | None,
+         **where: Any) -> None:
     """A job's output (all replicas, prefixed), or one replica's."""
-    for line in _runtime(**where).logs(name, replica, attempt, follow=follow):
+    from torchjob.cli import ranks
+    from torchjob.console import hidden
+
+    wanted = ranks.parse(ranks_filter)
+    rt = _runtime(**where)
+    keep = ranks.line_filter(rt.describe(name).job, wanted) if wanted is not None else None
+    for line in rt.logs(name, replica, attempt, follow=follow):
+        if hidden(line) or (keep is not None and not ranks.keep_logged(keep, replica, line)):
+            continue
         click.echo(line)
 
 
@@ -289,6 +343,7 @@ def resume(name: str, **where: Any) -> None:
 
 cli.add_command(install)  # the platform engineer's commands (cli/cluster.py)
 cli.add_command(operator)
+cli.add_command(version)  # torchjob version [--kube] (cli/version.py)
 cli.add_command(ui_command(kube_options, target_of))  # torchjob ui: the web dashboard (src/torchjob/ui/)
 
 
