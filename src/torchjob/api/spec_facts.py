@@ -74,3 +74,23 @@ def is_torchrun(argv: list[str]) -> bool:
 def volcano_task(job: TorchJob, rtype: str) -> str:
     names = job.spec.volcano.taskNames if job.spec.volcano and job.spec.volcano.taskNames else {}
     return names.get(rtype, rtype.lower())
+
+
+def processes(job: TorchJob) -> tuple[str, int | None]:
+    """(processes per replica, world size) as the spec says them: in torchrun mode (a replica's
+    command starts torchrun) `spec.nprocPerNode`, else elasticPolicy's, else `auto`; otherwise 1
+    (one process a replica). The world size is the replicas times that, None while it is a word
+    (`auto`, `gpu`, `cpu`: the node decides). An elastic job's is at its current replica count."""
+    specs = job.spec.pytorchReplicaSpecs
+    replicas = sum(job.replica_count(t) for t in specs)
+    torchrun = False
+    for s in specs.values():
+        cs = s.template.spec.containers
+        if cs:
+            c = cs[training_container(cs)]
+            torchrun = torchrun or is_torchrun([*(c.command or []), *(c.args or [])])
+    ep = job.spec.elasticPolicy
+    per = "1"
+    if torchrun:
+        per = job.spec.nprocPerNode or (str(ep.nProcPerNode) if ep and ep.nProcPerNode is not None else "auto")
+    return per, replicas * int(per) if per.isdigit() else None

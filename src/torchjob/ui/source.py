@@ -16,6 +16,7 @@ import yaml
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
+from torchjob.api.spec_facts import processes
 from torchjob.connect import ALL_NAMESPACES, Target, connect
 from torchjob.progress.history import first_is_loss
 from torchjob.runtime import JobView, OutputGone, Runtime
@@ -43,12 +44,14 @@ def _ts(dt: Any) -> float | None:
 def row(v: JobView) -> dict[str, Any]:
     """One line of the jobs page."""
     st, p = v.status, v.status.progress
+    procs, world = processes(v.job)
     return {
         "name": v.name, "namespace": v.namespace or "", "state": str(st.state),
         "percent": p.percent if p else None, "step": p.step if p else None, "total": p.total if p else None,
         "eta": p.etaSeconds if p else None,
         "metrics": [{"name": m.name, "value": m.value} for m in (p.metrics if p else [])][:4],
-        "replicas": sum(v.replicas.values()), "restarts": st.restartCount, "created": v.created,
+        "replicas": sum(v.replicas.values()), "procs": procs, "world": world,
+        "restarts": st.restartCount, "created": v.created,
         "reason": st.failure.reason if st.failure else None,
         "suspended": bool(v.job.run_policy.suspend),
     }

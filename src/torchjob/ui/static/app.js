@@ -6,7 +6,7 @@
   const main = document.getElementById("main");
   const live = document.getElementById("live");
   const STATES = ["Running", "Pending", "Created", "Restarting", "Suspended", "Succeeded", "Failed"];
-  const ui = { jobs: [], where: null, filter: { state: "", name: "" }, charts: {}, firstPaint: null,
+  const ui = { jobs: [], where: null, filter: { state: "", name: "" }, charts: {}, yLabels: {}, firstPaint: null,
                job: null, log: { key: "", text: "", follow: true, search: "" } };
   window.tj = ui; // for the tests (and the curious): what the page holds and drew
 
@@ -49,10 +49,12 @@
   }
   const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "-");
   const stateBadge = (s) => el("span", { class: "state " + s, "data-testid": "state" }, s);
-  function bar(pct, eta, big) {
+  // a bar coloured by the job's state (green: succeeded, red: failed, amber: suspended, blue: else)
+  function bar(pct, eta, big, state) {
     const p = pct === null || pct === undefined ? null : Math.max(0, Math.min(100, pct));
     return el("span", { class: "progress" },
-      el("span", { class: "bar" + (big ? " big" : "") }, el("i", { style: "width:" + (p || 0) + "%" })),
+      el("span", { class: "bar" + (big ? " big" : "") + (state ? " " + state : ""), "data-testid": "bar" },
+        el("i", { style: "width:" + (p || 0) + "%" })),
       el("span", { class: "pct", "data-testid": "percent" }, p === null ? "-" : (Math.round(p * 10) / 10) + "%"),
       eta !== null && eta !== undefined ? el("span", { class: "eta" }, "ETA " + duration(eta)) : null);
   }
@@ -88,6 +90,10 @@
   }
 
   // --- the jobs page ------------------------------------------------------------------------------
+  const HEAD_TITLES = { Replicas: "replicas × processes per replica", World: "world size: every process of the job" };
+  // replicas, and processes per replica when more than one: "2 × 4"
+  const shape = (j) => String(j.replicas) + (j.procs && j.procs !== "1" ? " × " + j.procs : "");
+  const newestFirst = (a, b) => (b.created || 0) - (a.created || 0) || (a.name < b.name ? 1 : a.name > b.name ? -1 : 0);
   function jobsPage() {
     ui.job = null; ui.charts = {};
     main.replaceChildren(
@@ -98,8 +104,8 @@
           oninput: (e) => { ui.filter.name = e.target.value; renderJobs(); } }),
         el("span", { class: "count", id: "count" })),
       el("table", { id: "jobs" },
-        el("thead", {}, el("tr", {}, ["Name", "Namespace", "State", "Progress", "Replicas", "Restarts", "Age",
-          "Reason"].map((h) => el("th", { class: "col-" + h.toLowerCase() }, h)))),
+        el("thead", {}, el("tr", {}, ["Name", "Namespace", "State", "Progress", "Replicas", "World", "Restarts",
+          "Age", "Reason"].map((h) => el("th", { class: "col-" + h.toLowerCase(), title: HEAD_TITLES[h] || null }, h)))),
         el("tbody", { id: "rows" })));
     document.getElementById("f-state").value = ui.filter.state;
     document.getElementById("f-name").value = ui.filter.name;
@@ -109,7 +115,8 @@
     const tbody = document.getElementById("rows");
     if (!tbody) return;
     const f = ui.filter, name = f.name.toLowerCase();
-    const shown = ui.jobs.filter((j) => (!f.state || j.state === f.state) && (!name || j.name.toLowerCase().includes(name)));
+    const shown = ui.jobs.filter((j) => (!f.state || j.state === f.state) && (!name || j.name.toLowerCase().includes(name)))
+      .sort(newestFirst);
     const kube = ui.where && !ui.where.local;
     document.querySelectorAll(".col-namespace").forEach((c) => { c.hidden = !kube; });
     const now = Date.now() / 1000;
@@ -119,8 +126,9 @@
         el("td", {}, el("a", { href: jobHash(j) }, j.name)),
         kube ? el("td", {}, j.namespace) : null,
         el("td", {}, stateBadge(j.state)),
-        el("td", {}, bar(j.percent, j.state === "Running" ? j.eta : null)),
-        el("td", { class: "num" }, j.replicas),
+        el("td", {}, bar(j.percent, j.state === "Running" ? j.eta : null, false, j.state)),
+        el("td", { class: "num", "data-testid": "replicas" }, shape(j)),
+        el("td", { class: "num", "data-testid": "world" }, j.world === null || j.world === undefined ? "-" : j.world),
         el("td", { class: "num" }, j.restarts),
         el("td", { class: "num" }, j.created ? duration(now - j.created) : "-"),
         el("td", {}, j.reason || "")));
@@ -195,7 +203,7 @@
     document.getElementById("act-suspend").disabled = !running || j.suspended;
     document.getElementById("act-resume").disabled = !j.suspended;
     const p = j.progress || {};
-    fill("progress", j.progress ? el("div", {}, bar(j.percent, j.state === "Running" ? j.eta : null, true), kv([
+    fill("progress", j.progress ? el("div", {}, bar(j.percent, j.state === "Running" ? j.eta : null, true, j.state), kv([
       ["step", p.step !== undefined ? p.step + (p.total ? " / " + p.total : "") : null],
       ["rate", p.rate ? (p.rate >= 1 ? p.rate.toPrecision(3) + " steps/s" : (1 / p.rate).toPrecision(3) + " s/step") : null],
       ["ETA", p.etaSeconds !== undefined && j.state === "Running" ? duration(p.etaSeconds) : null],
@@ -203,7 +211,10 @@
       ["last report", p.lastReportTime ? new Date(p.lastReportTime).toLocaleString() + (p.reporter ? " from " + p.reporter : "") : null],
     ])) : el("p", { class: "muted" }, "no progress reported (report it with torchjob.report)"));
     drawCharts(j.history);
-    fill("root-cause", j.rootCause ? el("pre", { "data-testid": "root-cause" }, j.rootCause) : el("p", { class: "muted" }, "no failure"));
+    // a job that has not failed has no root cause to show: no card
+    const cause = document.getElementById("root-cause");
+    cause.hidden = !j.rootCause;
+    if (j.rootCause) fill("root-cause", el("pre", { "data-testid": "root-cause" }, j.rootCause)); else fill("root-cause");
     fill("attempts", timeline(j), table(["Replica", "Attempt", "Started", "Ended", "Exit code", "Reason"],
       j.attempts.map((a) => [a.replica, a.attempt, when(a.started), when(a.ended),
         a.exit_code === null ? "-" : a.exit_code, (a.reason || "") + (a.waiting ? " (" + a.waiting + ")" : "")]), "attempts"));
@@ -211,7 +222,8 @@
       j.conditions.map((c) => [c.type, c.status, c.reason || "", c.message || "", when(c.time)]), "conditions"));
     fill("events", table(["Time", "Type", "Reason", "Message"],
       j.events.map((e) => [when(e.time), e.type, e.reason, e.message]), "events"));
-    fill("spec", table(["Replica type", "Replicas", "Restart policy", "Image", "Command"],
+    fill("spec", kv([["processes per replica", j.procs], ["world size", j.world === null ? "decided on each node (" + j.procs + ")" : j.world]]),
+      table(["Replica type", "Replicas", "Restart policy", "Image", "Command"],
       j.spec.map((s) => [s.type, s.replicas, s.restartPolicy || "-", s.image || "-", s.command.join(" ")]), "spec"),
       kv(Object.entries(j.runPolicy).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : String(v)])));
     document.getElementById("doc").textContent = j.document;
@@ -237,6 +249,26 @@
   }
 
   // --- metric curves (uPlot) -----------------------------------------------------------------------
+  // The y range: uPlot's own, except around a flat curve (a constant lr), which gets 10% either side
+  // of its value instead of a sliver whose ticks all print the same.
+  function yRange(u, lo, hi) {
+    if (lo === null || hi === null) return [0, 1];
+    if (hi - lo > Math.abs(hi) * 1e-9) return uPlot.rangeNum(lo, hi, 0.1, true);
+    const pad = Math.abs(lo) * 0.1 || 1;
+    return [lo - pad, hi + pad];
+  }
+  // Tick labels with as many significant digits as it takes to tell them apart (at most 12).
+  function yLabels(name) {
+    return (u, splits) => {
+      let out = splits.map(String);
+      for (let d = 1; d <= 12; d++) {
+        out = splits.map((v) => (v === 0 ? "0" : String(Number(v.toPrecision(d)))));
+        if (new Set(out).size === splits.length) break;
+      }
+      ui.yLabels[name] = out;
+      return out;
+    };
+  }
   function drawCharts(h) {
     const box = document.getElementById("charts");
     if (!h) { if (!box.firstChild) box.appendChild(el("p", { class: "muted", id: "no-metrics" }, "no metrics reported")); return; }
@@ -249,9 +281,11 @@
       if (have) { have.setData(data); continue; }
       const holder = el("div", { class: "chart", "data-metric": s.name }, el("div", { class: "title" }, s.name));
       box.appendChild(holder);
-      ui.charts[s.name] = new uPlot({ width: Math.max(280, holder.clientWidth - 14), height: 220, scales: { x: { time: false } },
-        series: [{ label: "step" }, { label: s.name, stroke: s.name.toLowerCase().includes("loss") ? "#e5534b" : "#3056d3", width: 1.5 }],
-        axes: [{ label: "step" }, {}], legend: { show: true } }, data, holder);
+      ui.charts[s.name] = new uPlot({ width: Math.max(280, holder.clientWidth - 14), height: 220,
+        scales: { x: { time: false }, y: { range: yRange } },
+        series: [{ label: "step" }, { label: s.name, stroke: s.name.toLowerCase().includes("loss") ? "#e5534b" : "#3056d3", width: 1.5,
+          points: { show: xs.length <= 60 } }],
+        axes: [{ label: "step" }, { values: yLabels(s.name), size: 60 }], legend: { show: true } }, data, holder);
     }
     if (h.omitted) box.setAttribute("title", h.omitted + " more metrics were reported but not kept");
   }
