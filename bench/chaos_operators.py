@@ -77,7 +77,7 @@ class ProcessOperators:
         self.procs[slot] = subprocess.Popen(
             [PYTHON, "-m", "torchjob", "operator", "--kubeconfig", self.kubeconfig, "--leader-elect",
              "--lease-duration", str(LEASE_S), "--init-image", self.init_image, "--kubeflow-api", "on",
-             "--metrics-port", str(free_port()), "--workers", "4", "--progress-port", str(port),
+             "--metrics-port", str(free_port()), "--health-port", "0", "--workers", "4", "--progress-port", str(port),
              "--progress-url", f"https://{self.host}:{port}"],
             stdout=(self.logs / f"operator-{slot}.log").open("ab"), stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "src")},

@@ -300,7 +300,8 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
 
         def torchjob_cmd(port: int, kubeflow_api: str) -> list[str]:
             return [sys.executable, "-m", "torchjob", "operator", "--kubeconfig", kubeconfig, "--no-leader-elect",
-                    "--metrics-port", str(port), "--workers", str(args.workers), "--kubeflow-api", kubeflow_api,
+                    "--metrics-port", "0", "--health-port", str(port), "--workers", str(args.workers),
+                    "--kubeflow-api", kubeflow_api,
                     "--progress-port", str(free_port()), "--progress-url", PROGRESS_URL]
 
         async def torchjob_op(ns: str, name: str, code: Tree) -> Result:

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
     log = open(tempfile.mktemp(prefix="operator-", suffix=".log"), "wb")  # noqa: SIM115
     op = subprocess.Popen([sys.executable, "-m", "torchjob", "operator", "--kubeconfig", kubeconfig,
                            "--no-leader-elect", "--namespace", ns, "--metrics-port", str(metrics_port),
+                           "--health-port", "0",
                            "--progress-port", str(port), "--progress-url", f"https://127.0.0.1:{port}",
                            "--progress-write-interval", str(args.write_interval)], stdout=log, stderr=log)
     pool = ThreadPoolExecutor(16)

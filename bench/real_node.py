@@ -186,7 +186,7 @@ def main() -> None:
             kube = Client(config=KubeConfig.from_file(args.kubeconfig), field_manager="torchjob-bench")
             operator = subprocess.Popen(
                 [sys.executable, "-m", "torchjob", "operator", "--kubeconfig", args.kubeconfig, "--no-leader-elect",
-                 "--init-image", INIT_IMAGE, "--metrics-port", "0"],
+                 "--init-image", INIT_IMAGE, "--metrics-port", "0", "--health-port", "0"],
                 stdout=subprocess.DEVNULL, stderr=open(tmp / "operator.log", "w"))  # noqa: SIM115
             results: dict[str, list[tuple[float, ...]]] = {"torchjob": [], "floor": [], "local": []}
             floor(kube)  # a first pod start warms the node (image snapshots, page cache): not counted

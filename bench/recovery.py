@@ -486,7 +486,7 @@ class Node:
         port = free_port()
         self.procs.append(subprocess.Popen(
             [PYTHON, "-m", "torchjob", "operator", "--kubeconfig", kubeconfig, "--no-leader-elect",
-             "--init-image", INIT_IMAGE, "--metrics-port", str(free_port()), "--workers", "4",
+             "--init-image", INIT_IMAGE, "--metrics-port", str(free_port()), "--health-port", "0", "--workers", "4",
              "--progress-port", str(port), "--progress-url", f"https://{host}:{port}"],
             stdout=(logs / "torchjob-operator.log").open("ab"), stderr=subprocess.STDOUT, env=env))
         self.kubeflow = kubeflow and KUBEFLOW_BIN.exists()

@@ -114,12 +114,19 @@ def kube(kubeconfig: str) -> Client:
     return Client(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-tests")
 
 
+# /metrics is served over HTTPS by the operator's own CA (a test of its certificate is in
+# tests/controller/test_metrics_auth.py): here the connection is encrypted, the certificate not checked
+UNCHECKED = ssl.create_default_context()
+UNCHECKED.check_hostname, UNCHECKED.verify_mode = False, ssl.CERT_NONE
+
+
 class Operator:
     def __init__(self, kubeconfig: str, log: Path, args: tuple[str, ...] = ("--no-leader-elect",),
                  progress_host: str = "127.0.0.1") -> None:
         self.kubeconfig, self.log, self.args = kubeconfig, log, args
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = free_port()
+        self.health_port = free_port()
         # The progress endpoint: on loopback, where the tests post as the pods would; real pods reach
         # the host at another address (`progress_host`).
         self.progress_port = free_port()
@@ -133,18 +140,22 @@ class Operator:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "torchjob", "operator", "--kubeconfig", self.kubeconfig, *self.args,
-             "--metrics-port", str(self.metrics_port), "--workers", "4", "--progress-port", str(self.progress_port),
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
+             "--workers", "4", "--progress-port", str(self.progress_port),
              "--progress-url", self.progress_url, "--progress-write-interval", "1"],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL,
         )
 
     def scrape(self, path: str = "/metrics", token: str | None = None) -> str:
-        """GET one of the operator's HTTP paths, /metrics with a token allowed to read it (the
-        kubeconfig's: the test's admin) unless another is given."""
+        """GET /metrics (HTTPS: the operator's own CA, not checked here) with a token allowed to read it
+        (the kubeconfig's: the test's admin) unless another is given; /healthz and /readyz from the
+        health port (plain HTTP)."""
         token = token or KubeConfig.from_file(self.kubeconfig).get().user.token
-        req = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}{path}",
-                                     headers={"Authorization": f"Bearer {token}"} if token else {})
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        probe = path in ("/healthz", "/readyz")
+        url = (f"http://127.0.0.1:{self.health_port}{path}" if probe
+               else f"https://127.0.0.1:{self.metrics_port}{path}")
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token and not probe else {})
+        with urllib.request.urlopen(req, timeout=10, context=None if probe else UNCHECKED) as resp:
             return str(resp.read().decode())
 
     def metrics(self) -> dict[str, float]:

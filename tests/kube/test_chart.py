@@ -161,13 +161,42 @@ def test_service_monitor_and_network_policy_select_what_the_chart_makes(helm: st
     secret = monitor["spec"]["endpoints"][0]["authorization"]["credentials"]["name"]
     binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == secret)
     assert binding["roleRef"]["name"] == install.METRICS_READER
+    # /metrics over HTTPS: Prometheus trusts the operator's CA (ca.crt of its Secret) for the Service's name
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == {
+        "serverName": "torchjob-operator-metrics.torchjob-system.svc",
+        "ca": {"secret": {"name": "torchjob-progress-tls", "key": "ca.crt"}}}
     policy = next(o for o in objs if o["kind"] == "NetworkPolicy")
     ports = {p["name"] for p in next(o for o in objs if o["kind"] == "Deployment")
              ["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == ports
+    # every port but the probes' (the kubelet probes from the node; no pod may reach them)
+    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == ports - {"health"}
+    metrics_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "http")
+    monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    assert metrics_rule["from"] == [{"namespaceSelector": monitoring}]
     dashboard = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "torchjob-dashboard")
     assert json.loads(dashboard["data"]["torchjob.json"])["title"] == "torchjob"
-    assert not any(o["kind"] in ("ServiceMonitor", "NetworkPolicy") for o in template(helm))  # off by default
+    defaults = template(helm)
+    assert not any(o["kind"] == "ServiceMonitor" for o in defaults)  # off by default
+    assert any(o["kind"] == "NetworkPolicy" for o in defaults)  # on by default (issue 30, finding 2)
+    chosen = template(helm, 'networkPolicy.metricsNamespaceSelector={"matchLabels":{"team":"obs"}}')
+    policy = next(o for o in chosen if o["kind"] == "NetworkPolicy")
+    assert policy["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {"matchLabels": {"team": "obs"}}}]
+
+
+def test_two_replicas_roll_one_at_a_time_and_keep_one_through_a_drain(helm: str) -> None:
+    """Issue 34: every working replica is Ready, so the Deployment rolls with maxUnavailable 0 (a new
+    replica ready before an old one goes) and a PodDisruptionBudget keeps one of two; the progress
+    Service selects the leader's label, not readiness."""
+    objs = template(helm, "replicaCount=2")
+    deployment = next(o for o in objs if o["kind"] == "Deployment")
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    budget = next(o for o in objs if o["kind"] == "PodDisruptionBudget")
+    assert budget["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+    progress = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == install.NAME)
+    assert progress["spec"]["selector"] == {**deployment["spec"]["selector"]["matchLabels"],
+                                            install.LEADER_LABEL: "true"}
+    assert not any(o["kind"] == "PodDisruptionBudget" for o in template(helm))  # one replica: none
 
 
 def test_uninstall_keeps_the_crds() -> None:

@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Pod, Service, ServiceAccount
 from lightkube.types import PatchType
 
 from tests.jobs import job_data
-from tests.kube.conftest import Operator, admit_podgroup, finished, set_pod, wait_job
+from tests.kube.conftest import UNCHECKED, Operator, admit_podgroup, finished, set_pod, wait_job
 from torchjob.dialects.convert import explicit
 from torchjob.dialects.load import load
 from torchjob.kube.machinery.client import TorchJobRes
@@ -135,8 +135,10 @@ def test_metrics_and_health(kube: Client, namespace: str, operator: Operator) ->
     wait_pods(kube, "met", namespace, 2)
     body = operator.scrape()  # with a token allowed to get /metrics (the test's admin)
     assert "controller_runtime_reconcile_total" in body and "workqueue_depth" in body
-    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
-    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200  # probes: no token
+    assert operator.scrape("/readyz") == operator.scrape("/healthz") == "ok"  # the health port; probes: no token
+    with pytest.raises(urllib.error.HTTPError) as elsewhere:  # the probes are not on the metrics port
+        urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=5, context=UNCHECKED)
+    assert elsewhere.value.code == 404
     # /metrics (every namespace's job names): no token, a made-up one, a ServiceAccount's not allowed to get it
     kube.create(ServiceAccount(metadata=ObjectMeta(name="nosy", namespace=namespace)))
     nosy = kube.create(ServiceAccount.Token(metadata=ObjectMeta(name="nosy", namespace=namespace),
@@ -144,6 +146,6 @@ def test_metrics_and_health(kube: Client, namespace: str, operator: Operator) ->
                        name="nosy", namespace=namespace).status.token
     for token, code in ((None, 401), ("made.up.token", 401), (nosy, 403)):
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={
-                "Authorization": f"Bearer {token}"} if token else {}), timeout=10)
+            urllib.request.urlopen(urllib.request.Request(f"https://127.0.0.1:{port}/metrics", headers={
+                "Authorization": f"Bearer {token}"} if token else {}), timeout=10, context=UNCHECKED)
         assert refused.value.code == code, token

@@ -157,6 +157,13 @@
   verbs:
   - get
   - patch
+- apiGroups:
+  - ''
+  resources:
+  - pods
+  verbs:
+  - list
+  - patch
 {{- end }}
 
 {{- define "torchjob.kubeflowJobRules" -}}

@@ -72,12 +72,26 @@ class OperatorConfig:
         "--namespace", "Watch this namespace only; repeat it for several (default: all).", metavar="NAMESPACE",
         multiple=True, parse=_watched))
     workers: int = field(default=4, metadata=flag("--workers", "Concurrent reconciles."))
-    metrics_port: int = field(default=8080, metadata=flag("--metrics-port", "Port of /metrics, /healthz, /readyz."))
+    metrics_port: int = field(default=8080, metadata=flag(
+        "--metrics-port", "Port of /metrics (0: any free one)."))
+    metrics_tls: bool = field(default=False, metadata=flag(
+        "--metrics-tls/--no-metrics-tls",
+        "Serve /metrics over HTTPS, with the certificate of the CA the operator keeps for its progress endpoint "
+        "(Secret torchjob-progress-tls in --lease-namespace; the CA is its ca.crt).", default=True))
+    health_port: int = field(default=8081, metadata=flag(
+        "--health-port",
+        "Port of the probes, /healthz and /readyz (plain HTTP, no token; 0: any free one). /readyz answers "
+        "on every replica that works, leader or not."))
     metrics_auth: bool = field(default=True, metadata=flag(
         "--metrics-auth/--no-metrics-auth",
         "Serve /metrics only to a bearer token the API server authenticates and allows to get /metrics "
         "(TokenReview and SubjectAccessReview, as controller-runtime does; bind the scraper's ServiceAccount to "
         "the torchjob-metrics-reader ClusterRole). /healthz and /readyz stay open."))
+    pod_name: str | None = field(default=None, metadata=flag(
+        "--pod-name",
+        "This replica's pod (in --lease-namespace): the leader labels it torchjob.dev/leader=true, which the "
+        "progress Service selects. In the install manifests, from the downward API.", metavar="NAME",
+        envvar="POD_NAME"))
     leader_elect: bool = field(default=False, metadata=flag(
         "--leader-elect/--no-leader-elect", "Hold a Lease so that only one replica of the operator acts."))
     lease_namespace: str = field(default="torchjob-system", metadata=flag("--lease-namespace"))

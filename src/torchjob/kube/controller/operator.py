@@ -1,7 +1,7 @@
-"""`torchjob operator`: the controllers (one per kind served) with leader election on a Lease,
-`/healthz`, `/readyz` and `/metrics` (for authorized scrapers) on one HTTP port, the progress
-endpoint, and JSON logs. The
-wiring of one process, from one `OperatorConfig`."""
+"""`torchjob operator`: the controllers (one per kind served) with leader election on a Lease (the
+leader labels its pod, which the progress Service selects), `/healthz` and `/readyz` on the health
+port (every working replica is ready), `/metrics` (for authorized scrapers, over TLS) on its own
+port, the progress endpoint, and JSON logs. The wiring of one process, from one `OperatorConfig`."""
 
 from __future__ import annotations
 
@@ -20,14 +20,16 @@ from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
 from torchjob.kube.controller.reconciler import ProgressLink
 from torchjob.kube.machinery.client import Api, connect, outlasting
-from torchjob.kube.machinery.health import Health, serve_http
-from torchjob.kube.machinery.leader import LeaderElector
+from torchjob.kube.machinery.health import GuardedHttp, Health, serve_health, serve_metrics
+from torchjob.kube.machinery.leader import LeaderElector, LeaderMark, LostLease
 from torchjob.kube.machinery.scrapers import ScraperAuth
+from torchjob.kube.objects.install import LEADER_LABEL
 from torchjob.kube.progress import gauges, tls
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.receiver import ProgressReceiver
 from torchjob.kube.progress.writer import ProgressWriter
-from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB, ServedKind
+from torchjob.kube.served import trainer_api
+from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB, TRAINJOB, ServedKind
 from torchjob.kube.served.kubeflow_api import should_serve
 from torchjob.progress.server import ProgressServer
 
@@ -37,12 +39,13 @@ DRAIN_S = 5.0  # on SIGTERM: how long reconciles in flight and their events may 
 
 
 async def run_operator(config: OperatorConfig) -> None:
-    """Run until SIGTERM or SIGINT (then stop cleanly: drain, give the lease up) or a fatal error.
-    With a progress port, the leader also serves the progress endpoint (HTTPS) there."""
-    health = Health()
+    """Run until SIGTERM or SIGINT (then stop cleanly: hand over, drain, give the lease up) or a fatal
+    error; a lost Lease ends the process with exit code 1 and one log line. With a progress port, the
+    leader also serves the progress endpoint (HTTPS) there."""
+    health = Health(contact_window_s=config.lease_duration_s if config.leader_elect else None)
     api = Api(connect(config.kubeconfig))
     loop = asyncio.get_running_loop()
-    server = serve_http(config.metrics_port, health, ScraperAuth(api, loop).check if config.metrics_auth else None)
+    servers = [_listen("--health-port", config.health_port, lambda: serve_health(config.health_port, health))]
     stop = asyncio.Event()
     signals: list[str] = []
 
@@ -54,14 +57,48 @@ async def run_operator(config: OperatorConfig) -> None:
         loop.add_signal_handler(sig, on_signal, sig)
     tasks: list[asyncio.Task[Any]] = []
     elector: LeaderElector | None = None
+    mark = LeaderMark(api, config.lease_namespace, config.pod_name, LEADER_LABEL) if config.leader_elect else None
     endpoint: ProgressServer | None = None
+    writer: ProgressWriter | None = None
     try:
         stopping = asyncio.create_task(stop.wait())
         tasks.append(stopping)
+        health.waiting = config.leader_elect  # ready while it waits for the Lease (once the API server answers)
+        url = config.reported_url
+        told = urlsplit(url).hostname if url is not None else None  # the certificate must name what pods are told
+        extra = ((told,) if told else ()) + tuple(tls.hosts_for(f"{config.progress_service}-metrics",
+                                                                 config.lease_namespace))
+        made: tls.Tls | None = None
+        if url is not None or config.metrics_tls:  # every replica serves its /metrics with the same pair
+            made = await outlasting(lambda: tls.ensure(api, config.lease_namespace, config.progress_service, extra),
+                                    "the operator's certificate")
+        auth = ScraperAuth(api, loop).check if config.metrics_auth else None
+        metrics = _listen("--metrics-port", config.metrics_port, lambda: serve_metrics(
+            config.metrics_port, auth, made.context() if made is not None and config.metrics_tls else None))
+        servers.append(metrics)
+        link: ProgressLink | None = None
+        if made is not None:
+            link = ProgressLink(Books(), tls.Trust(made.trusted))
+
+            def swap(renewed: tls.Tls) -> None:
+                """A renewed certificate, without a restart: the listeners' next handshakes, and the CAs
+                each namespace's ConfigMap is brought to (the reconciler looks again: its trust changed)."""
+                if config.metrics_tls:
+                    metrics.tls = renewed.context()
+                if endpoint is not None:
+                    endpoint.tls = renewed.context()
+                if link is not None:
+                    link.trust.pem = renewed.trusted
+
+            tasks.append(asyncio.create_task(tls.keep(api, config.lease_namespace, config.progress_service, extra,
+                                                      made, swap)))
         if config.leader_elect:
             elector = LeaderElector(api, LEASE_NAME, config.lease_namespace,
                                     f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
-                                    duration_s=config.lease_duration_s, renew_s=config.lease_duration_s / 3)
+                                    duration_s=config.lease_duration_s, renew_s=config.lease_duration_s / 3,
+                                    on_contact=health.contact)
+            if mark is not None:
+                await mark.drop()  # a container restarted in its pod: the label of its last life
             acquire = asyncio.create_task(elector.acquire())
             await asyncio.wait([acquire, stopping], return_when=asyncio.FIRST_COMPLETED)
             if not acquire.done():
@@ -69,6 +106,7 @@ async def run_operator(config: OperatorConfig) -> None:
                 log.info("stopped (%s) before leading", ", ".join(signals))
                 return
             acquire.result()
+            health.waiting = False  # leading: ready again once its caches are synced
             tasks.append(asyncio.create_task(elector.keep()))
         kinds: list[ServedKind] = [TORCHJOB]
         serve_kubeflow, why = await outlasting(lambda: should_serve(api, config.kubeflow_api, datetime.now(UTC)),
@@ -76,28 +114,25 @@ async def run_operator(config: OperatorConfig) -> None:
         log.info("Kubeflow's PyTorchJob API: %s (%s)", "served" if serve_kubeflow else "not served", why)
         if serve_kubeflow:  # the same controller code and core, for the second kind
             kinds.append(PYTORCHJOB)
-        link: ProgressLink | None = None
-        url = config.reported_url
-        if url is not None:
-            # Served by the leader only: the stall decision reads the reports where it reconciles (and
-            # only the leader is ready, so the Service sends the pods' reports to it).
-            told = urlsplit(url).hostname  # the certificate must name what the pods are told
-            extra = (told,) if told else ()
-            made = await outlasting(lambda: tls.ensure(api, config.lease_namespace, config.progress_service, extra),
-                                    "the progress endpoint's certificate")
-            link = ProgressLink(Books(), tls.Trust(made.trusted))
-        controllers = {k.plural: Controller(api, config, kind=k, progress=link) for k in kinds}
-        if link is not None:
-            endpoint = _serve_progress(api, config, controllers, link.books, made.context(), loop, tasks)
+        serve_trainer, why = await outlasting(lambda: trainer_api.should_serve(api), "asking about TrainJobs")
+        log.info("Kubeflow Trainer's TrainJob API: %s (%s)", "served" if serve_trainer else "not served", why)
+        if serve_trainer:
+            kinds.append(TRAINJOB)
+        # Reports are taken by the leader only (the stall decision reads them where it reconciles): the
+        # progress Service selects the pod it labels.
+        controllers = {k.plural: Controller(api, config, kind=k, progress=link if url is not None else None)
+                       for k in kinds}
+        if url is not None and link is not None and made is not None:
+            endpoint, writer = _serve_progress(api, config, controllers, link.books, made.context(), loop, tasks)
             log.info("progress endpoint on :%d (pods report to %s)", config.progress_port, url)
-            tasks.append(asyncio.create_task(tls.keep(api, config.lease_namespace, config.progress_service, extra,
-                                                      made, _renewed(endpoint, link))))
+        if mark is not None:
+            await outlasting(mark.claim, "labelling this pod as the leader's")
         tasks += [asyncio.create_task(c.run()) for c in controllers.values()]
 
         async def mark_ready() -> None:
             for c in controllers.values():
                 await c.ready.wait()
-            health.ready = True
+            health.synced = True
 
         ready = asyncio.create_task(mark_ready())
         # The controller and the lease keeper end only by an error; a signal sets the stop event.
@@ -106,40 +141,63 @@ async def run_operator(config: OperatorConfig) -> None:
             exc = None if t is stopping else t.exception()
             if exc is not None:
                 raise exc
-        # Stop taking work; let what is in flight finish while the lease is still ours (renewed at
-        # most a third of its duration ago); then give the lease up.
-        health.ready = False
+        # Hand over: the Service stops sending reports here, no report is taken any more, those taken
+        # are written; what is in flight finishes while the lease is still ours (renewed at most a
+        # third of its duration ago); then the lease is given up.
+        health.stopping = True
+        if mark is not None:
+            await mark.drop()
+        if endpoint is not None:
+            endpoint.stop()
+            endpoint = None
         for t in tasks:
             t.cancel()
         ready.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if writer is not None:
+            await _flush(writer)
         budget = min(DRAIN_S, config.lease_duration_s / 3) if config.leader_elect else DRAIN_S
         cut = sum(await asyncio.gather(*(c.drain(budget) for c in controllers.values())))
         if elector is not None:
             await elector.release()
         log.info("stopped (%s)%s", ", ".join(signals), f"; {cut} writes cut short" if cut else "")
+    except LostLease:  # said in one line by the elector; another replica leads now
+        health.stopping = True
+        if endpoint is not None:
+            endpoint.stop()
+            endpoint = None
+        if mark is not None:
+            await mark.drop()
+        raise SystemExit(1) from None
     finally:
         for t in tasks:
             t.cancel()
         if endpoint is not None:
             endpoint.stop()
-        server.shutdown()
+        for server in servers:
+            server.stop()
         await api.client.close()
 
 
-def _renewed(endpoint: ProgressServer, link: ProgressLink) -> Callable[[tls.Tls], None]:
-    """What a renewed certificate changes, without a restart: the endpoint's next handshakes, and the
-    CAs each namespace's ConfigMap is brought to (the reconciler looks again: its trust changed)."""
+async def _flush(writer: ProgressWriter, timeout_s: float = 2.0) -> None:
+    """The reports taken since the last write, written before the Lease is handed over."""
+    try:
+        await asyncio.wait_for(writer.write_changed(), timeout_s)
+    except Exception as e:
+        log.warning("the last progress reports were not written: %s", e)
 
-    def swap(made: tls.Tls) -> None:
-        endpoint.tls = made.context()
-        link.trust.pem = made.trusted
 
-    return swap
+def _listen(flag: str, port: int, serve: Callable[[], GuardedHttp]) -> GuardedHttp:
+    try:
+        return serve()
+    except OSError as e:
+        raise UserError(f"the operator cannot listen on port {port} ({flag}): {e.strerror}",
+                        fix=f"pass another {flag}, or {flag} 0 for any free port") from e
 
 
 def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Controller], books: Books,
-                    context: Any, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[Any]]) -> ProgressServer:
+                    context: Any, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[Any]]
+                    ) -> tuple[ProgressServer, ProgressWriter]:
     """The endpoint, its receiver and writer, wired to the controllers' caches and queues."""
     caches = {plural: c.caches() for plural, c in controllers.items()}
     receiver = ProgressReceiver(api, caches, books, loop,
@@ -153,4 +211,4 @@ def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Con
         raise UserError(f"the progress endpoint cannot listen on port {config.progress_port}: {e.strerror}",
                         fix="pass another --progress-port, or --progress-port 0 to run without it") from e
     tasks.append(asyncio.create_task(writer.run()))
-    return endpoint
+    return endpoint, writer

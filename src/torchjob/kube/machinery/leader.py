@@ -5,17 +5,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.client import SETTLE_S, Api, Outage, api_message, status_code
 
 log = logging.getLogger("torchjob.kube")
+
+
+class LostLease(Exception):
+    """The leader could not keep its Lease: it must stop acting (the process exits, and starts again
+    as a candidate). Said in one log line, not a traceback: it is an event of the cluster, not a bug."""
 
 
 class LeaderElector:
@@ -28,13 +36,21 @@ class LeaderElector:
     can expire for the others."""
 
     def __init__(self, api: Api, name: str, namespace: str, identity: str, duration_s: int = 15,
-                 renew_s: float = 5.0, settle_s: float = SETTLE_S) -> None:
+                 renew_s: float = 5.0, settle_s: float = SETTLE_S,
+                 on_contact: Callable[[], None] | None = None) -> None:
         self.api, self.name, self.namespace, self.identity = api, name, namespace, identity
+        self.on_contact = on_contact  # called whenever the API server answered about the Lease (readiness)
         self.duration_s, self.renew_s = duration_s, renew_s
         self.deadline_s = duration_s * 2 / 3
         self.settle_s = settle_s
 
     async def _try(self) -> bool:
+        taken = await self._attempt()
+        if self.on_contact is not None:
+            self.on_contact()
+        return taken
+
+    async def _attempt(self) -> bool:
         client = self.api.client
         now = datetime.now(UTC)
         try:
@@ -104,7 +120,7 @@ class LeaderElector:
 
     async def keep(self) -> None:
         """Renew until another holds the lease or the renew deadline passes without a renewal; then
-        raise (the caller stops leading)."""
+        raise LostLease (the caller stops leading), having logged why."""
         renewed = time.monotonic()
         wait = self.renew_s
         while True:
@@ -123,4 +139,47 @@ class LeaderElector:
                 log.warning("lease renewal failed (%s); trying again", api_message(e) or type(e).__name__)
         metrics.LEADER.labels(self.name).set(0)
         log.error("lost the lease: %s", why)
-        raise RuntimeError(f"lost leadership: {why}")
+        raise LostLease(why)
+
+
+class LeaderMark:
+    """The leader's label on its own pod (`label`=true), which the progress Service selects: every
+    replica is Ready (readiness says the process works), so the Service finds the leader by this.
+
+    `claim` (on becoming the leader) labels this pod and takes the label off any other pod of the
+    namespace (a leader that died or lost its Lease without taking it off); `drop` (on handing the
+    Lease over, on losing it, and on start: a container restarted in its pod) takes it off this one.
+    Without a pod name (an operator run outside a pod) both do nothing."""
+
+    def __init__(self, api: Api, namespace: str, pod: str | None, label: str) -> None:
+        self.api, self.namespace, self.pod, self.label = api, namespace, pod, label
+
+    async def _set(self, pod: str, value: str | None) -> None:
+        await self.api.client.patch(Pod, pod, {"metadata": {"labels": {self.label: value}}},
+                                    namespace=self.namespace, patch_type=PatchType.MERGE)
+
+    async def claim(self) -> None:
+        if self.pod is None:
+            return
+        await self._set(self.pod, "true")
+        stale, _ = await self.api.list("Pod", self.namespace, labels={self.label: "true"})
+        for pod in stale:
+            name = pod["metadata"]["name"]
+            if name != self.pod:
+                try:
+                    await self._set(name, None)
+                    log.info("took the leader label off pod %s (it no longer leads)", name)
+                except ApiError as e:
+                    if status_code(e) != 404:
+                        raise
+        log.info("labelled pod %s %s=true: the progress Service sends reports here", self.pod, self.label)
+
+    async def drop(self, timeout_s: float = 3.0) -> None:
+        """Best effort, bounded: a leader that cannot reach the API server to take its label off is
+        cleaned up by the next leader's claim."""
+        if self.pod is None:
+            return
+        try:
+            await asyncio.wait_for(self._set(self.pod, None), timeout_s)
+        except Exception as e:
+            log.warning("could not take the leader label off pod %s: %s", self.pod, api_message(e) or type(e).__name__)

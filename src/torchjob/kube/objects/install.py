@@ -29,6 +29,11 @@ METRICS_SERVICE = f"{NAME}-metrics"
 DEFAULT_IMAGE = f"torchjob/operator:{__version__}"
 PROGRESS_PORT = 8443
 METRICS_PORT = 8080
+HEALTH_PORT = 8081  # /healthz and /readyz: the probes' port, on no Service
+LEADER_LABEL = "torchjob.dev/leader"  # on the leader's pod (=true), which the progress Service selects
+# Who may reach /metrics through the NetworkPolicy: the namespace Prometheus runs in (the chart's
+# networkPolicy.metricsNamespaceSelector)
+METRICS_NAMESPACE_SELECTOR: dict[str, Any] = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
 DEFAULT_PROGRESS_URL = f"https://{NAME}.{NAMESPACE}.svc:{PROGRESS_PORT}"  # what pods report progress to
 LEASE = NAME  # kube/controller/operator.py's LEASE_NAME
 TLS_SECRET = "torchjob-progress-tls"  # kube/progress/tls.py's SECRET
@@ -41,7 +46,8 @@ RBAC = "rbac.authorization.k8s.io/v1"
 OPERATOR_FLAGS: dict[str, Any] = {
     "initImage": INIT_IMAGE, "waitForMaster": True, "workers": 4, "leaseDuration": 15,
     "gangSchedulerName": "", "forceDeleteAfter": 60, "progressPort": PROGRESS_PORT,
-    "progressWriteInterval": 5, "metricsPort": METRICS_PORT, "metricsAuth": True,
+    "progressWriteInterval": 5, "metricsPort": METRICS_PORT, "metricsAuth": True, "metricsTls": True,
+    "healthPort": HEALTH_PORT,
 }
 
 # Rules on objects in the namespaces jobs live in (a ClusterRole, or a Role in each watched namespace).
@@ -83,6 +89,9 @@ LEASE_RULES: list[dict[str, Any]] = [
      "verbs": ["get", "update"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TLS_SECRET], "verbs": ["get", "patch"]},
+    # the leader labels its own pod (LEADER_LABEL, which the progress Service selects) and takes the label
+    # off any other pod that still has it (a leader that died with it)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
 ]
 # Serving Kubeflow's PyTorchJobs: the same verbs as on TorchJobs, and the owner's finalizers.
 KUBEFLOW_JOB_RULES: list[dict[str, Any]] = [
@@ -166,6 +175,7 @@ def operator_args(namespace: str, watch_namespaces: Sequence[str] = (), flags: d
     for ns in watch_namespaces:
         cmd += ["--namespace", ns]
     cmd += ["--metrics-port", str(f["metricsPort"]), "--metrics-auth" if f["metricsAuth"] else "--no-metrics-auth",
+            "--metrics-tls" if f["metricsTls"] else "--no-metrics-tls", "--health-port", str(f["healthPort"]),
             "--progress-port", str(f["progressPort"]), "--progress-write-interval", str(f["progressWriteInterval"]),
             "--init-image", str(f["initImage"]),
             "--wait-for-master" if f["waitForMaster"] else "--no-wait-for-master",
@@ -227,10 +237,10 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": labels},
-                # Only the leader is ready, so a new replica never is while the old leader runs: a
-                # rollout that waited for one would never end. The old replicas go at once (the
-                # leader gives its Lease up on SIGTERM) while the new ones start; jobs keep running.
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "100%"}},
+                # Every working replica is ready (the Lease, not readiness, says who leads): one new
+                # replica at a time, an old one going only once it is ready; the leader hands its
+                # Lease over on SIGTERM.
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
@@ -241,14 +251,18 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
                             "image": image,
                             "imagePullPolicy": "IfNotPresent",
                             "command": command,
+                            # this pod's name: the leader labels its own pod
+                            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {
+                                "apiVersion": "v1", "fieldPath": "metadata.name"}}}],
                             "ports": [{"name": "http", "containerPort": flags["metricsPort"]},
+                                      {"name": "health", "containerPort": flags["healthPort"]},
                                       {"name": "progress", "containerPort": flags["progressPort"]}],
                             # the TLS key is loaded from a private temp file: a writable /tmp
                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
                                              {"name": "token", "mountPath": SA_DIR, "readOnly": True}],
-                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
-                            # only the leader is ready: the progress Service sends reports to it alone
-                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 2},
+                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "health"}},
+                            # every replica that works is ready, leader or not
+                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 2},
                             "resources": RESOURCES,
                             "securityContext": SECURITY_CONTEXT,
                         }],
@@ -257,17 +271,41 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
                 },
             },
         },
-        # Pods report progress here; only the leader is ready, so only it gets them. Headless: the
-        # name resolves to the ready pod itself, with or without kube-proxy.
+        # Pods report progress here: to the leader alone, which labels its pod. Headless: the name
+        # resolves to the leader's pod itself, with or without kube-proxy.
         {"apiVersion": "v1", "kind": "Service", "metadata": _meta(NAME, namespace, labels),
-         "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": "progress", "port": flags["progressPort"],
-                                                  "targetPort": "progress"}]}},
+         "spec": {"clusterIP": "None", "selector": {**labels, LEADER_LABEL: "true"},
+                  "ports": [{"name": "progress", "port": flags["progressPort"], "targetPort": "progress"}]}},
         # /metrics of every replica (not only the leader's): a scraper's endpoints are the pods, ready or not
         {"apiVersion": "v1", "kind": "Service",
          "metadata": _meta(METRICS_SERVICE, namespace, {**labels, "app.kubernetes.io/component": "metrics"}),
          "spec": {"clusterIP": "None", "selector": labels, "publishNotReadyAddresses": True,
                   "ports": [{"name": "http", "port": flags["metricsPort"], "targetPort": "http"}]}},
+        *_disruption_budget(namespace, replicas, labels),
+        _network_policy(namespace, watch_namespaces, labels),
     ]
+
+
+def _network_policy(namespace: str, watch_namespaces: Sequence[str], labels: dict[str, str]) -> dict[str, Any]:
+    """Into the operator's pods: the progress port from the watched namespaces' pods (all, when none is
+    named), the metrics port from METRICS_NAMESPACE_SELECTOR's namespaces, the health port from no pod
+    (the kubelet probes from the node)."""
+    reporters: dict[str, Any] = ({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                        "values": list(watch_namespaces)}]}
+                                 if watch_namespaces else {})
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(NAME, namespace),
+            "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": [
+                {"ports": [{"port": "progress", "protocol": "TCP"}], "from": [{"namespaceSelector": reporters}]},
+                {"ports": [{"port": "http", "protocol": "TCP"}],
+                 "from": [{"namespaceSelector": METRICS_NAMESPACE_SELECTOR}]}]}}
+
+
+def _disruption_budget(namespace: str, replicas: int, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """With two replicas or more, a drain keeps one running (every working replica is ready)."""
+    if replicas < 2:
+        return []
+    return [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(NAME, namespace, labels),
+             "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}}]
 
 
 def apply(objs: list[dict[str, Any]], kubeconfig: str | None = None) -> list[str]:
