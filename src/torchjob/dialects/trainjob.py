@@ -40,6 +40,15 @@ VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 # Trainer v2.0/v2.1's TrainJob fields that v2.2 replaced with runtimePatches (kubeflow/trainer #3309).
 REPLACED_BY_PATCHES = ("podTemplateOverrides", "labels", "annotations")
 Path = list[str | int]
+# The env Trainer's torch plugin sets in the node container; its webhook refuses a TrainJob that sets
+# one (torch.go's Validate): what to write instead.
+RESERVED_ENV = {
+    "PET_NNODES": "set spec.trainer.numNodes",
+    "PET_NPROC_PER_NODE": "set spec.trainer.numProcPerNode",
+    "PET_NODE_RANK": "remove it: each node gets its index",
+    "PET_MASTER_ADDR": "remove it: it is node 0's address",
+    "PET_MASTER_PORT": f"remove it: the master port is {TRAINER_PORT}",
+}
 
 
 def _quantity(value: object) -> int:
@@ -120,6 +129,9 @@ def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[st
     # Keyed by name; an entry whose name is not a string keeps a key of its own, for the model to refuse.
     env = {_env_key(e, f"<runtime env {i}>"): e for i, e in enumerate(c.get("env") or []) if isinstance(e, dict)}
     for i, e in notes.items(trainer, "env", path):
+        if isinstance(e.get("name"), str) and e["name"] in RESERVED_ENV:
+            notes.error([*path, "env", i, "name"], f"{e['name']} is set by the TrainJob's torch runtime (Trainer "
+                        "refuses it too)", RESERVED_ENV[str(e["name"])])
         env[_env_key(e, f"<env {i}>")] = e
     if env:
         c["env"] = list(env.values())

@@ -125,8 +125,9 @@ class Reconciler:
             return DONE
         status = self.kind.status_of(raw)
         now = datetime.now(UTC)
+        found = await self.kind.needs(self.api, raw) if self.kind.needs is not None else []
         try:
-            job = self.kind.read(raw)
+            job = self.kind.read(raw, found)
         except Unreadable as e:
             await self._write(raw, None, status, refuse_unreadable(status, Refusal(Reason.INVALID_SPEC, str(e)), now))
             return DONE

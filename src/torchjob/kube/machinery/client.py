@@ -38,6 +38,14 @@ PluginsPodGroup = create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", 
 KueueWorkload = create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
 PyTorchJobRes = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
 KueueResourceFlavor = create_global_resource("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors")
+# Kubeflow Trainer v2's (kube/served/trainer_objects.py) and T9k's (kube/served/t9k_objects.py)
+TrainJobRes = create_namespaced_resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+TrainingRuntimeRes = create_namespaced_resource("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime",
+                                                "trainingruntimes")
+ClusterTrainingRuntimeRes = create_global_resource("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime",
+                                                   "clustertrainingruntimes")
+T9kPyTorchTrainingJobRes = create_namespaced_resource("batch.tensorstack.dev", "v1beta1", "PyTorchTrainingJob",
+                                                      "pytorchtrainingjobs")
 
 # By kind, or by apiVersion/kind where two groups share a kind.
 KINDS: dict[str, Any] = {
@@ -48,6 +56,10 @@ KINDS: dict[str, Any] = {
     "kueue.x-k8s.io/v1beta1/Workload": KueueWorkload,
     "kueue.x-k8s.io/v1beta1/ResourceFlavor": KueueResourceFlavor,
     "kubeflow.org/v1/PyTorchJob": PyTorchJobRes,
+    "trainer.kubeflow.org/v1alpha1/TrainJob": TrainJobRes,
+    "trainer.kubeflow.org/v1alpha1/TrainingRuntime": TrainingRuntimeRes,
+    "trainer.kubeflow.org/v1alpha1/ClusterTrainingRuntime": ClusterTrainingRuntimeRes,
+    "batch.tensorstack.dev/v1beta1/PyTorchTrainingJob": T9kPyTorchTrainingJobRes,
     "CustomResourceDefinition": CustomResourceDefinition,
 }
 

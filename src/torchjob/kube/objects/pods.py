@@ -20,7 +20,7 @@ from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import reserved_meta, training_container
 from torchjob.core import topology
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
-from torchjob.kube.objects import gang, kueue, tensorboard
+from torchjob.kube.objects import gang, kueue, tensorboard, trainjob_labels
 from torchjob.kube.objects import kubeflow_labels as kf
 from torchjob.kube.objects.init_container import (
     is_windows,
@@ -76,8 +76,14 @@ def placement(job: TorchJob) -> Placement:
 
 def _kubeflow_labels(job: TorchJob, rid: ReplicaId | None) -> dict[str, str]:
     """Kubeflow's labels on the pods and Service of a job served as a PyTorchJob (its tools select
-    pods by them); none on a TorchJob's."""
-    if served_as(job)[1] != "PyTorchJob":
+    pods by them), or Trainer's JobSet labels on a TrainJob's (kube/objects/trainjob_labels.py); none
+    on a TorchJob's."""
+    kind = served_as(job)[1]
+    if kind == "TrainJob":
+        if rid is None:
+            return trainjob_labels.service_labels(job.name)
+        return trainjob_labels.pod_labels(job.name, topology.node_rank(job, rid))
+    if kind != "PyTorchJob":
         return {}
     if rid is None:
         return kf.service_labels(job.name)

@@ -1,11 +1,12 @@
-"""The kinds the operator serves with one controller and one core: torchjob's own `TorchJob`, and
+"""The kinds the operator serves with one controller and one core: torchjob's own `TorchJob`,
 Kubeflow's `kubeflow.org/v1` `PyTorchJob` (read by the Kubeflow dialect, its status written in
-Kubeflow's shape with torchjob's under `status.torchjob`). Everything that differs between the two
-is here; the controller, the reconciler and core are the same code for both."""
+Kubeflow's shape with torchjob's under `status.torchjob`) and Kubeflow Trainer v2's
+`trainer.kubeflow.org/v1alpha1` `TrainJob` (kube/served/trainjob.py). Everything that differs between
+them is here; the controller, the reconciler and core are the same code for all."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,13 +17,16 @@ from torchjob.api.errors import InvalidJob
 from torchjob.api.model import WORKER, JobStatus, TorchJob
 from torchjob.api.source import Document
 from torchjob.dialects import kubeflow as kubeflow_dialect
+from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.objects import kubeflow_labels as kfl
 from torchjob.kube.objects.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
 from torchjob.kube.objects.kubeflow_crd import KIND as KUBEFLOW_KIND
 from torchjob.kube.objects.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
 from torchjob.kube.objects.labels import LABEL_JOB, LABEL_TYPE
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS, as_torchjob
+from torchjob.kube.objects.trainjob_labels import JOBSET_NAME
 from torchjob.kube.served import kubeflow_status as kf
+from torchjob.kube.served import trainer_objects, trainjob
 
 META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
 
@@ -38,7 +42,7 @@ def _stored(raw: dict[str, Any]) -> dict[str, Any]:
             "spec": raw.get("spec")}
 
 
-def read_torchjob(raw: dict[str, Any]) -> TorchJob:
+def read_torchjob(raw: dict[str, Any], found: Sequence[dict[str, Any]] = ()) -> TorchJob:
     """A stored TorchJob. An annotation saying it was read from another kind (a user's, since the
     operator never stores it) is dropped: its pods are the TorchJob's own, whatever it says."""
     from pydantic import ValidationError
@@ -49,7 +53,7 @@ def read_torchjob(raw: dict[str, Any]) -> TorchJob:
         raise Unreadable("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from e
 
 
-def read_pytorchjob(raw: dict[str, Any]) -> TorchJob:
+def read_pytorchjob(raw: dict[str, Any], found: Sequence[dict[str, Any]] = ()) -> TorchJob:
     """A PyTorchJob as the Kubeflow dialect reads it (the same reader as `torchjob run` of the file),
     marked as served for that kind: its pods are owned by it and carry Kubeflow's labels."""
     meta = raw["metadata"]
@@ -93,18 +97,21 @@ class ServedKind:
     kind: str  # as kube.client.KINDS names it
     plural: str  # as the API server's errors name it
     pod_labels: dict[str, Any]  # selects this kind's pods and Services (lightkube's label selector)
-    read: Callable[[dict[str, Any]], TorchJob]  # raises Unreadable
+    read: Callable[[dict[str, Any], list[dict[str, Any]]], TorchJob]  # (stored, what `needs` found); raises Unreadable
     status_of: Callable[[dict[str, Any]], JobStatus]  # torchjob's status, from the stored object
     status_patch: Callable[[TorchJob | None, JobStatus, datetime], dict[str, Any]]  # -> the stored status
     serves: Callable[[dict[str, Any]], bool]  # whether this operator acts on the object at all
     own_kueue: bool  # torchjob makes and follows its Kueue Workload (Kueue's own integration does for PyTorchJob)
     progress_patch: Callable[[dict[str, Any]], dict[str, Any]]  # a job's progress -> the status merge patch
+    # the cluster objects reading a stored job also takes (a TrainJob's runtime), fetched each round
+    needs: Callable[[ApiProtocol, dict[str, Any]], Awaitable[list[dict[str, Any]]]] | None = None
 
 
 TORCHJOB = ServedKind(
     kind="TorchJob", plural="torchjobs",
     # Not a pod of a PyTorchJob torchjob serves (those carry Kubeflow's operator label too).
-    pod_labels={LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: operators.not_exists()},
+    pod_labels={LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: operators.not_exists(),
+                JOBSET_NAME: operators.not_exists()},
     read=read_torchjob,
     status_of=lambda raw: JobStatus.model_validate(raw.get("status") or {}),
     status_patch=torchjob_status_patch,
@@ -123,4 +130,16 @@ PYTORCHJOB = ServedKind(
     own_kueue=False,
     # Kubeflow's status has no progress: it goes with torchjob's other extras (where status_of reads them)
     progress_patch=lambda progress: {EXTRAS_KEY: {"progress": progress}},
+)
+
+TRAINJOB = ServedKind(
+    kind=f"{trainer_objects.API_VERSION}/{trainer_objects.KIND}", plural=trainer_objects.PLURAL,
+    pod_labels={LABEL_JOB: operators.exists(), JOBSET_NAME: operators.exists()},
+    read=trainjob.read,
+    status_of=trainjob.status_of,
+    status_patch=trainjob.trainjob_status,
+    serves=trainjob.served_here,
+    own_kueue=False,  # not yet: the Kueue gate writes a TorchJob's runPolicy.suspend (a TrainJob's is spec.suspend)
+    progress_patch=trainjob.progress_patch,
+    needs=trainjob.runtime_of,
 )

@@ -1,0 +1,239 @@
+"""Kubeflow Trainer v2's API as torchjob serves it (`torchjob install --trainer-api`): the CRDs
+`trainjobs`, `trainingruntimes` and `clustertrainingruntimes` of `trainer.kubeflow.org/v1alpha1`, the
+default `torch-distributed` ClusterTrainingRuntime as Trainer v2.3 ships it
+(manifests/base/runtimes/torch_distributed.yaml; its image a setting), the `kubeflow-trainer-public`
+ConfigMap the Kubeflow SDK reads (with the Role that lets every authenticated user read it, as
+Trainer's chart has), and the operator's RBAC for them. Pure: dicts out.
+
+The TrainJob schema types what Trainer v2.3's does for the fields the Kubeflow SDK writes
+(runtimeRef, trainer {image, command, args, env, numNodes, resourcesPerNode, numProcPerNode},
+initializer, runtimePatches, suspend, managedBy, activeDeadlineSeconds) with Trainer's bounds and
+defaults (numNodes >= 1, activeDeadlineSeconds >= 1, at most 16 runtimePatches, managedBy one of the
+two values Trainer's CEL admits, the name an RFC 1035 label); pod-shaped parts are kept as written
+(`x-kubernetes-preserve-unknown-fields`): the pods made from them are checked by the API server then.
+The status is kept as written too: Trainer's fields (conditions, jobsStatus, trainerStatus) and
+torchjob's own under `status.torchjob`. A runtime's spec is kept as written: the operator reads it
+with the dialect (dialects/trainer_runtime.py), which names any field it cannot honour."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from torchjob.dialects.trainer_runtime import TORCH_DISTRIBUTED
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TrainJob"
+PLURAL = "trainjobs"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+RUNTIME_KIND, RUNTIME_PLURAL = "TrainingRuntime", "trainingruntimes"
+CLUSTER_RUNTIME_KIND, CLUSTER_RUNTIME_PLURAL = "ClusterTrainingRuntime", "clustertrainingruntimes"
+MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"  # Trainer's default: the TrainJob controller
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+MANAGERS = [MANAGED_BY_TRAINER, MANAGED_BY_MULTIKUEUE]
+EXTRAS = "torchjob"  # status.torchjob: torchjob's own status, beside Trainer's fields
+DEFAULT_RUNTIME = "torch-distributed"
+DEFAULT_RUNTIME_IMAGE = TORCH_DISTRIBUTED["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+    "template"]["spec"]["containers"][0]["image"]
+PUBLIC_CONFIGMAP = "kubeflow-trainer-public"  # what the SDK's TrainerClient reads on start
+SYSTEM_NAMESPACE = "kubeflow-system"  # where it reads it ($KUBEFLOW_SYSTEM_NAMESPACE, by default)
+TRAINER_VERSION = "v2.3.0"  # the Trainer API torchjob serves, as the ConfigMap says it
+MANAGED_BY = {"app.kubernetes.io/managed-by": "torchjob"}
+OPERATOR_ROLE = "torchjob-operator-trainer"  # the ClusterRole (and its binding) for serving TrainJobs
+
+_FREE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_ENV = {"type": "array", "items": {"type": "object", "required": ["name"], "x-kubernetes-preserve-unknown-fields": True,
+                                   "properties": {"name": {"type": "string"}}}}
+
+
+def _rule(rule: str, message: str) -> dict[str, str]:
+    return {"rule": rule, "message": message}
+
+
+def trainjob_schema() -> dict[str, Any]:
+    initializer = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
+        "storageUri": {"type": "string"}, "env": _ENV, "secretRef": _FREE}}
+    trainer = {"type": "object", "properties": {
+        "image": {"type": "string"},
+        "command": _STRINGS,
+        "args": {"type": "array", "maxItems": 128, "items": {"type": "string"}},
+        "env": _ENV,
+        "numNodes": {"type": "integer", "format": "int32", "minimum": 1},
+        "resourcesPerNode": _FREE,
+        "numProcPerNode": {"x-kubernetes-int-or-string": True},
+    }}
+    spec = {
+        "type": "object",
+        "required": ["runtimeRef"],
+        "properties": {
+            "runtimeRef": {"type": "object", "required": ["name"], "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "apiGroup": {"type": "string", "default": GROUP},
+                "kind": {"type": "string", "default": CLUSTER_RUNTIME_KIND,
+                         "enum": [RUNTIME_KIND, CLUSTER_RUNTIME_KIND]},
+            }, "x-kubernetes-validations": [_rule("self == oldSelf", "runtimeRef is immutable")]},
+            "initializer": {"type": "object", "properties": {"dataset": initializer, "model": initializer}},
+            "trainer": trainer,
+            "runtimePatches": {"type": "array", "maxItems": 16, "x-kubernetes-list-type": "map",
+                               "x-kubernetes-list-map-keys": ["manager"],
+                               "items": {"type": "object", "required": ["manager"],
+                                         "x-kubernetes-preserve-unknown-fields": True,
+                                         "properties": {"manager": {"type": "string"},
+                                                        "time": {"type": "string", "format": "date-time"},
+                                                        "trainingRuntimeSpec": _FREE}}},
+            "suspend": {"type": "boolean", "default": False},
+            "managedBy": {"type": "string", "default": MANAGED_BY_TRAINER, "x-kubernetes-validations": [
+                _rule(f"self in {MANAGERS!r}",
+                      f"managedBy must be {MANAGED_BY_TRAINER} (the TrainJob controller: torchjob's operator here) "
+                      f"or {MANAGED_BY_MULTIKUEUE}"),
+                _rule("self == oldSelf", "managedBy is immutable")]},
+            "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 1,
+                                      "x-kubernetes-validations": [_rule("self == oldSelf",
+                                                                         "activeDeadlineSeconds is immutable")]},
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+            "spec": spec,
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
+                "conditions": {"type": "array", "maxItems": 8, "items": _FREE},
+                "jobsStatus": {"type": "array", "items": _FREE},
+                "trainerStatus": _FREE,
+            }},
+        },
+        "x-kubernetes-validations": [_rule(
+            "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",
+            "metadata.name must be an RFC 1035 label of at most 63 characters (Trainer's rule): lower-case "
+            "letters, digits and '-', starting with a letter")],
+    }
+
+
+def _crd(kind: str, plural: str, scope: str, schema: dict[str, Any], columns: list[dict[str, Any]],
+         status: bool) -> dict[str, Any]:
+    version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": schema}, "additionalPrinterColumns": columns}
+    if status:
+        version["subresources"] = {"status": {}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": dict(MANAGED_BY)},
+        "spec": {"group": GROUP, "scope": scope, "versions": [version],
+                 "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()}},
+    }
+
+
+AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def crds() -> list[dict[str, Any]]:
+    """TrainJob's, TrainingRuntime's and ClusterTrainingRuntime's CRDs (TrainJob's first)."""
+    runtime = {"type": "object", "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                                "metadata": {"type": "object"}, "spec": _FREE}}
+    return [
+        # Trainer's State column: the type of the last condition
+        _crd(KIND, PLURAL, "Namespaced", trainjob_schema(),
+             [{"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"}, AGE], True),
+        _crd(RUNTIME_KIND, RUNTIME_PLURAL, "Namespaced", copy.deepcopy(runtime), [AGE], False),
+        _crd(CLUSTER_RUNTIME_KIND, CLUSTER_RUNTIME_PLURAL, "Cluster", copy.deepcopy(runtime), [AGE], False),
+    ]
+
+
+def default_runtime(image: str = DEFAULT_RUNTIME_IMAGE) -> dict[str, Any]:
+    """Trainer v2.3's `torch-distributed` ClusterTrainingRuntime, its node image `image`."""
+    rt = copy.deepcopy(TORCH_DISTRIBUTED)
+    rt["metadata"]["labels"] = {**rt["metadata"]["labels"], **MANAGED_BY}
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
+        "image"] = image
+    return rt
+
+
+def public_objects() -> list[dict[str, Any]]:
+    """The ConfigMap the Kubeflow SDK reads the Trainer version from, its namespace, and read access to
+    it for every authenticated user (as Trainer's chart grants)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    meta = {"name": PUBLIC_CONFIGMAP, "namespace": SYSTEM_NAMESPACE, "labels": dict(MANAGED_BY)}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+         "data": {"kubeflow_trainer_version": TRAINER_VERSION}},
+        {"apiVersion": rbac, "kind": "Role", "metadata": meta,
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [PUBLIC_CONFIGMAP],
+                    "verbs": ["get"]}]},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": PUBLIC_CONFIGMAP},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
+    ]
+
+
+# Serving TrainJobs: the verbs the operator uses on TorchJobs, its runtimes read by name, and whether
+# the TrainJob CRD is torchjob's (kube/served/trainer_api.py).
+JOB_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch", "patch", "delete"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
+    {"apiGroups": [GROUP], "resources": [RUNTIME_PLURAL], "verbs": ["get"]},
+]
+CLUSTER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [GROUP], "resources": [CLUSTER_RUNTIME_PLURAL], "verbs": ["get"]},
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+     "resourceNames": [CRD_NAME], "verbs": ["get"]},
+]
+EDIT_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+VIEW_VERBS = ["get", "list", "watch"]
+
+
+def operator_rbac(namespace: str, watch_namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The operator ServiceAccount's rights to serve TrainJobs (a ClusterRole, or Roles in the watched
+    namespaces), and the aggregated roles that let a namespace's editors make TrainJobs and read the
+    runtimes (the SDK lists ClusterTrainingRuntimes: every authenticated user may)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    agg = "rbac.authorization.k8s.io/aggregate-to-"
+
+    def binding(kind: str, ns: str | None) -> dict[str, Any]:
+        return {"apiVersion": rbac, "kind": f"{kind}Binding",
+                "metadata": {"name": OPERATOR_ROLE, **({"namespace": ns} if ns else {})},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": OPERATOR_ROLE},
+                "subjects": [{"kind": "ServiceAccount", "name": "torchjob-operator", "namespace": namespace}]}
+
+    if watch_namespaces:
+        out = [{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": OPERATOR_ROLE},
+                "rules": CLUSTER_RULES}, binding("ClusterRole", None)]
+        for ns in watch_namespaces:
+            out += [{"apiVersion": rbac, "kind": "Role", "metadata": {"name": OPERATOR_ROLE, "namespace": ns},
+                     "rules": JOB_RULES}, binding("Role", ns)]
+    else:
+        out = [{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": OPERATOR_ROLE},
+                "rules": [*JOB_RULES, *CLUSTER_RULES]}, binding("ClusterRole", None)]
+    reader = "torchjob-trainingruntimes-reader"
+    out += [
+        {"apiVersion": rbac, "kind": "ClusterRole",
+         "metadata": {"name": "torchjob-trainjobs-edit", "labels": {f"{agg}admin": "true", f"{agg}edit": "true"}},
+         "rules": [{"apiGroups": [GROUP], "resources": [PLURAL, RUNTIME_PLURAL], "verbs": EDIT_VERBS},
+                   {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": VIEW_VERBS}]},
+        {"apiVersion": rbac, "kind": "ClusterRole",
+         "metadata": {"name": "torchjob-trainjobs-view", "labels": {f"{agg}view": "true"}},
+         "rules": [{"apiGroups": [GROUP], "resources": [PLURAL, f"{PLURAL}/status", RUNTIME_PLURAL],
+                    "verbs": VIEW_VERBS}]},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": reader},
+         "rules": [{"apiGroups": [GROUP], "resources": [CLUSTER_RUNTIME_PLURAL], "verbs": VIEW_VERBS}]},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": reader},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
+    ]
+    return out
+
+
+def trainer_api_objects(namespace: str, watch_namespaces: Sequence[str] = (), crd_only: bool = False,
+                        runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> list[dict[str, Any]]:
+    """What `torchjob install --trainer-api` adds: the CRDs (alone with `crd_only`), then the default
+    runtime, the SDK's ConfigMap and the RBAC."""
+    if crd_only:
+        return crds()
+    return [*crds(), default_runtime(runtime_image), *public_objects(), *operator_rbac(namespace, watch_namespaces)]
