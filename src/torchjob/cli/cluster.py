@@ -25,6 +25,12 @@ class NotReady(UserError):
 @click.option("--crd-only", is_flag=True, help="Only the CustomResourceDefinition (with --kubeflow-api: both).")
 @click.option("--kubeflow-api", is_flag=True,
               help="Also Kubeflow's pytorchjobs.kubeflow.org CRD and its RBAC: the operator serves PyTorchJobs too.")
+@click.option("--trainer-api", is_flag=True,
+              help="Also Kubeflow Trainer v2's CRDs (trainjobs, trainingruntimes, clustertrainingruntimes.trainer."
+                   "kubeflow.org), the torch-distributed runtime, the kubeflow-trainer-public ConfigMap and their "
+                   "RBAC: the operator serves TrainJobs too.")
+@click.option("--trainer-runtime-image", default=None, metavar="IMAGE",
+              help="With --trainer-api: the torch-distributed runtime's node image (default: Trainer v2.3's).")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
 @click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NAMESPACE",
               help="Only this namespace's jobs (repeat it; default: all); the operator's rights there are Roles.")
@@ -38,7 +44,8 @@ class NotReady(UserError):
 @click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True, metavar="SECONDS",
               help="With --wait: how long to wait for the operator to be Ready.")
 def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
-            kubeconfig: str | None, watch_namespaces: tuple[str, ...], replicas: int,
+            trainer_api: bool, trainer_runtime_image: str | None, kubeconfig: str | None,
+            watch_namespaces: tuple[str, ...], replicas: int,
             operator_args: tuple[str, ...], wait: bool, timeout: float) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster, and
     wait until the operator is Ready (exit 1, saying what its pods say, when it does not come up)."""
@@ -47,16 +54,50 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
     objs = manifests(image or DEFAULT_IMAGE, namespace, replicas=replicas, args=list(operator_args),
                      kubeflow_api=kubeflow_api, crd_only=crd_only,
                      watch_namespaces=tuple(dict.fromkeys(watch_namespaces)))
+    later: list[dict[str, Any]] = []  # objects of kinds whose CRDs this install makes
+    if trainer_api:
+        from torchjob.kube.served.trainer_objects import DEFAULT_RUNTIME_IMAGE, trainer_api_objects
+
+        more = trainer_api_objects(namespace, tuple(dict.fromkeys(watch_namespaces)), crd_only,
+                                   trainer_runtime_image or DEFAULT_RUNTIME_IMAGE)
+        count = sum(1 for o in objs if o["kind"] == "CustomResourceDefinition")
+        objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:]]
+        later = [o for o in more if o["kind"] != "CustomResourceDefinition"]
     if dry_run:
         import yaml
 
-        click.echo(yaml.safe_dump_all(objs, sort_keys=False).rstrip())
+        click.echo(yaml.safe_dump_all([*objs, *later], sort_keys=False).rstrip())
         return
     config = kubeconfig.split(":")[0] if kubeconfig else None
     for name in apply(objs, config):
         click.echo(f"applied {name}")
+    for name in _apply_once_known(later, config):
+        click.echo(f"applied {name}")
     if wait and not crd_only:
         _wait_for_operator(config, namespace, image or DEFAULT_IMAGE, timeout)
+
+
+def _apply_once_known(objs: list[dict[str, Any]], kubeconfig: str | None, timeout: float = 60) -> list[str]:
+    """`apply`, retried while the API server does not know a kind yet (a CRD just made is served a
+    moment later)."""
+    import time
+
+    import torchjob.kube.machinery.client  # noqa: F401 (registers the generic kinds for the codecs)
+    from torchjob.kube.machinery.client import status_code
+    from torchjob.kube.objects.install import apply
+
+    done: list[str] = []
+    end = time.monotonic() + timeout
+    for obj in objs:
+        while True:
+            try:
+                done += apply([obj], kubeconfig)
+                break
+            except Exception as e:
+                if status_code(e) != 404 or time.monotonic() > end:
+                    raise
+                time.sleep(0.5)
+    return done
 
 
 def _wait_for_operator(kubeconfig: str | None, namespace: str, image: str, timeout: float) -> None:
