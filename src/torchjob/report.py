@@ -12,8 +12,9 @@ reporting is a stall. Anywhere else (no endpoint in the environment) `report` do
 
 It is safe to call on every step: it only notes the latest values, and a background thread sends
 them at most once a second (TORCHJOB_PROGRESS_INTERVAL) and only when there is something new, so
-a rank stuck in a collective stops reporting. It never raises and never blocks the loop; the last
-values are sent when the process exits.
+a rank stuck in a collective stops reporting. The first FAST_REPORTS go at up to 20 a second (the
+job's sustained rate), so that a job of a few seconds still has a curve of many points. It never
+raises and never blocks the loop; the last values are sent when the process exits.
 
 The endpoint is found through Kubeflow Trainer's variables, KUBEFLOW_TRAINER_SERVER_URL,
 KUBEFLOW_TRAINER_SERVER_CA_CERT and KUBEFLOW_TRAINER_SERVER_TOKEN (a file, read again for every
@@ -44,6 +45,7 @@ URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
 INTERVAL_ENV = "TORCHJOB_PROGRESS_INTERVAL"
+FAST_REPORTS, FAST_INTERVAL = 100, 0.05  # a process's first reports, and the least time between them
 
 
 def _value(v: Any) -> Any:
@@ -138,7 +140,8 @@ class Reporter:
                 if delay > 0:  # refused for now: sent again after the wait, unless newer values come
                     self._retry = values
             if values is not None:
-                time.sleep(max(self.interval, delay))
+                gap = min(self.interval, FAST_INTERVAL) if self.sent < FAST_REPORTS else self.interval
+                time.sleep(max(gap, delay))
                 if self._retry is not None:
                     self._wake.set()
 

@@ -253,7 +253,8 @@ def test_a_newcomers_torch_job_run_then_seen(tmp_path: Path, page: Page, dashboa
     proc = torchjob(home, "run", str(path), timeout=240)
     assert proc.returncode == 0, proc.stderr
     hist = describe(home, "first")["status"]["progress"]["history"]
-    assert hist["series"][0]["name"] == "loss" and len(hist["steps"]) >= 2 and hist["steps"][-1] == 30
+    # a 3 s job: torchjob.report sends its first reports at up to 20 a second, not one a second (4 points)
+    assert hist["series"][0]["name"] == "loss" and len(hist["steps"]) >= 20 and hist["steps"][-1] == 30, hist["steps"]
     d = dashboard(home)
     p = page.page
     p.goto(d.url)
