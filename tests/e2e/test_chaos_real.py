@@ -35,6 +35,15 @@ def exits(name: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def last_words(name: str, n: int = 25) -> str:
+    """What a component logged just before its keeper saw it exit (the state dir goes with the cluster)."""
+    path = STATE / f"{name}.log"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    ends = [i for i, line in enumerate(lines) if line.startswith("[keeper") and ("exited" in line or "killed" in line)]
+    end = ends[-1] if ends else len(lines)
+    return f"---- {name}.log before its exit ----\n" + "\n".join(line[:400] for line in lines[max(0, end - n):end + 1])
+
+
 def cluster_check() -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "check"], capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL,
@@ -75,7 +84,8 @@ def test_a_short_seeded_chaos_run_breaks_no_invariant(node_kubeconfig: str, node
         time.sleep(5)
     assert check.returncode == 0, f"the run left the cluster unusable:\n{check.stderr[-3000:]}"
     unhurt = {c: exits(c)[exits_before[c]:] for c in components if c not in HURT}
-    assert not any(unhurt.values()), f"components the run did not hurt exited during it: {unhurt}"
+    assert not any(unhurt.values()), (f"components the run did not hurt exited during it: {unhurt}\n"
+                                      + "\n".join(last_words(c) for c, gone in unhurt.items() if gone))
     assert f"seed {SEED}" in out
     assert "replicas that ever had two live pods at once: 0" in out, out[-4000:]
     assert "pods or Services left after their job went: 0" in out, out[-4000:]
