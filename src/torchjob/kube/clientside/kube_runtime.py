@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2  # lightkube's HTTP client: what it raises for calls that fail below the Kubernetes API
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Event, Pod, PodLog
 from lightkube.types import PatchType
 
 from torchjob.api.errors import UserError
@@ -26,6 +26,7 @@ from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, parse_tim
 from torchjob.kube.objects import kueue
 from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
 from torchjob.kube.objects.labels import attempt_of as pod_attempt
+from torchjob.kube.objects.ownership import controller_of
 from torchjob.kube.objects.pod_status import terminated
 from torchjob.runtime import (
     AttemptView,
@@ -43,6 +44,10 @@ from torchjob.runtime import (
 
 if TYPE_CHECKING:
     from torchjob.kube.served.kinds import ServedKind
+
+# A log's tail asks the API server for at most this many bytes too: a reader's memory (the dashboard's,
+# every second per open page) is bounded whatever the lines' length.
+TAIL_BYTES = 4 * 1024 * 1024
 
 
 def client(kubeconfig: str | None, context: str | None) -> Client:
@@ -193,13 +198,25 @@ def events(kube: Client, data: dict[str, Any]) -> list[Any]:
 
 
 def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
-    """The job's pods, the master first, then the workers by index (worker-2 before worker-10)."""
+    """The job's pods, the master first, then the workers by index (worker-2 before worker-10): those
+    the job itself controls (its uid), as the operator counts them. Anyone who may create pods in the
+    namespace can label one as the job's; describe, logs, the dashboard and a result never show it."""
     meta = data["metadata"]
     # This kind's pods only: those of a TorchJob and a PyTorchJob of one name carry the same job label.
     labels = {**_served(data).pod_labels, LABEL_JOB: meta["name"]}
     found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels=labels)
-    return sorted(found, key=lambda p: (p.metadata.labels[LABEL_TYPE] != "master",
-                                        p.metadata.labels[LABEL_TYPE], int(p.metadata.labels[LABEL_INDEX])))
+    uid = meta.get("uid")
+    mine = [p for p in found if uid and (controller_of(to_dict(p)) or {}).get("uid") == uid]
+    return sorted(mine, key=_order)
+
+
+def _order(pod: Any) -> tuple[bool, str, int, str]:
+    """The master first, then by type and index (a label that is not a number last), then by name."""
+    labels = pod.metadata.labels or {}
+    index = str(labels.get(LABEL_INDEX, ""))
+    rtype = str(labels.get(LABEL_TYPE, ""))
+    return (rtype != "master", rtype, int(index) if index.isdecimal() and index.isascii() else 1 << 62,
+            pod.metadata.name or "")
 
 
 def delete(kube: Client, name: str, namespace: str | None) -> None:
@@ -229,8 +246,10 @@ def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
 
 
 def logs(kube: Client, name: str, namespace: str | None, replica: str | None = None, follow_: bool = False,
-         attempt: int | None = None, tail: int | None = None) -> Iterator[str]:
-    """Each pod's lines (its last `tail`), prefixed with its replica; followed when there is one pod."""
+         attempt: int | None = None, tail: int | None = None, limit_bytes: int = TAIL_BYTES) -> Iterator[str]:
+    """Each pod's lines (its last `tail`), prefixed with its replica; followed when there is one pod.
+    With `tail`, the API server sends each pod's last `tail` lines and at most `limit_bytes` of them
+    (a line may be of any length), read as they come: never a whole log in memory."""
     data = get(kube, name, namespace)
     every = pods(kube, data)
     if not every:
@@ -246,9 +265,11 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None = N
                 raise UserError(f"{replica} has no attempt {attempt}")
     for p in targets:
         prefix = f"[{replica_name(p.metadata.labels)}] "
+        follows = follow_ and len(targets) == 1
         try:
-            for line in kube.log(p.metadata.name, namespace=p.metadata.namespace,
-                                 follow=follow_ and len(targets) == 1, tail_lines=tail):
+            lines = kube.log(p.metadata.name, namespace=p.metadata.namespace, follow=follows) if tail is None else \
+                _tail(kube, p.metadata.name, p.metadata.namespace, tail, limit_bytes, follows)
+            for line in lines:
                 yield prefix + line.rstrip("\n")
         except ApiError as e:
             if status_code(e) != 404:
@@ -256,6 +277,26 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None = N
             # Deleted between the listing and the read (the job ended and stopped it): its logs
             # went with it; the others are still worth showing.
             yield f"{prefix}(no logs: the pod was deleted while they were read)"
+
+
+def _tail(kube: Client, pod: str, namespace: str, lines: int, limit_bytes: int, follow: bool) -> Iterator[str]:
+    """A pod's last `lines` lines, and at most `limit_bytes` of them unless followed (the API server's
+    tailLines and limitBytes), streamed. `Client.log` asks for no limitBytes and reads a log whole:
+    its request is built here as it builds it, with the limit added."""
+    generic = kube._client
+    params = {"tailLines": lines, "follow": follow, "limitBytes": None if follow else limit_bytes}
+    request = generic.prepare_request("get", PodLog, name=pod, namespace=namespace, params=params)
+    if follow:  # a followed log is open for as long as the pod runs: no read timeout
+        request.timeout = httpx2.Timeout(kube._timeout)
+        request.timeout.read = None
+    response = generic.send(generic.build_adapter_request(request), stream=True)
+    try:
+        if response.is_error:
+            response.read()
+        generic.raise_for_status(response)  # type: ignore[no-untyped-call]  # ApiError, as Client.log raises
+        yield from response.iter_lines()
+    finally:
+        response.close()
 
 
 def _served(data: dict[str, Any]) -> ServedKind:
