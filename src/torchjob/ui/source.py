@@ -1,14 +1,15 @@
 """What the dashboard shows, as plain JSON-able data, read through the runtime interface (the same
 calls `list`, `describe`, `logs`, `suspend`, `resume` and `delete` make) of the runtime
 `torchjob.connect` gives for the target: the local store, or with --kube the cluster as the user's
-own kubeconfig lets them see it. Blocking; the server runs it in threads, one call at a time (the
-store's connection and the client are shared)."""
+own kubeconfig lets them see it. Blocking; the server runs it in threads: locally one call at a time
+(the store's one connection), on a cluster side by side (the client's pool is thread-safe)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from enum import StrEnum
 from typing import Any
 
@@ -190,15 +191,27 @@ class Source:
                 raise TimeoutError(f"listing the jobs took over {timeout_s:g}s")
             return self._rows
 
-    def job(self, namespace: str, name: str) -> dict[str, Any]:
+    def _calling(self) -> AbstractContextManager[object]:
+        """Held around a runtime's call: locally the store's one SQLite connection serves one thread at
+        a time; a cluster's client is shared (its connection pool is thread-safe), so that no page waits
+        for another page's API call."""
+        return nullcontext() if self.target.kube else self._lock
+
+    def _runtime_for(self, namespace: str, name: str) -> Runtime[Any]:
         with self._lock:
-            return detail(self._rt(namespace or None, name).describe(name))
+            return self._rt(namespace or None, name)
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        rt = self._runtime_for(namespace, name)
+        with self._calling():
+            return detail(rt.describe(name))
 
     def log(self, namespace: str, name: str, replica: str, attempt: int | None) -> dict[str, Any]:
-        """A replica attempt's output, its last LOG_LINES lines."""
-        with self._lock:
+        """A replica attempt's output, its last LOG_LINES lines (on a cluster, at most 4 MiB of them)."""
+        rt = self._runtime_for(namespace, name)
+        with self._calling():
             try:
-                lines = list(self._rt(namespace or None, name).logs(name, replica, attempt, tail=LOG_LINES + 1))
+                lines = list(rt.logs(name, replica, attempt, tail=LOG_LINES + 1))
             except OutputGone:
                 return {"text": "", "truncated": False, "gone": True}
         prefix = f"[{replica}] "  # a cluster's lines name their pod's replica: the view shows one
@@ -206,8 +219,8 @@ class Source:
         return {"text": text, "truncated": len(lines) > LOG_LINES}
 
     def act(self, namespace: str, name: str, verb: str) -> None:
-        with self._lock:
-            rt = self._rt(namespace or None, name)
+        rt = self._runtime_for(namespace, name)
+        with self._calling():
             verbs = {Action.SUSPEND: rt.suspend, Action.RESUME: rt.resume, Action.DELETE: rt.delete}
             verbs[Action(verb)](name)
         self._stale.set()  # the jobs page shows it at once
