@@ -16,7 +16,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.coordination_v1 import Lease
 
 from torchjob.kube.machinery.client import Api, outlasting, passing
-from torchjob.kube.machinery.leader import LeaderElector
+from torchjob.kube.machinery.leader import LeaderElector, LostLease
 
 
 def unreachable() -> Api:
@@ -91,8 +91,8 @@ def test_a_leader_gives_up_at_its_renew_deadline_not_at_its_first_failed_renewal
         elector = LeaderElector(unreachable(), "torchjob-operator", "torchjob-system", "me", duration_s=3,
                                 renew_s=0.2)
         start = time.monotonic()
-        lost = r"lost leadership: not renewed for [\d.]+s \(the renew deadline is 2s\)"
-        with pytest.raises(RuntimeError, match=lost):
+        lost = r"not renewed for [\d.]+s \(the renew deadline is 2s\)"
+        with pytest.raises(LostLease, match=lost):
             await elector.keep()
         return time.monotonic() - start
 

@@ -142,6 +142,7 @@
   verbs:
   - get
   - update
+  - watch
 - apiGroups:
   - ''
   resources:

@@ -85,8 +85,9 @@ RULES: list[dict[str, Any]] = [*JOB_RULES, *CLUSTER_RULES]  # the ClusterRole of
 # In the operator's own namespace: its Lease and its progress endpoint's TLS Secret.
 LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    # watch: a candidate takes a Lease given up at once (machinery/leader.py)
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE],
-     "verbs": ["get", "update"]},
+     "verbs": ["get", "update", "watch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TLS_SECRET], "verbs": ["get", "patch"]},
     # the leader labels its own pod (LEADER_LABEL, which the progress Service selects) and takes the label
