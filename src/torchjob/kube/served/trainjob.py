@@ -85,8 +85,8 @@ def read(raw: dict[str, Any], found: list[dict[str, Any]]) -> TorchJob:
         where = f" in namespace {namespace}" if namespace else ""
         listing = "trainingruntimes -n " + namespace if namespace else "clustertrainingruntimes"
         raise Unreadable(
-            f"spec.runtimeRef.name: {kind} {name!r} does not exist{where}: create it first, or name one that "
-            f"exists (kubectl get {listing}); `torchjob install --trainer-api` installs torch-distributed")
+            f"spec.runtimeRef.name: {kind} {name!r} does not exist{where}\n    fix: create it first, or name one "
+            f"that exists (kubectl get {listing}); `torchjob install --trainer-api` installs torch-distributed")
     meta = raw["metadata"]
     runtimes = [Document(_own(r), f"{kind} {name}") for r in found]
     doc = Document(_own(raw), f"{KIND} {meta.get('namespace', 'default')}/{meta['name']}", companions=runtimes)

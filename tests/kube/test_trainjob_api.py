@@ -1,0 +1,263 @@
+"""torchjob serving Kubeflow Trainer v2's `trainer.kubeflow.org/v1alpha1` TrainJob: the Kubeflow SDK
+(`kubeflow` from PyPI, its TrainerClient, code unchanged) and kubectl against a real API server with
+the CRDs `torchjob install --trainer-api` makes, the operator as a process; the test plays the
+kubelet (real pods run in tests/e2e/test_trainjob_real.py)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import Client, codecs
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Event, Pod
+from lightkube.types import PatchType
+
+from tests.kube.conftest import Operator, set_pod, wait_established
+from tests.kube.test_kubeflow_api import kubectl
+from torchjob.kube.machinery.client import ClusterTrainingRuntimeRes, TrainJobRes
+from torchjob.kube.objects.install import apply
+from torchjob.kube.objects.labels import LABEL_JOB
+from torchjob.kube.objects.trainjob_labels import COMPLETION_INDEX, JOBSET_NAME, REPLICATED_JOB
+from torchjob.kube.served import trainer_objects
+
+trainer = pytest.importorskip("kubeflow.trainer")
+
+
+@pytest.fixture
+def trainer_api(kube: Client, kubeconfig: str) -> Client:
+    """What `torchjob install --trainer-api` applies, less the operator's own RBAC (the operator runs
+    here as a process with the test's credentials)."""
+    objs = trainer_objects.trainer_api_objects("torchjob-system", runtime_image="busybox:1.36")
+    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    apply(crds, kubeconfig)
+    for c in crds:
+        wait_established(kube, c["metadata"]["name"])
+    apply([o for o in objs if o["kind"] in ("ClusterTrainingRuntime", "Namespace", "ConfigMap")], kubeconfig)
+    return kube
+
+
+@pytest.fixture
+def trainer_operator(trainer_api: Client, kubeconfig: str, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(kubeconfig, tmp_path / "operator.log", ("--no-leader-elect",))  # served: the CRD is torchjob's
+    op.start()
+    yield op
+    op.stop()
+    print(op.log.read_text()[-4000:])
+
+
+def sdk(kubeconfig: str, namespace: str) -> Any:
+    from kubeflow.common.types import KubernetesBackendConfig
+
+    return trainer.TrainerClient(KubernetesBackendConfig(namespace=namespace, config_file=kubeconfig))
+
+
+def node_pods(kube: Client, name: str, namespace: str, n: int, timeout: float = 30) -> dict[int, Any]:
+    """The job's pods by node rank, as the SDK finds them (JobSet's labels)."""
+    end = time.monotonic() + timeout
+    pods: list[Any] = []
+    while time.monotonic() < end:
+        pods = [p for p in kube.list(Pod, namespace=namespace, labels={JOBSET_NAME: name, REPLICATED_JOB: "node"})
+                if not p.metadata.deletionTimestamp]
+        if len(pods) == n:
+            return {int(p.metadata.labels[COMPLETION_INDEX]): p for p in pods}
+        time.sleep(0.1)
+    raise AssertionError(f"expected {n} pods of {name}, got {len(pods)}")
+
+
+def trainjob(kube: Client, name: str, namespace: str) -> dict[str, Any]:
+    return dict(kube.get(TrainJobRes, name, namespace=namespace).to_dict())
+
+
+def wait_trainjob(kube: Client, name: str, namespace: str, pred: Any, timeout: float = 60) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < end:
+        last = trainjob(kube, name, namespace)
+        if pred(last.get("status") or {}):
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out on {namespace}/{name}: {last.get('status')}")
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+
+
+def events_of(kube: Client, name: str, namespace: str) -> list[Any]:
+    return [e for e in kube.list(Event, namespace=namespace)
+            if e.involvedObject.kind == "TrainJob" and e.involvedObject.name == name]
+
+
+def train(x: int) -> None:  # the function the SDK ships to the nodes (not run here: the test plays the kubelet)
+    print("trained", x)
+
+
+def test_the_sdk_lists_the_runtime_trains_on_two_nodes_follows_it_to_complete_and_deletes_it(
+        kube: Client, kubeconfig: str, namespace: str, trainer_operator: Operator) -> None:
+    from kubeflow.trainer import CustomTrainer
+
+    client = sdk(kubeconfig, namespace)
+    runtimes = {r.name: r for r in client.list_runtimes()}
+    assert "torch-distributed" in runtimes and runtimes["torch-distributed"].trainer.framework == "torch"
+    name = client.train(runtime="torch-distributed", trainer=CustomTrainer(
+        func=train, func_args={"x": 3}, image="busybox:1.36", num_nodes=2, resources_per_node={"cpu": 1}))
+    pods = node_pods(kube, name, namespace, 2)
+    for rank, p in pods.items():
+        c = p.spec.containers[0]
+        env = {e.name: e.value for e in c.env if e.value is not None}
+        assert c.name == "node" and c.image == "busybox:1.36"
+        assert env["PET_NNODES"] == "2" and env["PET_NODE_RANK"] == str(rank) and env["PET_NPROC_PER_NODE"] == "1"
+        assert env["PET_MASTER_PORT"] == "29500"
+        # node 0's name, through the job's headless Service (pod hostname.subdomain)
+        host, subdomain = env["PET_MASTER_ADDR"].split(".")
+        assert (host, subdomain) == (pods[0].spec.hostname, pods[0].spec.subdomain) == (pods[0].metadata.name, name)
+        assert [(o.kind, o.name, o.blockOwnerDeletion) for o in p.metadata.ownerReferences] == [
+            ("TrainJob", name, True)]
+    assert client.get_job(name).status == "Created"  # no pod runs yet
+    for p in pods.values():
+        set_pod(kube, p, "Running")
+    job = client.wait_for_job_status(name, status={"Running"}, timeout=60, polling_interval=1)
+    assert sorted((s.name, s.status, s.device_count) for s in job.steps) == [
+        ("node-0", "Running", "1"), ("node-1", "Running", "1")]
+    stored = trainjob(kube, name, namespace)["status"]
+    assert stored["conditions"] == []  # no condition while running: the SDK says Running only then
+    assert stored["jobsStatus"] == [{"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1,
+                                     "suspended": 0}]
+    for p in pods.values():
+        set_pod(kube, p, "Succeeded", 0)
+    job = client.wait_for_job_status(name, status={"Complete"}, timeout=60, polling_interval=1)
+    assert {s.name: s.status for s in job.steps} == {"node-0": "Succeeded", "node-1": "Succeeded"}
+    assert job.num_nodes == 2 and job.runtime.name == "torch-distributed"
+    stored = trainjob(kube, name, namespace)["status"]
+    (complete,) = stored["conditions"]
+    assert complete["type"] == "Complete" and complete["status"] == "True" and complete["reason"]
+    assert complete["message"] and complete["lastTransitionTime"]
+    assert stored["jobsStatus"][0] == {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0,
+                                       "suspended": 0}
+    events = client.get_job_events(name)
+    assert any(e.involved_object_kind == "TrainJob" and e.involved_object_name == name for e in events), events
+    assert name in [j.name for j in client.list_jobs()]
+    client.delete_job(name)
+    with pytest.raises(ApiError):
+        trainjob(kube, name, namespace)
+
+
+def test_a_failed_node_fails_the_trainjob_and_the_sdk_raises(
+        kube: Client, kubeconfig: str, namespace: str, trainer_operator: Operator) -> None:
+    from kubeflow.trainer import CustomTrainer
+
+    # a namespaced runtime whose Job retries no failure (torch-distributed's retries six, as a Job's default)
+    rt = trainer_objects.default_runtime("busybox:1.36")
+    rt["kind"], rt["metadata"] = "TrainingRuntime", {"name": "torch-once", "namespace": namespace,
+                                                     "labels": {"trainer.kubeflow.org/framework": "torch"}}
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 0
+    apply([rt], kubeconfig)
+    client = sdk(kubeconfig, namespace)
+    name = client.train(runtime="torch-once", trainer=CustomTrainer(func=train, func_args={"x": 1}, num_nodes=2))
+    pods = node_pods(kube, name, namespace, 2)
+    for p in pods.values():
+        set_pod(kube, p, "Running")
+    client.wait_for_job_status(name, status={"Running"}, timeout=60, polling_interval=1)
+    set_pod(kube, pods[1], "Failed", 3)
+    with pytest.raises(RuntimeError):
+        client.wait_for_job_status(name, status={"Complete"}, timeout=60, polling_interval=1)
+    status = trainjob(kube, name, namespace)["status"]
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["status"] == "True" and failed["lastTransitionTime"]
+    assert "worker-0" in failed["message"] and "3" in failed["message"], failed  # the root cause: node 1
+    assert status["jobsStatus"][0]["failed"] == 1
+
+
+def _trainjob(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "trainer": {"numNodes": 2, "command": ["torchrun", "train.py"]}, **spec}}
+
+
+def _create(kube: Client, data: dict[str, Any], namespace: str) -> None:
+    kube.create(codecs.from_dict(copy.deepcopy(data)), namespace=namespace)
+
+
+@pytest.mark.parametrize(("case", "says"), [
+    ("missing-runtime", "ClusterTrainingRuntime 'no-such-runtime' does not exist"),
+    ("no-node-container", "no container named 'node'"),
+    ("reserved-env", "PET_NNODES"),
+])
+def test_bad_input_is_a_failed_condition_and_an_event_naming_the_fix_and_nothing_is_made(
+        kube: Client, kubeconfig: str, namespace: str, trainer_operator: Operator, case: str, says: str) -> None:
+    data = _trainjob(case, namespace)
+    if case == "missing-runtime":
+        data["spec"]["runtimeRef"]["name"] = "no-such-runtime"
+    elif case == "no-node-container":
+        rt = trainer_objects.default_runtime("busybox:1.36")
+        rt["metadata"]["name"] = f"unnamed-{namespace}"
+        rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+            "containers"][0]["name"] = "trainer"
+        apply([rt], kubeconfig)
+        data["spec"]["runtimeRef"]["name"] = rt["metadata"]["name"]
+    else:
+        data["spec"]["trainer"]["env"] = [{"name": "PET_NNODES", "value": "4"}]
+    _create(kube, data, namespace)
+    status = wait_trainjob(kube, case, namespace, lambda s: condition(s, "Failed") is not None)["status"]
+    failed = condition(status, "Failed")
+    assert failed is not None and says in failed["message"] and "fix" in failed["message"].lower(), failed
+    assert any(says in e.message for e in events_of(kube, case, namespace))
+    assert list(kube.list(Pod, namespace=namespace, labels={LABEL_JOB: case})) == []  # nothing made
+    # the operator is unharmed: a good TrainJob beside them still gets its pods
+    _create(kube, _trainjob("good", namespace), namespace)
+    node_pods(kube, "good", namespace, 2)
+
+
+def test_kubectl_get_suspend_deadline_and_another_manager(
+        kube: Client, kubeconfig: str, namespace: str, trainer_operator: Operator, tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(_trainjob("suspended", namespace, suspend=True)))
+    assert "trainjob.trainer.kubeflow.org/suspended created" in kubectl(kubeconfig, "apply", "-f",
+                                                                        str(tmp_path / "job.yaml"))
+    status = wait_trainjob(kube, "suspended", namespace, lambda s: condition(s, "Suspended") is not None)["status"]
+    assert condition(status, "Suspended") == {**condition(status, "Suspended"),  # type: ignore[dict-item]
+                                              "status": "True", "reason": "Suspended"}
+    assert status["jobsStatus"][0]["suspended"] == 1
+    lines = kubectl(kubeconfig, "get", "trainjobs", "-n", namespace).splitlines()
+    assert lines[0].split() == ["NAME", "STATE", "AGE"] and lines[1].split()[:2] == ["suspended", "Suspended"]
+    assert list(kube.list(Pod, namespace=namespace)) == []
+    kube.patch(TrainJobRes, "suspended", {"spec": {"suspend": False}}, namespace=namespace,
+               patch_type=PatchType.MERGE)
+    node_pods(kube, "suspended", namespace, 2)
+    resumed = wait_trainjob(kube, "suspended", namespace,
+                            lambda s: (condition(s, "Suspended") or {}).get("status") == "False")["status"]
+    assert condition(resumed, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
+    # activeDeadlineSeconds: Failed, reason DeadlineExceeded, the pods deleted
+    _create(kube, _trainjob("deadline", namespace, activeDeadlineSeconds=2), namespace)
+    for p in node_pods(kube, "deadline", namespace, 2).values():
+        set_pod(kube, p, "Running")
+    status = wait_trainjob(kube, "deadline", namespace, lambda s: condition(s, "Failed") is not None)["status"]
+    assert condition(status, "Failed")["reason"] == "DeadlineExceeded"  # type: ignore[index]
+    node_pods(kube, "deadline", namespace, 0)
+    # another manager's (MultiKueue's): left alone, no pod, no status
+    _create(kube, _trainjob("elsewhere", namespace, managedBy=trainer_objects.MANAGED_BY_MULTIKUEUE), namespace)
+    time.sleep(2)
+    assert not trainjob(kube, "elsewhere", namespace).get("status")
+    assert not [p for p in kube.list(Pod, namespace=namespace, labels={JOBSET_NAME: "elsewhere"})]
+
+
+def test_the_crds_refuse_what_trainers_refuse(kube: Client, trainer_api: Client, namespace: str) -> None:
+    for spec, says in ((
+            {"trainer": {"numNodes": 0}}, "numNodes"), ({"managedBy": "someone"}, "managedBy"),
+            ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds")):
+        data = _trainjob("refused", namespace, **spec)
+        data["spec"]["trainer"] = {**data["spec"]["trainer"], **spec.get("trainer", {})}
+        with pytest.raises(ApiError) as err:
+            _create(kube, data, namespace)
+        assert err.value.status.code == 422 and says in str(err.value.status.message)
+    with pytest.raises(ApiError) as err:
+        _create(kube, _trainjob("Upper", namespace), namespace)
+    assert "RFC 1035" in str(err.value.status.message)
+    rt = kube.get(ClusterTrainingRuntimeRes, "torch-distributed")
+    assert rt.metadata.labels["trainer.kubeflow.org/framework"] == "torch"
