@@ -1,11 +1,15 @@
-"""The chart installed by real Helm, the operator's image on the real node, two replicas: leader
-election, failover, upgrade and uninstall with jobs in flight, metrics scraped from a pod, and the
-operator ServiceAccount's calls (the API server's audit log) against what its roles grant.
+"""The chart installed by real Helm, the operator's image on the real node, two replicas: both Ready
+(`helm install --wait`, `kubectl rollout status`), leader election with the leader's pod labelled for
+the progress Service, failover with a job's progress landing across it, `helm upgrade --wait` rolling
+one replica at a time with the Lease held throughout, uninstall with jobs in flight, metrics scraped
+over HTTPS from a pod, and the operator ServiceAccount's calls (the API server's audit log) against
+what its roles grant.
 
 The tests run in order and share the installation (module order is the story of an install)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -20,7 +24,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import Namespace, Pod, Secret
 
 from tests.e2e.conftest import kill_container, running_container, wait_for
 from tests.e2e.images import TESTS_IMAGE
@@ -79,11 +83,72 @@ def leader(c: Cluster) -> str:
     return holder.rsplit("-", 1)[0]  # the pod's hostname, then a per-process suffix
 
 
-def the_one_ready(c: Cluster) -> str:
+def labelled(c: Cluster) -> set[str]:
+    """The operator pods that carry the leader's label (what the progress Service selects)."""
+    return {p.metadata.name for p in operator_pods(c) if (p.metadata.labels or {}).get(install.LEADER_LABEL) == "true"}
+
+
+def all_ready(c: Cluster) -> str:
+    """The leader, once two operator pods run, both Ready (readiness says the process works, not that it
+    leads), and the leader's alone carries the label; else ''."""
     pods = operator_pods(c)
     running = [p for p in pods if p.status and p.status.phase == "Running"]
     ready_ones = [p.metadata.name for p in running if ready(p)]
-    return ready_ones[0] if len(running) == 2 and len(ready_ones) == 1 and ready_ones[0] == leader(c) else ""
+    who = leader(c)
+    return who if len(running) == 2 and len(ready_ones) == 2 and labelled(c) == {who} else ""
+
+
+class LeaseSampler:
+    """The Lease and the Deployment sampled every 0.1 s: when no live holder had it (none, or expired),
+    and when no operator replica was available."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.c, self.samples, self.stop = c, [], threading.Event()  # type: list[tuple[float, str, int]]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic()
+            try:
+                spec = self.c.client.get(Lease, install.LEASE, namespace=SYSTEM).spec
+                wall = datetime.now().astimezone()
+                live = bool(spec.holderIdentity) and spec.renewTime is not None and (
+                    (wall - spec.renewTime).total_seconds() < (spec.leaseDurationSeconds or 15))
+                available = (self.c.client.get(Deployment, install.NAME, namespace=SYSTEM).status
+                             .availableReplicas or 0)
+                self.samples.append((now, spec.holderIdentity if live else "", available))
+            except ApiError:
+                pass
+            time.sleep(0.1)
+
+    def done(self) -> list[tuple[float, str, int]]:
+        self.stop.set()
+        self.thread.join()
+        return self.samples
+
+
+class ProgressSampler:
+    """A job's status.progress.step sampled every 0.2 s, with when each was seen."""
+
+    def __init__(self, c: Cluster, name: str) -> None:
+        self.c, self.name, self.samples, self.stop = c, name, [], threading.Event()  # type: ignore[var-annotated]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                p = (self.c.client.get(TorchJobRes, self.name, namespace=USERS).status or {}).get("progress") or {}
+                self.samples.append((time.monotonic(), p.get("step"), p.get("total")))
+            except ApiError:
+                pass
+            time.sleep(0.2)
+
+    def done(self) -> list[tuple[float, Any, Any]]:
+        self.stop.set()
+        self.thread.join()
+        return self.samples
 
 
 class PodWatch:
@@ -133,13 +198,14 @@ def test_install_as_the_docs_say(cluster: Cluster) -> None:
     print(f"operator image localhost/torchjob-operator:dev in containerd: {' '.join(size)}")
     bins = f"{Path(c.helm_bin).parent}"
     t0 = time.monotonic()
-    out = c.run("bash", "-ec", f"export PATH={bins}:$PATH\n{commands}")
+    out = c.run("bash", "-ec", f"export PATH={bins}:$PATH\n{commands}", timeout=480)
     assert out.returncode == 0, out.stdout + out.stderr
     shown = re.sub(r"LAST DEPLOYED: .*", "LAST DEPLOYED: (date)", out.stdout.split("\n", 2)[2]).strip()
     ns = c.client.get(Namespace, SYSTEM)
     assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
-    who = wait_for("two operator pods running, the leader alone Ready", lambda: the_one_ready(c), timeout=120)
-    TIMINGS["install to a Ready leader"] = time.monotonic() - t0
+    # `helm install --wait` and `kubectl rollout status` returned: both replicas Ready, the leader's pod labelled
+    TIMINGS["helm install --wait, rollout status"] = time.monotonic() - t0
+    who = wait_for("two operator pods Ready, the leader's labelled", lambda: all_ready(c), timeout=60)
     pod = c.client.get(Pod, who, namespace=SYSTEM)
     assert pod.spec.serviceAccountName == install.NAME
     assert pod.spec.containers[0].image == "localhost/torchjob-operator:dev"
@@ -174,7 +240,11 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
 
     watch = PodWatch(c)
     create(c, job("failover", 50, 0.4))
+    create(c, job("bystander", 45, 0.4))  # reports beside it: none may land on the other job
     wait_for("the job Running", lambda: state(c, "failover") == "Running", timeout=120)
+    wait_for("the job's progress in its status", lambda: (c.client.get(TorchJobRes, "failover", namespace=USERS)
+                                                          .status or {}).get("progress"), timeout=60)
+    progress = ProgressSampler(c, "failover")
     old = leader(c)
     died = datetime.now().astimezone()
     c.client.delete(Pod, old, namespace=SYSTEM, grace_period=0)
@@ -190,7 +260,23 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
         raise AssertionError(f"{e}; Lease holder {leader(c)!r}, operator pods {pods}") from None
     TIMINGS["failover: leader death -> Lease taken"] = time.monotonic() - t0
     other = leader(c)  # the new leader
+    wait_for("the new leader's pod labelled, the dead one's gone", lambda: labelled(c) == {other}, timeout=30)
+    TIMINGS["failover: leader death -> the progress Service selects the new leader"] = time.monotonic() - t0
     wait_for("the job Succeeded", lambda: state(c, "failover") == "Succeeded", timeout=180)
+    wait_for("the job's last report in its status", lambda: (c.client.get(TorchJobRes, "failover", namespace=USERS)
+                                                             .status or {}).get("progress", {}).get("step") == 50, 30)
+    samples = progress.done()
+    at_death = max((step for t, step, _ in samples if t <= t0 and step is not None), default=0)
+    moved = [(t, step) for t, step, _ in samples if t > t0 and step is not None and step > at_death]
+    assert moved, f"the job's progress did not move after the leader died (step {at_death} then): {samples[-5:]}"
+    TIMINGS["failover: leader death -> the job's progress lands again"] = moved[0][0] - t0
+    steps = [step for _, step, _ in samples if step is not None]
+    assert steps == sorted(steps), steps  # never back: no report of an earlier step written after a later one
+    assert all(total == 50 for _, step, total in samples if step is not None)  # no report of the bystander's
+    wait_for("the bystander Succeeded", lambda: state(c, "bystander") == "Succeeded", timeout=180)
+    bystander = wait_for("the bystander's last report", lambda: (lambda p: p if p.get("step") == 45 else None)(
+        (c.client.get(TorchJobRes, "bystander", namespace=USERS).status or {}).get("progress") or {}), 30)
+    assert bystander["total"] == 45, bystander
     seen = watch.done()
     assert {n for n in seen if n.startswith("failover-")} == {"failover-master-0", "failover-worker-0"}
     assert all(len(uids) == 1 for n, uids in seen.items() if n.startswith("failover-")), seen  # none twice
@@ -206,7 +292,7 @@ def test_the_leader_dies_while_a_job_trains_and_the_other_replica_takes_over(clu
                and e["objectRef"].get("namespace") == USERS
                and str(e["objectRef"].get("name", "")).startswith("failover")]
     assert len([e for e in creates if e["responseStatus"]["code"] == 201]) == 2, creates
-    wait_for("a second replica again", lambda: the_one_ready(c), timeout=120)
+    wait_for("a second replica again, both Ready", lambda: all_ready(c), timeout=120)
 
 
 def synced_at(c: Cluster, pod: str, after: datetime) -> datetime:
@@ -223,26 +309,36 @@ def synced_at(c: Cluster, pod: str, after: datetime) -> datetime:
 
 
 def test_metrics_are_scraped_from_a_pod_through_the_service(cluster: Cluster, tmp_path: Path) -> None:
+    """From the namespace the NetworkPolicy opens the metrics port to (`monitoring`, the chart's
+    default), over HTTPS: the certificate checked against the operator's CA (ca.crt of its Secret) for
+    the metrics Service's name, as the chart's ServiceMonitor has Prometheus do."""
     c = cluster
+    secret = c.client.get(Secret, "torchjob-progress-tls", namespace=SYSTEM)
+    ca = base64.b64decode(secret.data["ca.crt"]).decode()  # type: ignore[index]
     scraper = {
         "apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper", "namespace": USERS}},
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MONITORING}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "operator-ca", "namespace": MONITORING},
+             "data": {"ca.crt": ca}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper", "namespace": MONITORING}},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
              "metadata": {"name": "torchjob-test-scraper"},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                          "name": install.METRICS_READER},
-             "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": USERS}]},
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scrape", "namespace": USERS},
+             "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": MONITORING}]},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scrape", "namespace": MONITORING},
              # its token mounted as the operator's is (the dev cluster runs no ServiceAccount admission)
-             "spec": {"serviceAccountName": "scraper", "restartPolicy": "Never", "volumes": [install.TOKEN_VOLUME],
+             "spec": {"serviceAccountName": "scraper", "restartPolicy": "Never",
+                      "volumes": [install.TOKEN_VOLUME, {"name": "ca", "configMap": {"name": "operator-ca"}}],
                       "containers": [{"name": "scrape", "image": TESTS_IMAGE, "command": ["python", "-c", SCRAPE],
-                                      "volumeMounts": [{"name": "token", "mountPath": install.SA_DIR}]}]}}]}
+                                      "volumeMounts": [{"name": "token", "mountPath": install.SA_DIR},
+                                                       {"name": "ca", "mountPath": "/ca"}]}]}}]}
     (tmp_path / "scraper.yaml").write_text(yaml.safe_dump(scraper))
     c.kubectl("apply", "-f", str(tmp_path / "scraper.yaml"))
-    phase = wait_for("the scrape done", lambda: c.client.get(Pod, "scrape", namespace=USERS).status.phase
-                     in ("Succeeded", "Failed") and c.client.get(Pod, "scrape", namespace=USERS).status.phase, 90)
-    assert phase == "Succeeded", c.kubectl("logs", "scrape", "-n", USERS)
-    text = c.kubectl("logs", "scrape", "-n", USERS)
+    phase = wait_for("the scrape done", lambda: c.client.get(Pod, "scrape", namespace=MONITORING).status.phase
+                     in ("Succeeded", "Failed") and c.client.get(Pod, "scrape", namespace=MONITORING).status.phase, 90)
+    assert phase == "Succeeded", c.kubectl("logs", "scrape", "-n", MONITORING)
+    text = c.kubectl("logs", "scrape", "-n", MONITORING)
     exposed = set(re.findall(r"^# TYPE (\S+) ", text, re.M))  # a counter not counted yet has no sample line
     # the leader's books: the job that trained across the failover reported to it to the end
     gauge = 'torchjob_job_progress_percent{job="failover",kind="TorchJob",namespace="team-a"} 100.0'
@@ -253,15 +349,24 @@ def test_metrics_are_scraped_from_a_pod_through_the_service(cluster: Cluster, tm
 
 
 DASHBOARD_METRIC = r"\b((?:controller_runtime|workqueue|torchjob|leader_election)_[a-z_]+)\b"
-# From a pod: every address of the metrics Service's name (headless: each replica), with the pod's
-# own token; the leader's answer has the job gauges.
+MONITORING = "monitoring"  # the namespace the chart's NetworkPolicy opens the metrics port to, by default
+# From a pod: every address of the metrics Service's name (headless: each replica), over TLS checked
+# against the operator's CA for the Service's name, with the pod's own token; the leader's answer has
+# the job gauges.
 SCRAPE = """
-import socket, sys, urllib.request
+import socket, ssl
 token = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()
 name = "torchjob-operator-metrics.torchjob-system.svc"
+ctx = ssl.create_default_context(cafile="/ca/ca.crt")
 for ip in sorted({a[4][0] for a in socket.getaddrinfo(name, 8080, proto=socket.IPPROTO_TCP)}):
-    req = urllib.request.Request(f"http://{ip}:8080/metrics", headers={"Authorization": "Bearer " + token})
-    print(urllib.request.urlopen(req, timeout=10).read().decode())
+    with ctx.wrap_socket(socket.create_connection((ip, 8080), timeout=10), server_hostname=name) as s:
+        s.sendall(f"GET /metrics HTTP/1.0\\r\\nHost: {name}\\r\\nAuthorization: Bearer {token}\\r\\n\\r\\n".encode())
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\\r\\n\\r\\n")
+    assert head.startswith(b"HTTP/1.0 200"), head
+    print(body.decode())
 """
 
 
@@ -279,7 +384,9 @@ def test_a_crashed_leader_is_replaced_when_its_lease_expires(cluster: Cluster) -
     TIMINGS["crash (SIGKILL): death -> Lease taken"] = time.monotonic() - t0
     TIMINGS["crash (SIGKILL): death -> new leader's caches synced, reconciling"] = (
         synced_at(c, leader(c), died) - died).total_seconds()
-    wait_for("two replicas again, one Ready", lambda: the_one_ready(c), timeout=120)
+    # its container started again in the same pod, which still had the label: taken off (by the new
+    # leader, or by the restarted container itself on start)
+    wait_for("two replicas again, both Ready, the new leader's pod alone labelled", lambda: all_ready(c), timeout=120)
 
 
 def test_helm_upgrade_rolls_the_deployment_while_a_job_trains(cluster: Cluster) -> None:
@@ -289,23 +396,44 @@ def test_helm_upgrade_rolls_the_deployment_while_a_job_trains(cluster: Cluster) 
     before = {p.metadata.name: p.metadata.uid for p in c.client.list(Pod, namespace=USERS,
                                                                      labels={LABEL_JOB: "upgrade"})}
     old = {p.metadata.name for p in operator_pods(c)}
+    sampler = LeaseSampler(c)
     t0 = time.monotonic()
-    c.helm("upgrade", RELEASE, "charts/torchjob", "-n", SYSTEM, "--reuse-values", "--set", "operator.workers=6")
-
-    def rolled() -> str:
-        pods = operator_pods(c)
-        new = [p for p in pods if p.metadata.name not in old]
-        cmd = [p.spec.containers[0].command for p in new]
-        return the_one_ready(c) if len(new) == 2 and all(x[x.index("--workers") + 1] == "6" for x in cmd) else ""
-
-    wait_for("the Deployment rolled, a new leader Ready", rolled, timeout=120)
-    TIMINGS["helm upgrade -> new leader Ready"] = time.monotonic() - t0
+    # --wait: until every replica of the new spec is Ready, which a rollout one replica at a time reaches
+    c.helm("upgrade", RELEASE, "charts/torchjob", "-n", SYSTEM, "--reuse-values", "--set", "operator.workers=6",
+           "--wait", "--timeout", "5m", timeout=360)
+    TIMINGS["helm upgrade --wait"] = time.monotonic() - t0
+    c.kubectl("rollout", "status", "deployment/torchjob-operator", "-n", SYSTEM, "--timeout", "60s")
+    pods = operator_pods(c)
+    new = [p for p in pods if p.metadata.name not in old]
+    assert len(new) == 2 and all(p.spec.containers[0].command[p.spec.containers[0].command.index("--workers") + 1]
+                                 == "6" for p in new), [p.metadata.name for p in pods]
+    wait_for("the new replicas Ready, the leader's pod labelled", lambda: all_ready(c), timeout=60)
+    assert state(c, "upgrade") in ("Running", "Succeeded")  # trained through the rollout
+    samples = sampler.done()
+    # Some live replica held the Lease throughout but for the handovers themselves: a leader told to
+    # stop gives it up (no holder) once it has drained, and the standby, which watches it, takes it at
+    # once; each such moment is far shorter than a Lease's duration. An operator replica was available
+    # at every sample.
+    gaps, start = [], None
+    for t, holder, _ in samples:
+        if not holder and start is None:
+            start = t
+        elif holder and start is not None:
+            gaps.append(t - start)
+            start = None
+    holders = {h for _, h, _ in samples if h}
+    print(f"upgrade: {len(samples)} samples, Lease holders {sorted(holders)}, moments without one {gaps}")
+    TIMINGS["helm upgrade: longest moment without a Lease holder"] = max(gaps, default=0.0)
+    assert start is None and all(g < 1.0 for g in gaps), f"moments with no live Lease holder: {gaps}"
+    assert len(gaps) <= 2  # a handover at most per old replica that led
+    assert min(a for _, _, a in samples) >= 1, "a moment of the rollout with no operator replica available"
     wait_for("the job Succeeded", lambda: state(c, "upgrade") == "Succeeded", timeout=180)
     after = {p.metadata.name: p.metadata.uid for p in c.client.list(Pod, namespace=USERS,
                                                                     labels={LABEL_JOB: "upgrade"})}
     assert after == before  # the job's pods trained on, none made again
     deployment = c.client.get(Deployment, install.NAME, namespace=SYSTEM)
     assert deployment.metadata.generation == 2
+    assert deployment.spec.strategy.rollingUpdate.maxUnavailable == 0
 
 
 def test_the_operator_service_accounts_calls_are_what_its_roles_grant(cluster: Cluster) -> None:
@@ -362,6 +490,7 @@ def test_helm_uninstall_keeps_the_crds_and_the_jobs(cluster: Cluster) -> None:
     wait_for("the operator's pods gone", lambda: not list(c.client.list(Pod, namespace=SYSTEM, labels=OPERATOR)), 60)
     names = {x.metadata.name for x in c.client.list(CustomResourceDefinition)}
     assert {"torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"} <= names
-    assert {j.metadata.name for j in c.client.list(TorchJobRes, namespace=USERS)} == {"tj", "failover", "upgrade"}
+    assert {j.metadata.name for j in c.client.list(TorchJobRes, namespace=USERS)} == {
+        "tj", "failover", "bystander", "upgrade"}
     assert [j.metadata.name for j in c.client.list(PyTorchJobRes, namespace=USERS)] == ["kf"]
     print("timings (s):", {k: round(v, 1) for k, v in TIMINGS.items()})
