@@ -31,6 +31,9 @@ class NotReady(UserError):
                    "RBAC: the operator serves TrainJobs too.")
 @click.option("--trainer-runtime-image", default=None, metavar="IMAGE",
               help="With --trainer-api: the torch-distributed runtime's node image (default: Trainer v2.3's).")
+@click.option("--t9k-api", is_flag=True,
+              help="Also T9k's pytorchtrainingjobs.batch.tensorstack.dev CRD and its RBAC: the operator serves "
+                   "PyTorchTrainingJobs too.")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
 @click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NAMESPACE",
               help="Only this namespace's jobs (repeat it; default: all); the operator's rights there are Roles.")
@@ -44,7 +47,7 @@ class NotReady(UserError):
 @click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True, metavar="SECONDS",
               help="With --wait: how long to wait for the operator to be Ready.")
 def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
-            trainer_api: bool, trainer_runtime_image: str | None, kubeconfig: str | None,
+            trainer_api: bool, trainer_runtime_image: str | None, t9k_api: bool, kubeconfig: str | None,
             watch_namespaces: tuple[str, ...], replicas: int,
             operator_args: tuple[str, ...], wait: bool, timeout: float) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster, and
@@ -63,6 +66,13 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
         count = sum(1 for o in objs if o["kind"] == "CustomResourceDefinition")
         objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:]]
         later = [o for o in more if o["kind"] != "CustomResourceDefinition"]
+    if t9k_api:
+        from torchjob.kube.served.t9k_objects import t9k_api_objects
+
+        more = t9k_api_objects(namespace, tuple(dict.fromkeys(watch_namespaces)), crd_only)
+        count = sum(1 for o in objs if o["kind"] == "CustomResourceDefinition")
+        objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:],
+                *(o for o in more if o["kind"] != "CustomResourceDefinition")]
     if dry_run:
         import yaml
 

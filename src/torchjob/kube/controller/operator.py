@@ -6,6 +6,7 @@ port, the progress endpoint, and JSON logs. The wiring of one process, from one 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import socket
@@ -28,8 +29,8 @@ from torchjob.kube.progress import gauges, tls
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.receiver import ProgressReceiver
 from torchjob.kube.progress.writer import ProgressWriter
-from torchjob.kube.served import trainer_api
-from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB, TRAINJOB, ServedKind
+from torchjob.kube.served import t9k, trainer_api
+from torchjob.kube.served.kinds import PYTORCHJOB, T9K, TORCHJOB, TRAINJOB, ServedKind
 from torchjob.kube.served.kubeflow_api import should_serve
 from torchjob.progress.server import ProgressServer
 
@@ -114,10 +115,13 @@ async def run_operator(config: OperatorConfig) -> None:
         log.info("Kubeflow's PyTorchJob API: %s (%s)", "served" if serve_kubeflow else "not served", why)
         if serve_kubeflow:  # the same controller code and core, for the second kind
             kinds.append(PYTORCHJOB)
-        serve_trainer, why = await outlasting(lambda: trainer_api.should_serve(api), "asking about TrainJobs")
-        log.info("Kubeflow Trainer's TrainJob API: %s (%s)", "served" if serve_trainer else "not served", why)
-        if serve_trainer:
-            kinds.append(TRAINJOB)
+        # Trainer v2's TrainJob and T9k's PyTorchTrainingJob: each served when its CRD is torchjob's
+        for title, ask, foreign in (("Kubeflow Trainer's TrainJob", trainer_api.should_serve, TRAINJOB),
+                                    ("T9k's PyTorchTrainingJob", t9k.should_serve, T9K)):
+            serve, why = await outlasting(functools.partial(ask, api), f"asking whether to serve the {title} API")
+            log.info("%s API: %s (%s)", title, "served" if serve else "not served", why)
+            if serve:
+                kinds.append(foreign)
         # Reports are taken by the leader only (the stall decision reads them where it reconciles): the
         # progress Service selects the pod it labels.
         controllers = {k.plural: Controller(api, config, kind=k, progress=link if url is not None else None)

@@ -20,7 +20,7 @@ from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import reserved_meta, training_container
 from torchjob.core import topology
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
-from torchjob.kube.objects import gang, kueue, tensorboard, trainjob_labels
+from torchjob.kube.objects import gang, kueue, t9k_labels, tensorboard, trainjob_labels
 from torchjob.kube.objects import kubeflow_labels as kf
 from torchjob.kube.objects.init_container import (
     is_windows,
@@ -83,6 +83,8 @@ def _kubeflow_labels(job: TorchJob, rid: ReplicaId | None) -> dict[str, str]:
         if rid is None:
             return trainjob_labels.service_labels(job.name)
         return trainjob_labels.pod_labels(job.name, topology.node_rank(job, rid))
+    if kind == t9k_labels.KIND:
+        return t9k_labels.labels()
     if kind != "PyTorchJob":
         return {}
     if rid is None:

@@ -24,9 +24,11 @@ from torchjob.kube.objects.kubeflow_crd import KIND as KUBEFLOW_KIND
 from torchjob.kube.objects.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
 from torchjob.kube.objects.labels import LABEL_JOB, LABEL_TYPE
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS, as_torchjob
+from torchjob.kube.objects.t9k_labels import LABEL_KIND as T9K_LABEL
+from torchjob.kube.objects.t9k_labels import labels as t9k_labels
 from torchjob.kube.objects.trainjob_labels import JOBSET_NAME
 from torchjob.kube.served import kubeflow_status as kf
-from torchjob.kube.served import trainer_objects, trainjob
+from torchjob.kube.served import t9k, t9k_objects, trainer_objects, trainjob
 
 META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
 
@@ -35,7 +37,7 @@ class Unreadable(Exception):
     """A stored object that is not a job torchjob can run; the message says why (core refuses it)."""
 
 
-def _stored(raw: dict[str, Any]) -> dict[str, Any]:
+def stored(raw: dict[str, Any]) -> dict[str, Any]:
     """The stored object's own fields: server-managed metadata (managedFields, timestamps) left out."""
     meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
     return {"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta,
@@ -48,7 +50,7 @@ def read_torchjob(raw: dict[str, Any], found: Sequence[dict[str, Any]] = ()) -> 
     from pydantic import ValidationError
 
     try:
-        return as_torchjob(TorchJob.model_validate(_stored(raw)))
+        return as_torchjob(TorchJob.model_validate(stored(raw)))
     except ValidationError as e:
         raise Unreadable("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from e
 
@@ -57,7 +59,7 @@ def read_pytorchjob(raw: dict[str, Any], found: Sequence[dict[str, Any]] = ()) -
     """A PyTorchJob as the Kubeflow dialect reads it (the same reader as `torchjob run` of the file),
     marked as served for that kind: its pods are owned by it and carry Kubeflow's labels."""
     meta = raw["metadata"]
-    doc = Document(_stored(raw), f"{KUBEFLOW_KIND} {meta.get('namespace', 'default')}/{meta['name']}")
+    doc = Document(stored(raw), f"{KUBEFLOW_KIND} {meta.get('namespace', 'default')}/{meta['name']}")
     try:
         job = kubeflow_dialect.read(doc).job
     except InvalidJob as e:
@@ -111,7 +113,7 @@ TORCHJOB = ServedKind(
     kind="TorchJob", plural="torchjobs",
     # Not a pod of a PyTorchJob torchjob serves (those carry Kubeflow's operator label too).
     pod_labels={LABEL_JOB: operators.exists(), kfl.LABEL_OPERATOR: operators.not_exists(),
-                JOBSET_NAME: operators.not_exists()},
+                JOBSET_NAME: operators.not_exists(), T9K_LABEL: operators.not_exists()},
     read=read_torchjob,
     status_of=lambda raw: JobStatus.model_validate(raw.get("status") or {}),
     status_patch=torchjob_status_patch,
@@ -142,4 +144,15 @@ TRAINJOB = ServedKind(
     own_kueue=False,  # not yet: the Kueue gate writes a TorchJob's runPolicy.suspend (a TrainJob's is spec.suspend)
     progress_patch=trainjob.progress_patch,
     needs=trainjob.runtime_of,
+)
+
+T9K = ServedKind(
+    kind=f"{t9k_objects.API_VERSION}/{t9k_objects.KIND}", plural=t9k_objects.PLURAL,
+    pod_labels={LABEL_JOB: operators.exists(), **t9k_labels()},
+    read=t9k.read,
+    status_of=t9k.status_of,
+    status_patch=t9k.t9k_status,
+    serves=lambda raw: True,
+    own_kueue=False,  # not yet: the Kueue gate writes a TorchJob's runPolicy.suspend
+    progress_patch=lambda progress: {EXTRAS_KEY: {"progress": progress}},
 )
