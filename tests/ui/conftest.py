@@ -149,6 +149,23 @@ def seed_jobs(home: Path, n: int, steps: int = 100) -> None:
     store.close()
 
 
+def first_paint(browser: Any, url: str, rows: int) -> tuple[float, float]:
+    """A fresh browser page opens `url`: when its jobs table with every row was painted (the page's own
+    clock, `tj.firstPaint`: the frame after the rows went in, from navigation start) and its first
+    contentful paint (the header), in ms. Polled, not wait_for_function: that evals a string, which
+    the page's CSP forbids."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = ctx.new_page()
+        page.goto(url)
+        paint = wait(lambda: page.evaluate("tj.firstPaint"), every=0.02, what="the first paint")
+        assert page.locator("#rows tr").count() == rows
+        fcp = page.evaluate("performance.getEntriesByName('first-contentful-paint')[0].startTime")
+        return float(paint), float(fcp)
+    finally:
+        ctx.close()
+
+
 def wait(pred: Callable[[], Any], timeout: float = 60, every: float = 0.2, what: str = "") -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

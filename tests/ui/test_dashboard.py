@@ -5,6 +5,7 @@ page, 1,000 jobs' first paint, and hostile content shown as text."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from tests.jobs import job_data
-from tests.ui.conftest import REPO, Dashboard, Page, seed_jobs, wait
+from tests.ui.conftest import REPO, Dashboard, Page, first_paint, seed_jobs, wait
 
 pytestmark = pytest.mark.e2e
 REPORT = [sys.executable, str(REPO / "tests" / "programs" / "report_steps.py")]
@@ -133,19 +134,34 @@ def test_suspend_and_resume_through_the_page(tmp_path: Path, page: Page, artifac
     assert page.dialogs == [] and page.errors == []
 
 
-def test_a_thousand_jobs_first_paint(tmp_path: Path, page: Page, artifacts: Path,
+FIRST_PAINT_MS = 1000  # the target: 1,000 jobs' rows painted within a second (bench/ui_first_paint.py)
+QUIET_BASELINE_MS = 250  # the ten-job page's first paint on a quiet machine, where the target was set
+
+
+def test_a_thousand_jobs_first_paint(tmp_path: Path, browser: Any, page: Page, artifacts: Path,
                                      dashboard: Callable[..., Dashboard]) -> None:
-    """The bound catches a pathological regression only (the suite runs on four workers beside real
-    nodes: 5.9 s was seen there); bench/ui_first_paint.py measures it."""
-    seed_jobs(tmp_path, 1000)
-    d = dashboard(tmp_path)
+    """1,000 jobs' rows painted within FIRST_PAINT_MS, on a machine as quiet as the one the target
+    was set on; on a busier one (the suite runs on four workers beside real nodes: the old page took
+    5.9 s there) the bound grows by how much slower a baseline painted in the same test: the same
+    dashboard over ten jobs, its rounds interleaved with the thousand's (median of three each), so
+    that what slows one slows the other. A page whose rows cost more per job fails it; a busy
+    machine alone does not."""
+    big, small = tmp_path / "big", tmp_path / "small"
+    seed_jobs(big, 1000)
+    seed_jobs(small, 10)
+    d, base = dashboard(big), dashboard(small)
+    paints, bases = [], []
+    for _ in range(3):
+        bases.append(first_paint(browser, base.url, 10)[0])
+        paints.append(first_paint(browser, d.url, 1000)[0])
+    paint, baseline = statistics.median(paints), statistics.median(bases)
+    bound = FIRST_PAINT_MS * max(1.0, baseline / QUIET_BASELINE_MS)
+    print(f"1000 jobs: rows painted at {paint:.0f} ms (rounds {paints}); 10 jobs: {baseline:.0f} ms "
+          f"(rounds {bases}); bound {bound:.0f} ms")
+    assert paint < bound, (paints, bases)
     p = page.page
     p.goto(d.url)
-    paint = wait(lambda: p.evaluate("tj.firstPaint"), what="the first paint")
-    assert p.locator("#rows tr").count() == 1000
-    fcp = p.evaluate("performance.getEntriesByName('first-contentful-paint')[0]?.startTime")
-    print(f"1000 jobs: rows painted at {paint:.0f} ms, first contentful paint {fcp:.0f} ms")
-    assert paint < 20000
+    wait(lambda: p.evaluate("tj.firstPaint"), what="the first paint")
     p.screenshot(path=str(artifacts / "jobs-1000.png"))
     p.select_option("#f-state", "Failed")
     assert p.locator("#rows tr").count() == len(range(5, 1000, 6))

@@ -42,8 +42,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline';
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
-def _digest(data: Any) -> str:
-    return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 def _same(given: str | None, want: str) -> bool:
@@ -123,6 +123,17 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
         await run_in_threadpool(source.act, _ns(ns), name, verb)
         return JSONResponse({"ok": True, "verb": verb, "name": name})
 
+    listed: list[Any] = [None, ""]  # the latest listing (its rows object) and its event's JSON
+
+    def jobs_json(rows: list[dict[str, Any]]) -> str:
+        """The jobs event's data, made once per listing for every open page (a listing of a thousand
+        jobs is a third of a megabyte of JSON: not made again per page and per second)."""
+        if listed[0] is not rows:
+            listed[1] = json.dumps({"where": where(), "jobs": rows}, default=str)
+            listed[0] = rows
+        text: str = listed[1]
+        return text
+
     async def stream(request: Request) -> Response:
         """`event: jobs` with every row, and with ?job=NS/NAME `event: job` with that job's page,
         each when it changed (and at once on connecting)."""
@@ -131,25 +142,26 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
         async def events() -> AsyncIterator[str]:
             sent: dict[str, str] = {}
             while not await request.is_disconnected():
-                out: list[tuple[str, Any]] = []
+                out: list[tuple[str, str]] = []
                 problem: str | None = None
                 try:
                     rows = await run_in_threadpool(source.jobs)
-                    out.append(("jobs", {"where": where(), "jobs": rows}))
+                    out.append(("jobs", jobs_json(rows)))
                     problem = source.problem  # the latest listing's (RBAC, a cluster away), else none
                     if open_job:
                         ns, _, name = open_job.partition("/")
-                        out.append(("job", await run_in_threadpool(source.job, _ns(ns), name)))
+                        job = await run_in_threadpool(source.job, _ns(ns), name)
+                        out.append(("job", json.dumps(job, default=str)))
                 except UserError as e:  # the open job was deleted, say
                     problem = e.render()
                 except Exception as e:
                     problem = f"{type(e).__name__}: {e}"
-                out.append(("problem", {"error": problem}))  # sent when it changes: null clears the page's
+                out.append(("problem", json.dumps({"error": problem})))  # sent when it changes: null clears it
                 for kind, data in out:
                     d = _digest(data)
                     if sent.get(kind) != d:
                         sent[kind] = d
-                        yield f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
+                        yield f"event: {kind}\ndata: {data}\n\n"
                 yield ": keep-alive\n\n"
                 await asyncio.sleep(PUSH_S)
 

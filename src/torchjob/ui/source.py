@@ -123,10 +123,8 @@ class Source:
         self.problem: str | None = None  # why the last listing failed (RBAC, a cluster away)
         self._own: str | None = None  # the context's namespace, once known (a target that names none)
 
-    def _rt(self, namespace: str | None, name: str) -> Runtime[Any]:
-        return self._runtime(self.scope(namespace, name))
-
     def _runtime(self, key: str | None) -> Runtime[Any]:
+        """The runtime of a namespace (None: the target's own). Under the lock."""
         if key not in self._runtimes:
             self._runtimes[key] = self._connect(self.target.in_namespace(key))
             while len(self._runtimes) > RUNTIMES:
@@ -149,7 +147,13 @@ class Source:
         own = t.namespace or self._own
         if own is None and namespace:
             rows = self._rows
-            own = self._own = rows[0]["namespace"] if rows else self._runtime(None).describe(name).namespace
+            if rows:
+                own = rows[0]["namespace"]
+            else:  # nothing listed yet: the job itself says (a call to the cluster, with no lock held)
+                with self._lock:
+                    rt = self._runtime(None)
+                own = rt.describe(name).namespace
+            self._own = own
         if namespace and namespace != own:
             raise OutOfScope(f"namespace {namespace!r} is not served here: this dashboard was started for "
                              f"namespace {own!r}",
@@ -198,8 +202,9 @@ class Source:
         return nullcontext() if self.target.kube else self._lock
 
     def _runtime_for(self, namespace: str, name: str) -> Runtime[Any]:
+        key = self.scope(namespace or None, name)  # may ask the cluster: before the lock
         with self._lock:
-            return self._rt(namespace or None, name)
+            return self._runtime(key)
 
     def job(self, namespace: str, name: str) -> dict[str, Any]:
         rt = self._runtime_for(namespace, name)
