@@ -3,6 +3,10 @@
 Replica output goes to stdout as `[worker-1] ...` (coloured on a terminal), torchjob's notes to
 stderr, and both to the job's combined log, in the order they arrived.
 
+Lines the user never needs are not shown or kept here: the line that carries a function's returned
+value back (`hidden`; it stays in the replica's own log, where `torchjob.sdk` reads it). A `show`
+filter (`--ranks-filter`) keeps the terminal to some ranks; the combined log keeps every line.
+
 Once the job reports progress, a terminal (stdout and stderr both one) shows a live bar (rich)
 kept in view below the streamed lines: percent, step, rate, ETA and the latest metrics. Elsewhere
 (a pipe, a file) the progress is a note at most every PROGRESS_NOTE_S.
@@ -11,9 +15,11 @@ kept in view below the streamed lines: percent, step, rate, ETA and the latest m
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -27,6 +33,18 @@ from torchjob.progress import show
 
 PROGRESS_NOTE_S = 30.0
 COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92")
+# The lines a shipped function's runner prints to carry its value back (torchjob.sdk.runner): read by
+# the Python API, never shown.
+RESULT_MARK = "@@torchjob-result@@"
+UNRETURNABLE_MARK = "@@torchjob-unreturnable@@"
+_TAGS = re.compile(r"^(?:\[[\w.-]+\] )?(?:\[rank\d+\]: ?)?")
+LineFilter = Callable[[str, str], bool]  # (replica, its line) -> whether the terminal shows it
+
+
+def hidden(line: str) -> bool:
+    """Whether a line (a replica's, or the combined log's `[master-0] ...`) is one of the value's lines."""
+    text = line[_TAGS.match(line).end():]  # type: ignore[union-attr]  # the pattern matches the empty string
+    return text.startswith((RESULT_MARK, UNRETURNABLE_MARK))
 
 
 class Console:
@@ -36,7 +54,9 @@ class Console:
         out: TextIO | None = sys.stdout,
         err: TextIO | None = sys.stderr,
         colour: bool | None = None,
+        show: LineFilter | None = None,
     ) -> None:
+        self._show = show
         self._lock = threading.Lock()
         self._out = out.buffer if out is not None and hasattr(out, "buffer") else None
         self._err = err
@@ -109,12 +129,22 @@ class Console:
                                 "what follows is shown here but not kept\n")
                 self._err.flush()
 
+    def kept(self, replica: str, data: bytes) -> tuple[bool, bool]:
+        """(kept in the log, shown on the terminal) for a replica's line."""
+        text = data.decode("utf-8", "replace")
+        if hidden(text):
+            return False, False
+        return True, self._show is None or self._show(replica, text)
+
     def line(self, replica: str, data: bytes) -> None:
         if not data.endswith(b"\n"):
             data += b"\n"
+        log, shown = self.kept(replica, data)
         with self._lock:
-            self._write_out(self._prefix(replica) + data)
-            self._to_log(f"[{replica}] ".encode() + data)
+            if shown:
+                self._write_out(self._prefix(replica) + data)
+            if log:
+                self._to_log(f"[{replica}] ".encode() + data)
 
     def note(self, message: str, warning: bool = False) -> None:
         """torchjob's own line (a state change, an event)."""

@@ -53,7 +53,8 @@ def test_run_j_1x2_runs_two_processes_through_torchrun(torchjob: Torchjob, scrip
 def test_two_replicas_of_two_processes_make_a_world_of_four(torchjob: Torchjob, script: Path) -> None:
     proc = torchjob("run", "--nnodes", "2", "--nproc-per-node", "2", "--name", "q22", "train.py", cwd=script.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert ranks(proc.stdout) == [0, 1, 2, 3] and "[worker-0] rank" in proc.stdout and "sum 4" in proc.stdout
+    assert ranks(proc.stdout) == [0, 1, 2, 3] and "sum 4" in proc.stdout
+    assert "[worker-0] [rank2]: rank 2 of 4" in proc.stdout and "[worker-0] [rank3]: rank 3 of 4" in proc.stdout
 
 
 def test_dry_run_prints_a_document_that_runs_the_same_job(torchjob: Torchjob, script: Path, tmp_path: Path) -> None:

@@ -205,7 +205,13 @@ def replica_env(
                 env["PET_RDZV_CONF"] = ",".join(f"{c.key}={c.value}" for c in ep.rdzvConf)
             if ep.standalone:
                 env["PET_STANDALONE"] = "1"
-        return ReplicaEnv(env=env, torchrun=True, defaults={**ALWAYS_DEFAULTS, **TORCHRUN_DEFAULTS})
+        defaults = {**ALWAYS_DEFAULTS, **TORCHRUN_DEFAULTS}
+        if nproc != "1":
+            # torchrun sets 1 itself when it starts more than one process and says so in a four-line
+            # banner; set here, deliberately, the banner never shows (locally the runtime divides the
+            # machine's cores instead: local.render.threads_per_process). A user's own value wins.
+            defaults["OMP_NUM_THREADS"] = "1"
+        return ReplicaEnv(env=env, torchrun=True, defaults=defaults)
     # Plain mode: one process per replica.
     env.update(
         MASTER_ADDR=where.master_addr,

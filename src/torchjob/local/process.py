@@ -18,6 +18,7 @@ from torchjob.core import torch_errors
 from torchjob.core.policy import exit_code_of
 from torchjob.local.files import private_dir, private_file
 from torchjob.local.launch import LaunchSpec
+from torchjob.local.quiet import QuietStop
 from torchjob.local.volumes import preexec
 
 LineSink = Callable[[str, bytes], None]  # (replica name, one line of output)
@@ -111,6 +112,8 @@ class ReplicaProcess:
         out = self.proc.stdout
         name = self.spec.name
 
+        quiet = QuietStop(lambda: self.stopping)
+
         def pump() -> None:
             writing = True
             try:
@@ -122,7 +125,10 @@ class ReplicaProcess:
                         except OSError as e:  # ENOSPC, EIO: told once; the output goes on to the console
                             writing = False
                             events.put(LogLost(name, self.attempt, str(self.log_path), e.strerror or str(e)))
-                    sink(name, line)
+                    for shown in quiet.feed(line):
+                        sink(name, shown)
+                for shown in quiet.end():
+                    sink(name, shown)
             finally:
                 with contextlib.suppress(OSError):  # what a full disk would not take is gone already
                     log.close()

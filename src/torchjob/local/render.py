@@ -23,7 +23,18 @@ from torchjob.api.model import (
 from torchjob.api.spec_facts import is_torchrun
 from torchjob.api.validate import config_key_problem, training_container
 from torchjob.core.expand import expand_argv, expand_env
-from torchjob.core.topology import Placement, ReplicaId, debug_command, is_shell, merge_env, replica_env, replicas
+from torchjob.core.topology import (
+    Placement,
+    ReplicaId,
+    debug_command,
+    is_shell,
+    merge_env,
+    nproc_per_node,
+    replica_env,
+    replica_total,
+    replicas,
+)
+from torchjob.local import ranktag
 from torchjob.local.launch import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
 from torchjob.local.volumes import mounts_for
 
@@ -32,15 +43,28 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 def resolve_argv(argv: list[str], resolve_python: bool) -> list[str]:
     """`python`/`python3` run under torchjob's own interpreter (so the job sees the user's
-    environment); `torchrun` becomes `<that python> -m torch.distributed.run`."""
+    environment); `torchrun` (or `python -m torch.distributed.run`) becomes `<that python> -m
+    torchjob.local.loopback_torchrun`: torchrun whose TCPStore listens on the loopback address only
+    (torch's own listens on every interface)."""
     if not argv or not resolve_python:
         return list(argv)
     head = os.path.basename(argv[0])
     if head == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+        return [sys.executable, "-m", "torchjob.local.loopback_torchrun", *argv[1:]]
     if head in ("python", "python3", f"python3.{sys.version_info.minor}"):
+        if argv[1:3] == ["-m", "torch.distributed.run"]:  # torchrun by its module: the same
+            return [sys.executable, "-m", "torchjob.local.loopback_torchrun", *argv[3:]]
         return [sys.executable, *argv[1:]]
     return list(argv)
+
+
+def threads_per_process(job: TorchJob) -> int:
+    """OMP_NUM_THREADS of a local replica of several processes (unless its env sets it): every
+    process of the job shares this machine's cores, so each gets an equal share, at least 1.
+    torchrun's own choice is 1, said in a banner; set deliberately, the banner never shows."""
+    nproc = nproc_per_node(job)
+    per_node = int(nproc) if nproc.isdigit() else (os.cpu_count() or 1)
+    return max(1, (os.cpu_count() or 1) // max(1, per_node * replica_total(job)))
 
 
 def gpu_count(c: Container) -> int:
@@ -241,7 +265,12 @@ def render(
         if debug is not None:
             argv = debug
         ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
-        env = _resolved_env(job, rid, c, ours, renv.defaults, opts, notes)
+        defaults = dict(renv.defaults)
+        if "OMP_NUM_THREADS" in defaults:
+            defaults["OMP_NUM_THREADS"] = str(threads_per_process(job))
+        env = _resolved_env(job, rid, c, ours, defaults, opts, notes)
+        if renv.torchrun and nproc_per_node(job) != "1":
+            env.update(ranktag.env(env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")))
         argv = expand_argv(argv, env)  # what the kubelet does with $(VAR) in command and args
         if uses_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(slices.get(rid.name, []))

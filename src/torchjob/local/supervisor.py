@@ -165,7 +165,10 @@ class Supervisor:
             # A failure is told by the decision it leads to (restart, or the job fails).
             how = policy.describe_exit(ev.exit_code)
             if ev.stopping:
-                self.console.note(f"{ev.replica} stopped ({how})")
+                # "stopping X: why" said it; its exit code now is the signal's (torchrun's 1), not news,
+                # unless it had to be killed
+                if ev.exit_code == 128 + signal.SIGKILL:
+                    self.console.note(f"{ev.replica} killed ({how})")
             elif ev.exit_code == 0:
                 self.console.note(f"{ev.replica} exited with {how}")
         elif isinstance(ev, LogLost):
@@ -240,6 +243,8 @@ class Supervisor:
     def _apply(self, plan: Plan) -> bool:
         """Carry the plan out; returns whether the world changed (then core looks again at once)."""
         changed = False
+        # a suspend says so once ("job suspended: every replica is stopped"), not once more per replica
+        suspending = any(e.reason == Reason.SUSPENDED for e in plan.events)
         for a in plan.actions:
             match a:
                 case Create():
@@ -248,7 +253,8 @@ class Supervisor:
                 case Stop():
                     p = self.procs.get(a.replica.name)
                     if p is not None and p.attempt == a.attempt and p.alive:
-                        self.console.note(f"stopping {a.replica.name}: {a.reason}")
+                        if not suspending:
+                            self.console.note(f"stopping {a.replica.name}: {a.reason}")
                         p.terminate()
                 case Forget() | Purge():
                     p = self.procs.get(a.replica.name)

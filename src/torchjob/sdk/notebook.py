@@ -55,6 +55,8 @@ class NotebookConsole(Console):
 
     def line(self, replica: str, data: bytes) -> None:
         super().line(replica, data)
+        if not self.kept(replica, data)[1]:
+            return
         text = data.decode("utf-8", "replace")
         self._cell(f"[{replica}] {text}" + ("" if text.endswith("\n") else "\n"))
 

@@ -1,0 +1,31 @@
+"""Each process's lines tagged with its rank: a local replica that runs several processes through
+torchrun writes every line of each as `[rank3]: ...` (torch's own `[rankN]:` convention), so the
+terminal, `torchjob logs`, the Python API's stream and the dashboard tell rank 0 from rank 1 of the
+same replica. torchrun's `--tee` does this by tailing files and was seen to drop and repeat lines;
+here each process tags its own writes (`hook/sitecustomize.py`, loaded by Python's `site` at start-up
+through PYTHONPATH), whole lines at a time, so nothing is lost or interleaved mid-line.
+
+What a process writes to its file descriptors below Python (a C++ warning) is not tagged; it still
+carries its replica's `[master-0]`."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+HOOK_DIR = str(Path(__file__).resolve().parent / "hook")
+ENABLE = "TORCHJOB_RANK_TAG"
+TAG = re.compile(r"^\[rank(\d+)\]: ?")
+
+
+def env(pythonpath: str | None) -> dict[str, str]:
+    """What a replica of several processes gets: the hook first on its PYTHONPATH, and the switch."""
+    parts = [HOOK_DIR, *(p for p in (pythonpath or "").split(os.pathsep) if p and p != HOOK_DIR)]
+    return {"PYTHONPATH": os.pathsep.join(parts), ENABLE: "1"}
+
+
+def rank_of(line: str) -> int | None:
+    """The rank a tagged line names, else None."""
+    m = TAG.match(line)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,113 @@
+"""A job's output as a user reads it (issue 31): each process's lines tagged with its rank on a real
+terminal (a pty) and in `torchjob logs`, one rank followed with --ranks-filter, no torchrun
+OMP_NUM_THREADS banner, a suspend that is one line (not torchrun's SignalException traceback), and
+the value's line of a function's job never shown. Real processes, real torchrun."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.local.conftest import Torchjob, state_of
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = """\
+import os, sys
+print("hello from", os.environ["RANK"], "threads", os.environ.get("OMP_NUM_THREADS"))
+print("part", end="", flush=True)
+print(" rest")
+print("on stderr", os.environ["RANK"], file=sys.stderr)
+"""
+SLEEPER = """\
+import os, time
+print("up", os.environ["RANK"], flush=True)
+time.sleep(120)
+"""
+
+
+def on_a_terminal(torchjob: Torchjob, *args: str, cwd: Path, timeout: float = 120) -> tuple[int, str]:
+    """`torchjob ARGS` with stdout and stderr a real terminal (a pty), as a user runs it; what the
+    terminal showed, colours removed."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "torchjob", *args], env={**torchjob.env, "COLUMNS": "150"},
+                            stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, cwd=cwd)
+    os.close(follower)
+    chunks = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: every process that had it has exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = proc.wait(30)
+    os.close(leader)
+    return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace")).replace("\r", "")
+
+
+def test_each_rank_is_tagged_on_a_terminal_and_in_logs(torchjob: Torchjob, tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(SCRIPT)
+    code, screen = on_a_terminal(torchjob, "run", "-j", "1x2", "--name", "tags", "t.py", cwd=tmp_path)
+    assert code == 0, screen
+    for rank in (0, 1):
+        assert f"[master-0] [rank{rank}]: hello from {rank} threads 1" in screen, screen
+        assert f"[master-0] [rank{rank}]: part rest" in screen, screen  # a line written in two parts is one
+        assert f"[master-0] [rank{rank}]: on stderr {rank}" in screen, screen
+    assert "OMP_NUM_THREADS" not in screen and "*****" not in screen, screen  # torchrun's banner
+    logged = torchjob("logs", "tags", check=True).stdout
+    assert "[master-0] [rank1]: hello from 1 threads 1" in logged
+    one = torchjob("logs", "tags", "--ranks-filter", "1", check=True).stdout
+    assert "[rank1]: hello from 1" in one and "[rank0]" not in one and "master-0 started" in one
+    mine = torchjob("logs", "tags", "--replica", "master-0", "--ranks-filter", "0", check=True).stdout
+    assert mine.splitlines()[0] == "[rank0]: hello from 0 threads 1" and "[rank1]" not in mine, mine
+    bad = torchjob("logs", "tags", "--ranks-filter", "one")
+    assert bad.returncode == 2 and "--ranks-filter 'one' is not a list of ranks" in bad.stderr
+
+
+def test_run_follows_one_rank_and_keeps_every_line(torchjob: Torchjob, tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(SCRIPT)
+    code, screen = on_a_terminal(torchjob, "run", "--nnodes", "2", "--nproc-per-node", "2", "--ranks-filter", "2",
+                                 "--name", "follow", "t.py", cwd=tmp_path)
+    assert code == 0, screen
+    shown = sorted(set(re.findall(r"\[rank(\d)\]", screen)))
+    assert shown == ["2"] and "[worker-0] [rank2]: hello from 2" in screen, screen
+    logged = torchjob("logs", "follow", check=True).stdout
+    assert sorted(set(re.findall(r"\[rank(\d)\]", logged))) == ["0", "1", "2", "3"]
+
+
+def test_a_plain_replica_is_not_tagged_and_omp_is_the_users(torchjob: Torchjob, tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(SCRIPT)
+    proc = torchjob("run", "-j", "1x2", "--name", "mine", "--env", "OMP_NUM_THREADS=3", "t.py", cwd=tmp_path)
+    assert proc.returncode == 0 and "hello from 0 threads 3" in proc.stdout, proc.stdout + proc.stderr
+    single = torchjob("run", "--name", "single", "t.py", cwd=tmp_path)
+    assert "[master-0] hello from 0" in single.stdout and "[rank" not in single.stdout, single.stdout
+
+
+def test_a_suspend_is_one_line(torchjob: Torchjob, tmp_path: Path) -> None:
+    (tmp_path / "s.py").write_text(SLEEPER)
+    run = torchjob.popen("run", "-j", "1x2", "--name", "sus", str(tmp_path / "s.py"))
+    try:
+        torchjob.wait_for("sus", lambda d: "up 1" in torchjob("logs", "sus").stdout and "up 0" in
+                          torchjob("logs", "sus").stdout, timeout=90)
+        torchjob("suspend", "sus", check=True)
+        torchjob.wait_for("sus", lambda d: state_of(d) == "Suspended", timeout=90)
+        torchjob("delete", "sus", check=True)
+        out, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    said = out + err
+    assert "Traceback" not in said and "SignalException" not in said and "Sending process" not in said, said
+    after_running = said.split("every replica is running\n", 1)[1]
+    assert after_running.startswith("torchjob: job suspended: every replica is stopped\ntorchjob: job resumed"), said
+    assert "exit code 1" not in said, said
