@@ -12,9 +12,11 @@ from typing import Any
 
 import click
 
-from torchjob.api.model import JobStatus, Progress
+from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.pod import training_container
+from torchjob.api.spec_facts import is_torchrun
 from torchjob.api.status import ConditionType, Reason
+from torchjob.core.topology import nproc_per_node, replica_total
 from torchjob.progress import show
 from torchjob.runtime import DryRun, JobView
 
@@ -47,6 +49,18 @@ def _conditions(st: JobStatus) -> list[str]:
     return out
 
 
+def processes(job: TorchJob) -> tuple[str, int | None]:
+    """(processes per replica, the world size): torchrun's nprocPerNode in torchrun mode (a word,
+    `gpu`, `auto`, leaves the world size to torchrun: None), else one process per replica."""
+    torchrun = False
+    for spec in job.spec.pytorchReplicaSpecs.values():
+        pod = spec.template.spec
+        c = pod.containers[training_container(pod.containers)]
+        torchrun = torchrun or is_torchrun([*(c.command or []), *(c.args or [])])
+    nproc = nproc_per_node(job) if torchrun else "1"
+    return nproc, replica_total(job) * int(nproc) if nproc.isdigit() else None
+
+
 def summary(v: JobView) -> dict[str, Any]:
     st = v.status
     row: dict[str, Any] = {"name": v.name}
@@ -56,6 +70,8 @@ def summary(v: JobView) -> dict[str, Any]:
         "state": st.state.value,
         "replicas": sum(v.replicas.values()),
         "replicasByType": v.replicas,
+        "nprocPerNode": processes(v.job)[0],
+        "worldSize": processes(v.job)[1],
         "restarts": st.restartCount,
         "created": _when(v.created),
         "reason": st.failure.reason if st.failure else None,
@@ -88,12 +104,14 @@ def list_jobs(views: list[JobView], fmt: str, dump: Dump, every_namespace: bool 
         print("no jobs; start one with: torchjob run JOB.yaml")
         return
     table = Table(box=None, pad_edge=False)
-    columns = ("NAME", "STATE", "PROGRESS", "REPLICAS", "RESTARTS", "AGE", "REASON")
+    columns = ("NAME", "STATE", "PROGRESS", "REPLICAS", "WORLD", "RESTARTS", "AGE", "REASON")
     for col in ("NAMESPACE", *columns) if every_namespace else columns:
         table.add_column(col)
     for v in views:
         s = summary(v)
-        row = [v.name, s["state"], s["progress"] or "-", str(s["replicas"]), str(s["restarts"]),
+        shape = f"{s['replicas']}x{s['nprocPerNode']}"  # replicas x processes each, as -j NxM
+        world = "-" if s["worldSize"] is None else str(s["worldSize"])
+        row = [v.name, s["state"], s["progress"] or "-", shape, world, str(s["restarts"]),
                _age(v.created), s["reason"] or ""]
         table.add_row(*([v.namespace or "-", *row] if every_namespace else row))
     Console(soft_wrap=True).print(table)
@@ -120,14 +138,18 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
     ]
     if v.directory is not None:  # a local job
         out += [f"Supervisor:  {v.supervisor or '-'}", f"Directory:   {v.directory}"]
-    out += [*_progress_lines(st.progress), "Replicas:"]
+    nproc, world = processes(job)
+    out += [*_progress_lines(st.progress),
+            f"World size:  {world if world is not None else f'decided by torchrun ({nproc})'} "
+            f"({sum(v.replicas.values())} replica(s) x {nproc} process(es) each)", "Replicas:"]
     for rtype, spec in job.spec.pytorchReplicaSpecs.items():
         pod = spec.template.spec
         c = pod.containers[training_container(pod.containers)]
         argv = shlex.join([*(c.command or []), *(c.args or [])])
         rs = st.replicaStatuses.get(rtype)
         counts = f"  active {rs.active}, succeeded {rs.succeeded}, failed {rs.failed}" if rs else ""
-        out.append(f"  {rtype}: {job.replica_count(rtype)} x `{argv}`, restartPolicy "
+        n = job.replica_count(rtype)
+        out.append(f"  {rtype}: {n} replica(s) x {nproc} process(es): `{argv}`, restartPolicy "
                    f"{job.restart_policy(rtype)}{counts}")
     policies = rp.model_dump(exclude_none=True)
     if policies:
