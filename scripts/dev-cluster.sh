@@ -14,6 +14,10 @@
 #   scripts/dev-cluster.sh up --real-node
 #                                  the same plus a real kubelet node (root; kube-controller-
 #                                  manager on); `build --real-node` builds its parts only
+#   scripts/dev-cluster.sh up --real-node --registry
+#                                  the same plus a real OCI registry (the CNCF distribution registry, built
+#                                  from the Go module proxy) at localhost:5000, which the node's containerd
+#                                  pulls from over plain HTTP (its hosts.toml): push images and charts there
 #   scripts/dev-cluster.sh down    stop what `up` started and remove the state dir: whatever it
 #                                  finds there (up, half up, half down), every step best effort
 #   scripts/dev-cluster.sh env     print the export line (exit 1 if not up)
@@ -40,6 +44,11 @@
 #                                  build localhost/torchjob-operator:dev from the repository as the
 #                                  Dockerfile describes (hack/operator_image.py; no Docker engine) and
 #                                  load it into the real node's containerd
+#   scripts/dev-cluster.sh operator-image --push REF
+#                                  the same, then push it as REF (e.g. localhost:5000/torchjob-operator:V)
+#                                  through the OCI distribution API, by the node's containerd client (ctr;
+#                                  plain HTTP to localhost); the node keeps no image named REF, so a pod of
+#                                  REF pulls it from the registry
 #   scripts/dev-cluster.sh helm    build Helm if needed (with `build` too) and print its path
 #   scripts/dev-cluster.sh bin     print the dir of the built binaries (kubectl and helm among them)
 #   scripts/dev-cluster.sh crds    print the paths of third-party CRDs the operator works with
@@ -81,6 +90,9 @@
 #                             (kwok.x-k8s.io/v1alpha1) for pods not owned by a Job
 #   DEVCLUSTER_KWOK_VERSION   sigs.k8s.io/kwok version to go-install (default v0.8.0)
 #   DEVCLUSTER_REAL_NODE      1: a real node, as `--real-node` (more settings: scripts/real-node.sh)
+#   DEVCLUSTER_REGISTRY       1: the registry, as `--registry` (with a real node)
+#   DEVCLUSTER_REGISTRY_PORT  its port on 127.0.0.1 (default 5000; the node pulls from localhost:PORT)
+#   DEVCLUSTER_REGISTRY_VERSION  github.com/distribution/distribution/v3 version to go-install (default v3.1.2)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -88,6 +100,9 @@ CP_SRC="$ROOT/hack/controlplane"
 KWOK_VERSION="${DEVCLUSTER_KWOK_VERSION:-v0.8.0}"
 # Helm (`go list -m -versions helm.sh/helm/v4` lists what the module proxy serves).
 HELM_VERSION="${DEVCLUSTER_HELM_VERSION:-v4.3.1}"
+# The CNCF distribution registry (`go list -m -versions github.com/distribution/distribution/v3`).
+REGISTRY_VERSION="${DEVCLUSTER_REGISTRY_VERSION:-v3.1.2}"
+REGISTRY_PORT="${DEVCLUSTER_REGISTRY_PORT:-5000}"
 
 log() { printf '[dev-cluster] %s\n' "$*" >&2; }
 die() { printf '[dev-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -109,7 +124,13 @@ TIMEOUT="${DEVCLUSTER_TIMEOUT:-90}"
 
 # shellcheck source=real-node.sh
 source "$ROOT/scripts/real-node.sh"
-if [[ "${2:-}" == --real-node ]]; then DEVCLUSTER_REAL_NODE=1; fi
+for arg in "${@:2}"; do
+    case "$arg" in
+        --real-node) DEVCLUSTER_REAL_NODE=1 ;;
+        --registry) DEVCLUSTER_REGISTRY=1 ;;
+    esac
+done
+registry_on() { [[ "${DEVCLUSTER_REGISTRY:-0}" == 1 ]]; }
 # EndpointSlices (which CoreDNS answers headless names from) come from kube-controller-manager.
 if real_node; then DEVCLUSTER_CONTROLLER_MANAGER=1; fi
 
@@ -215,6 +236,7 @@ cmd_build() {
         log "built kwok in $((SECONDS - t0))s"
     fi
     build_helm
+    if registry_on; then build_registry; fi
     if real_node; then rn_build; fi
     exec 8>&- # the build lock
     log "binaries in $BIN: $(cd "$BIN" && ls | tr '\n' ' ')"
@@ -233,6 +255,19 @@ build_helm() {
         "helm.sh/helm/v4/cmd/helm@$HELM_VERSION") || die "go install of helm failed (see above)"
     write_stamp helm "$hstamp"
     log "built helm in $((SECONDS - t0))s"
+}
+
+# The CNCF distribution registry (`registry serve CONFIG`), from its Go module, beside helm.
+build_registry() {
+    local rstamp t0
+    rstamp="$REGISTRY_VERSION $(go env GOVERSION)"
+    stamp_ok registry "$rstamp" && return 0
+    log "go install github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
+    t0=$SECONDS
+    (cd "$BIN" && CGO_ENABLED=0 GOBIN="$BIN" GOFLAGS= go install -trimpath -ldflags "-s -w" \
+        "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION") || die "go install of the registry failed (see above)"
+    write_stamp registry "$rstamp"
+    log "built registry in $((SECONDS - t0))s"
 }
 
 cmd_helm() { # build Helm alone if needed (the build lock held), print its path
@@ -434,6 +469,7 @@ components() {
     [[ "${DEVCLUSTER_SCHEDULER:-1}" == 1 ]] && echo kube-scheduler
     [[ "${DEVCLUSTER_CONTROLLER_MANAGER:-0}" == 1 ]] && echo kube-controller-manager
     [[ "${DEVCLUSTER_KWOK:-1}" == 1 ]] && echo kwok
+    registry_on && echo registry
     real_node && echo containerd coredns kubelet
     return 0
 }
@@ -669,12 +705,36 @@ EOF
         wait_for kwok "${DEVCLUSTER_NODES:-1} fake node(s) Ready" nodes_ready
     fi
 
+    if registry_on; then registry_up; fi
     if real_node; then rn_up; fi
 
     touch "$STATE/up"
     disarm
     log "up in $((SECONDS - t0))s: $(tr '\n' ' ' <"$STATE/components")(state $STATE)"
     export_line
+}
+
+# A registry on 127.0.0.1:$REGISTRY_PORT, its blobs in the state dir (gone with `down`). The real node's
+# containerd pulls from localhost:$REGISTRY_PORT over plain HTTP (real-node.sh writes its hosts.toml).
+registry_up() {
+    real_node || die "--registry needs --real-node (the registry is for the node's containerd to pull from)"
+    port_free "$REGISTRY_PORT" || die "127.0.0.1:$REGISTRY_PORT is taken (another dev cluster's registry?): set DEVCLUSTER_REGISTRY_PORT"
+    mkdir -p "$STATE/registry/data"
+    echo "$REGISTRY_PORT" >"$STATE/registry.port"
+    cat >"$STATE/registry/config.yml" <<EOF
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$REGISTRY_PORT
+EOF
+    start_proc registry "$BIN/registry" serve "$STATE/registry/config.yml"
+    wait_for registry "the registry at 127.0.0.1:$REGISTRY_PORT/v2/" curl -sf --max-time 2 "http://127.0.0.1:$REGISTRY_PORT/v2/"
 }
 
 # ---------------------------------------------------------------------------------------- down
@@ -725,7 +785,7 @@ stop_strays() { # components run from $STATE whose pid file is gone (an `up` kil
             continue
         fi
         case "${exe##*/}" in
-            etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kwok | containerd | coredns | kubelet) ;;
+            etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kwok | registry | containerd | coredns | kubelet) ;;
             *) continue ;;
         esac
         [[ "$args" == *"$STATE/"* ]] || continue
@@ -753,7 +813,7 @@ stop_all() {
     # Reverse start order: clients first, etcd last. The real node's pods are deleted through
     # the API server, so it goes before it.
     try rn_down
-    for c in kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do try stop_proc "$c"; done
+    for c in registry kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do try stop_proc "$c"; done
     try stop_strays
 }
 
@@ -886,6 +946,14 @@ cmd_restart_apiserver() {
 # Debian root file system (hack/operator-image/build.py), cached by the content it is built from,
 # and imported into the real node's containerd when one is up in $STATE.
 cmd_operator_image() {
+    local push=""
+    if [[ "${1:-}" == --push ]]; then
+        push=${2:-}
+        [[ -n "$push" ]] || die "usage: $0 operator-image [--push REF] (REF e.g. localhost:5000/torchjob-operator:VERSION)"
+        [[ -S "$(rn_sock)" ]] || die "operator-image --push pushes through the real node's containerd: none is up in $STATE (run '$0 up --real-node --registry' first)"
+    elif [[ -n "${1:-}" ]]; then
+        die "usage: $0 operator-image [--push REF]"
+    fi
     rn_need_root
     rn_build_rootfs
     local prefix src archive venv t0=$SECONDS
@@ -909,7 +977,21 @@ cmd_operator_image() {
         ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"
         log "imported localhost/torchjob-operator:dev into the real node of $STATE"
     fi
+    if [[ -n "$push" ]]; then push_image localhost/torchjob-operator:dev "$push"; fi
     echo "$archive"
+}
+
+push_image() { # <local ref> <remote ref>: the OCI distribution API, by containerd's client
+    local plain=() host=${2%%/*}
+    # plain HTTP to a registry on this machine (the dev cluster's); HTTPS to any other
+    case "$host" in localhost | localhost:* | 127.0.0.1 | 127.0.0.1:*) plain=(--plain-http) ;; esac
+    ctr_ images tag --force "$1" "$2" >/dev/null || die "ctr images tag $1 $2 failed"
+    local rc=0
+    ctr_ images push "${plain[@]}" "$2" >/dev/null || rc=$? # (its progress: redrawn lines)
+    # the node keeps no image of that name: a pod that names it pulls it from the registry
+    ctr_ images rm "$2" >/dev/null 2>&1 || true
+    ((rc == 0)) || die "pushing $2 failed (see above)"
+    log "pushed $2"
 }
 
 # The PodGroup CRDs as their projects publish them (the versions the module proxy serves here).
@@ -943,6 +1025,6 @@ case "${1:-}" in
     image) cmd_image "${2:-}" ;;
     bin) echo "$BIN" ;;
     helm) cmd_helm ;;
-    operator-image) cmd_operator_image ;;
+    operator-image) cmd_operator_image "${@:2}" ;;
     *) die "usage: $0 build|up|down|env|status|check|restart-apiserver|crds|image|operator-image|helm|bin" ;;
 esac

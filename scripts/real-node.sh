@@ -231,6 +231,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "/usr/lib/cni"
     conf_dir = "$(rn_state)/cni/net.d"
 EOF
+    if registry_on; then # the dev cluster's registry, over plain HTTP (containerd's hosts.toml)
+        mkdir -p "$d/certs.d/localhost:$REGISTRY_PORT"
+        printf '  [plugins."io.containerd.grpc.v1.cri".registry]\n    config_path = "%s"\n' "$d/certs.d" >>"$d/config.toml"
+        cat >"$d/certs.d/localhost:$REGISTRY_PORT/hosts.toml" <<EOF
+server = "http://localhost:$REGISTRY_PORT"
+
+[host."http://localhost:$REGISTRY_PORT"]
+  capabilities = ["pull", "resolve"]
+EOF
+    fi
     start_proc containerd containerd --config "$d/config.toml"
     wait_for containerd "containerd's socket" ctr_ version
 }

@@ -13,7 +13,8 @@
 #   scripts/release.sh notes [V]          the changelog's section of V (default: the version): the release note
 #
 # PYTHON: the interpreter with build and twine (default: the repository's .venv, else python3).
-# HELM: helm (default: the dev cluster's, built from the Go module proxy: scripts/dev-cluster.sh helm).
+# HELM: helm (default: the one on PATH, else the dev cluster's, built from the Go module proxy:
+# scripts/dev-cluster.sh helm).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-}
@@ -64,7 +65,7 @@ cmd_dist() {
 cmd_chart() {
     local out=${1:-} helm=${HELM:-}
     [[ -n "$out" ]] || die "usage: $0 chart OUTDIR"
-    [[ -n "$helm" ]] || helm=$(bash "$ROOT/scripts/dev-cluster.sh" helm | tail -n1)
+    [[ -n "$helm" ]] || helm=$(command -v helm || bash "$ROOT/scripts/dev-cluster.sh" helm | tail -n1)
     mkdir -p "$out"
     "$helm" lint --strict "$CHART" >&2 || die "helm lint failed (see above)"
     "$helm" package "$CHART" --destination "$out" >&2 || die "helm package failed (see above)"

@@ -15,6 +15,8 @@ CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
 # each on a real node of its worker's own (pytest_configure), balanced by what they took here.
 SHARED_CLUSTER = {
     "tests/kube/": "control-plane",
+    # a real node and a registry of its own (10.247.0.0/24): a scope beside the in-cluster suite's
+    "tests/incluster/test_registry.py": "registry",
     "tests/incluster/": "in-cluster",
     **{f"tests/e2e/{m}.py": "real-node-a" for m in ("test_scenarios_real", "test_chaos_real", "test_node_lost_real",
                                                     "test_kubeflow_real")},
