@@ -99,3 +99,16 @@ def test_a_document_the_dialect_refuses_fails_naming_the_field(
     failed = wait_phase(kube, "bad", namespace, "Failed")
     assert "replicas" in failed["conditions"][-1]["message"], failed
     assert list(kube.list(Pod, namespace=namespace)) == []
+
+
+def test_the_docs_pytorchtrainingjob_runs(kube: Client, kubeconfig: str, namespace: str, t9k_operator: Operator,
+                                          tmp_path: Path) -> None:
+    from tests.docs.blocks import tested
+
+    (text,) = tested("tutorials/coming-from/t9k-cluster.md", "test_the_docs_pytorchtrainingjob_runs")
+    assert yaml.safe_load(text) == yaml.safe_load(SEED.read_text())  # the seed's document, unchanged
+    (tmp_path / "job.yaml").write_text(text)
+    kubectl(kubeconfig, "apply", "-n", namespace, "-f", str(tmp_path / "job.yaml"))
+    for p in pods(kube, "pytorch-example", namespace, 4):
+        set_pod(kube, p, "Running")
+    wait_phase(kube, "pytorch-example", namespace, "Running")

@@ -261,3 +261,22 @@ def test_the_crds_refuse_what_trainers_refuse(kube: Client, trainer_api: Client,
     assert "RFC 1035" in str(err.value.status.message)
     rt = kube.get(ClusterTrainingRuntimeRes, "torch-distributed")
     assert rt.metadata.labels["trainer.kubeflow.org/framework"] == "torch"
+
+
+def test_the_docs_trainjob_runs_as_two_nodes(kube: Client, kubeconfig: str, namespace: str,
+                                             trainer_operator: Operator, tmp_path: Path) -> None:
+    from tests.docs.blocks import tested
+
+    (text,) = tested("tutorials/coming-from/trainer-v2.md", "test_the_docs_trainjob_runs_as_two_nodes")
+    (tmp_path / "trainjob.yaml").write_text(text)
+    assert "trainjob.trainer.kubeflow.org/pytorch-ddp created" in kubectl(
+        kubeconfig, "apply", "-n", namespace, "-f", str(tmp_path / "trainjob.yaml"))
+    pods = node_pods(kube, "pytorch-ddp", namespace, 2)
+    env = {e.name: e.value for e in pods[1].spec.containers[0].env if e.value is not None}
+    assert env["PET_MASTER_ADDR"] == "pytorch-ddp-master-0.pytorch-ddp" and env["PET_NPROC_PER_NODE"] == "2"
+    for p in pods.values():
+        set_pod(kube, p, "Running")
+    for p in pods.values():
+        set_pod(kube, p, "Succeeded", 0)
+    wait_trainjob(kube, "pytorch-ddp", namespace, lambda s: condition(s, "Complete") is not None)
+    assert kubectl(kubeconfig, "get", "trainjobs", "-n", namespace).splitlines()[1].split()[1] == "Complete"
