@@ -90,6 +90,7 @@
   }
 
   // --- the jobs page ------------------------------------------------------------------------------
+  const NUMERIC = ["Replicas", "World", "Restarts", "Age"];
   const HEAD_TITLES = { Replicas: "replicas × processes per replica", World: "world size: every process of the job" };
   // replicas, and processes per replica when more than one: "2 × 4"
   const shape = (j) => String(j.replicas) + (j.procs && j.procs !== "1" ? " × " + j.procs : "");
@@ -105,7 +106,8 @@
         el("span", { class: "count", id: "count" })),
       el("table", { id: "jobs" },
         el("thead", {}, el("tr", {}, ["Name", "Namespace", "State", "Progress", "Replicas", "World", "Restarts",
-          "Age", "Reason"].map((h) => el("th", { class: "col-" + h.toLowerCase(), title: HEAD_TITLES[h] || null }, h)))),
+          "Age", "Reason"].map((h) => el("th", { class: "col-" + h.toLowerCase() + (NUMERIC.includes(h) ? " num" : ""),
+            title: HEAD_TITLES[h] || null }, h)))),
         el("tbody", { id: "rows" })));
     document.getElementById("f-state").value = ui.filter.state;
     document.getElementById("f-name").value = ui.filter.name;
