@@ -307,7 +307,7 @@ def _served(data: dict[str, Any]) -> ServedKind:
 
 
 def _job_of(data: dict[str, Any]) -> TorchJob:
-    return _served(data).read(data)
+    return _served(data).read(data, [])
 
 
 def attempt_of(pod: Any) -> AttemptView:
