@@ -1,0 +1,115 @@
+"""`torchrun` for a local job, its TCPStore listening on loopback only.
+
+torch's TCPStore server listens on every interface whatever host it is given (the host is only where
+its clients connect), with no authentication: on a shared machine anyone who reaches the port could
+read and write a job's rendezvous. TCPStore takes a socket already bound and listening
+(`master_listen_fd`), so a store that serves a loopback host (the only host a local job's replicas
+are told) is given a socket bound to that address; with `multi_tenant` (as torchrun's rendezvous
+asks), a later store on the same port in this process shares that server. The rest is torchrun's
+own `main`. This module imports torch (it runs in a replica, where torch is), and changes nothing
+where the host is not a loopback address. A port another process holds is refused as torch refuses
+it (torchrun's elastic rendezvous then joins the store there instead of hosting one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib
+import ipaddress
+import os
+import socket
+import sys
+from typing import Any
+
+# torch's modules that make a TCPStore server (those that import the name itself are patched where
+# they hold it): torchrun's static rendezvous, the c10d rendezvous backend, the dynamic rendezvous's
+# shared store, env:// and the elastic utilities.
+MODULES = (
+    "torch.distributed.rendezvous",
+    "torch.distributed.elastic.utils.distributed",
+    "torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
+    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+    "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
+)
+
+
+def loopback(host: str) -> str | None:
+    """The loopback address a host names (`127.0.0.1`, `::1`, `localhost`), or None."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        return host if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        return None
+
+
+def listening(address: str, port: int) -> tuple[int, int]:
+    """A socket bound to `address:port` (0: any free port) and listening, as a descriptor that
+    TCPStore takes over, and its port; raises OSError where it cannot be bound."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch sets it on its own
+        sock.bind((address, port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    bound = sock.getsockname()[1]
+    return sock.detach(), bound
+
+
+def install() -> None:
+    """Every TCPStore this process makes as a server on a loopback host listens on that address only."""
+    import torch.distributed as dist
+
+    base = getattr(dist, "TCPStore")  # noqa: B009 (a name torch's stubs do not export)
+    served: set[int] = set()  # the ports this process serves: a multi-tenant store there shares the server
+
+    class LoopbackTCPStore(base):  # type: ignore[misc, valid-type]
+        def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
+                     *args: Any, **kw: Any) -> None:
+            address = loopback(str(host_name))
+            # master_listen_fd is the 4th argument after is_master (timeout, wait_for_workers, multi_tenant)
+            if is_master and address and len(args) < 4 and kw.get("master_listen_fd") is None \
+                    and int(port) not in served:
+                try:
+                    fd, bound = listening(address, int(port))
+                except OSError as e:
+                    if e.errno != errno.EADDRINUSE:
+                        raise
+                    # Another replica of this machine serves it (torchrun's elastic rendezvous tries to
+                    # host, then joins): said as torch says it, so that it joins; never a second server
+                    # on every interface beside the loopback one.
+                    raise dist.DistNetworkError(
+                        f"The server socket has failed to listen on {address}:{port} "
+                        f"(errno: {errno.EADDRINUSE} - Address already in use).") from e
+                served.add(bound)
+                kw["master_listen_fd"] = fd
+            super().__init__(host_name, port, world_size, is_master, *args, **kw)
+
+    setattr(dist, "TCPStore", LoopbackTCPStore)  # noqa: B010 (a name torch's stubs do not export)
+    for name in MODULES:
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(name)
+            if getattr(module, "TCPStore", None) is base:
+                setattr(module, "TCPStore", LoopbackTCPStore)  # noqa: B010
+
+
+def main() -> None:
+    # A local job's replicas all run here: torchrun's elastic rendezvous names this node by the
+    # loopback address it rendezvous on (not this machine's hostname), so its shared store is loopback's too.
+    endpoint = os.environ.get("PET_RDZV_ENDPOINT", "")
+    host = endpoint.rpartition(":")[0].strip("[]") if endpoint else os.environ.get("PET_MASTER_ADDR", "")
+    if loopback(host) and "PET_LOCAL_ADDR" not in os.environ:
+        os.environ["PET_LOCAL_ADDR"] = host
+    install()
+    from torch.distributed.run import main as torchrun
+
+    sys.argv[0] = "torchrun"
+    torchrun()
+
+
+if __name__ == "__main__":
+    main()
