@@ -74,7 +74,10 @@ def test_a_function_runs_in_every_process_and_rank_0_returns_its_value(capfd: py
     # ranks 1..4 sum to 10; the module's constant and `math` travelled with the function
     assert result.value == {"world": 4, "sum": 10 * 2 * SCALE, "tag": "hi", "pi": 3.14, "rank": 0}
     out = capfd.readouterr().out
-    assert "[master-0] rank 0 sum 10" in out and "[worker-0] rank 3 sum 10" in out  # streamed, prefixed
+    # streamed, prefixed with the replica and each process's rank; the value's own line not shown
+    assert "[master-0] [rank0]: rank 0 sum 10" in out and "[worker-0] [rank3]: rank 3 sum 10" in out
+    assert "@@torchjob" not in out
+    assert repr(result) == f"<JobResult {job.name} Succeeded value={result.value!r}>"
 
 
 def nested_maker() -> Any:
@@ -155,11 +158,54 @@ def _uid(name: str) -> str:
     return rec.uid
 
 
+def spoofs() -> int:
+    """Rank 1 prints the value's marker with the job's own nonce; a line that merely mentions it prints too."""
+    import json
+    import os
+    import sys
+
+    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "call.json")) as f:
+        nonce = json.load(f)["nonce"]
+    if os.environ["RANK"] == "1":
+        print(f"@@torchjob-result@@ {nonce} " + '{"spoof": 1}', flush=True)
+    print('log: @@torchjob-result@@ {"spoof": 2}', flush=True)
+    return int(os.environ["RANK"]) + 7
+
+
+def prints_a_bad_value(kind: str) -> None:
+    """Rank 0 prints a value's line of its own, then leaves before the runner prints the real one."""
+    import json
+    import os
+    import sys
+
+    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "call.json")) as f:
+        nonce = json.load(f)["nonce"]
+    text = "[" * 100_000 + "]" * 100_000 if kind == "deep" else "{not json"
+    print(f"@@torchjob-result@@ {nonce} {text}", flush=True)
+    os._exit(0)
+
+
+def test_only_rank_0s_line_with_the_jobs_nonce_is_the_value() -> None:
+    result = torchjob.Job.from_function(spoofs, nproc_per_node=2).run(quiet=True)
+    assert result.value == 7
+
+
+@pytest.mark.parametrize("kind", ["deep", "malformed"])
+def test_a_value_line_that_is_not_json_is_unreturnable_not_an_exception(kind: str) -> None:
+    with pytest.raises(torchjob.UnreturnableValue) as e:
+        torchjob.Job.from_function(prints_a_bad_value, args=(kind,)).run(quiet=True)
+    assert "rank 0's value could not be read back as JSON" in str(e.value.result.unreturnable)
+
+
 def test_a_failed_run_raises_job_failed_with_the_root_cause() -> None:
     job = torchjob.Job.from_function(raises, nproc_per_node=2)
     with pytest.raises(torchjob.JobFailed) as e:
         job.run(quiet=True)
     assert "RuntimeError: the loss went to nan at step 3" in (e.value.root_cause or "")
+    # the traceback names this file and the line that raised, not the generated function.py
+    line = raises.__code__.co_firstlineno + 1
+    assert f'File "{__file__}", line {line}, in raises' in (e.value.root_cause or ""), e.value.root_cause
+    assert "function.py" not in (e.value.root_cause or "")
     assert "FAILED" in str(e.value)
     result = torchjob.Job.from_function(raises).run(quiet=True, check=False)
     assert not result.ok and result.state == "Failed" and "the loss went to nan" in (result.root_cause or "")
@@ -183,7 +229,7 @@ def test_submit_wait_progress_logs_and_list() -> None:
         handle.wait(timeout=0.01)
     result = handle.wait(timeout=120)
     assert result.ok and result.value == 20
-    assert "[master-0]" in handle.logs() and "@@torchjob-result@@ 20" in handle.logs(replica="master-0")
+    assert "[master-0]" in handle.logs() and "@@torchjob" not in handle.logs() + handle.logs(replica="master-0")
     assert handle.logs(follow=True) == handle.logs()  # a finished job: followed to its end at once
     assert [h.name for h in torchjob.list_jobs()] == ["rep"]
     # Its supervisor (this process's child) ends with the job, and is not left a zombie that looks alive.
@@ -197,15 +243,15 @@ def test_submit_wait_progress_logs_and_list() -> None:
 
 def test_suspend_and_resume_a_submitted_job() -> None:
     handle = torchjob.Job.from_function(reports, args=(40, 0.1), name="sus").submit()
+    assert handle.state != "Pending"  # submit returns once the supervisor has the job, as the docs say
+    assert repr(handle) == "<JobHandle sus (local)>"
     end = time.monotonic() + 60
     while handle.progress() is None and time.monotonic() < end:
         time.sleep(0.2)
-    handle.suspend()
-    end = time.monotonic() + 60
-    while handle.state != "Suspended" and time.monotonic() < end:
-        time.sleep(0.2)
+    handle.suspend()  # returns once it happened: read at once, the state is the new one
     assert handle.state == "Suspended"
     handle.resume()
+    assert handle.state != "Suspended"
     assert handle.wait(timeout=120).ok
 
 

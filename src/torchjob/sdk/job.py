@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchjob.api.build import ARGUMENTS, Built, JobSpec, build, default_name, parse_shape
 from torchjob.api.build import Entry as _Entry
@@ -15,7 +15,10 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.connect import Target, connect
 from torchjob.sdk.result import JobHandle, JobResult, result_of
-from torchjob.sdk.ship import RUNNER, shipment
+from torchjob.sdk.ship import RUNNER, nonce_of, shipment
+
+if TYPE_CHECKING:
+    from torchjob.runtime import JobView, Runtime
 
 _NAMES = ("nnodes", "nproc_per_node")
 
@@ -58,6 +61,7 @@ class Job:
             raise TypeError("Job() takes a JobSpec or a document: use Job.from_function, from_script or from_file")
         self._document = document
         self._files = dict(files) if files is not None else None  # a function's shipment
+        self._nonce = nonce_of(self._files) if self._files is not None else None  # its value's line carries it
         if spec is not None and spec.name is None:
             spec = replace(spec, name=build(spec, files=self._files, words=ARGUMENTS).job.name)
         self._spec = spec
@@ -192,14 +196,15 @@ class Job:
         built = self._built(False)
         rt = local_runtime()
         view = rt.run(rt.dryrun(built.job, code=built.code), quiet, console_here(quiet))
-        output = JobHandle(self.name, rt).output() if self._files is not None else None
-        result = result_of(view, output)
+        result = result_of(view, rt, self._nonce)
         return result.check() if check else result
 
     def submit(self, *, kube: bool = False, namespace: str | None = None, kubeconfig: str | None = None,
                context: str | None = None) -> JobHandle:
         """Start the job detached and return its handle: on this machine (a supervisor that outlives this
-        process), or with `kube=True` on the cluster of your kubeconfig (the operator runs it).
+        process), or with `kube=True` on the cluster of your kubeconfig (the operator runs it). On this
+        machine it returns once the supervisor has taken the job (`handle.state` is `Created` or later);
+        on a cluster once the API server has it (`Pending` until the operator takes it).
 
         Example:
             >>> handle = job.submit(kube=True, namespace="team-a")
@@ -218,7 +223,8 @@ class Job:
         view = rt.describe(self.name)
         if target is None:
             _reap(view.supervisor)
-        return JobHandle(self.name, rt, kube=kube, namespace=view.namespace, function=self._files is not None)
+            view = _created(rt, view)
+        return JobHandle(self.name, rt, kube=kube, namespace=view.namespace, nonce=self._nonce)
 
 
 def _reap(pid: int | None) -> None:
@@ -228,3 +234,16 @@ def _reap(pid: int | None) -> None:
 
     if pid:
         threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True, name=f"reap-{pid}").start()
+
+
+def _created(rt: Runtime[Any], view: JobView, timeout: float = 30.0) -> JobView:
+    """The job once its supervisor has taken it (no longer `Pending`), or as it is after `timeout`."""
+    import time
+
+    from torchjob.api.status import JobState
+
+    end = time.monotonic() + timeout
+    while view.status.state is JobState.PENDING and not view.status.finished and time.monotonic() < end:
+        time.sleep(0.05)
+        view = rt.describe(view.name)
+    return view

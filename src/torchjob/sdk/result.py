@@ -4,20 +4,24 @@ job on this machine and one on a cluster."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress
 from torchjob.api.status import JobState
+from torchjob.console import hidden
 from torchjob.sdk.errors import JobFailed, JobTimeout, UnreturnableValue
 from torchjob.sdk.ship import value_in
+
+ENDED = (JobState.SUCCEEDED, JobState.FAILED)
 
 if TYPE_CHECKING:
     from torchjob.runtime import JobView, Runtime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class JobResult:
     """A job's outcome.
 
@@ -53,6 +57,16 @@ class JobResult:
         None for a job without a function, or one that has not returned."""
         return self.returned
 
+    def __repr__(self) -> str:
+        """One line (the status, with its history and conditions, is a long model: `result.status`)."""
+        parts = [self.name, str(self.state)]
+        if self.has_value:
+            text = repr(self.returned)
+            parts.append(f"value={text if len(text) <= 80 else text[:77] + '...'}")
+        if self.status.failure is not None:
+            parts.append(f"reason={self.status.failure.reason}")
+        return f"<JobResult {' '.join(parts)}>"
+
     def check(self) -> JobResult:
         """This result, or the typed error of a failed job (`UnreturnableValue`, `JobFailed`)."""
         if self.unreturnable is not None:
@@ -62,14 +76,29 @@ class JobResult:
         return self
 
 
-def result_of(view: JobView, output: str | None) -> JobResult:
-    """A view of a job and (for a function's job) its output, as a JobResult."""
-    found, value, why = value_in(output) if output is not None else (False, None, None)
+def result_of(view: JobView, rt: Runtime[Any] | None = None, nonce: str | None = None) -> JobResult:
+    """A view of a job as a JobResult; for a function's job (its `nonce` given), with the value rank 0
+    printed, read from the output of the replica that holds rank 0."""
+    found, value, why = value_in(rank0_lines(view, rt), nonce) if rt is not None and nonce else (False, None, None)
     root = view.root_cause
     if why is not None:
         root = f"{why}\n{root}" if root else why
     state = view.status.state
     return JobResult(view.name, state, view.status, None if state is JobState.SUCCEEDED else root, found, value, why)
+
+
+def rank0_lines(view: JobView, rt: Runtime[Any]) -> list[str]:
+    """The output of the replica whose processes include rank 0: the master's; an elastic job (no
+    master, ranks given by the rendezvous) any worker's, each read. Empty once the output is gone."""
+    names = ["master-0"] if "Master" in view.job.spec.pytorchReplicaSpecs else \
+        [f"worker-{i}" for i in range(view.job.replica_count("Worker"))]
+    lines: list[str] = []
+    for name in names:
+        try:
+            lines += list(rt.logs(view.name, name))
+        except UserError:
+            continue
+    return lines
 
 
 class JobHandle:
@@ -83,14 +112,15 @@ class JobHandle:
     """
 
     def __init__(self, name: str, runtime: Runtime[Any], *, kube: bool = False, namespace: str | None = None,
-                 function: bool = False) -> None:
+                 nonce: str | None = None) -> None:
         self.name = name
         self.kube = kube  # where it runs, for its repr: each call goes to the runtime alike
         self.namespace = namespace
         self._rt = runtime
-        self._function = function
+        self._nonce = nonce  # a function's job: the nonce its value's line carries
 
     def __repr__(self) -> str:
+        """One line, read from nothing (a repr that called the runtime could fail or block)."""
         where = f"kube, namespace {self.namespace}" if self.kube else "local"
         return f"<JobHandle {self.name} ({where})>"
 
@@ -106,7 +136,8 @@ class JobHandle:
     @property
     def state(self) -> JobState:
         """`JobState.CREATED`, `RUNNING`, `SUCCEEDED`, `FAILED`, `SUSPENDED`, ... (equal to "Created",
-        "Running", ...)."""
+        "Running", ...). A job submitted on this machine is `Created` at least when `submit` returns;
+        on a cluster it is `Pending` until the operator takes it."""
         return self.status().state
 
     def progress(self) -> Progress | None:
@@ -130,12 +161,11 @@ class JobHandle:
             if end is not None and time.monotonic() >= end:
                 raise JobTimeout(f"job {self.name} is still {view.status.state.lower()} after {timeout:g}s")
             time.sleep(poll_s)
-        result = result_of(view, self.output() if self._function else None)
+        result = result_of(view, self._rt, self._nonce)
         return result.check() if check else result
 
     def output(self) -> str:
-        """Every line of the job's output (what a function returned is read from it); empty once the
-        job and its output are gone."""
+        """Every line of the job's output; empty once the job and its output are gone."""
         try:
             return self.logs()
         except UserError:
@@ -146,18 +176,37 @@ class JobHandle:
         (`replica="master-0"`). With `follow`, also print them as they come until the job ends."""
         lines: list[str] = []
         for line in self._rt.logs(self.name, replica, follow=follow):
+            if hidden(line):  # a function's value travels on a line of its own, not for reading
+                continue
             lines.append(line)
             if follow:
                 print(line, flush=True)
         return "\n".join(lines) + ("\n" if lines else "")
 
-    def suspend(self) -> None:
-        """Stop every replica; `resume` starts them again."""
+    def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
+        """Stop every replica; `resume` starts them again. Returns once the job is suspended (its state
+        `Suspended`, every replica stopped); `wait=False` returns at once, the change under way."""
         self._rt.suspend(self.name)
+        if wait:
+            self._until(lambda st: st.state in (JobState.SUSPENDED, *ENDED), "suspended", timeout)
 
-    def resume(self) -> None:
-        """Start a suspended job's replicas again."""
+    def resume(self, *, wait: bool = True, timeout: float = 120) -> None:
+        """Start a suspended job's replicas again. Returns once it is no longer suspended (`Running`,
+        or `Created` while its replicas start); `wait=False` returns at once. A job under a Kueue
+        queue stays suspended until Kueue admits it: resume it with `wait=False`."""
         self._rt.resume(self.name)
+        if wait:
+            self._until(lambda st: st.state is not JobState.SUSPENDED, "resumed", timeout)
+
+    def _until(self, done: Callable[[JobStatus], bool], what: str, timeout: float, poll_s: float = 0.1) -> None:
+        end = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if done(st):
+                return
+            if time.monotonic() >= end:
+                raise JobTimeout(f"job {self.name} is not {what} after {timeout:g}s (it is {st.state.lower()})")
+            time.sleep(poll_s)
 
     def delete(self) -> None:
         """Stop the job if it runs, and remove it (its record and logs; on a cluster, its pods and its code's

@@ -18,19 +18,22 @@ def main() -> None:
     path = os.path.join(HERE, "function.py")
     with open(path) as f:
         namespace: dict[str, object] = {"__name__": "__torchjob_function__", "__file__": path}
-        exec(compile(f.read(), path, "exec"), namespace)
+        # named as the user's own file or notebook cell (its line numbers kept), so that a traceback
+        # points at the user's lines, not at this generated file
+        exec(compile(f.read(), call.get("filename") or path, "exec"), namespace)
     fn = namespace[call["function"]]
     assert callable(fn)
     value = fn(*call["args"], **call["kwargs"])
     if os.environ.get("RANK", "0") != "0":
         return
+    nonce = call.get("nonce", "")
     try:
         text = json.dumps(value)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         why = f"{call['function']} returned a {type(value).__name__}, which cannot travel back as JSON: {e}"
-        print(f"{UNRETURNABLE_MARK} {why}", file=sys.stderr, flush=True)
+        print(f"{UNRETURNABLE_MARK} {nonce} {why}", file=sys.stderr, flush=True)
         raise TypeError(why) from None
-    print(f"{RESULT_MARK} {text}", flush=True)
+    print(f"{RESULT_MARK} {nonce} {text}", flush=True)
 
 
 if __name__ == "__main__":

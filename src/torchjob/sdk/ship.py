@@ -23,19 +23,24 @@ import builtins
 import dis
 import inspect
 import json
+import re
+import secrets
+import sys
 import textwrap
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from torchjob.console import RESULT_MARK, UNRETURNABLE_MARK
 from torchjob.sdk.errors import UnshippableFunction, UserError
 
 RUNNER = "_torchjob_call.py"  # the script each process runs
 FUNCTION = "function.py"
 CALL = "call.json"
-RESULT_MARK = "@@torchjob-result@@"  # rank 0's value, one JSON line in the output
-UNRETURNABLE_MARK = "@@torchjob-unreturnable@@"
+# rank 0's value: one line `RESULT_MARK NONCE JSON` in its replica's output (UNRETURNABLE_MARK NONCE WHY
+# when it cannot travel); the nonce is the job's own, drawn when it is built (`call.json`)
+RANK0_TAG = re.compile(r"^\[rank0\]: ")  # a replica of several processes tags its lines (torchjob.local.ranktag)
 _FIX = "define it at the top level of a module or a notebook cell with def, and import what it needs inside it"
 
 
@@ -126,6 +131,25 @@ def function_source(fn: Callable[..., Any]) -> str:
     return "\n".join([*head, *[""] * pad, *body, ""])
 
 
+def where_defined(fn: Callable[..., Any]) -> str:
+    """The name a replica's traceback gives the function's file: the user's own (the shipped source
+    keeps its line numbers), or a notebook cell's as IPython names it (`Cell In[3]`), not the generated
+    function.py."""
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", "") or FUNCTION
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None) if ipython is not None else None
+    shell = get() if get is not None else None
+    fmt = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    if fmt is not None:
+        try:
+            named = fmt(filename)
+        except Exception:  # an older IPython's compiler: its file name stands
+            named = None
+        if isinstance(named, tuple) and len(named) == 2:
+            return f"{named[0]} {named[1]}"
+    return str(filename)
+
+
 def _json(what: str, value: object) -> str:
     try:
         return json.dumps(value)
@@ -145,18 +169,38 @@ def shipment(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, A
         _json(f"args[{i}] ({type(a).__name__})", a)
     for k, v in (kwargs or {}).items():
         _json(f"kwargs[{k!r}] ({type(v).__name__})", v)
-    call = {"function": fn.__name__, "args": list(args), "kwargs": dict(kwargs or {})}
+    call = {"function": fn.__name__, "args": list(args), "kwargs": dict(kwargs or {}), "nonce": secrets.token_hex(16),
+            "filename": where_defined(fn)}
     runner = resources.files("torchjob.sdk").joinpath("runner.py").read_bytes()
     report = resources.files("torchjob").joinpath("report.py").read_bytes()
     return {RUNNER: runner, FUNCTION: source.encode(), CALL: json.dumps(call).encode(), "torchjob/report.py": report}
 
 
-def value_in(output: str) -> tuple[bool, Any, str | None]:
-    """(found, value, why it could not return) from a job's output: the last value rank 0 printed."""
+def nonce_of(files: Mapping[str, bytes]) -> str | None:
+    """The job's nonce, from its shipment's call.json."""
+    try:
+        nonce = json.loads(files[CALL]).get("nonce")
+    except (KeyError, ValueError, AttributeError):
+        return None
+    return nonce if isinstance(nonce, str) else None
+
+
+def value_in(lines: Sequence[str], nonce: str) -> tuple[bool, Any, str | None]:
+    """(found, value, why it could not return) from the lines of the replica that holds rank 0: the last
+    line that starts with the marker and this job's nonce (after rank 0's own tag, where its replica has
+    several processes). A marker anywhere else (another rank's line, the middle of a line, another job's
+    nonce) is output, not the value; a value that is not JSON, or nested past what JSON is read to, is a
+    reason it could not return, never an exception."""
     found, value, why = False, None, None
-    for line in output.splitlines():
-        if RESULT_MARK in line:
-            found, value = True, json.loads(line.split(RESULT_MARK, 1)[1])
-        elif UNRETURNABLE_MARK in line:
-            why = line.split(UNRETURNABLE_MARK, 1)[1].strip()
+    result, unreturnable = f"{RESULT_MARK} {nonce} ", f"{UNRETURNABLE_MARK} {nonce} "
+    for line in lines:
+        line = RANK0_TAG.sub("", line, count=1)
+        if line.startswith(result):
+            try:
+                found, value, why = True, json.loads(line[len(result):]), None
+            except (ValueError, RecursionError) as e:
+                found, value = False, None
+                why = f"rank 0's value could not be read back as JSON: {str(e)[:200] or type(e).__name__}"
+        elif line.startswith(unreturnable):
+            why = line[len(unreturnable):].strip()
     return found, value, why
