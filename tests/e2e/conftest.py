@@ -28,6 +28,7 @@ from torchjob.kube.objects import kubeflow_crd
 from torchjob.kube.objects.crd import CRD_NAME, crd
 from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.labels import LABEL_JOB
+from torchjob.kube.served import trainer_objects
 
 # A cluster already up there (`TORCHJOB_DEVCLUSTER_DIR=... dev-cluster.sh up --real-node`) is used
 # as it is and left up: the inner loop of development.
@@ -61,8 +62,10 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
     started = "already up" not in up.stderr  # one kept up between runs (development) stays up
     try:
-        apply([crd(), kubeflow_crd.crd()], path)  # the Kubeflow API's before the operator starts
-        for name in (CRD_NAME, kubeflow_crd.CRD_NAME):
+        # the Kubeflow APIs' (PyTorchJob; Trainer v2's TrainJob and runtimes) before the operator starts
+        trainer = trainer_objects.crds()
+        apply([crd(), kubeflow_crd.crd(), *trainer], path)
+        for name in (CRD_NAME, kubeflow_crd.CRD_NAME, *(c["metadata"]["name"] for c in trainer)):
             wait_established(Client(config=KubeConfig.from_file(path)), name)
         spec = tmp_path_factory.mktemp("images") / "standins.json"
         spec.write_text(json.dumps(STANDINS))

@@ -280,3 +280,38 @@ def test_the_docs_trainjob_runs_as_two_nodes(kube: Client, kubeconfig: str, name
         set_pod(kube, p, "Succeeded", 0)
     wait_trainjob(kube, "pytorch-ddp", namespace, lambda s: condition(s, "Complete") is not None)
     assert kubectl(kubeconfig, "get", "trainjobs", "-n", namespace).splitlines()[1].split()[1] == "Complete"
+
+
+def test_the_sdks_progress_report_lands_in_trainer_status(kube: Client, kubeconfig: str, namespace: str,
+                                                          trainer_operator: Operator, tmp_path: Path) -> None:
+    import json
+
+    from tests.kube.reporting import SERVICE_ACCOUNT, ca_file, make_service_account, pod_token, post
+    from torchjob.progress.server import TRAINJOBS, audience, status_path
+
+    make_service_account(kube, namespace)
+    data = _trainjob("reporting", namespace)
+    data["spec"]["runtimePatches"] = [{"manager": "trainer.kubeflow.org/kubeflow-sdk", "trainingRuntimeSpec": {
+        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "serviceAccountName": SERVICE_ACCOUNT}}}}}]}}}}]
+    _create(kube, data, namespace)
+    pods = node_pods(kube, "reporting", namespace, 2)
+    endpoint = trainer_operator.progress_url + status_path(namespace, "reporting", TRAINJOBS)
+    assert endpoint.endswith(f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/reporting/status")
+    env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"] == endpoint
+    for p in pods.values():
+        set_pod(kube, p, "Running")
+    ca = ca_file(kube, namespace, tmp_path)
+    token = pod_token(kube, pods[0], "reporting", aud=audience(namespace, "reporting", TRAINJOBS))
+    assert post(endpoint, b"{}", pod_token(kube, pods[0], "reporting", aud=audience(namespace, "reporting")),
+                ca)[0] == 403  # a TorchJob's audience
+    # what the SDK's update_trainjob_status() posts
+    body = {"trainerStatus": {"progressPercentage": 40, "estimatedRemainingSeconds": 60,
+                              "metrics": [{"name": "loss", "value": "0.5"}], "lastUpdatedTime": "2026-11-27T20:00:00Z"}}
+    code, answer = post(endpoint, json.dumps(body).encode(), token, ca)
+    assert code == 200, answer
+    status = wait_trainjob(kube, "reporting", namespace, lambda s: "trainerStatus" in s)["status"]
+    assert status["trainerStatus"]["progressPercentage"] == 40
+    assert status["trainerStatus"]["metrics"] == [{"name": "loss", "value": "0.5"}]
+    assert status["trainerStatus"]["lastUpdatedTime"] and status["conditions"] == []

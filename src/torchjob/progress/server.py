@@ -22,9 +22,10 @@ a report is one small request a second per replica at most. What keeps it safe u
 
 Paths: torchjob's `/apis/torchjob.dev/v1/namespaces/{ns}/torchjobs/{name}/status` (what
 KUBEFLOW_TRAINER_SERVER_URL names for a TorchJob), the same shape for a Kubeflow PyTorchJob the
-operator serves, `/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}/status`, and Kubeflow
-Trainer's own `/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status`
-(`pkg/statusserver/utils.go` @8c0f505), which names a TorchJob. Answers as Trainer's: 200 with the
+operator serves, `/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}/status`, Kubeflow Trainer's own
+`/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status`
+(`pkg/statusserver/utils.go` @8c0f505) for a TrainJob the operator serves, and the same shape for
+T9k's PyTorchTrainingJob (`batch.tensorstack.dev/v1beta1/.../pytorchtrainingjobs`). Answers as Trainer's: 200 with the
 parsed payload, errors as a metav1 Status object (`pkg/statusserver/server.go`).
 """
 
@@ -48,10 +49,15 @@ from torchjob.progress.protocol import MAX_BODY_BYTES, BadReport, parse
 log = logging.getLogger("torchjob.progress")
 PATH = re.compile(r"^/apis/(?:torchjob\.dev/v1/namespaces/(?P<ns>[^/]+)/torchjobs"
                   r"|kubeflow\.org/v1/namespaces/(?P<kns>[^/]+)/pytorchjobs"
-                  r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs)/(?P<name>[^/]+)/status/?$")
+                  r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs"
+                  r"|batch\.tensorstack\.dev/v1beta1/namespaces/(?P<t9ns>[^/]+)/pytorchtrainingjobs)"
+                  r"/(?P<name>[^/]+)/status/?$")
 TORCHJOBS = "torchjobs"
 PYTORCHJOBS = "pytorchjobs"  # Kubeflow's kubeflow.org/v1 PyTorchJob, as the operator serves it
-GROUPS = {TORCHJOBS: "torchjob.dev/v1", PYTORCHJOBS: "kubeflow.org/v1"}
+TRAINJOBS = "trainjobs"  # Kubeflow Trainer v2's TrainJob, as the operator serves it
+PYTORCHTRAININGJOBS = "pytorchtrainingjobs"  # T9k's, as the operator serves it
+GROUPS = {TORCHJOBS: "torchjob.dev/v1", PYTORCHJOBS: "kubeflow.org/v1", TRAINJOBS: "trainer.kubeflow.org/v1alpha1",
+          PYTORCHTRAININGJOBS: "batch.tensorstack.dev/v1beta1"}
 READ_TIMEOUT_S = 10.0  # one read of a socket
 DRAIN_BYTES = 1 << 20  # an authorized body too large but below this is read (and dropped) after the 413
 
@@ -213,8 +219,9 @@ class _Handler(BaseHTTPRequestHandler):
         if m is None:
             self._fail(404, "NotFound", f"no such path {self.path!r}: POST to the URL in KUBEFLOW_TRAINER_SERVER_URL")
             return
-        namespace, name = m["ns"] or m["kns"] or m["tns"], m["name"]
-        plural = PYTORCHJOBS if m["kns"] else TORCHJOBS
+        namespace, name = m["ns"] or m["kns"] or m["tns"] or m["t9ns"], m["name"]
+        plural = (PYTORCHJOBS if m["kns"] else TRAINJOBS if m["tns"] else PYTORCHTRAININGJOBS if m["t9ns"]
+                  else TORCHJOBS)
         length_text = self.headers.get("Content-Length")
         if length_text is None or not (length_text.isascii() and length_text.isdigit()) or len(length_text) > 12:
             self._fail(411, "BadRequest", "send the body with a Content-Length header")

@@ -20,10 +20,18 @@ def progress_env(job: TorchJob, base_url: str) -> tuple[dict[str, str], dict[str
     """What a pod reports progress with, as Kubeflow Trainer gives it
     (`plugins/trainjobstatus/trainjobstatus.go` @8c0f505): the variables, a projected volume with a
     service-account token whose audience names the job and the endpoint's CA, and its mount."""
-    from torchjob.progress.server import PYTORCHJOBS, TORCHJOBS, audience, status_path
+    from torchjob.progress.server import (
+        PYTORCHJOBS,
+        PYTORCHTRAININGJOBS,
+        TORCHJOBS,
+        TRAINJOBS,
+        audience,
+        status_path,
+    )
 
     ns = job.metadata.namespace or "default"
-    plural = PYTORCHJOBS if served_as(job)[1] == "PyTorchJob" else TORCHJOBS  # the kind's path and audience
+    plurals = {"PyTorchJob": PYTORCHJOBS, "TrainJob": TRAINJOBS, "PyTorchTrainingJob": PYTORCHTRAININGJOBS}
+    plural = plurals.get(served_as(job)[1], TORCHJOBS)  # the kind's path and audience
     env = {"KUBEFLOW_TRAINER_SERVER_URL": base_url.rstrip("/") + status_path(ns, job.name, plural),
            "KUBEFLOW_TRAINER_SERVER_CA_CERT": f"{PROGRESS_DIR}/{CA_KEY}",
            "KUBEFLOW_TRAINER_SERVER_TOKEN": f"{PROGRESS_DIR}/token"}
