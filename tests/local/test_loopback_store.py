@@ -1,0 +1,57 @@
+"""A local job's TCPStore listens on loopback only (issue 30, item 9): torch's listens on every
+interface whatever host it is given, with no authentication; torchjob's torchrun hands it a socket
+bound to the loopback address its replicas are told. Real torchrun, real torch.distributed (gloo),
+the listening sockets read from /proc/net/tcp and tcp6 while the job runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.local.conftest import Torchjob
+
+pytestmark = pytest.mark.e2e
+# Every process: after the group is up, print each socket listening on the port of the store torchrun's
+# agent serves, by address. (Elastic workers' own store, which rank 0's process makes because torchjob
+# sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, is the user's process's: docs/explanation/security.md.)
+LISTENERS = r'''
+import os, sys, torch.distributed as dist
+
+def listening(ports):
+    out = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(name).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, port = local.split(":")
+            if state == "0A" and int(port, 16) in ports:
+                if len(addr) == 8:
+                    ip = ".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+                else:
+                    ip = "::1" if addr == "0" * 24 + "01000000" else ("::" if set(addr) == {"0"} else addr)
+                out.append(f"{int(port, 16)}={ip}")
+    return out
+
+dist.init_process_group("gloo")
+endpoint = os.environ.get("PET_RDZV_ENDPOINT")
+# static: torchrun's agent serves the store at MASTER_PORT; elastic: the rendezvous's at the endpoint
+port = int(endpoint.rpartition(":")[2]) if endpoint else int(os.environ["MASTER_PORT"])
+sys.stdout.write(f"rank {dist.get_rank()} listening {sorted(listening({port}))}\n")
+sys.stdout.flush()
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.parametrize("shape", ["2x1", "2:2x1"], ids=["static", "elastic"])
+def test_a_local_jobs_tcpstore_listens_on_loopback_only(torchjob: Torchjob, tmp_path: Path, shape: str) -> None:
+    script = tmp_path / "listeners.py"
+    script.write_text(LISTENERS)
+    proc = torchjob("run", "-j", shape, "--name", "lo", str(script))
+    assert proc.returncode == 0, proc.stderr
+    seen = re.findall(r"rank \d listening \[(.*)\]", proc.stdout)
+    assert len(seen) == 2, proc.stdout
+    addresses = {entry.strip("' ").split("=")[1] for line in seen for entry in line.split(",") if entry.strip()}
+    assert addresses, f"no listener seen on the store's port: {proc.stdout}"
+    assert addresses <= {"127.0.0.1"}, f"the store listens beyond loopback: {addresses}\n{proc.stdout}"
