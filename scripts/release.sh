@@ -11,6 +11,10 @@
 #   scripts/release.sh dist OUTDIR        the wheel and the sdist (python -m build), checked by `twine check --strict`
 #   scripts/release.sh chart OUTDIR       the chart, packaged by Helm (torchjob-<version>.tgz), linted first
 #   scripts/release.sh notes [V]          the changelog's section of V (default: the version): the release note
+#   scripts/release.sh wheelhouse         print a directory of the wheels constraints/operator.txt pins (the
+#                                         runtime dependencies and the build backend), downloaded by pip once per
+#                                         machine and cached: a build and a fresh install from it need no index
+#                                         (PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR), as tests/release does
 #
 # PYTHON: the interpreter with build and twine (default: the repository's .venv, else python3).
 # HELM: helm (default: the one on PATH, else the dev cluster's, built from the Go module proxy:
@@ -82,6 +86,24 @@ cmd_notes() {
     rm -f "${TMPDIR:-/tmp}/release-notes.$$"
 }
 
+cmd_wheelhouse() {
+    local key dir
+    key=$( (cat "$ROOT/constraints/operator.txt"; "$PY" -c 'import sys, sysconfig; print(sys.version_info[:2], sysconfig.get_platform())') \
+        | sha256sum | cut -c1-16)
+    dir="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}/wheelhouse/$key"
+    [[ "$dir" == /* ]] || dir="$PWD/$dir"
+    if [[ ! -f "$dir/.complete" ]]; then
+        log "downloading the pinned wheels of constraints/operator.txt into $dir (once)"
+        rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+        grep -E '^[A-Za-z0-9_.-]+==' "$ROOT/constraints/operator.txt" >"$dir.tmp/requirements.txt"
+        "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$dir.tmp" -r "$dir.tmp/requirements.txt" >&2 \
+            || die "pip download of the pinned wheels failed (see above)"
+        touch "$dir.tmp/.complete"
+        rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    fi
+    echo "$dir"
+}
+
 case "${1:-}" in
     version) version ;;
     set-version) cmd_set_version "${2:-}" ;;
@@ -89,5 +111,6 @@ case "${1:-}" in
     dist) cmd_dist "${2:-}" ;;
     chart) cmd_chart "${2:-}" ;;
     notes) cmd_notes "${2:-}" ;;
-    *) die "usage: $0 version|set-version V|check-tag TAG|dist OUTDIR|chart OUTDIR|notes [V]" ;;
+    wheelhouse) cmd_wheelhouse ;;
+    *) die "usage: $0 version|set-version V|check-tag TAG|dist OUTDIR|chart OUTDIR|notes [V]|wheelhouse" ;;
 esac

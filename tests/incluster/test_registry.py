@@ -63,6 +63,7 @@ def env() -> Iterator[dict[str, str]]:
         print(down.stderr[-2000:])
 
 
+@pytest.mark.timeout(1200)  # a first run builds the operator image (minutes); then about 3 min
 def test_a_release_through_a_registry(env: dict[str, str]) -> None:
     up, push, helm_install = blocks.tested(PAGE, TEST, "sh")
     expected_error = blocks.tested(PAGE, TEST, "text")[0]
