@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -134,9 +135,13 @@ class LocalRuntime:
         if old is not None and not old.status.finished and supervisor_alive(old):
             raise name_taken(old.name, old.status)
         claim_name(self.store, plan.job.name)
-        if plan.code is not None:
+        try:
+            self.store.create_job(plan.job, plan.opts.to_json())
+        except sqlite3.IntegrityError:  # another process recorded a job of this name since the check above
+            raise UserError(f"a job named {plan.job.name!r} was just started by another process",
+                            fix=f"wait for it, delete it with `torchjob delete {plan.job.name}`, or change its name")
+        if plan.code is not None:  # only once the name is this run's: never under another run of the name
             _write_code(Path(plan.opts.cwd), plan.code)
-        self.store.create_job(plan.job, plan.opts.to_json())
         return plan.job
 
     def schedule(self, plan: LocalPlan) -> str:
