@@ -74,6 +74,18 @@ def test_each_rank_is_tagged_on_a_terminal_and_in_logs(torchjob: Torchjob, tmp_p
     assert bad.returncode == 2 and "--ranks-filter 'one' is not a list of ranks" in bad.stderr
 
 
+def test_the_pages_rank_lines_are_what_a_run_prints(torchjob: Torchjob, tmp_path: Path) -> None:
+    from tests.docs.blocks import tested
+
+    (tmp_path / "e.py").write_text('print("epoch 1 loss 0.52")\n')
+    proc = torchjob("run", "-j", "2x2", "--name", "page", "e.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (block,) = tested("guide/command-line.md", "tests/local/test_output_ranks.py::"
+                      "test_the_pages_rank_lines_are_what_a_run_prints", "text")
+    for line in block.splitlines():
+        assert line in proc.stdout.splitlines(), (line, proc.stdout)
+
+
 def test_run_follows_one_rank_and_keeps_every_line(torchjob: Torchjob, tmp_path: Path) -> None:
     (tmp_path / "t.py").write_text(SCRIPT)
     code, screen = on_a_terminal(torchjob, "run", "--nnodes", "2", "--nproc-per-node", "2", "--ranks-filter", "2",
