@@ -49,10 +49,10 @@ NPROC_WORDS = ("auto", "cpu", "gpu")
 
 # Labels and annotations torchjob sets on a job's pods and reads back (which job, replica and attempt
 # a pod is; which kind owns it; Kubeflow's labels, by which the PyTorchJob controller selects its
-# pods): a template's own are dropped from its pods (as Kubeflow overrides them; core.advice says
-# so), or a job's pods could count as another job's. A template may set the ones in USER_META (they
-# are settings, not identities).
-RESERVED_META_PREFIXES = ("torchjob.dev/", "training.kubeflow.org/")
+# pods; JobSet's, by which a TrainJob's are told): a template's own are dropped from its pods (as
+# Kubeflow overrides them; core.advice says so), or a job's pods could count as another job's. A
+# template may set the ones in USER_META (they are settings, not identities).
+RESERVED_META_PREFIXES = ("torchjob.dev/", "training.kubeflow.org/", "jobset.sigs.k8s.io/")
 USER_META = frozenset({"torchjob.dev/wait-for-master"})
 SERVED_AS = "torchjob.dev/served-as"  # on a job: the foreign kind the operator read it from (never stored)
 
