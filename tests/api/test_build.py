@@ -183,6 +183,20 @@ def test_a_directory_ships_no_dotfile_nor_ignored_file_unless_included(tmp_path:
         "__main__.py", "alias.py", "sub/s.py", ".env", "data/big", ".cfg/c"}
 
 
+def test_a_directory_a_parents_gitignore_ignores_still_ships_when_named(tmp_path: Path) -> None:
+    """`scratch/` in the repository's .gitignore: `scratch/exp` named to ship goes, its `*.ckpt` stays."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("scratch/\n*.ckpt\n")
+    exp = tmp_path / "scratch" / "exp"
+    exp.mkdir(parents=True)
+    (exp / "__main__.py").write_text("print(1)\n")
+    (exp / "model.py").write_text("m = 1\n")
+    (exp / "w.ckpt").write_text("w\n")
+    chosen = select(exp)
+    assert [rel for rel, _ in chosen.files] == ["__main__.py", "model.py"]
+    assert chosen.left_out == ("w.ckpt (.gitignore)",)
+
+
 def test_a_link_out_of_the_directory_is_refused(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     (proj / "creds").symlink_to("../secret")

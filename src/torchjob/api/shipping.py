@@ -33,12 +33,22 @@ def _ignores(root: Path) -> list[tuple[str, GitIgnoreSpec]]:
     for up in here.parents:
         spec = _gitignore(up)
         if spec is not None:
-            out.append((here.relative_to(up).as_posix() + "/", spec))
+            prefix = here.relative_to(up).as_posix() + "/"
+            out.append((prefix, _below(spec, prefix)))
         if (up / ".git").exists():
             break
     else:  # not in a repository: a parent's .gitignore says nothing of it
         out = []
     return out[::-1]
+
+
+def _below(spec: GitIgnoreSpec, prefix: str) -> GitIgnoreSpec:
+    """A parent's .gitignore without the patterns that ignore the shipped directory itself or one above
+    it (`scratch/` when `scratch/exp` is shipped): a directory named to ship is meant to go; the others
+    (`*.ckpt`) still apply inside it."""
+    parts = prefix.rstrip("/").split("/")
+    above = ["/".join(parts[:i]) + "/" for i in range(1, len(parts) + 1)]
+    return GitIgnoreSpec([p for p in spec.patterns if not (p.include and any(p.match_file(d) for d in above))])
 
 
 def _gitignore(d: Path) -> GitIgnoreSpec | None:
