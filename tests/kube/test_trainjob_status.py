@@ -74,6 +74,8 @@ def test_each_api_is_served_only_with_torchjobs_crd() -> None:
     served, why = trainer_api.decide(trainers, True)
     assert not served and "Trainer's controller" in why
     assert not trainer_api.decide(None, True)[0] and not trainer_api.decide(None, False)[0]
+    helms = {**ours, "metadata": {**ours["metadata"], "labels": {"app.kubernetes.io/managed-by": "Helm"}}}
+    assert trainer_api.decide(helms, True)[0]  # the chart's: Helm relabels it, torchjob's annotation stays
     assert t9k.decide(t9k_objects.crd(), True)[0] and not t9k.decide(None, True)[0]
 
 

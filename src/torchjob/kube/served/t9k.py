@@ -30,7 +30,8 @@ from torchjob.dialects import t9k as t9k_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
-from torchjob.kube.served.t9k_objects import API_VERSION, CRD_NAME, EXTRAS, KIND, MANAGED_BY
+from torchjob.kube.served.t9k_objects import API_VERSION, CRD_NAME, EXTRAS, KIND
+from torchjob.kube.served.trainer_objects import installed_by_torchjob
 
 PHASES = {JobState.PENDING: "Pending", JobState.CREATED: "Pending", JobState.RUNNING: "Running",
           JobState.RESTARTING: "Running", JobState.SUSPENDED: "Paused", JobState.SUCCEEDED: "Succeeded",
@@ -96,8 +97,7 @@ def decide(crd: dict[str, Any] | None, readable: bool) -> tuple[bool, str]:
         return False, f"the {CRD_NAME} CRD could not be read (no RBAC rule: `torchjob install --t9k-api` adds it)"
     if crd is None:
         return False, f"no {CRD_NAME} CRD on this cluster (`torchjob install --t9k-api` installs it)"
-    key, value = next(iter(MANAGED_BY.items()))
-    if ((crd.get("metadata") or {}).get("labels") or {}).get(key) != value:
+    if not installed_by_torchjob(crd):
         return False, f"the {CRD_NAME} CRD was not installed by torchjob (T9k's?): its jobs are left to T9k"
     return True, f"the {CRD_NAME} CRD is torchjob's"
 

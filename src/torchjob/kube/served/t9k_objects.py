@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from torchjob.kube.served.trainer_objects import INSTALLED_BY
+
 GROUP = "batch.tensorstack.dev"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -33,7 +35,7 @@ def crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": CRD_NAME, "labels": dict(MANAGED_BY), "annotations": dict(INSTALLED_BY)},
         "spec": {
             "group": GROUP, "scope": "Namespaced",
             "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": KIND.lower()},

@@ -42,6 +42,8 @@ PUBLIC_CONFIGMAP = "kubeflow-trainer-public"  # what the SDK's TrainerClient rea
 SYSTEM_NAMESPACE = "kubeflow-system"  # where it reads it ($KUBEFLOW_SYSTEM_NAMESPACE, by default)
 TRAINER_VERSION = "v2.3.0"  # the Trainer API torchjob serves, as the ConfigMap says it
 MANAGED_BY = {"app.kubernetes.io/managed-by": "torchjob"}
+# On the CRDs torchjob installs: what says so when Helm has relabelled them `managed-by: Helm`
+INSTALLED_BY = {"torchjob.dev/installed-by": "torchjob"}
 OPERATOR_ROLE = "torchjob-operator-trainer"  # the ClusterRole (and its binding) for serving TrainJobs
 
 _FREE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -123,13 +125,21 @@ def _crd(kind: str, plural: str, scope: str, schema: dict[str, Any], columns: li
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}", "labels": dict(MANAGED_BY)},
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": dict(MANAGED_BY), "annotations": dict(INSTALLED_BY)},
         "spec": {"group": GROUP, "scope": scope, "versions": [version],
                  "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()}},
     }
 
 
 AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def installed_by_torchjob(crd: dict[str, Any]) -> bool:
+    """Whether torchjob installed a CRD: its label (`torchjob install`), or its annotation (the chart's:
+    Helm sets the label to its own name)."""
+    meta = crd.get("metadata") or {}
+    (label, value), (key, mark) = next(iter(MANAGED_BY.items())), next(iter(INSTALLED_BY.items()))
+    return (meta.get("labels") or {}).get(label) == value or (meta.get("annotations") or {}).get(key) == mark
 
 
 def crds() -> list[dict[str, Any]]:
