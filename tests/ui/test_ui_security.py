@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.ui.conftest import Dashboard
+from tests.ui.conftest import Dashboard, Page
 
 Call = tuple[int, dict[str, str], bytes]
 
@@ -136,3 +137,34 @@ def test_every_namespace_keeps_a_bounded_number_of_runtimes(absent_cluster: str)
     with pytest.raises(OutOfScope):
         scoped.job("team-b", "x")
     assert scoped._runtimes == {}  # refused before any runtime was made
+
+
+def test_the_browser_opened_on_the_redirect_file_lands_on_the_dashboard(tmp_path: Path, page: Page) -> None:
+    """What `torchjob ui` hands the browser (a file:// URL of the 0600 file, $BROWSER recording it),
+    opened in chromium: it goes on to the printed URL, and the jobs page works there."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.ui.conftest import REPO, wait
+
+    opened, browser = tmp_path / "opened", tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    browser.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "torchjob", "ui"], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "TORCHJOB_HOME": str(tmp_path / "home"), "BROWSER": str(browser)})
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        arg = wait(lambda: opened.exists() and opened.read_text().strip(), what="the browser asked to open a file")
+        assert arg.startswith("file://") and url.partition("?token=")[2] not in arg
+        p = page.page
+        p.goto(arg)
+        p.wait_for_url(re.compile(re.escape(url)), timeout=60_000)
+        p.locator("#count", has_text="0 of 0 jobs").wait_for()
+        assert p.locator("#live").inner_text() == "live"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert page.errors == []
