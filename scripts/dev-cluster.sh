@@ -966,6 +966,10 @@ cmd_operator_image() {
     # shellcheck disable=SC2086 # one path a line
     archive="$RN_CACHE/operator-image-$(cd "$ROOT" && sha $src pyproject.toml README.md constraints/operator.txt Dockerfile \
         hack/operator-image/build.py hack/realnode/images.py "$(rn_rootfs_tar)" <<<"$prefix").tar"
+    # One build at a time per cache (the in-cluster and registry suites ask at once): the second finds the
+    # first's archive, and no clean-up of older archives removes it before it is imported.
+    mkdir -p "$RN_CACHE" && exec 6>"$RN_CACHE/.operator-image.lock"
+    flock -w 1800 6 || die "could not get the lock $RN_CACHE/.operator-image.lock"
     if [[ ! -s "$archive" ]]; then
         rm -f "$RN_CACHE"/operator-image-*.tar
         log "building localhost/torchjob-operator:dev (Python from $prefix)"
@@ -977,6 +981,7 @@ cmd_operator_image() {
         ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"
         log "imported localhost/torchjob-operator:dev into the real node of $STATE"
     fi
+    exec 6>&-
     if [[ -n "$push" ]]; then push_image localhost/torchjob-operator:dev "$push"; fi
     echo "$archive"
 }
