@@ -17,7 +17,8 @@ else
     # The cluster suites' binaries (built from the Go module proxy once per machine, then cached)
     # are built before the tests, not inside one under its timeout.
     if [[ $EUID -eq 0 ]]; then
-        DEVCLUSTER_REAL_NODE=1 bash scripts/dev-cluster.sh build >&2
+        # (the registry too: tests/incluster/test_registry.py walks a release through one)
+        DEVCLUSTER_REAL_NODE=1 DEVCLUSTER_REGISTRY=1 bash scripts/dev-cluster.sh build >&2
     else
         echo "scripts/test.sh: not root: the real-node tests (tests/e2e) will be skipped" >&2
         bash scripts/dev-cluster.sh build >&2
@@ -28,6 +29,8 @@ else
     # compares the served CRD with it; bench/operator_scale.py runs the operator).
     bash hack/kubeflow/build.sh >/dev/null
 fi
+# actionlint, which tests/release/test_workflows.py lints the workflows with (built once, cached)
+bash hack/actionlint/build.sh >/dev/null
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
 # The documentation site, strictly: a broken link, anchor, nav entry or API reference fails here
