@@ -181,6 +181,11 @@ def test_a_directory_ships_no_dotfile_nor_ignored_file_unless_included(tmp_path:
                                     "pipe (not a regular file)"}
     assert set(collect(proj, include=[".env", "data/", ".cfg/c"])) == {
         "__main__.py", "alias.py", "sub/s.py", ".env", "data/big", ".cfg/c"}
+    with pytest.raises(UserError, match=r"--include '!' is not a gitignore pattern") as e:
+        collect(proj, include=["!"])
+    assert e.value.fix
+    (proj / ".gitignore").write_text("!\n*.log\n")  # a line git cannot read is skipped, the others kept
+    assert "a.log (.gitignore)" in select(proj).left_out
 
 
 def test_a_directory_a_parents_gitignore_ignores_still_ships_when_named(tmp_path: Path) -> None:

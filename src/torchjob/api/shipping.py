@@ -42,6 +42,15 @@ def _ignores(root: Path) -> list[tuple[str, GitIgnoreSpec]]:
     return out[::-1]
 
 
+def _patterns(include: Sequence[str]) -> GitIgnoreSpec:
+    """The `include` patterns (gitignore syntax), each refused in words where it is not one."""
+    for pattern in include:
+        if not _valid(pattern):
+            raise UserError(f"--include {pattern!r} is not a gitignore pattern",
+                            fix="e.g. --include .env, --include 'data/*.json' (include=[...] in Python)")
+    return GitIgnoreSpec.from_lines(include)
+
+
 def _below(spec: GitIgnoreSpec, prefix: str) -> GitIgnoreSpec:
     """A parent's .gitignore without the patterns that ignore the shipped directory itself or one above
     it (`scratch/` when `scratch/exp` is shipped): a directory named to ship is meant to go; the others
@@ -56,9 +65,19 @@ def _gitignore(d: Path) -> GitIgnoreSpec | None:
     if not f.is_file() or f.is_symlink():
         return None
     try:
-        return GitIgnoreSpec.from_lines(f.read_text(errors="replace").splitlines())
-    except (OSError, ValueError):  # unreadable, or a pattern pathspec cannot read: git would skip it too
+        lines = f.read_text(errors="replace").splitlines()
+    except OSError:
         return None
+    return GitIgnoreSpec.from_lines([line for line in lines if _valid(line)])
+
+
+def _valid(line: str) -> bool:
+    """Whether a .gitignore line is a pattern pathspec reads (git skips one that is not, as here)."""
+    try:
+        GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return False
+    return True
 
 
 def _ignored(rel: str, specs: Sequence[tuple[str, GitIgnoreSpec]]) -> bool:
@@ -92,7 +111,7 @@ def select(root: Path, include: Sequence[str] = (), what: str = "script") -> Sel
     to the directory) names it. A link whose target is outside the directory is refused (a link
     inside it ships the file it names); a directory link is not followed. Read nothing: sizes by stat."""
     real = root.resolve()
-    wanted = GitIgnoreSpec.from_lines(include) if include else None
+    wanted = _patterns(include) if include else None
     inherited = _ignores(root)
     files: list[tuple[str, int]] = []
     left: list[str] = []
