@@ -12,11 +12,10 @@ from typing import Any
 
 import click
 
-from torchjob.api.model import JobStatus, Progress, TorchJob
+from torchjob.api.model import JobStatus, Progress
 from torchjob.api.pod import training_container
-from torchjob.api.spec_facts import is_torchrun
+from torchjob.api.spec_facts import processes  # (processes per replica, world size): the dashboard's too
 from torchjob.api.status import ConditionType, Reason
-from torchjob.core.topology import nproc_per_node, replica_total
 from torchjob.progress import show
 from torchjob.runtime import DryRun, JobView
 
@@ -47,18 +46,6 @@ def _conditions(st: JobStatus) -> list[str]:
         when = _when(cond.lastTransitionTime)
         out.append(f"  {cond.type:<11}{cond.status:<6}{cond.reason:<22}{when}  {cond.message}")
     return out
-
-
-def processes(job: TorchJob) -> tuple[str, int | None]:
-    """(processes per replica, the world size): torchrun's nprocPerNode in torchrun mode (a word,
-    `gpu`, `auto`, leaves the world size to torchrun: None), else one process per replica."""
-    torchrun = False
-    for spec in job.spec.pytorchReplicaSpecs.values():
-        pod = spec.template.spec
-        c = pod.containers[training_container(pod.containers)]
-        torchrun = torchrun or is_torchrun([*(c.command or []), *(c.args or [])])
-    nproc = nproc_per_node(job) if torchrun else "1"
-    return nproc, replica_total(job) * int(nproc) if nproc.isdigit() else None
 
 
 def summary(v: JobView) -> dict[str, Any]:
