@@ -98,9 +98,9 @@ def test_the_jobs_page_newest_first_whole_etas_state_colours_and_world_sizes(
     assert colour(p, "broken") == "rgb(239, 68, 68)"  # red
     assert colour(p, "done") == "rgb(34, 197, 94)"  # green
     assert colour(p, "running") == "rgb(59, 130, 246)"  # blue
-    # replicas (x processes per replica when more than one) and the world size
-    assert (cell(p, "wide", "replicas"), cell(p, "wide", "world")) == ("3 \u00d7 4", "12")
-    assert (cell(p, "running", "replicas"), cell(p, "running", "world")) == ("1", "1")
+    # replicas x processes per replica (as -j and `torchjob list` write it) and the world size
+    assert (cell(p, "wide", "replicas"), cell(p, "wide", "world")) == ("3x4", "12")
+    assert (cell(p, "running", "replicas"), cell(p, "running", "world")) == ("1x1", "1")
     # the job page says them too
     p.goto(d.job_url("wide"))
     shape = p.locator("#spec dl").first

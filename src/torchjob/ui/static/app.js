@@ -91,9 +91,9 @@
 
   // --- the jobs page ------------------------------------------------------------------------------
   const NUMERIC = ["Replicas", "World", "Restarts", "Age"];
-  const HEAD_TITLES = { Replicas: "replicas × processes per replica", World: "world size: every process of the job" };
-  // replicas, and processes per replica when more than one: "2 × 4"
-  const shape = (j) => String(j.replicas) + (j.procs && j.procs !== "1" ? " × " + j.procs : "");
+  const HEAD_TITLES = { Replicas: "replicas x processes per replica", World: "world size: every process of the job" };
+  // replicas x processes per replica, as `-j` and `torchjob list` write it: "2x4"
+  const shape = (j) => j.replicas + "x" + (j.procs || "1");
   const newestFirst = (a, b) => (b.created || 0) - (a.created || 0) || (a.name < b.name ? 1 : a.name > b.name ? -1 : 0);
   function jobsPage() {
     ui.job = null; ui.charts = {};
