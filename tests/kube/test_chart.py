@@ -134,6 +134,18 @@ def test_a_misspelt_value_is_refused_with_its_name(helm: str) -> None:
         assert out.returncode != 0 and named in out.stderr, (bad, out.stderr)
 
 
+def test_the_operator_image_may_be_named_by_digest(helm: str) -> None:
+    """image.digest pins the operator's image (repository@digest); anything but sha256:<64 hex> is refused."""
+    digest = "sha256:" + "ab" * 32
+    deployment = next(o for o in template(helm, f"image.digest={digest}") if o["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"torchjob/operator@{digest}"
+    tagged = next(o for o in template(helm) if o["kind"] == "Deployment")
+    assert "@" not in tagged["spec"]["template"]["spec"]["containers"][0]["image"]
+    out = subprocess.run([helm, "template", "t", str(CHART), "--set", "image.digest=latest"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and "digest" in out.stderr, out.stderr
+
+
 def test_the_operator_pod_is_restricted_by_default(helm: str) -> None:
     deployment = next(o for o in template(helm) if o["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
