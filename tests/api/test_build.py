@@ -168,6 +168,7 @@ def _project(tmp_path: Path) -> Path:
     (proj / "a.log").write_text("l\n")
     (proj / "m.ckpt").write_text("m\n")
     (proj / "alias.py").symlink_to("sub/s.py")  # a link inside: its file goes under its name
+    (proj / "gone.py").symlink_to("sub/missing.py")  # a link to nothing: left out, said
     os.mkfifo(proj / "pipe")  # never read (a read would block)
     return proj
 
@@ -178,7 +179,7 @@ def test_a_directory_ships_no_dotfile_nor_ignored_file_unless_included(tmp_path:
     chosen = select(proj)
     assert set(chosen.left_out) == {".cfg/ (a dot directory)", ".env (a dotfile)", ".gitignore (a dotfile)",
                                     "data/ (.gitignore)", "a.log (.gitignore)", "m.ckpt (.gitignore)",
-                                    "pipe (not a regular file)"}
+                                    "pipe (not a regular file)", "gone.py (a link to nothing)"}
     assert set(collect(proj, include=[".env", "data/", ".cfg/c"])) == {
         "__main__.py", "alias.py", "sub/s.py", ".env", "data/big", ".cfg/c"}
     with pytest.raises(UserError, match=r"--include '!' is not a gitignore pattern") as e:

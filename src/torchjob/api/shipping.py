@@ -164,6 +164,9 @@ def select(root: Path, include: Sequence[str] = (), what: str = "script") -> Sel
                 _refuse_outside(root, real, path, rel, what)
             try:
                 st = path.stat()
+            except FileNotFoundError:  # a link to nothing (its target inside, checked above)
+                left.append(f"{rel} (a link to nothing)")
+                continue
             except OSError as e:
                 raise UserError(f"{what} {str(root)!r}: {rel} cannot be read: {e.strerror}",
                                 fix="fix or remove it, or leave it out (.gitignore)")
