@@ -11,11 +11,18 @@ pod-bound projected tokens), then for `--seconds`:
   TokenReview);
 - oversized bodies (a 10 MB Content-Length, 1 MiB sent), and bodies nested 30,000 deep from the
   attacker job's own pod (a valid token: the body is read and refused);
-- a new job is created mid-flood: the time until its pods exist says whether reconciles go on.
-It prints the victim's report latencies, every answer the flood got, the operator's peak RSS and CPU,
-the TokenReviews the API server served, and the new job's time to pods.
+- a new job is created mid-flood: the time until its pods exist says whether reconciles go on;
+- the operator's two other ports too (issue 30, finding 1): `--port-idle` silent and `--port-slow`
+  trickling connections on each of the health port and the metrics port, from the same sources, and
+  `--port-bogus` threads asking /metrics (over TLS) with made-up tokens; meanwhile the kubelet's
+  probes (/healthz and /readyz, its 1 s timeout, from 127.0.0.1, every second) and a real scraper
+  (/metrics with an allowed token, every 2 s) must be answered.
+It prints the victim's report latencies, every answer the flood got, the probes' and the scraper's
+answers and latencies, the operator's peak RSS and CPU, the TokenReviews the API server served, and
+the new job's time to pods.
 
 Usage: python bench/progress_flood.py [--seconds 30] [--idle 300] [--slow 100] [--sources 8] [--bogus 4]
+                                      [--port-idle 100] [--port-slow 60] [--port-bogus 2]
                                       [--kubeconfig PATH] [--keep-cluster]
 Without --kubeconfig the bench starts its own cluster in /tmp/torchjob-bench-flood and stops it.
 """
@@ -71,6 +78,9 @@ def main() -> None:
     ap.add_argument("--slow", type=int, default=100)
     ap.add_argument("--sources", type=int, default=8, help="loopback addresses the flood comes from (its pods)")
     ap.add_argument("--bogus", type=int, default=4, help="threads posting made-up tokens")
+    ap.add_argument("--port-idle", type=int, default=100, help="silent connections on each of the other two ports")
+    ap.add_argument("--port-slow", type=int, default=60, help="trickling connections on each of the other two ports")
+    ap.add_argument("--port-bogus", type=int, default=2, help="threads asking /metrics with made-up tokens")
     ap.add_argument("--kubeconfig")
     ap.add_argument("--keep-cluster", action="store_true")
     args = ap.parse_args()
@@ -109,14 +119,16 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
     ns = f"flood-{uuid.uuid4().hex[:6]}"
     kube.create(Namespace(metadata=ObjectMeta(name=ns)))
     kube.create(ServiceAccount(metadata=ObjectMeta(name="trainer", namespace=ns)))
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port, health_port = free_port(), free_port(), free_port()
     log_path = tempfile.mktemp(prefix="operator-flood-", suffix=".log")
     log = open(log_path, "wb")  # noqa: SIM115
     op = subprocess.Popen([sys.executable, "-m", "torchjob", "operator", "--kubeconfig", kubeconfig,
                            "--no-leader-elect", "--namespace", ns, "--metrics-port", str(metrics_port),
-                           "--health-port", "0",
+                           "--health-port", str(health_port),
                            "--progress-port", str(port), "--progress-url", f"https://127.0.0.1:{port}",
                            "--progress-write-interval", "1"], stdout=log, stderr=log)
+    unchecked = ssl.create_default_context()  # /metrics: the operator's own CA, encrypted, not checked here
+    unchecked.check_hostname, unchecked.verify_mode = False, ssl.CERT_NONE
 
     def create(name: str) -> None:
         container = {"name": "pytorch", "image": "example/trainer:1", "command": ["python", "train.py"]}
@@ -149,8 +161,6 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
     def reconciles() -> float:
         req = urllib.request.Request(f"https://127.0.0.1:{metrics_port}/metrics",
                                      headers={"Authorization": f"Bearer {admin}"})
-        unchecked = ssl.create_default_context()  # the operator's own CA: encrypted, not checked here
-        unchecked.check_hostname, unchecked.verify_mode = False, ssl.CERT_NONE
         with urllib.request.urlopen(req, timeout=10, context=unchecked) as resp:
             text = resp.read().decode()
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -207,20 +217,21 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
                         conn = None
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
 
-        def holder(count: int, trickle: bool) -> None:  # idle or slow connections, re-opened when cut
+        def holder(count: int, trickle: bool, target: int = port, tally: Tally = flood) -> None:
+            # idle or slow connections, re-opened when cut
             socks: list[socket.socket | None] = [None] * count
             while time.monotonic() < stop:
                 for i in range(count):
                     s = socks[i]
                     if s is None:
                         try:
-                            s = socket.create_connection(("127.0.0.1", port), timeout=1,
+                            s = socket.create_connection(("127.0.0.1", target), timeout=1,
                                                          source_address=(sources[i % len(sources)], 0))
                             s.setblocking(False)
                             socks[i] = s
-                            flood.add("slow opened" if trickle else "idle opened")
+                            tally.add("slow opened" if trickle else "idle opened")
                         except OSError:
-                            flood.add("slow refused" if trickle else "idle refused")
+                            tally.add("slow refused" if trickle else "idle refused")
                             continue
                     try:
                         if trickle:
@@ -230,7 +241,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
                     except BlockingIOError:
                         pass
                     except OSError:
-                        flood.add("slow cut" if trickle else "idle cut")
+                        tally.add("slow cut" if trickle else "idle cut")
                         s.close()
                         socks[i] = None
                 time.sleep(0.5)
@@ -258,7 +269,52 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
                 deep = b'{"step": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"
                 flood.add(f"deep body: {post(attacker, deep, source)}")
 
-        threads = [threading.Thread(target=reporter), threading.Thread(target=holder, args=(args.idle, False)),
+        probes, scrapes, ports_flood = Tally(), Tally(), Tally()
+        probe_lat: list[float] = []
+
+        def get(target: int, path: str, source: str, token: str | None, tls: bool, timeout: float) -> str:
+            conn = (http.client.HTTPSConnection("127.0.0.1", target, context=unchecked, timeout=timeout,
+                                                source_address=(source, 0)) if tls else
+                    http.client.HTTPConnection("127.0.0.1", target, timeout=timeout, source_address=(source, 0)))
+            try:
+                conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+                resp = conn.getresponse()
+                resp.read()
+                return str(resp.status)
+            except (OSError, http.client.HTTPException) as e:
+                return type(e).__name__
+            finally:
+                conn.close()
+
+        def kubelet() -> None:  # the probes as the kubelet sends them: 1 s timeout, every second
+            while time.monotonic() < stop:
+                tick = time.monotonic()
+                for path in ("/healthz", "/readyz"):
+                    t = time.monotonic()
+                    code = get(health_port, path, "127.0.0.1", None, False, 1.0)
+                    probes.add(f"{path} {code}")
+                    if code == "200":
+                        probe_lat.append(time.monotonic() - t)
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+        def scraper() -> None:  # Prometheus, every 2 s, with a token allowed to get /metrics
+            while time.monotonic() < stop:
+                scrapes.add(get(metrics_port, "/metrics", "127.0.0.1", admin, True, 10.0))
+                time.sleep(2.0)
+
+        def bogus_metrics(source: str) -> None:
+            while time.monotonic() < stop:
+                token = ".".join(uuid.uuid4().hex for _ in range(3))
+                ports_flood.add(f"metrics, made-up token: {get(metrics_port, '/metrics', source, token, True, 10.0)}")
+
+        port_threads = [threading.Thread(target=kubelet), threading.Thread(target=scraper),
+                        *(threading.Thread(target=bogus_metrics, args=(sources[i % len(sources)],))
+                          for i in range(args.port_bogus))]
+        for target in (health_port, metrics_port):
+            port_threads += [threading.Thread(target=holder, args=(args.port_idle, False, target, ports_flood)),
+                             threading.Thread(target=holder, args=(args.port_slow, True, target, ports_flood))]
+        threads = [*port_threads,
+                   threading.Thread(target=reporter), threading.Thread(target=holder, args=(args.idle, False)),
                    threading.Thread(target=holder, args=(args.slow, True)),
                    *(threading.Thread(target=bogus, args=(sources[i % len(sources)],)) for i in range(args.bogus)),
                    threading.Thread(target=heavy, args=(sources[-1],))]
@@ -292,6 +348,12 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
           f"victim's reports                : {victim_codes.counts} (none landed)")
     print(f"victim's status.progress.step   : {progress.get('step')} (last sent ~{int(args.seconds)})")
     print(f"the flood's answers             : {dict(sorted(flood.counts.items()))}")
+    print(f"the other ports ({args.port_idle} idle, {args.port_slow} slow on each; {args.port_bogus} threads of "
+          f"made-up tokens on /metrics): {dict(sorted(ports_flood.counts.items()))}")
+    plat = sorted(probe_lat)
+    print(f"the kubelet's probes (1 s timeout): {dict(sorted(probes.counts.items()))}"
+          + (f"; latency median {1000 * statistics.median(plat):.0f} ms, max {1000 * plat[-1]:.0f} ms" if plat else ""))
+    print(f"the scraper's /metrics          : {dict(sorted(scrapes.counts.items()))}")
     print(f"tokenreviews served             : {reviews:.0f}")
     print(f"operator RSS                    : {rss0:.0f} MB before, peak {max(peak):.0f} MB, {rss_end:.0f} MB after")
     print(f"operator CPU                    : {cpu:.1f} s = {100 * cpu / args.seconds:.0f} % of a core")

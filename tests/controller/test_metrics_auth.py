@@ -154,6 +154,58 @@ def test_a_trickle_of_connections_from_several_sources_does_not_fail_the_probes(
         probes.stop()
 
 
+def test_sources_that_reopen_connections_as_fast_as_they_are_cut_do_not_fail_the_probes() -> None:
+    """The flood of bench/progress_flood.py: eight sources, each holding silent connections and opening
+    a new one as soon as one is cut, far past the caps. The probe (one connection now and then, from an
+    address of its own) is answered every time: at a cap the connection let go is one of the source
+    that holds the most, never the newcomer's."""
+    health = Health()
+    health.synced = True
+    probes = serve_health(0, health)
+    stop = time.monotonic() + 4.0
+
+    def churn(source: str) -> None:
+        held: list[socket.socket] = []
+        while time.monotonic() < stop:
+            for s in list(held):
+                s.setblocking(False)
+                try:
+                    if s.recv(1) == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass
+                s.close()
+                held.remove(s)
+            while len(held) < 12:
+                try:
+                    held.append(trickle(source, probes.port))
+                except OSError:
+                    break
+            time.sleep(0.01)
+        for s in held:
+            s.close()
+
+    threads = [threading.Thread(target=churn, args=(f"127.0.0.{2 + n}",)) for n in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        answers = []
+        while time.monotonic() < stop - 0.5:
+            try:
+                answers.append(get(probes.port, "/healthz")[0])
+            except OSError as e:
+                answers.append(type(e).__name__)
+            time.sleep(0.1)
+        assert answers and set(answers) == {200}, answers
+    finally:
+        for t in threads:
+            t.join()
+        probes.stop()
+
+
 def test_a_source_of_made_up_tokens_spends_a_bounded_number_of_reviews(loop: asyncio.AbstractEventLoop) -> None:
     """A flood of made-up tokens from one address: TokenReviews stop at the source's budget of refused
     tokens (429 after it, with Retry-After), while a scraper from another address still gets in."""
