@@ -17,7 +17,7 @@ from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType
 from torchjob.core import torch_errors
 from torchjob.core.reconcile import Abandon, DeleteJob, Event, Observed, Phase, World, reconcile
-from torchjob.core.topology import ReplicaId, node_rank
+from torchjob.core.topology import ReplicaId, node_rank, nproc_per_node
 from torchjob.local.prepare import supervisor_alive
 from torchjob.local.process import error_file_summary
 from torchjob.local.store import JobRecord, Store
@@ -155,6 +155,16 @@ def last_words(log: Path, lines: int) -> list[str]:
                *("    " + t for t in own)] if own else [])]
 
 
+def advice(job: JobView, said: str) -> list[str]:
+    """What the root cause can add to a failure it recognises."""
+    if "invalid device ordinal" not in said:
+        return []
+    nproc = nproc_per_node(job.job)
+    return [f"  advice    : a rank asked for a GPU it cannot see: each replica starts {nproc} process(es) and "
+            "torch.cuda.set_device(LOCAL_RANK) needs a GPU per process; run one process per GPU "
+            "(--nproc-per-node gpu, or nprocPerNode: gpu), or fewer processes"]
+
+
 def root_cause(job: JobView, log_lines: int = 15) -> str | None:
     """torchrun-style summary of why a failed job failed: the first failing replica, its exit
     code or signal, and its traceback (torch's error file) or the end of its output."""
@@ -184,5 +194,6 @@ def root_cause(job: JobView, log_lines: int = 15) -> str | None:
                     out += ["  traceback (from torch's error file):", *("    " + t for t in trace.splitlines())]
                 else:
                     out += last_words(log, log_lines)
+                out += advice(job, "\n".join(out))
     out.append(bar)
     return "\n".join(out)

@@ -37,11 +37,28 @@ class JobFailed(Exception):
             error torch recorded where there is one.
     """
 
-    def __init__(self, result: _Outcome) -> None:
+    def __init__(self, result: _Outcome, *, shown: bool = False) -> None:
         self.result: Any = result
         self.root_cause = result.root_cause
-        super().__init__(f"job {result.name} {result.state.lower()}" +
-                         (f":\n{result.root_cause}" if result.root_cause else ""))
+        cause = brief(result.root_cause) if shown and result.root_cause else result.root_cause
+        super().__init__(f"job {result.name} {result.state.lower()}" + (f":\n{cause}" if cause else ""))
+
+
+def brief(root_cause: str) -> str:
+    """The root cause without the traceback it quotes, for a message shown under the job's output,
+    where that traceback was just streamed (a notebook cell shows it once, not again in the error)."""
+    out: list[str] = []
+    skipping = False
+    for line in root_cause.splitlines():
+        if line.startswith(("  traceback (from torch's error file):", "  last ")) and line.endswith(":"):
+            out.append("  traceback : in the job's output above (`.root_cause` has it)")
+            skipping = True
+        elif skipping and line.startswith("    "):
+            continue
+        else:
+            skipping = False
+            out.append(line)
+    return "\n".join(out)
 
 
 class UnreturnableValue(JobFailed):

@@ -191,13 +191,16 @@ class Job:
             >>> result = job.run()
             >>> result.ok, result.value
         """
+        __tracebackhide__ = True  # IPython: the error is the job's, not these frames'
         from torchjob.sdk.local import console_here, local_runtime
 
         built = self._built(False)
         rt = local_runtime()
-        view = rt.run(rt.dryrun(built.job, code=built.code), quiet, console_here(quiet))
+        console = console_here(quiet)
+        view = rt.run(rt.dryrun(built.job, code=built.code), quiet, console)
         result = result_of(view, rt, self._nonce)
-        return result.check() if check else result
+        # in a notebook cell the replica's traceback was just streamed: the error says where, not again
+        return result.check(shown=console is not None and not quiet) if check else result
 
     def submit(self, *, kube: bool = False, namespace: str | None = None, kubeconfig: str | None = None,
                context: str | None = None) -> JobHandle:

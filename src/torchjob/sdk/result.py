@@ -67,12 +67,14 @@ class JobResult:
             parts.append(f"reason={self.status.failure.reason}")
         return f"<JobResult {' '.join(parts)}>"
 
-    def check(self) -> JobResult:
-        """This result, or the typed error of a failed job (`UnreturnableValue`, `JobFailed`)."""
+    def check(self, *, shown: bool = False) -> JobResult:
+        """This result, or the typed error of a failed job (`UnreturnableValue`, `JobFailed`); `shown`:
+        the job's output was just shown, and the error's message leaves out the traceback it holds."""
+        __tracebackhide__ = True  # IPython: the error is the job's, not this frame's
         if self.unreturnable is not None:
-            raise UnreturnableValue(self)
+            raise UnreturnableValue(self, shown=shown)
         if not self.ok:
-            raise JobFailed(self)
+            raise JobFailed(self, shown=shown)
         return self
 
 

@@ -36,10 +36,32 @@ def main() -> None:
     print(f"{RESULT_MARK} {nonce} {text}", flush=True)
 
 
+def shown_from_the_function(e: BaseException) -> None:
+    """The error's traceback from the function's own frames on (this runner's are not the user's),
+    as Python prints an uncaught one."""
+    import traceback
+
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == os.path.abspath(__file__):
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+
+
 if __name__ == "__main__":
+    handler = None
     try:
-        from torch.distributed.elastic.multiprocessing.errors import record
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
     except ImportError:
-        main()
+        pass
     else:
-        record(main)()
+        handler = get_error_handler()
+    if handler is not None:
+        handler.initialize()
+    try:
+        main()
+    except Exception as e:
+        if handler is not None:
+            handler.record_exception(e)  # torch's error file: the job's root cause (as @record writes it)
+        shown_from_the_function(e)
+        sys.stderr.flush()
+        sys.exit(1)
