@@ -315,3 +315,32 @@ def test_the_sdks_progress_report_lands_in_trainer_status(kube: Client, kubeconf
     assert status["trainerStatus"]["progressPercentage"] == 40
     assert status["trainerStatus"]["metrics"] == [{"name": "loss", "value": "0.5"}]
     assert status["trainerStatus"]["lastUpdatedTime"] and status["conditions"] == []
+
+
+def test_torchjob_install_trainer_api_applies_the_runtime_once_its_crd_is_served(kube: Client,
+                                                                                 kubeconfig: str) -> None:
+    import subprocess
+    import sys
+
+    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+    from lightkube.resources.core_v1 import ConfigMap
+
+    for crd in trainer_objects.crds():  # from scratch: the runtime's kind is not served yet
+        try:
+            kube.delete(CustomResourceDefinition, crd["metadata"]["name"])
+        except ApiError:
+            pass
+    end = time.monotonic() + 60
+    while time.monotonic() < end and any(
+            c.metadata.name.endswith(".trainer.kubeflow.org") for c in kube.list(CustomResourceDefinition)):
+        time.sleep(0.2)
+    out = subprocess.run([sys.executable, "-m", "torchjob", "install", "--trainer-api", "--no-wait",
+                          "--trainer-runtime-image", "img:9", "--namespace", "tj-install-test",
+                          "--kubeconfig", kubeconfig], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "applied ClusterTrainingRuntime/torch-distributed" in out.stdout
+    rt = kube.get(ClusterTrainingRuntimeRes, "torch-distributed").to_dict()
+    node = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert node["containers"][0]["image"] == "img:9"
+    public = kube.get(ConfigMap, trainer_objects.PUBLIC_CONFIGMAP, namespace=trainer_objects.SYSTEM_NAMESPACE)
+    assert public.data == {"kubeflow_trainer_version": trainer_objects.TRAINER_VERSION}
