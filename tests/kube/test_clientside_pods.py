@@ -69,3 +69,15 @@ def test_pods_are_ordered_master_first_by_index_and_a_label_not_a_number_goes_la
     found = [pod("w10", "worker", "10"), pod("wx", "worker", "x"), pod("w2", "worker", "2"),
              pod("m", "master", "0"), pod("w-arabic", "worker", "\u0663"), pod("none", "", "")]
     assert [p.metadata.name for p in sorted(found, key=_order)] == ["m", "none", "w2", "w10", "w-arabic", "wx"]
+
+
+def test_an_attempt_annotation_that_is_not_a_number_is_attempt_0() -> None:
+    """A pod anyone made may carry any annotation: describe (and the operator's observe) read 0, no crash."""
+    from torchjob.kube.clientside.kube_runtime import attempt_of as view_of_attempt
+    from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, attempt_of
+
+    for given, read in (("3", 3), ("x", 0), ("-1", 0), ("\u0663", 0), ("", 0)):
+        assert attempt_of({"metadata": {"annotations": {ANNOTATION_ATTEMPT: given}}}) == read
+    bad = Pod.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "p", "labels": {LABEL_TYPE: "worker", LABEL_INDEX: "x"}, "annotations": {ANNOTATION_ATTEMPT: "x"}}})
+    assert view_of_attempt(bad).attempt == 0 and view_of_attempt(bad).replica == "worker-x"

@@ -44,5 +44,7 @@ def replica_of(obj: Mapping[str, Any]) -> ReplicaId | None:
 
 
 def attempt_of(obj: Mapping[str, Any]) -> int:
-    """Which attempt of its replica a pod runs (the annotation the operator sets)."""
-    return int((obj.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_ATTEMPT, "0"))
+    """Which attempt of its replica a pod runs (the annotation the operator sets); 0 where it is not a
+    number (a pod anyone made: whoever may create pods can write any annotation, and nothing crashes)."""
+    value = str((obj.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_ATTEMPT, "0"))
+    return int(value) if value.isascii() and value.isdecimal() else 0
