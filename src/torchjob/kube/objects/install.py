@@ -261,9 +261,12 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
                             # the TLS key is loaded from a private temp file: a writable /tmp
                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
                                              {"name": "token", "mountPath": SA_DIR, "readOnly": True}],
-                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "health"}},
+                            # 3 s, not the kubelet's 1: under a flood of the port (bench/progress_flood.py)
+                            # an answer took up to 1 s
+                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "health"}, "timeoutSeconds": 3},
                             # every replica that works is ready, leader or not
-                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 2},
+                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 2,
+                                               "timeoutSeconds": 3},
                             "resources": RESOURCES,
                             "securityContext": SECURITY_CONTEXT,
                         }],
