@@ -4,7 +4,8 @@ which the node's containerd pulls from over plain HTTP): the operator's image pu
 (`operator-image --push`), the chart packaged (`scripts/release.sh chart`, as the release workflow does)
 and pushed there (`helm push oci://`), installed from it by Helm with the image pulled from it, and a
 job run by that operator. Then the bad input: `torchjob install --image` of an image the registry does
-not hold fails within a bound, naming the image and the fix.
+not hold fails within a bound, naming the image and the fix; and one of an operator that crashes says so
+with the container's exit code and last lines.
 
 The commands are docs/operator/install.md's own blocks (claimed by this test). Its own state dir and pod
 subnet (TORCHJOB_REGISTRY_DEVCLUSTER_DIR, TORCHJOB_REGISTRY_POD_SUBNET): it runs beside tests/e2e's and
@@ -130,6 +131,16 @@ def test_a_release_through_a_registry(env: dict[str, str]) -> None:
     head = re.escape(want[0].split(" (", 1)[0]).replace("6c57744988\\-hlgfh", "[a-z0-9]+\\-[a-z0-9]+")
     assert re.fullmatch(head + r" \((?:ErrImagePull|ImagePullBackOff): .*\)", said[0]), said[0]
     assert BAD_IMAGE in said[0]
+
+    # and an operator that crashes (a flag it does not know): its exit code and its last words
+    t0 = time.monotonic()
+    out = run(["torchjob", "install", "--image", image, "--namespace", "torchjob-crash", "--timeout", "300",
+               "--operator-arg=--no-such-flag"], env, timeout=400)
+    took = timings["install of a crashing operator"] = time.monotonic() - t0
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert took < BAD_BOUND, f"told after {took:.0f} s"
+    assert "the operator's container keeps exiting (exit code 2;" in out.stderr, out.stderr
+    assert "Error: No such option '--no-such-flag'." in out.stderr and "--previous" in out.stderr
     print("registry walk timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
 
 

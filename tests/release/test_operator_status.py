@@ -38,6 +38,8 @@ def test_a_container_that_keeps_exiting_is_a_crash_with_its_exit_code() -> None:
                             restarts=3, phase="Running")], IMAGE)
     assert trouble is not None
     assert "keeps exiting (exit code 2; restarted 3 times)" in trouble.what
+    one = diagnose([pod(waiting={"reason": "CrashLoopBackOff"}, last={"exitCode": 2}, restarts=1)], IMAGE)
+    assert one is not None and "restarted 1 time)" in one.what
     assert "kubectl logs -n torchjob-system torchjob-operator-abc --previous" in trouble.fix
 
 

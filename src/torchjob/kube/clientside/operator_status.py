@@ -53,8 +53,9 @@ def diagnose(pods: Sequence[dict[str, Any]], image: str) -> Trouble | None:
                 how = f"exit code {code}" if code is not None else "it exits"
                 if last.get("reason") and last.get("reason") != "Error":
                     how += f", {last['reason']}"
-                return Trouble(name, f"the operator's container keeps exiting ({how}; restarted "
-                                     f"{c.get('restartCount', 0)} times)",
+                restarts = c.get("restartCount", 0)
+                return Trouble(name, f"the operator's container keeps exiting ({how}; restarted {restarts} "
+                                     f"time{'' if restarts == 1 else 's'})",
                                f"read why: kubectl logs -n {pod.get('metadata', {}).get('namespace', '')} {name} "
                                "--previous; an image of another version than this client's "
                                "(`torchjob version --kube`) or a wrong --operator-arg is the usual cause")
@@ -157,7 +158,7 @@ def wait_ready(client: Any, namespace: str, image: str, timeout: float, poll: fl
                 raise
         trouble = diagnose(pods, image)
         if trouble is not None:
-            return trouble
+            return _with_last_words(client, namespace, trouble)
         now = pending_reason(pods)
         if on_wait is not None and now != said:
             on_wait(now)
@@ -166,3 +167,17 @@ def wait_ready(client: Any, namespace: str, image: str, timeout: float, poll: fl
             return Trouble(NAME, f"the operator was not Ready within {timeout:g} s ({now})",
                            f"kubectl describe deployment -n {namespace} {NAME}; a slower cluster: --timeout")
         time.sleep(poll)
+
+
+def _with_last_words(client: Any, namespace: str, trouble: Trouble) -> Trouble:
+    """A crashing container's last lines, where the cluster gives them (a container waiting to be
+    started again answers with its last run's log)."""
+    if "keeps exiting" not in trouble.what:
+        return trouble
+    try:
+        lines = [line.rstrip() for line in client.log(trouble.pod, namespace=namespace, container="operator",
+                                                      tail_lines=5)]
+    except Exception:  # no log to read (the kubelet away, RBAC): the advice stands without it
+        return trouble
+    said = "\n".join(f"      {line}" for line in lines if line)
+    return Trouble(trouble.pod, f"{trouble.what}; its last lines:\n{said}" if said else trouble.what, trouble.fix)
