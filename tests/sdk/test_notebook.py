@@ -35,7 +35,10 @@ def test_a_function_from_a_notebook_cell_runs_in_a_real_kernel(tmp_path: Path,
 
     assert outputs(nb, "error") == []
     streamed = "".join(o["text"] for o in outputs(nb, "stream"))
-    assert "[master-0] " in streamed and "torchjob: the master replica succeeded" in streamed, streamed
+    assert "torchjob: the master replica succeeded" in streamed, streamed
+    for rank in (0, 1):  # each process's lines tagged with its rank; the value's own line not shown
+        assert f"[master-0] [rank{rank}]: rank {rank} of 2 done" in streamed, streamed
+    assert "@@torchjob" not in streamed
     # the value rank 0 returned, as the cell's result
     (value,) = [o["data"]["text/plain"] for o in outputs(nb, "execute_result")]
     assert value == "{'world': 2, 'weight': -0.225}"
