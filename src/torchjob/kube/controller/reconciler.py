@@ -67,7 +67,8 @@ from torchjob.kube.objects.ownership import owner_reference
 from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY, ca_configmap
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.tls import Trust
-from torchjob.kube.served.kinds import ServedKind, Unreadable
+from torchjob.kube.served.kinds import ServedKind
+from torchjob.kube.served.reading import Unreadable
 
 log = logging.getLogger("torchjob.kube")
 CA_RECHECK_S = 600.0  # how long a namespace's CA ConfigMap, once made current, is not looked at again

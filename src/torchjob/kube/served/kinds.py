@@ -29,19 +29,7 @@ from torchjob.kube.objects.t9k_labels import labels as t9k_labels
 from torchjob.kube.objects.trainjob_labels import JOBSET_NAME
 from torchjob.kube.served import kubeflow_status as kf
 from torchjob.kube.served import t9k, t9k_objects, trainer_objects, trainjob
-
-META_FIELDS = ("name", "namespace", "labels", "annotations", "uid", "generation", "resourceVersion")
-
-
-class Unreadable(Exception):
-    """A stored object that is not a job torchjob can run; the message says why (core refuses it)."""
-
-
-def stored(raw: dict[str, Any]) -> dict[str, Any]:
-    """The stored object's own fields: server-managed metadata (managedFields, timestamps) left out."""
-    meta = {k: raw["metadata"][k] for k in META_FIELDS if k in raw["metadata"]}
-    return {"apiVersion": raw.get("apiVersion"), "kind": raw.get("kind"), "metadata": meta,
-            "spec": raw.get("spec")}
+from torchjob.kube.served.reading import Unreadable, stored
 
 
 def read_torchjob(raw: dict[str, Any], found: Sequence[dict[str, Any]] = ()) -> TorchJob:

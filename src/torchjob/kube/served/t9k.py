@@ -30,6 +30,7 @@ from torchjob.dialects import t9k as t9k_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
+from torchjob.kube.served.reading import Unreadable, stored
 from torchjob.kube.served.t9k_objects import API_VERSION, CRD_NAME, EXTRAS, KIND
 from torchjob.kube.served.trainer_objects import installed_by_torchjob
 
@@ -39,8 +40,6 @@ PHASES = {JobState.PENDING: "Pending", JobState.CREATED: "Pending", JobState.RUN
 
 
 def read(raw: dict[str, Any], found: Sequence[dict[str, Any]] = ()) -> TorchJob:
-    from torchjob.kube.served.kinds import Unreadable, stored
-
     meta = raw["metadata"]
     doc = Document(stored(raw), f"{KIND} {meta.get('namespace', 'default')}/{meta['name']}")
     try:

@@ -28,6 +28,7 @@ from torchjob.api.status import ConditionType
 from torchjob.dialects import trainjob as trainjob_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
+from torchjob.kube.served.reading import Unreadable
 from torchjob.kube.served.trainer_objects import (
     API_VERSION,
     CLUSTER_RUNTIME_KIND,
@@ -78,8 +79,6 @@ def _own(raw: dict[str, Any]) -> dict[str, Any]:
 def read(raw: dict[str, Any], found: list[dict[str, Any]]) -> TorchJob:
     """A stored TrainJob as the dialect reads it, with `found` (its runtime, from the cluster), marked
     as served for that kind: its pods are owned by it and carry JobSet's labels. Raises Unreadable."""
-    from torchjob.kube.served.kinds import Unreadable
-
     kind, name, namespace = runtime_ref(raw)
     if name and kind in (RUNTIME_KIND, CLUSTER_RUNTIME_KIND) and not found:
         where = f" in namespace {namespace}" if namespace else ""
