@@ -344,3 +344,52 @@ def test_torchjob_install_trainer_api_applies_the_runtime_once_its_crd_is_served
     assert node["containers"][0]["image"] == "img:9"
     public = kube.get(ConfigMap, trainer_objects.PUBLIC_CONFIGMAP, namespace=trainer_objects.SYSTEM_NAMESPACE)
     assert public.data == {"kubeflow_trainer_version": trainer_objects.TRAINER_VERSION}
+
+
+def test_a_trainjob_under_a_kueue_queue_waits_for_admission_and_runs_where_kueue_placed_it(
+        kube: Client, kubeconfig: str, namespace: str, scheduling_crds: list[str],
+        trainer_operator: Operator) -> None:
+    from tests.kube.conftest import kueue_condition, kueue_status
+    from torchjob.kube.machinery.client import KueueResourceFlavor, KueueWorkload
+    from torchjob.kube.objects import kueue
+    from torchjob.kube.served.trainjob import KUEUE_MANAGER
+
+    flavor = f"{namespace}-spot"
+    kube.create(KueueResourceFlavor.from_dict({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": flavor},
+        "spec": {"nodeLabels": {"example.com/pool": "spot"}}}))
+    data = _trainjob("queued", namespace)
+    data["metadata"]["labels"] = {kueue.QUEUE_LABEL: "team-a"}
+    sdk_patch = {"manager": "trainer.kubeflow.org/kubeflow-sdk", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"metadata": {
+            "labels": {"team": "a"}}}}}}]}}}}
+    data["spec"]["runtimePatches"] = [sdk_patch]
+    _create(kube, data, namespace)
+    # held: spec.suspend set, the Suspended condition, a Workload for the whole job, no pod
+    wait_trainjob(kube, "queued", namespace, lambda s: (condition(s, "Suspended") or {}).get("status") == "True")
+    assert trainjob(kube, "queued", namespace)["spec"]["suspend"] is True
+    end = time.monotonic() + 30
+    while True:
+        try:
+            wl = kube.get(KueueWorkload, "torchjob-queued", namespace=namespace)
+            break
+        except ApiError:
+            assert time.monotonic() < end, "no Workload"
+            time.sleep(0.2)
+    assert wl["spec"]["queueName"] == "team-a" and wl.metadata.ownerReferences[0].kind == "TrainJob"
+    assert list(kube.list(Pod, namespace=namespace)) == []
+    # admitted: resumed, Kueue's placement a runtimePatches entry of its own, the SDK's kept
+    kueue_status(kube, "torchjob-queued", namespace, {
+        "admission": {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": name, "count": 1, "flavors": {"cpu": flavor}} for name in ("master", "worker")]},
+        "conditions": [kueue_condition("QuotaReserved", "True", "QuotaReserved"),
+                       kueue_condition("Admitted", "True", "Admitted")]})
+    pods = node_pods(kube, "queued", namespace, 2)
+    assert all(p.spec.nodeSelector["example.com/pool"] == "spot" and p.metadata.labels["team"] == "a"
+               for p in pods.values())
+    spec = trainjob(kube, "queued", namespace)["spec"]
+    assert spec["suspend"] is False
+    assert [p["manager"] for p in spec["runtimePatches"]] == ["trainer.kubeflow.org/kubeflow-sdk", KUEUE_MANAGER]
+    status = wait_trainjob(kube, "queued", namespace,
+                           lambda s: (condition(s, "Suspended") or {}).get("status") == "False")["status"]
+    assert condition(status, "Suspended")["reason"] == "Resumed"  # type: ignore[index]

@@ -63,7 +63,7 @@ class Controller:
         self.watches = ThirdPartyWatches(api, namespace, self._on_owned)
         self.reconciler = Reconciler(
             api=api, kind=kind, caches=JobCaches(self.jobs, self.pods, self.services, self.index),
-            memories=self.memories, kueue_gate=KueueGate(api, self.jobs, self.watches),
+            memories=self.memories, kueue_gate=KueueGate(api, self.jobs, self.watches, kind),
             podgroup_gate=PodGroupGate(api, self.watches), config=config, progress=progress, spawn=self._spawn)
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()

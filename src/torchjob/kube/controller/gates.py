@@ -29,6 +29,7 @@ from torchjob.kube.objects import gang, kueue, ownership
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.labels import LABEL_JOB, selector
 from torchjob.kube.objects.ownership import left_by_earlier, owned_by, owner_reference
+from torchjob.kube.served.kinds import TORCHJOB, ServedKind
 
 log = logging.getLogger("torchjob.kube")
 ADMISSION_POLL_S = 2.0  # how often a job waiting for Volcano's admission looks, until PodGroups are watched
@@ -118,8 +119,9 @@ class KueueGate:
     Workload and carries the steps out). Only a Workload the job controls (its uid) is read: an
     admitted one an earlier job of the name left never admits this one."""
 
-    def __init__(self, api: ApiProtocol, jobs: Informer, watches: ThirdPartyWatches) -> None:
-        self.api, self.jobs, self.watches = api, jobs, watches
+    def __init__(self, api: ApiProtocol, jobs: Informer, watches: ThirdPartyWatches,
+                 kind: ServedKind = TORCHJOB) -> None:
+        self.api, self.jobs, self.watches, self.kind = api, jobs, watches, kind
 
     async def observe(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory) -> Look:
         if not kueue.queue_name(job):
@@ -163,7 +165,9 @@ class KueueGate:
 
     async def _patch(self, raw: dict[str, Any], job: TorchJob, key: Key, spec: dict[str, Any], reason: Reason,
                      message: str) -> None:
-        self.jobs.remember(await self.api.patch_spec(job.name, key[0], spec, kind=raw.get("kind") or "TorchJob"))
+        # the TorchJob-shaped patch, in the kind's own shape (a TrainJob's spec.suspend and runtimePatches)
+        shaped = self.kind.spec_patch(raw, spec) if self.kind.spec_patch is not None else spec
+        self.jobs.remember(await self.api.patch_spec(job.name, key[0], shaped, kind=self.kind.kind))
         await self.api.event(raw, EventType.NORMAL, reason, message)
 
     async def _create_workload(self, job: TorchJob) -> Done:

@@ -95,6 +95,8 @@ class ServedKind:
     progress_patch: Callable[[dict[str, Any]], dict[str, Any]]  # a job's progress -> the status merge patch
     # the cluster objects reading a stored job also takes (a TrainJob's runtime), fetched each round
     needs: Callable[[ApiProtocol, dict[str, Any]], Awaitable[list[dict[str, Any]]]] | None = None
+    # (stored, a TorchJob-shaped spec merge patch: Kueue's suspend and placement) -> the kind's own
+    spec_patch: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
 
 
 TORCHJOB = ServedKind(
@@ -129,9 +131,10 @@ TRAINJOB = ServedKind(
     status_of=trainjob.status_of,
     status_patch=trainjob.trainjob_status,
     serves=trainjob.served_here,
-    own_kueue=False,  # not yet: the Kueue gate writes a TorchJob's runPolicy.suspend (a TrainJob's is spec.suspend)
+    own_kueue=True,  # Kueue's own TrainJob integration needs JobSet: torchjob makes and follows the Workload
     progress_patch=trainjob.progress_patch,
     needs=trainjob.runtime_of,
+    spec_patch=trainjob.kueue_spec_patch,
 )
 
 T9K = ServedKind(

@@ -181,3 +181,31 @@ def progress_patch(progress: dict[str, Any]) -> dict[str, Any]:
             trainer["metrics"] = metrics[:MAX_METRICS]
         out["trainerStatus"] = trainer
     return out
+
+
+KUEUE_MANAGER = "kueue.x-k8s.io/manager"  # the runtimePatches entry Kueue's own integration writes
+
+
+def kueue_spec_patch(raw: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A TorchJob-shaped spec merge patch (Kueue's hold, admission or eviction: kube/objects/kueue.py)
+    as the TrainJob's: `runPolicy.suspend` -> `spec.suspend`; the placement on the replicas' templates
+    (nodeSelector, tolerations; every replica type gets the same) -> a `runtimePatches` entry of
+    manager `kueue.x-k8s.io/manager` on the node job, as Kueue's TrainJob integration writes it;
+    an eviction's (placement put back) drops that entry. The other managers' entries are kept (a merge
+    patch replaces the list whole)."""
+    out: dict[str, Any] = {}
+    if "suspend" in (patch.get("runPolicy") or {}):
+        out["suspend"] = patch["runPolicy"]["suspend"]
+    specs = patch.get("pytorchReplicaSpecs") or {}
+    if not specs:
+        return out
+    kept = [p for p in (raw.get("spec") or {}).get("runtimePatches") or [] if p.get("manager") != KUEUE_MANAGER]
+    first = next(iter(specs.values()))
+    placed = {k: v for k, v in ((first.get("template") or {}).get("spec") or {}).items() if v is not None}
+    if "nodeSelector" in placed:
+        placed["nodeSelector"] = {k: v for k, v in placed["nodeSelector"].items() if v is not None}
+    if out.get("suspend") is False and placed:
+        kept.append({"manager": KUEUE_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": NODE_JOB, "template": {"spec": {"template": {"spec": placed}}}}]}}}})
+    out["runtimePatches"] = kept
+    return out
