@@ -37,6 +37,9 @@ SPEC_FIELDS = {"runtimeRef", "initializer", "trainer", "runtimePatches", "suspen
                "managedBy"}
 TRAINER_FIELDS = {"image", "command", "args", "env", "numNodes", "resourcesPerNode", "numProcPerNode"}
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
+# torchjob's, on a TrainJob (Trainer has neither: elastic TrainJobs are its open KEP-2903)
+NODES_ANNOTATION = "torchjob.dev/nodes"  # "MIN:MAX": an elastic job of MIN to MAX nodes (c10d rendezvous)
+PROGRESS_DEADLINE_ANNOTATION = "torchjob.dev/progress-deadline-seconds"  # a stall fails the job
 # Trainer v2.0/v2.1's TrainJob fields that v2.2 replaced with runtimePatches (kubeflow/trainer #3309).
 REPLACED_BY_PATCHES = ("podTemplateOverrides", "labels", "annotations")
 Path = list[str | int]
@@ -144,6 +147,40 @@ def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[st
     return c
 
 
+def _annotation(annotations: Any, key: str) -> str | None:
+    value = annotations.get(key) if isinstance(annotations, dict) else None
+    return None if value is None else str(value)
+
+
+def _elastic_nodes(notes: Notes, annotations: Any, count: int) -> tuple[int, int] | None:
+    """The annotation `torchjob.dev/nodes: MIN:MAX`: (MIN, MAX), numNodes the nodes it starts with."""
+    value = _annotation(annotations, NODES_ANNOTATION)
+    if value is None:
+        return None
+    path: Path = ["metadata", "annotations", NODES_ANNOTATION]
+    lo_text, sep, hi_text = value.partition(":")
+    if not sep or not digits(lo_text) or not digits(hi_text) or not 1 <= int(lo_text) <= int(hi_text):
+        notes.error(path, f"must be MIN:MAX nodes (1 <= MIN <= MAX), got {value!r}", "e.g. \"1:4\"")
+        return None
+    lo, hi = int(lo_text), int(hi_text)
+    if not lo <= count <= hi:
+        notes.error(["spec", "trainer", "numNodes"], f"{count} nodes to start with is outside {NODES_ANNOTATION} "
+                    f"{value}", f"set numNodes between {lo} and {hi}")
+        return None
+    return lo, hi
+
+
+def _progress_deadline(notes: Notes, annotations: Any) -> int | None:
+    value = _annotation(annotations, PROGRESS_DEADLINE_ANNOTATION)
+    if value is None:
+        return None
+    if not digits(value) or int(value) < 1:
+        notes.error(["metadata", "annotations", PROGRESS_DEADLINE_ANNOTATION],
+                    f"must be a positive number of seconds, got {value!r}", "e.g. \"600\"")
+        return None
+    return int(value)
+
+
 def read(doc: Document) -> Converted:
     notes = Notes(doc)
     data = doc.data
@@ -187,12 +224,22 @@ def read(doc: Document) -> Converted:
     if sched:
         rp["schedulingPolicy"] = sched
     replica = {"restartPolicy": restart, "template": pod}
-    replicas = {MASTER: {**replica, "replicas": 1}}
-    if count > 1:
-        replicas[WORKER] = {**copy.deepcopy(replica), "replicas": count - 1}
+    elastic = _elastic_nodes(notes, annotations, count)
+    stall = _progress_deadline(notes, annotations)
+    if stall is not None:
+        rp["progressDeadlineSeconds"] = stall
+    notes.raise_if_any()
+    if elastic is not None:  # every node a worker, as an elastic PyTorchJob's
+        replicas = {WORKER: {**replica, "replicas": count}}
+    else:
+        replicas = {MASTER: {**replica, "replicas": 1}}
+        if count > 1:
+            replicas[WORKER] = {**copy.deepcopy(replica), "replicas": count - 1}
     resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
     native_spec = {"pytorchReplicaSpecs": replicas, "nprocPerNode": nproc(resources or {}, given, rt.num_proc_per_node),
                    "runPolicy": rp}
+    if elastic is not None:
+        native_spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1], "rdzvBackend": "c10d"}
     for rtype in replicas:
         base = ("spec", "pytorchReplicaSpecs", rtype, "template", "spec", "containers", 0)
         doc.aliases += [((*base, k), ("spec", "trainer", k)) for k in ("image", "command", "args", "env")]
