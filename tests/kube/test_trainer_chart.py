@@ -19,7 +19,8 @@ def test_trainer_api_values_render_the_install_objects(helm: str) -> None:  # no
     want = {_key(o): o for o in trainer_objects.trainer_api_objects("team", runtime_image="img:1")}
     for obj in want.values():
         if obj["kind"] == "CustomResourceDefinition":
-            obj["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+            obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}),
+                                              "helm.sh/resource-policy": "keep"}
     assert rendered == want
     runtime = rendered[("ClusterTrainingRuntime", "", "torch-distributed")]
     node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

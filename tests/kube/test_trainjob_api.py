@@ -208,7 +208,10 @@ def test_bad_input_is_a_failed_condition_and_an_event_naming_the_fix_and_nothing
     status = wait_trainjob(kube, case, namespace, lambda s: condition(s, "Failed") is not None)["status"]
     failed = condition(status, "Failed")
     assert failed is not None and says in failed["message"] and "fix" in failed["message"].lower(), failed
-    assert any(says in e.message for e in events_of(kube, case, namespace))
+    end = time.monotonic() + 30  # events are recorded after the status is written
+    while not any(says in (e.message or "") for e in events_of(kube, case, namespace)):
+        assert time.monotonic() < end, [e.message for e in events_of(kube, case, namespace)]
+        time.sleep(0.2)
     assert list(kube.list(Pod, namespace=namespace, labels={LABEL_JOB: case})) == []  # nothing made
     # the operator is unharmed: a good TrainJob beside them still gets its pods
     _create(kube, _trainjob("good", namespace), namespace)
