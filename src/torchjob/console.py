@@ -15,7 +15,6 @@ kept in view below the streamed lines: percent, step, rate, ETA and the latest m
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import threading
 import time
@@ -29,22 +28,14 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.text import Text
 
 from torchjob.api.model import Progress as JobProgress
+from torchjob.api.output import hidden
 from torchjob.progress import show
 
 PROGRESS_NOTE_S = 30.0
 COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92")
-# The lines a shipped function's runner prints to carry its value back (torchjob.sdk.runner): read by
-# the Python API, never shown.
-RESULT_MARK = "@@torchjob-result@@"
-UNRETURNABLE_MARK = "@@torchjob-unreturnable@@"
-_TAGS = re.compile(r"^(?:\[[\w.-]+\] )?(?:\[rank\d+\]: ?)?")
+# The lines a shipped function's runner prints to carry its value back: read by the Python API,
+# never shown (torchjob.api.output).
 LineFilter = Callable[[str, str], bool]  # (replica, its line) -> whether the terminal shows it
-
-
-def hidden(line: str) -> bool:
-    """Whether a line (a replica's, or the combined log's `[master-0] ...`) is one of the value's lines."""
-    text = line[_TAGS.match(line).end():]  # type: ignore[union-attr]  # the pattern matches the empty string
-    return text.startswith((RESULT_MARK, UNRETURNABLE_MARK))
 
 
 class Console:

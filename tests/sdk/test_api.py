@@ -229,7 +229,12 @@ def test_submit_wait_progress_logs_and_list() -> None:
         handle.wait(timeout=0.01)
     result = handle.wait(timeout=120)
     assert result.ok and result.value == 20
-    assert "[master-0]" in handle.logs() and "@@torchjob" not in handle.logs() + handle.logs(replica="master-0")
+    assert "master-0 started" in handle.logs() and "@@torchjob" not in handle.logs() + handle.logs(replica="master-0")
+    from torchjob.connect import HERE
+    from torchjob.ui.source import Source
+
+    shown = Source(HERE).log("", "rep", "master-0", None)["text"]  # the dashboard's view of the replica
+    assert "@@torchjob" not in shown
     assert handle.logs(follow=True) == handle.logs()  # a finished job: followed to its end at once
     assert [h.name for h in torchjob.list_jobs()] == ["rep"]
     # Its supervisor (this process's child) ends with the job, and is not left a zombie that looks alive.

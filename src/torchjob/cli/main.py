@@ -301,8 +301,8 @@ def describe(name: str, output: str, **where: Any) -> None:
 def logs(name: str, follow: bool, replica: str | None, attempt: int | None, ranks_filter: str | None,
          **where: Any) -> None:
     """A job's output (all replicas, prefixed), or one replica's."""
+    from torchjob.api.output import hidden
     from torchjob.cli import ranks
-    from torchjob.console import hidden
 
     wanted = ranks.parse(ranks_filter)
     rt = _runtime(**where)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress
+from torchjob.api.output import hidden
 from torchjob.api.status import JobState
-from torchjob.console import hidden
 from torchjob.sdk.errors import JobFailed, JobTimeout, UnreturnableValue
 from torchjob.sdk.ship import value_in
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from torchjob.console import RESULT_MARK, UNRETURNABLE_MARK
+from torchjob.api.output import RESULT_MARK, UNRETURNABLE_MARK
 from torchjob.sdk.errors import UnshippableFunction, UserError
 
 RUNNER = "_torchjob_call.py"  # the script each process runs

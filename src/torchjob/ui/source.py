@@ -17,6 +17,7 @@ import yaml
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
+from torchjob.api.output import hidden
 from torchjob.api.spec_facts import processes
 from torchjob.connect import ALL_NAMESPACES, Target, connect
 from torchjob.progress.history import first_is_loss
@@ -220,7 +221,7 @@ class Source:
             except OutputGone:
                 return {"text": "", "truncated": False, "gone": True}
         prefix = f"[{replica}] "  # a cluster's lines name their pod's replica: the view shows one
-        text = "\n".join(line.removeprefix(prefix) for line in lines[-LOG_LINES:])
+        text = "\n".join(line.removeprefix(prefix) for line in lines[-LOG_LINES:] if not hidden(line))
         return {"text": text, "truncated": len(lines) > LOG_LINES}
 
     def act(self, namespace: str, name: str, verb: str) -> None:
