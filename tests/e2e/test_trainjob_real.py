@@ -94,3 +94,32 @@ def test_a_failing_function_makes_the_sdk_raise(node_kubeconfig: str, node: Clie
     with pytest.raises(RuntimeError, match="Failed"):
         client.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
     assert "failing on purpose" in "".join(client.get_job_logs(name, step="node-0"))
+
+
+def test_an_elastic_trainjob_of_min_max_nodes_runs(node_kubeconfig: str, node: Client, ns: str) -> None:
+    """`torchjob.dev/nodes: 1:2` (torchjob's; Trainer's elastic TrainJob is its KEP-2903): two nodes
+    meet in a c10d rendezvous and train as one group."""
+    from lightkube import codecs
+
+    from tests.kube.test_trainjob_api import condition
+    from torchjob.kube.machinery.client import TrainJobRes
+
+    apply([runtime(None, "torch-distributed")], node_kubeconfig)
+    node.create(codecs.from_dict({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "elastic", "namespace": ns, "annotations": {"torchjob.dev/nodes": "1:2"}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"image": TESTS_IMAGE, "numNodes": 2, "command": ["torchrun", "/opt/tests/ddp_step.py"],
+                             "resourcesPerNode": {"requests": {"cpu": "1"}}}}}), namespace=ns)
+
+    def ended() -> dict[str, Any] | None:
+        status = node.get(TrainJobRes, "elastic", namespace=ns).to_dict().get("status") or {}
+        return status if condition(status, "Complete") or condition(status, "Failed") else None
+
+    status = wait_for("the elastic TrainJob ended", ended, timeout=240, every=1)
+    assert condition(status, "Complete") is not None, status
+    found = pods_of(node, "elastic", ns)
+    env = {e.name: e.value for e in found[0].spec.containers[0].env if e.value is not None}
+    assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_BACKEND"] == "c10d"
+    logs = "".join(line for p in found for line in node.log(p.metadata.name, namespace=ns, container="node"))
+    assert logs.count("all-reduce ok: 3") == 2, logs  # both nodes in one group of 2: 1 + 2
