@@ -64,7 +64,13 @@ def test_the_two_commands(ddp: Ran) -> None:
     # which builds these docs strictly and runs this very test (it cannot run itself here)
     quickstart = (REPO / "scripts" / "quickstart.sh").read_text().strip().splitlines()
     assert quickstart[-1] == "exec .venv/bin/torchjob run examples/ddp/job.yaml"
-    assert "bash scripts/setup.sh" in quickstart
+    # the quickstart installs what the example needs, and nothing outside .venv; the test command the rest
+    installs = [line for line in quickstart if line.startswith(".venv/bin/python -m pip install")]
+    assert installs == ['.venv/bin/python -m pip install --progress-bar on -e ".[examples]"'], installs
+    code = [line for line in quickstart if not line.lstrip().startswith("#")]
+    assert not [line for line in code if "apt-get" in line or "setup.sh" in line], code
+    assert "bash scripts/setup.sh" in (REPO / "scripts" / "test.sh").read_text()
+    assert '-e ".[test,audit,docs]"' in (REPO / "scripts" / "setup.sh").read_text()
     assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
     assert "mkdocs build --strict" in (REPO / "scripts" / "test.sh").read_text()
     assert ddp.code == 0, ddp.output
