@@ -64,7 +64,7 @@ def pod(name: str, rtype: str, index: str) -> Pod:
 
 
 def test_pods_are_ordered_master_first_by_index_and_a_label_not_a_number_goes_last() -> None:
-    from torchjob.kube.clientside.kube_runtime import _order
+    from torchjob.kube.clientside.job_pods import _order
 
     found = [pod("w10", "worker", "10"), pod("wx", "worker", "x"), pod("w2", "worker", "2"),
              pod("m", "master", "0"), pod("w-arabic", "worker", "\u0663"), pod("none", "", "")]

@@ -7,47 +7,43 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx2  # lightkube's HTTP client: what it raises for calls that fail below the Kubernetes API
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Event, Pod, PodLog
 from lightkube.types import PatchType
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
-from torchjob.api.pod import training_index
 from torchjob.api.status import EventType
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside.code import with_code
+from torchjob.kube.clientside.job_pods import (
+    TAIL_BYTES,
+    attempt_of,
+    events,
+    pod_logs,
+    pods,
+    served,
+    timestamp,
+    waiting,
+)
 from torchjob.kube.clientside.plan import KubePlan
-from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, parse_time, status_code, to_dict
+from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, status_code, to_dict
 from torchjob.kube.objects import kueue
-from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
-from torchjob.kube.objects.labels import attempt_of as pod_attempt
-from torchjob.kube.objects.ownership import controller_of
-from torchjob.kube.objects.pod_status import terminated
+from torchjob.kube.objects.labels import replica_name
 from torchjob.runtime import (
-    AttemptView,
     Code,
     EventView,
     JobView,
     Say,
     Show,
     name_taken,
-    no_output,
     no_such_job,
     refuse_resume,
     refuse_suspend,
 )
-
-if TYPE_CHECKING:
-    from torchjob.kube.served.kinds import ServedKind
-
-# A log's tail asks the API server for at most this many bytes too: a reader's memory (the dashboard's,
-# every second per open page) is bounded whatever the lines' length.
-TAIL_BYTES = 4 * 1024 * 1024
 
 
 def client(kubeconfig: str | None, context: str | None) -> Client:
@@ -122,7 +118,7 @@ def get(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
 
 
 def status_of(data: dict[str, Any]) -> JobStatus:
-    return _served(data).status_of(data)
+    return served(data).status_of(data)
 
 
 def find_pytorchjob(kube: Client, name: str, namespace: str | None) -> dict[str, Any] | None:
@@ -135,22 +131,6 @@ def find_pytorchjob(kube: Client, name: str, namespace: str | None) -> dict[str,
         if status_code(e) == 404:  # none, or no such kind at all (the CRD is not installed)
             return None
         raise
-
-
-def waiting(pod: Any) -> str | None:
-    """Why a pod that should run does not, as the scheduler or the kubelet wrote it in its status:
-    `Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.`, `ErrImagePull: ...`."""
-    status = pod.status
-    if status is None or status.phase not in (None, "Pending", "Running") or pod.metadata.deletionTimestamp:
-        return None
-    for cond in status.conditions or []:
-        if cond.type == "PodScheduled" and cond.status == "False" and cond.reason:
-            return f"{cond.reason}: {cond.message}" if cond.message else cond.reason
-    for cs in [*(status.initContainerStatuses or []), *(status.containerStatuses or [])]:
-        w = cs.state.waiting if cs.state else None
-        if w and w.reason and w.reason not in ("PodInitializing", "ContainerCreating"):
-            return f"{w.reason}: {w.message}" if w.message else w.reason
-    return None
 
 
 def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0,
@@ -186,39 +166,6 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
         time.sleep(poll_s)
 
 
-def events(kube: Client, data: dict[str, Any]) -> list[Any]:
-    meta = data["metadata"]
-    # By uid too: an earlier job of the same name (deleted, its events kept for an hour) is another job.
-    fields = {"involvedObject.name": meta["name"], "involvedObject.kind": data.get("kind") or "TorchJob"}
-    if meta.get("uid"):
-        fields["involvedObject.uid"] = meta["uid"]
-    evs = kube.list(Event, namespace=meta.get("namespace", "default"), fields=fields)
-    # eventTime is to the microsecond and set when the operator decided; creationTimestamp only to the second.
-    return sorted(evs, key=lambda e: e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp)
-
-
-def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
-    """The job's pods, the master first, then the workers by index (worker-2 before worker-10): those
-    the job itself controls (its uid), as the operator counts them. Anyone who may create pods in the
-    namespace can label one as the job's; describe, logs, the dashboard and a result never show it."""
-    meta = data["metadata"]
-    # This kind's pods only: those of a TorchJob and a PyTorchJob of one name carry the same job label.
-    labels = {**_served(data).pod_labels, LABEL_JOB: meta["name"]}
-    found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels=labels)
-    uid = meta.get("uid")
-    mine = [p for p in found if uid and (controller_of(to_dict(p)) or {}).get("uid") == uid]
-    return sorted(mine, key=_order)
-
-
-def _order(pod: Any) -> tuple[bool, str, int, str]:
-    """The master first, then by type and index (a label that is not a number last), then by name."""
-    labels = pod.metadata.labels or {}
-    index = str(labels.get(LABEL_INDEX, ""))
-    rtype = str(labels.get(LABEL_TYPE, ""))
-    return (rtype != "master", rtype, int(index) if index.isdecimal() and index.isascii() else 1 << 62,
-            pod.metadata.name or "")
-
-
 def delete(kube: Client, name: str, namespace: str | None) -> None:
     kube.delete(TorchJobRes, name, namespace=_ns(kube, namespace))
 
@@ -247,81 +194,12 @@ def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
 
 def logs(kube: Client, name: str, namespace: str | None, replica: str | None = None, follow_: bool = False,
          attempt: int | None = None, tail: int | None = None, limit_bytes: int = TAIL_BYTES) -> Iterator[str]:
-    """Each pod's lines (its last `tail`), prefixed with its replica; followed when there is one pod.
-    With `tail`, the API server sends each pod's last `tail` lines and at most `limit_bytes` of them
-    (a line may be of any length), read as they come: never a whole log in memory."""
-    data = get(kube, name, namespace)
-    every = pods(kube, data)
-    if not every:
-        raise no_output(name, None, [])
-    targets = every
-    if replica:
-        targets = [p for p in every if replica_name(p.metadata.labels) == replica]
-        if not targets:
-            raise no_output(name, replica, [str(replica_name(p.metadata.labels)) for p in every])
-        if attempt is not None:
-            targets = [p for p in targets if pod_attempt(to_dict(p)) == attempt]
-            if not targets:  # a pod is made again for each attempt: only the current one is left
-                raise UserError(f"{replica} has no attempt {attempt}")
-    for p in targets:
-        prefix = f"[{replica_name(p.metadata.labels)}] "
-        follows = follow_ and len(targets) == 1
-        try:
-            lines = kube.log(p.metadata.name, namespace=p.metadata.namespace, follow=follows) if tail is None else \
-                _tail(kube, p.metadata.name, p.metadata.namespace, tail, limit_bytes, follows)
-            for line in lines:
-                yield prefix + line.rstrip("\n")
-        except ApiError as e:
-            if status_code(e) != 404:
-                raise
-            # Deleted between the listing and the read (the job ended and stopped it): its logs
-            # went with it; the others are still worth showing.
-            yield f"{prefix}(no logs: the pod was deleted while they were read)"
-
-
-def _tail(kube: Client, pod: str, namespace: str, lines: int, limit_bytes: int, follow: bool) -> Iterator[str]:
-    """A pod's last `lines` lines, and at most `limit_bytes` of them unless followed (the API server's
-    tailLines and limitBytes), streamed. `Client.log` asks for no limitBytes and reads a log whole:
-    its request is built here as it builds it, with the limit added."""
-    generic = kube._client
-    params = {"tailLines": lines, "follow": follow, "limitBytes": None if follow else limit_bytes}
-    request = generic.prepare_request("get", PodLog, name=pod, namespace=namespace, params=params)
-    if follow:  # a followed log is open for as long as the pod runs: no read timeout
-        request.timeout = httpx2.Timeout(kube._timeout)
-        request.timeout.read = None
-    response = generic.send(generic.build_adapter_request(request), stream=True)
-    try:
-        if response.is_error:
-            response.read()
-        generic.raise_for_status(response)  # type: ignore[no-untyped-call]  # ApiError, as Client.log raises
-        yield from response.iter_lines()
-    finally:
-        response.close()
-
-
-def _served(data: dict[str, Any]) -> ServedKind:
-    """The kind as the operator serves it: a TorchJob, or a Kubeflow PyTorchJob."""
-    from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
-
-    return PYTORCHJOB if data.get("kind") == "PyTorchJob" else TORCHJOB
+    """The job's pods' lines (job_pods.pod_logs): each pod's last `tail`, prefixed with its replica."""
+    return pod_logs(kube, name, pods(kube, get(kube, name, namespace)), replica, follow_, attempt, tail, limit_bytes)
 
 
 def _job_of(data: dict[str, Any]) -> TorchJob:
-    return _served(data).read(data, [])
-
-
-def attempt_of(pod: Any) -> AttemptView:
-    """A pod as one replica attempt: its phase, times, and the training container's exit code."""
-    data = to_dict(pod)
-    containers = [c["name"] for c in (data.get("spec") or {}).get("containers") or []]
-    ended = terminated(data, containers[training_index(containers)] if containers else None)
-    status = data.get("status") or {}
-    return AttemptView(
-        replica=str(replica_name(data["metadata"].get("labels") or {})), attempt=pod_attempt(data),
-        started=_timestamp(status.get("startTime")), ended=_timestamp(ended.get("finishedAt")),
-        exit_code=ended.get("exitCode"), reason=status.get("phase") or "Pending", pod=data["metadata"]["name"],
-        waiting=waiting(pod),
-    )
+    return served(data).read(data, [])
 
 
 def view_of(data: dict[str, Any], kube: Client | None = None) -> JobView:
@@ -329,25 +207,19 @@ def view_of(data: dict[str, Any], kube: Client | None = None) -> JobView:
     meta = data["metadata"]
     created = meta.get("creationTimestamp")
     out = JobView(name=meta["name"], job=_job_of(data), status=status_of(data), namespace=meta.get("namespace"),
-                  uid=meta.get("uid"), created=_timestamp(created))
+                  uid=meta.get("uid"), created=timestamp(created))
     if kube is not None:
         found = pods(kube, data)
         evs = events(kube, data)
         out.attempts = [attempt_of(p) for p in found]
         out.events = [EventView(e.type or EventType.NORMAL, e.reason or "", e.message or "",
-                                _timestamp(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
+                                timestamp(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
                       for e in evs]
         f = out.status.failure
         out.root_cause = f"{f.reason}: {f.message}" if f else None
         out.raw = {"job": data, "pods": [p.to_dict() for p in found],
                    "events": [{"type": e.type, "reason": e.reason, "message": e.message} for e in evs]}
     return out
-
-
-def _timestamp(value: Any) -> float | None:
-    """A time as the API serves it (a string in a dict, a datetime in a model) in seconds since the epoch."""
-    when = parse_time(value) if isinstance(value, str) else value
-    return when.timestamp() if when is not None else None
 
 
 class KubeRuntime:

@@ -1,0 +1,164 @@
+"""A job's pods as the client side reads them: which are the job's (those it controls), in which
+order, why one waits, each as a replica attempt, and the job's events and its pods' logs (a tail
+bounded in bytes). What `describe --kube`, `logs --kube`, the dashboard and a handle show of pods;
+kube_runtime.py finds the job, this reads what it made."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import httpx2  # lightkube's HTTP client: a followed log's read timeout
+from lightkube import Client
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Event, Pod, PodLog
+
+from torchjob.api.errors import UserError
+from torchjob.api.pod import training_index
+from torchjob.kube.machinery.client import parse_time, status_code, to_dict
+from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
+from torchjob.kube.objects.labels import attempt_of as pod_attempt
+from torchjob.kube.objects.ownership import controller_of
+from torchjob.kube.objects.pod_status import terminated
+from torchjob.runtime import AttemptView, no_output
+
+if TYPE_CHECKING:
+    from torchjob.kube.served.kinds import ServedKind
+
+# A log's tail asks the API server for at most this many bytes too: a reader's memory (the dashboard's,
+# every second per open page) is bounded whatever the lines' length.
+TAIL_BYTES = 4 * 1024 * 1024
+
+
+def waiting(pod: Any) -> str | None:
+    """Why a pod that should run does not, as the scheduler or the kubelet wrote it in its status:
+    `Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.`, `ErrImagePull: ...`."""
+    status = pod.status
+    if status is None or status.phase not in (None, "Pending", "Running") or pod.metadata.deletionTimestamp:
+        return None
+    for cond in status.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False" and cond.reason:
+            return f"{cond.reason}: {cond.message}" if cond.message else cond.reason
+    for cs in [*(status.initContainerStatuses or []), *(status.containerStatuses or [])]:
+        w = cs.state.waiting if cs.state else None
+        if w and w.reason and w.reason not in ("PodInitializing", "ContainerCreating"):
+            return f"{w.reason}: {w.message}" if w.message else w.reason
+    return None
+
+
+
+def events(kube: Client, data: dict[str, Any]) -> list[Any]:
+    meta = data["metadata"]
+    # By uid too: an earlier job of the same name (deleted, its events kept for an hour) is another job.
+    fields = {"involvedObject.name": meta["name"], "involvedObject.kind": data.get("kind") or "TorchJob"}
+    if meta.get("uid"):
+        fields["involvedObject.uid"] = meta["uid"]
+    evs = kube.list(Event, namespace=meta.get("namespace", "default"), fields=fields)
+    # eventTime is to the microsecond and set when the operator decided; creationTimestamp only to the second.
+    return sorted(evs, key=lambda e: e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp)
+
+
+def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
+    """The job's pods, the master first, then the workers by index (worker-2 before worker-10): those
+    the job itself controls (its uid), as the operator counts them. Anyone who may create pods in the
+    namespace can label one as the job's; describe, logs, the dashboard and a result never show it."""
+    meta = data["metadata"]
+    # This kind's pods only: those of a TorchJob and a PyTorchJob of one name carry the same job label.
+    labels = {**served(data).pod_labels, LABEL_JOB: meta["name"]}
+    found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels=labels)
+    uid = meta.get("uid")
+    mine = [p for p in found if uid and (controller_of(to_dict(p)) or {}).get("uid") == uid]
+    return sorted(mine, key=_order)
+
+
+def _order(pod: Any) -> tuple[bool, str, int, str]:
+    """The master first, then by type and index (a label that is not a number last), then by name."""
+    labels = pod.metadata.labels or {}
+    index = str(labels.get(LABEL_INDEX, ""))
+    rtype = str(labels.get(LABEL_TYPE, ""))
+    return (rtype != "master", rtype, int(index) if index.isdecimal() and index.isascii() else 1 << 62,
+            pod.metadata.name or "")
+
+
+
+def pod_logs(kube: Client, name: str, every: list[Any], replica: str | None = None, follow_: bool = False,
+             attempt: int | None = None, tail: int | None = None, limit_bytes: int = TAIL_BYTES) -> Iterator[str]:
+    """Each pod's lines (its last `tail`), prefixed with its replica; followed when there is one pod.
+    With `tail`, the API server sends each pod's last `tail` lines and at most `limit_bytes` of them
+    (a line may be of any length), read as they come: never a whole log in memory. `every`: the
+    job's pods (`pods`), `name` the job's, for the refusals."""
+    if not every:
+        raise no_output(name, None, [])
+    targets = every
+    if replica:
+        targets = [p for p in every if replica_name(p.metadata.labels) == replica]
+        if not targets:
+            raise no_output(name, replica, [str(replica_name(p.metadata.labels)) for p in every])
+        if attempt is not None:
+            targets = [p for p in targets if pod_attempt(to_dict(p)) == attempt]
+            if not targets:  # a pod is made again for each attempt: only the current one is left
+                raise UserError(f"{replica} has no attempt {attempt}")
+    for p in targets:
+        prefix = f"[{replica_name(p.metadata.labels)}] "
+        follows = follow_ and len(targets) == 1
+        try:
+            lines = kube.log(p.metadata.name, namespace=p.metadata.namespace, follow=follows) if tail is None else \
+                _tail(kube, p.metadata.name, p.metadata.namespace, tail, limit_bytes, follows)
+            for line in lines:
+                yield prefix + line.rstrip("\n")
+        except ApiError as e:
+            if status_code(e) != 404:
+                raise
+            # Deleted between the listing and the read (the job ended and stopped it): its logs
+            # went with it; the others are still worth showing.
+            yield f"{prefix}(no logs: the pod was deleted while they were read)"
+
+
+def _tail(kube: Client, pod: str, namespace: str, lines: int, limit_bytes: int, follow: bool) -> Iterator[str]:
+    """A pod's last `lines` lines, and at most `limit_bytes` of them unless followed (the API server's
+    tailLines and limitBytes), streamed. `Client.log` asks for no limitBytes and reads a log whole:
+    its request is built here as it builds it, with the limit added."""
+    generic = kube._client
+    params = {"tailLines": lines, "follow": follow, "limitBytes": None if follow else limit_bytes}
+    request = generic.prepare_request("get", PodLog, name=pod, namespace=namespace, params=params)
+    if follow:  # a followed log is open for as long as the pod runs: no read timeout
+        request.timeout = httpx2.Timeout(kube._timeout)
+        request.timeout.read = None
+    response = generic.send(generic.build_adapter_request(request), stream=True)
+    try:
+        if response.is_error:
+            response.read()
+        generic.raise_for_status(response)  # type: ignore[no-untyped-call]  # ApiError, as Client.log raises
+        yield from response.iter_lines()
+    finally:
+        response.close()
+
+
+
+def attempt_of(pod: Any) -> AttemptView:
+    """A pod as one replica attempt: its phase, times, and the training container's exit code."""
+    data = to_dict(pod)
+    containers = [c["name"] for c in (data.get("spec") or {}).get("containers") or []]
+    ended = terminated(data, containers[training_index(containers)] if containers else None)
+    status = data.get("status") or {}
+    return AttemptView(
+        replica=str(replica_name(data["metadata"].get("labels") or {})), attempt=pod_attempt(data),
+        started=timestamp(status.get("startTime")), ended=timestamp(ended.get("finishedAt")),
+        exit_code=ended.get("exitCode"), reason=status.get("phase") or "Pending", pod=data["metadata"]["name"],
+        waiting=waiting(pod),
+    )
+
+
+
+def timestamp(value: Any) -> float | None:
+    """A time as the API serves it (a string in a dict, a datetime in a model) in seconds since the epoch."""
+    when = parse_time(value) if isinstance(value, str) else value
+    return when.timestamp() if when is not None else None
+
+
+
+def served(data: dict[str, Any]) -> ServedKind:
+    """The kind as the operator serves it: a TorchJob, or a Kubeflow PyTorchJob."""
+    from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
+
+    return PYTORCHJOB if data.get("kind") == "PyTorchJob" else TORCHJOB
