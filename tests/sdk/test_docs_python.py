@@ -35,4 +35,7 @@ def test_the_page_runs(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, "page.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=1100)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "kind: TorchJob" in proc.stdout and "[master-0] " in proc.stdout
+    assert "kind: TorchJob" in proc.stdout
+    # every process's line, tagged with its replica and its rank; the value's own line not shown
+    assert "[master-0] [rank0]: rank 0 of 4: w = 3.0" in proc.stdout, proc.stdout[-3000:]
+    assert "[worker-0] [rank3]: rank 3 of 4: w = 3.0" in proc.stdout and "@@torchjob" not in proc.stdout
