@@ -79,6 +79,7 @@ class JobView:
     directory: str | None = None  # local: logs and volumes
     root_cause: str | None = None  # torchrun-style summary of a failure
     raw: dict[str, Any] | None = None  # `describe -o json`: the runtime's own record (store row, object)
+    kind: str | None = None  # Kubernetes: a kind served beside TorchJob (TrainJob, PyTorchJob, PyTorchTrainingJob)
 
     @property
     def replicas(self) -> dict[str, int]:

@@ -53,6 +53,8 @@ def summary(v: JobView) -> dict[str, Any]:
     row: dict[str, Any] = {"name": v.name}
     if v.namespace is not None:
         row["namespace"] = v.namespace
+    if v.kind is not None:  # a kind the operator serves beside TorchJob (TrainJob, PyTorchJob, ...)
+        row["kind"] = v.kind
     row.update({
         "state": st.state.value,
         "replicas": sum(v.replicas.values()),
@@ -91,15 +93,17 @@ def list_jobs(views: list[JobView], fmt: str, dump: Dump, every_namespace: bool 
         print("no jobs; start one with: torchjob run JOB.yaml")
         return
     table = Table(box=None, pad_edge=False)
-    columns = ("NAME", "STATE", "PROGRESS", "REPLICAS", "WORLD", "RESTARTS", "AGE", "REASON")
+    kinds = any(v.kind for v in views)  # a KIND column where other kinds than TorchJob are listed
+    columns = ("NAME", *(("KIND",) if kinds else ()), "STATE", "PROGRESS", "REPLICAS", "WORLD", "RESTARTS", "AGE",
+               "REASON")
     for col in ("NAMESPACE", *columns) if every_namespace else columns:
         table.add_column(col)
     for v in views:
         s = summary(v)
         shape = f"{s['replicas']}x{s['nprocPerNode']}"  # replicas x processes each, as -j NxM
         world = "-" if s["worldSize"] is None else str(s["worldSize"])
-        row = [v.name, s["state"], s["progress"] or "-", shape, world, str(s["restarts"]),
-               _age(v.created), s["reason"] or ""]
+        row = [v.name, *([v.kind or "TorchJob"] if kinds else []), s["state"], s["progress"] or "-", shape, world,
+               str(s["restarts"]), _age(v.created), s["reason"] or ""]
         table.add_row(*([v.namespace or "-", *row] if every_namespace else row))
     Console(soft_wrap=True).print(table)
 
@@ -111,6 +115,8 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
     st, job = v.status, v.job
     rp = job.run_policy
     out: list[str] = [f"Name:        {v.name}"]
+    if v.kind is not None:
+        out.append(f"Kind:        {v.kind}")
     if v.namespace is not None:
         out.append(f"Namespace:   {v.namespace}")
     if v.uid:

@@ -48,7 +48,7 @@ def row(v: JobView) -> dict[str, Any]:
     st, p = v.status, v.status.progress
     procs, world = processes(v.job)
     return {
-        "name": v.name, "namespace": v.namespace or "", "state": str(st.state),
+        "name": v.name, "namespace": v.namespace or "", "kind": v.kind, "state": str(st.state),
         "percent": p.percent if p else None, "step": p.step if p else None, "total": p.total if p else None,
         "eta": p.etaSeconds if p else None,
         "metrics": [{"name": m.name, "value": m.value} for m in (p.metrics if p else [])][:4],

@@ -46,7 +46,6 @@ def waiting(pod: Any) -> str | None:
     return None
 
 
-
 def events(kube: Client, data: dict[str, Any]) -> list[Any]:
     meta = data["metadata"]
     # By uid too: an earlier job of the same name (deleted, its events kept for an hour) is another job.
@@ -78,7 +77,6 @@ def _order(pod: Any) -> tuple[bool, str, int, str]:
     rtype = str(labels.get(LABEL_TYPE, ""))
     return (rtype != "master", rtype, int(index) if index.isdecimal() and index.isascii() else 1 << 62,
             pod.metadata.name or "")
-
 
 
 def pod_logs(kube: Client, name: str, every: list[Any], replica: str | None = None, follow_: bool = False,
@@ -134,7 +132,6 @@ def _tail(kube: Client, pod: str, namespace: str, lines: int, limit_bytes: int, 
         response.close()
 
 
-
 def attempt_of(pod: Any) -> AttemptView:
     """A pod as one replica attempt: its phase, times, and the training container's exit code."""
     data = to_dict(pod)
@@ -149,16 +146,18 @@ def attempt_of(pod: Any) -> AttemptView:
     )
 
 
-
 def timestamp(value: Any) -> float | None:
     """A time as the API serves it (a string in a dict, a datetime in a model) in seconds since the epoch."""
     when = parse_time(value) if isinstance(value, str) else value
     return when.timestamp() if when is not None else None
 
 
-
 def served(data: dict[str, Any]) -> ServedKind:
-    """The kind as the operator serves it: a TorchJob, or a Kubeflow PyTorchJob."""
-    from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
+    """The kind as the operator serves it: a TorchJob, Kubeflow's PyTorchJob, Trainer's TrainJob or
+    T9k's PyTorchTrainingJob (by its apiVersion and kind; anything else reads as a TorchJob)."""
+    from torchjob.kube.machinery.client import kind_of
+    from torchjob.kube.served.kinds import PYTORCHJOB, T9K, TORCHJOB, TRAINJOB
 
-    return PYTORCHJOB if data.get("kind") == "PyTorchJob" else TORCHJOB
+    if not data.get("kind") or not data.get("apiVersion"):
+        return TORCHJOB
+    return {k.kind: k for k in (PYTORCHJOB, TRAINJOB, T9K)}.get(kind_of(data), TORCHJOB)

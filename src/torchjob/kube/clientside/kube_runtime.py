@@ -18,6 +18,7 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.status import EventType
 from torchjob.dialects.convert import explicit
+from torchjob.kube.clientside import served_jobs
 from torchjob.kube.clientside.code import with_code
 from torchjob.kube.clientside.job_pods import (
     TAIL_BYTES,
@@ -112,7 +113,8 @@ def get(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
         obj = kube.get(TorchJobRes, name, namespace=ns)
     except ApiError as e:
         if status_code(e) == 404:
-            raise no_such_job(name, [o["metadata"]["name"] for o in list_jobs(kube, ns)], f" in {ns}")
+            there = [*list_jobs(kube, ns), *served_jobs.list_all(kube, ns)]
+            raise no_such_job(name, [o["metadata"]["name"] for o in there], f" in {ns}")
         raise
     return to_dict(obj)
 
@@ -121,16 +123,16 @@ def status_of(data: dict[str, Any]) -> JobStatus:
     return served(data).status_of(data)
 
 
-def find_pytorchjob(kube: Client, name: str, namespace: str | None) -> dict[str, Any] | None:
-    """A Kubeflow PyTorchJob of that name (torchjob's operator may serve it), or None (none, or no CRD)."""
-    from torchjob.kube.machinery.client import PyTorchJobRes
-
+def find(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
+    """The job of that name: a TorchJob, else one of a kind the operator serves beside it (a Kubeflow
+    PyTorchJob, Trainer's TrainJob, T9k's PyTorchTrainingJob); no_such_job naming every one there."""
     try:
-        return to_dict(kube.get(PyTorchJobRes, name, namespace=_ns(kube, namespace)))
-    except Exception as e:
-        if status_code(e) == 404:  # none, or no such kind at all (the CRD is not installed)
-            return None
-        raise
+        return get(kube, name, namespace)
+    except UserError:
+        found = served_jobs.find(kube, name, _ns(kube, namespace))
+        if found is None:
+            raise
+        return found
 
 
 def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0,
@@ -173,7 +175,17 @@ def delete(kube: Client, name: str, namespace: str | None) -> None:
 def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> None:
     """Suspend or resume. Under a Kueue queue, Kueue decides when a job runs, so its Workload is
     deactivated (Kueue frees the quota) or activated again (Kueue admits it when there is room)."""
-    data = get(kube, name, namespace)
+    data = find(kube, name, namespace)
+    kind = served_jobs.kind_name(data)
+    if kind is not None:  # the operator serves it, but its own API says how it suspends
+        import json
+
+        spec = {"TrainJob": {"suspend": value}, "PyTorchJob": {"runPolicy": {"suspend": value}}}
+        patch = {k: json.dumps({"spec": v}, separators=(",", ":")) for k, v in spec.items()}
+        how = f"kubectl patch {kind.lower()} {name} --type merge -p '{patch[kind]}'" if kind in patch else \
+            "use its own client"
+        raise UserError(f"job {name!r} is a {kind}: torchjob {'suspends' if value else 'resumes'} only TorchJobs",
+                        fix=how)
     (refuse_suspend if value else refuse_resume)(name, _job_of(data), status_of(data))
     ns = _ns(kube, namespace)
     if (data["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL):
@@ -195,19 +207,22 @@ def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
 def logs(kube: Client, name: str, namespace: str | None, replica: str | None = None, follow_: bool = False,
          attempt: int | None = None, tail: int | None = None, limit_bytes: int = TAIL_BYTES) -> Iterator[str]:
     """The job's pods' lines (job_pods.pod_logs): each pod's last `tail`, prefixed with its replica."""
-    return pod_logs(kube, name, pods(kube, get(kube, name, namespace)), replica, follow_, attempt, tail, limit_bytes)
+    return pod_logs(kube, name, pods(kube, find(kube, name, namespace)), replica, follow_, attempt, tail,
+                    limit_bytes)
 
 
 def _job_of(data: dict[str, Any]) -> TorchJob:
     return served(data).read(data, [])
 
 
-def view_of(data: dict[str, Any], kube: Client | None = None) -> JobView:
-    """What list (without `kube`) and describe (with it: pods and events) show of a TorchJob."""
+def view_of(data: dict[str, Any], kube: Client | None = None, reader: served_jobs.Reader | None = None) -> JobView:
+    """What list (without `kube`) and describe (with it: pods and events) show of a job of any served
+    kind (`reader` reads it: a listing's one, its runtimes fetched once)."""
     meta = data["metadata"]
     created = meta.get("creationTimestamp")
-    out = JobView(name=meta["name"], job=_job_of(data), status=status_of(data), namespace=meta.get("namespace"),
-                  uid=meta.get("uid"), created=timestamp(created))
+    job = (reader or served_jobs.Reader(kube)).read(data)
+    out = JobView(name=meta["name"], job=job, status=status_of(data), namespace=meta.get("namespace"),
+                  uid=meta.get("uid"), created=timestamp(created), kind=served_jobs.kind_name(data))
     if kube is not None:
         found = pods(kube, data)
         evs = events(kube, data)
@@ -263,17 +278,15 @@ class KubeRuntime:
         return view_of(get(self.kube, name, ns))
 
     def describe(self, name: str) -> JobView:
-        try:
-            data = get(self.kube, name, self.namespace)
-        except UserError:  # no TorchJob of that name: a PyTorchJob (torchjob serves Kubeflow's API too)?
-            found = find_pytorchjob(self.kube, name, self.namespace)
-            if found is None:
-                raise
-            data = found
-        return view_of(data, self.kube)
+        return view_of(find(self.kube, name, self.namespace), self.kube)
 
     def list(self) -> list[JobView]:
-        return [view_of(data) for data in list_jobs(self.kube, self.namespace)]
+        """TorchJobs and the jobs of the kinds served beside them, by namespace and name."""
+        ns = _ns(self.kube, self.namespace)
+        reader = served_jobs.Reader(self.kube)
+        every = [*list_jobs(self.kube, ns), *served_jobs.list_all(self.kube, ns)]
+        every.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"], o.get("kind") or ""))
+        return [view_of(data, reader=reader) for data in every]
 
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None, *, follow: bool = False,
              tail: int | None = None) -> Iterator[str]:
@@ -286,5 +299,9 @@ class KubeRuntime:
         set_suspend(self.kube, name, self.namespace, False)
 
     def delete(self, name: str) -> None:
-        get(self.kube, name, self.namespace)
-        delete(self.kube, name, self.namespace)
+        data = find(self.kube, name, self.namespace)
+        res = served_jobs.resource_of(data)
+        if res is None:
+            delete(self.kube, name, self.namespace)
+        else:  # its pods go with it (they are owned by it)
+            self.kube.delete(res, name, namespace=data["metadata"].get("namespace") or _ns(self.kube, self.namespace))

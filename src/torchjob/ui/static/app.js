@@ -127,6 +127,11 @@
     tr.dataset.job = j.name;
     const a = c[k++].firstChild;
     a.href = jobHash(j); a.textContent = j.name;
+    let tag = a.nextSibling;  // a kind served beside TorchJob (TrainJob, PyTorchJob, PyTorchTrainingJob)
+    if (j.kind) {
+      if (!tag) { tag = el("span", { class: "kind", "data-testid": "kind" }); a.after(tag); }
+      tag.textContent = j.kind;
+    } else if (tag) tag.remove();
     if (kube) c[k++].textContent = j.namespace;
     const st = c[k++].firstChild;
     st.className = "state " + j.state; st.textContent = j.state;
@@ -179,7 +184,8 @@
   }
   function buildJob(j) {
     main.replaceChildren(el("div", { id: "job-root", "data-name": j.name },
-      el("h1", {}, el("span", { id: "job-name" }, j.name), el("span", { id: "job-state" }),
+      el("h1", {}, el("span", { id: "job-name" }, j.name), el("span", { id: "job-kind", class: "kind" }, j.kind || ""),
+        el("span", { id: "job-state" }),
         el("span", { class: "actions" },
           el("button", { id: "act-suspend", onclick: () => ask("suspend") }, "Suspend"),
           el("button", { id: "act-resume", onclick: () => ask("resume") }, "Resume"),
