@@ -333,3 +333,30 @@ def test_a_users_own_store_sharing_setting_wins_without_a_second_entry(tmp_path:
     assert not any("TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in n for n in read_notes)
     assert local(job, tmp_path)["worker-1"].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
     assert values(pod_env(job, ReplicaId("Worker", 1)))["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
+
+
+@pytest.mark.parametrize("nproc,wanted", [("2", True), ("4", True), ("1", False), ("gpu", False), ("auto", False)])
+def test_omp_num_threads_is_set_deliberately_for_a_replica_of_several_processes(tmp_path: Path, nproc: str,
+                                                                               wanted: bool) -> None:
+    """torchrun's OMP_NUM_THREADS banner never shows (issue 31): a number of processes over one gets the
+    threads set, locally the machine's cores shared by the job's processes, on a cluster torchrun's 1; a
+    replica of one process, or one whose count is torchrun's word, is left alone; the user's value wins."""
+    import os
+
+    def with_nproc(text: str) -> TorchJob:
+        return read(text.replace("spec:\n  pytorchReplicaSpecs:", f'spec:\n  nprocPerNode: "{nproc}"\n'
+                                 "  pytorchReplicaSpecs:")).job
+
+    job = with_nproc(kubeflow(["torchrun", "train.py"]))
+    assert job.spec.nprocPerNode == nproc
+    rid = ReplicaId("Worker", 0)
+    specs, pod = local(job, tmp_path), values(pod_env(job, rid))
+    if not wanted:
+        assert "OMP_NUM_THREADS" not in specs["worker-0"].env and "OMP_NUM_THREADS" not in pod
+        return
+    processes = int(nproc) * len(replicas(job))
+    assert specs["worker-0"].env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // processes))
+    assert pod["OMP_NUM_THREADS"] == "1"
+    mine = with_nproc(kubeflow(["torchrun", "train.py"], [{"name": "OMP_NUM_THREADS", "value": "7"}]))
+    assert local(mine, tmp_path)["worker-0"].env["OMP_NUM_THREADS"] == "7"
+    assert values(pod_env(mine, rid))["OMP_NUM_THREADS"] == "7"

@@ -206,10 +206,11 @@ def replica_env(
             if ep.standalone:
                 env["PET_STANDALONE"] = "1"
         defaults = {**ALWAYS_DEFAULTS, **TORCHRUN_DEFAULTS}
-        if nproc != "1":
+        if nproc.isdigit() and int(nproc) > 1:
             # torchrun sets 1 itself when it starts more than one process and says so in a four-line
             # banner; set here, deliberately, the banner never shows (locally the runtime divides the
-            # machine's cores instead: local.render.threads_per_process). A user's own value wins.
+            # machine's cores instead: local.render.threads_per_process). A user's own value wins. With
+            # `auto`/`gpu`/`cpu` the count is torchrun's (one process on a one-GPU node keeps its threads).
             defaults["OMP_NUM_THREADS"] = "1"
         return ReplicaEnv(env=env, torchrun=True, defaults=defaults)
     # Plain mode: one process per replica.

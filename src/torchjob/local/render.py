@@ -62,8 +62,7 @@ def threads_per_process(job: TorchJob) -> int:
     """OMP_NUM_THREADS of a local replica of several processes (unless its env sets it): every
     process of the job shares this machine's cores, so each gets an equal share, at least 1.
     torchrun's own choice is 1, said in a banner; set deliberately, the banner never shows."""
-    nproc = nproc_per_node(job)
-    per_node = int(nproc) if nproc.isdigit() else (os.cpu_count() or 1)
+    per_node = int(nproc_per_node(job))  # asked only of a number over 1 (core.topology's defaults)
     return max(1, (os.cpu_count() or 1) // max(1, per_node * replica_total(job)))
 
 
