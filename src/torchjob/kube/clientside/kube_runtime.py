@@ -180,7 +180,8 @@ def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> 
     if kind is not None:  # the operator serves it, but its own API says how it suspends
         import json
 
-        spec = {"TrainJob": {"suspend": value}, "PyTorchJob": {"runPolicy": {"suspend": value}}}
+        spec = {"TrainJob": {"suspend": value}, "PyTorchJob": {"runPolicy": {"suspend": value}},
+                "PyTorchTrainingJob": {"runMode": {"pause": {"enabled": value}}}}
         patch = {k: json.dumps({"spec": v}, separators=(",", ":")) for k, v in spec.items()}
         how = f"kubectl patch {kind.lower()} {name} --type merge -p '{patch[kind]}'" if kind in patch else \
             "use its own client"
