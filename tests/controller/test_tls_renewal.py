@@ -21,7 +21,7 @@ from tests.controller.test_sequencing import NS, one_round, run, torchjob
 from torchjob.kube.controller import reconciler as reconciler_module
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
-from torchjob.kube.controller.operator import _renewed
+from torchjob.kube.controller.operator import _swap_in
 from torchjob.kube.controller.reconciler import ProgressLink
 from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY
 from torchjob.kube.progress import tls
@@ -103,7 +103,7 @@ def test_a_renewed_certificate_is_served_by_the_running_endpoint_and_trusted_in_
     link = ProgressLink(Books(), tls.Trust(first.trusted))
     try:
         assert handshake(endpoint.port, first.ca_pem) == cert(first.cert_pem).serial_number
-        _renewed(endpoint, link)(second)
+        _swap_in(second, (None, endpoint), link)
         assert handshake(endpoint.port, first.ca_pem) == cert(second.cert_pem).serial_number  # no restart
         assert link.trust.pem == second.trusted
     finally:

@@ -11,7 +11,7 @@ import logging
 import signal
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,14 +82,7 @@ async def run_operator(config: OperatorConfig) -> None:
             link = ProgressLink(Books(), tls.Trust(made.trusted))
 
             def swap(renewed: tls.Tls) -> None:
-                """A renewed certificate, without a restart: the listeners' next handshakes, and the CAs
-                each namespace's ConfigMap is brought to (the reconciler looks again: its trust changed)."""
-                if config.metrics_tls:
-                    metrics.tls = renewed.context()
-                if endpoint is not None:
-                    endpoint.tls = renewed.context()
-                if link is not None:
-                    link.trust.pem = renewed.trusted
+                _swap_in(renewed, (metrics if config.metrics_tls else None, endpoint), link)
 
             tasks.append(asyncio.create_task(tls.keep(api, config.lease_namespace, config.progress_service, extra,
                                                       made, swap)))
@@ -197,6 +190,17 @@ def _listen(flag: str, port: int, serve: Callable[[], GuardedHttp]) -> GuardedHt
     except OSError as e:
         raise UserError(f"the operator cannot listen on port {port} ({flag}): {e.strerror}",
                         fix=f"pass another {flag}, or {flag} 0 for any free port") from e
+
+
+def _swap_in(renewed: tls.Tls, listeners: Iterable[Any], link: ProgressLink | None) -> None:
+    """A renewed certificate, without a restart: the listeners' next handshakes (None: not serving
+    TLS), and the CAs each namespace's ConfigMap is brought to (the reconciler looks again: its trust
+    changed)."""
+    for listener in listeners:
+        if listener is not None:
+            listener.tls = renewed.context()
+    if link is not None:
+        link.trust.pem = renewed.trusted
 
 
 def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Controller], books: Books,
