@@ -105,7 +105,8 @@ def list_jobs(views: list[JobView], fmt: str, dump: Dump, every_namespace: bool 
         row = [v.name, *([v.kind or "TorchJob"] if kinds else []), s["state"], s["progress"] or "-", shape, world,
                str(s["restarts"]), _age(v.created), s["reason"] or ""]
         table.add_row(*([v.namespace or "-", *row] if every_namespace else row))
-    Console(soft_wrap=True).print(table)
+    # A pipe (a script, grep) gets every cell whole; rich would fit the table to 80 columns, cutting names.
+    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 1000).print(table)
 
 
 def describe(v: JobView, fmt: str, dump: Dump) -> None:
