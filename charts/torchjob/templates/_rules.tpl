@@ -124,6 +124,15 @@
   - subjectaccessreviews
   verbs:
   - create
+- apiGroups:
+  - apiextensions.k8s.io
+  resources:
+  - customresourcedefinitions
+  resourceNames:
+  - trainjobs.trainer.kubeflow.org
+  - pytorchtrainingjobs.batch.tensorstack.dev
+  verbs:
+  - get
 {{- end }}
 
 {{- define "torchjob.leaseRules" -}}
