@@ -26,6 +26,7 @@ from tests.jobs import job_data
 from tests.kube.conftest import Operator, wait_established, wait_job
 from tests.kube.test_kubeflow_api import kubectl
 from tests.kube.test_operator import create
+from tests.ui.conftest import Dashboard, Page
 from torchjob.kube.machinery.client import T9kPyTorchTrainingJobRes, TrainJobRes
 from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.trainjob_labels import JOBSET_NAME
@@ -38,7 +39,7 @@ LINE = "fake container output from KWOK (scripts/dev-cluster.sh)"
 
 
 @pytest.fixture
-def served_operator(kube: Client, kubeconfig: str, tmp_path: Path) -> Iterator[Operator]:
+def served_api(kube: Client, kubeconfig: str) -> Client:
     """Trainer's CRDs, its runtime and T9k's CRD as `torchjob install --trainer-api --t9k-api` apply
     them (less the operator's RBAC: it runs here as a process with the test's credentials)."""
     objs = trainer_objects.trainer_api_objects("torchjob-system", runtime_image="busybox:1.36")
@@ -47,6 +48,11 @@ def served_operator(kube: Client, kubeconfig: str, tmp_path: Path) -> Iterator[O
     for c in crds:
         wait_established(kube, c["metadata"]["name"])
     apply([o for o in objs if o["kind"] in ("ClusterTrainingRuntime", "Namespace", "ConfigMap")], kubeconfig)
+    return kube
+
+
+@pytest.fixture
+def served_operator(served_api: Client, kubeconfig: str, tmp_path: Path) -> Iterator[Operator]:
     op = Operator(kubeconfig, tmp_path / "operator.log", ("--no-leader-elect",))
     op.start()
     yield op
@@ -165,3 +171,22 @@ def test_a_kind_whose_crd_is_not_installed_lists_as_none(kube: Client, kubeconfi
     assert [(v.name, v.kind) for v in rt.list()] == [("only", None)]
     assert served_jobs.find(rt.kube, "only", namespace) is None
     assert served_jobs.list_all(rt.kube, namespace) == []
+
+
+def test_the_dashboard_tags_a_trainjob_with_its_kind(kube: Client, kubeconfig: str, namespace: str,
+                                                     served_api: Client, tmp_path: Path, page: Page,
+                                                     dashboard: Any) -> None:
+    create(kube, job_data("tj", workers=0), namespace)
+    kube.create(codecs.from_dict(trainjob_on_kwok("train", namespace)), namespace=namespace)
+    d: Dashboard = dashboard(tmp_path, "--kube", "-n", namespace, env={"KUBECONFIG": kubeconfig})
+    p = page.page
+    p.goto(d.url)
+    row = p.locator('tr[data-job="train"]')
+    row.wait_for(timeout=30_000)
+    assert row.locator('[data-testid="kind"]').inner_text() == "TrainJob"
+    p.locator('tr[data-job="tj"]').wait_for()
+    assert p.locator('tr[data-job="tj"] [data-testid="kind"]').count() == 0
+    p.goto(d.job_url("train", namespace))
+    p.locator("#job-kind").wait_for()
+    assert p.locator("#job-kind").inner_text() == "TrainJob"
+    assert page.dialogs == [] and page.errors == []
