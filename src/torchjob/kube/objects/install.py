@@ -83,7 +83,8 @@ CLUSTER_RULES: list[dict[str, Any]] = [
     # whether Trainer v2's TrainJob and T9k's PyTorchTrainingJob CRDs are torchjob's (kube/served/trainer_api.py,
     # t9k.py): asked whatever was installed, so that installing one later needs no new grant; by name
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-     "resourceNames": ["trainjobs.trainer.kubeflow.org", "pytorchtrainingjobs.batch.tensorstack.dev"], "verbs": ["get"]},
+     "resourceNames": ["trainjobs.trainer.kubeflow.org", "pytorchtrainingjobs.batch.tensorstack.dev"],
+     "verbs": ["get"]},
 ]
 RULES: list[dict[str, Any]] = [*JOB_RULES, *CLUSTER_RULES]  # the ClusterRole of an install that watches all
 # In the operator's own namespace: its Lease and its progress endpoint's TLS Secret.
