@@ -28,6 +28,8 @@ pytestmark = pytest.mark.kube
 TOO_FINE: dict[str, str] = {
     "elastic-one-worker-succeeds": "worker-1 succeeds 1 s after its start, worker-0 fails 1 s later: a start "
                                    "skew over 1 s between the two pods makes the failure come first",
+    "earlier-failure-is-root-cause": "worker-1 fails 0.5 s after its start, worker-0 1 s later: a start skew over "
+                                     "1 s between the two pods (seen with the suite on four workers) reverses them",
     "onfailure-restart-backoff": "counts the restarts that fit in 1, 2, 4 s of backoff: each restart here "
                                  "also waits 1 to 3 s for its pod to start",
     "deadline-during-restarts": "a 4 s deadline against restarts whose pods take 1 to 3 s each to start",
