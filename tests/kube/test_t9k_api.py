@@ -40,12 +40,16 @@ def status(kube: Client, name: str, namespace: str) -> dict[str, Any]:
     return dict(kube.get(T9kPyTorchTrainingJobRes, name, namespace=namespace).status or {})
 
 
-def wait_phase(kube: Client, name: str, namespace: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+def wait_phase(kube: Client, name: str, namespace: str, phase: str, timeout: float = 60,
+               counted: dict[str, int] | None = None) -> dict[str, Any]:
+    """The status once its phase is `phase` and, with `counted`, its aggregate says so too (the phase can
+    be written a round before the operator has seen every pod)."""
     end = time.monotonic() + timeout
     last: dict[str, Any] = {}
     while time.monotonic() < end:
         last = status(kube, name, namespace)
-        if last.get("phase") == phase:
+        if last.get("phase") == phase and all((last.get("aggregate") or {}).get(k) == v
+                                              for k, v in (counted or {}).items()):
             return last
         time.sleep(0.1)
     raise AssertionError(f"{name} never {phase}: {last}")
@@ -73,10 +77,10 @@ def test_kubectl_apply_of_the_seed_runs_with_t9ks_status_and_columns(
     found = pods(kube, "pytorch-example", namespace, 4)
     uid = kube.get(T9kPyTorchTrainingJobRes, "pytorch-example", namespace=namespace).metadata.uid
     assert {(o.kind, o.uid) for p in found for o in p.metadata.ownerReferences} == {("PyTorchTrainingJob", uid)}
-    assert wait_phase(kube, "pytorch-example", namespace, "Pending")["aggregate"]["pending"] == 4
+    wait_phase(kube, "pytorch-example", namespace, "Pending", counted={"pending": 4})
     for p in found:
         set_pod(kube, p, "Running")
-    running = wait_phase(kube, "pytorch-example", namespace, "Running")
+    running = wait_phase(kube, "pytorch-example", namespace, "Running", counted={"running": 4})
     assert running["aggregate"] == {"creating": 0, "pending": 0, "running": 4, "succeeded": 0, "failed": 0,
                                     "unknown": 0, "deleted": 0}
     assert {t["type"] for t in running["tasks"]} == {"master", "worker"} and running["backoffCount"] == 0
