@@ -90,6 +90,10 @@ def test_only_rank_0s_line_with_the_nonce_is_the_value() -> None:
     assert value_in(lines, nonce) == (True, {"real": 1}, None)
     assert value_in([f"[rank0]: @@torchjob-result@@ {nonce} [1, 2]"], nonce) == (True, [1, 2], None)
     assert value_in(lines[1:], nonce) == (False, None, None)
+    # a cluster's logs prefix each line with its pod's replica (the e2e function job came back None)
+    assert value_in([f"[master-0] @@torchjob-result@@ {nonce} 4"], nonce) == (True, 4, None)
+    assert value_in([f"[master-0] [rank0]: @@torchjob-result@@ {nonce} 5"], nonce) == (True, 5, None)
+    assert value_in([f"[master-0] [rank1]: @@torchjob-result@@ {nonce} 6"], nonce) == (False, None, None)
 
 
 @pytest.mark.parametrize("text", ["{not json", "[" * 100_000 + "]" * 100_000, ""])

@@ -40,6 +40,7 @@ FUNCTION = "function.py"
 CALL = "call.json"
 # rank 0's value: one line `RESULT_MARK NONCE JSON` in its replica's output (UNRETURNABLE_MARK NONCE WHY
 # when it cannot travel); the nonce is the job's own, drawn when it is built (`call.json`)
+REPLICA_TAG = re.compile(r"^\[[\w.-]+\] ")  # a cluster's logs: each line prefixed with its pod's replica
 RANK0_TAG = re.compile(r"^\[rank0\]: ")  # a replica of several processes tags its lines (torchjob.local.ranktag)
 _FIX = "define it at the top level of a module or a notebook cell with def, and import what it needs inside it"
 
@@ -194,7 +195,7 @@ def value_in(lines: Sequence[str], nonce: str) -> tuple[bool, Any, str | None]:
     found, value, why = False, None, None
     result, unreturnable = f"{RESULT_MARK} {nonce} ", f"{UNRETURNABLE_MARK} {nonce} "
     for line in lines:
-        line = RANK0_TAG.sub("", line, count=1)
+        line = RANK0_TAG.sub("", REPLICA_TAG.sub("", line, count=1), count=1)
         if line.startswith(result):
             try:
                 found, value, why = True, json.loads(line[len(result):]), None
