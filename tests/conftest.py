@@ -15,6 +15,8 @@ CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
 # each on a real node of its worker's own (pytest_configure), balanced by what they took here.
 SHARED_CLUSTER = {
     "tests/kube/": "control-plane",
+    # not a cluster: a wheel built and installed into a fresh venv once, by its module's fixtures, on one worker
+    "tests/release/test_dist.py": "release-dist",
     # a real node and a registry of its own (10.247.0.0/24): a scope beside the in-cluster suite's
     "tests/incluster/test_registry.py": "registry",
     "tests/incluster/": "in-cluster",
