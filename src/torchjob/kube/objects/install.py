@@ -132,10 +132,11 @@ def _binding(kind: str, name: str, sa_namespace: str, namespace: str | None = No
             "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": sa_namespace}]}
 
 
-def _roles(name: str, job_rules: list[dict[str, Any]], cluster_rules: list[dict[str, Any]], namespace: str,
+def roles(name: str, job_rules: list[dict[str, Any]], cluster_rules: list[dict[str, Any]], namespace: str,
            watch_namespaces: Sequence[str]) -> list[dict[str, Any]]:
-    """A ClusterRole (and binding) with every rule where all namespaces are watched; else one with the
-    cluster-scoped rules only and a Role (and binding) with the job rules in each watched namespace."""
+    """The operator ServiceAccount's rights under `name`: a ClusterRole (and binding) with every rule where
+    all namespaces are watched; else one with the cluster-scoped rules only and a Role (and binding) with
+    the job rules in each watched namespace. Each served API's install adds its own (kube/served)."""
     if not watch_namespaces:
         return [{"apiVersion": RBAC, "kind": "ClusterRole", "metadata": _meta(name),
                  "rules": [*job_rules, *cluster_rules]}, _binding("ClusterRole", name, namespace)]
@@ -147,7 +148,8 @@ def _roles(name: str, job_rules: list[dict[str, Any]], cluster_rules: list[dict[
     return out
 
 
-def _aggregated(group: str, plural: str, prefix: str) -> list[dict[str, Any]]:
+def aggregated(group: str, plural: str, prefix: str) -> list[dict[str, Any]]:
+    """`prefix`-edit and -view, aggregated into the built-in admin, edit and view ClusterRoles."""
     agg = "rbac.authorization.k8s.io/aggregate-to-"
     return [
         {"apiVersion": RBAC, "kind": "ClusterRole",
@@ -164,8 +166,8 @@ def kubeflow_api_objects(namespace: str = NAMESPACE, watch_namespaces: Sequence[
     """What serving Kubeflow's PyTorchJob API adds: its CRD, its RBAC for the operator's
     ServiceAccount, and the aggregated roles that let a namespace's editors make PyTorchJobs."""
     return [kubeflow_crd.crd(),
-            *_roles(KUBEFLOW_NAME, KUBEFLOW_JOB_RULES, KUBEFLOW_CLUSTER_RULES, namespace, watch_namespaces),
-            *_aggregated(kubeflow_crd.GROUP, kubeflow_crd.PLURAL, "torchjob-pytorchjobs")]
+            *roles(KUBEFLOW_NAME, KUBEFLOW_JOB_RULES, KUBEFLOW_CLUSTER_RULES, namespace, watch_namespaces),
+            *aggregated(kubeflow_crd.GROUP, kubeflow_crd.PLURAL, "torchjob-pytorchjobs")]
 
 
 def operator_args(namespace: str, watch_namespaces: Sequence[str] = (), flags: dict[str, Any] | None = None,
@@ -232,10 +234,10 @@ def _operator(image: str, namespace: str, replicas: int, command: list[str], wat
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace)},
-        *_roles(NAME, JOB_RULES, CLUSTER_RULES, namespace, watch_namespaces),
+        *roles(NAME, JOB_RULES, CLUSTER_RULES, namespace, watch_namespaces),
         {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": _meta(METRICS_READER),
          "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
-        *_aggregated(GROUP, PLURAL, "torchjob-torchjobs"),
+        *aggregated(GROUP, PLURAL, "torchjob-torchjobs"),
         {"apiVersion": RBAC, "kind": "Role", "metadata": _meta(NAME, namespace), "rules": LEASE_RULES},
         _binding("Role", NAME, namespace, namespace),
         {

@@ -28,11 +28,10 @@ from torchjob.api.source import Document
 from torchjob.api.status import ConditionType, JobState
 from torchjob.dialects import t9k as t9k_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
-from torchjob.kube.machinery.client import status_code
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
 from torchjob.kube.served.reading import Unreadable, stored
 from torchjob.kube.served.t9k_objects import API_VERSION, CRD_NAME, EXTRAS, KIND
-from torchjob.kube.served.trainer_objects import installed_by_torchjob
+from torchjob.kube.served.trainer_api import decide_crd, read_crd
 
 PHASES = {JobState.PENDING: "Pending", JobState.CREATED: "Pending", JobState.RUNNING: "Running",
           JobState.RESTARTING: "Running", JobState.SUSPENDED: "Paused", JobState.SUCCEEDED: "Succeeded",
@@ -92,21 +91,8 @@ def status_of(raw: dict[str, Any]) -> JobStatus:
 def decide(crd: dict[str, Any] | None, readable: bool) -> tuple[bool, str]:
     """(serve PyTorchTrainingJobs?, why): when the CRD is torchjob's (`torchjob install --t9k-api`);
     T9k's own CRD means T9k's controller serves them. Pure."""
-    if not readable:
-        return False, f"the {CRD_NAME} CRD could not be read (no RBAC rule: `torchjob install --t9k-api` adds it)"
-    if crd is None:
-        return False, f"no {CRD_NAME} CRD on this cluster (`torchjob install --t9k-api` installs it)"
-    if not installed_by_torchjob(crd):
-        return False, f"the {CRD_NAME} CRD was not installed by torchjob (T9k's?): its jobs are left to T9k"
-    return True, f"the {CRD_NAME} CRD is torchjob's"
+    return decide_crd(CRD_NAME, "--t9k-api", crd, readable, "(T9k's?): its jobs are left to T9k")
 
 
 async def should_serve(api: ApiProtocol) -> tuple[bool, str]:
-    readable = True
-    try:
-        crd = await api.find("CustomResourceDefinition", CRD_NAME, None)
-    except Exception as e:
-        if status_code(e) != 403:
-            raise
-        crd, readable = None, False
-    return decide(crd, readable)
+    return decide(*await read_crd(api, CRD_NAME))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from torchjob.kube.objects import install
 from torchjob.kube.served.trainer_objects import INSTALLED_BY
 
 GROUP = "batch.tensorstack.dev"
@@ -66,32 +67,5 @@ def t9k_api_objects(namespace: str, watch_namespaces: Sequence[str] = (), crd_on
     """What `torchjob install --t9k-api` adds: the CRD (alone with `crd_only`), then the RBAC."""
     if crd_only:
         return [crd()]
-    rbac = "rbac.authorization.k8s.io/v1"
-    agg = "rbac.authorization.k8s.io/aggregate-to-"
-
-    def binding(kind: str, ns: str | None) -> dict[str, Any]:
-        return {"apiVersion": rbac, "kind": f"{kind}Binding",
-                "metadata": {"name": OPERATOR_ROLE, **({"namespace": ns} if ns else {})},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": OPERATOR_ROLE},
-                "subjects": [{"kind": "ServiceAccount", "name": "torchjob-operator", "namespace": namespace}]}
-
-    if watch_namespaces:
-        out = [{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": OPERATOR_ROLE},
-                "rules": CLUSTER_RULES}, binding("ClusterRole", None)]
-        for ns in watch_namespaces:
-            out += [{"apiVersion": rbac, "kind": "Role", "metadata": {"name": OPERATOR_ROLE, "namespace": ns},
-                     "rules": JOB_RULES}, binding("Role", ns)]
-    else:
-        out = [{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": OPERATOR_ROLE},
-                "rules": [*JOB_RULES, *CLUSTER_RULES]}, binding("ClusterRole", None)]
-    edit = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
-    view = ["get", "list", "watch"]
-    return [crd(), *out,
-            {"apiVersion": rbac, "kind": "ClusterRole",
-             "metadata": {"name": "torchjob-pytorchtrainingjobs-edit",
-                          "labels": {f"{agg}admin": "true", f"{agg}edit": "true"}},
-             "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": edit},
-                       {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": view}]},
-            {"apiVersion": rbac, "kind": "ClusterRole",
-             "metadata": {"name": "torchjob-pytorchtrainingjobs-view", "labels": {f"{agg}view": "true"}},
-             "rules": [{"apiGroups": [GROUP], "resources": [PLURAL, f"{PLURAL}/status"], "verbs": view}]}]
+    return [crd(), *install.roles(OPERATOR_ROLE, JOB_RULES, CLUSTER_RULES, namespace, watch_namespaces),
+            *install.aggregated(GROUP, PLURAL, "torchjob-pytorchtrainingjobs")]

@@ -18,22 +18,31 @@ from torchjob.kube.served.trainer_objects import CRD_NAME, installed_by_torchjob
 
 def decide(crd: dict[str, Any] | None, readable: bool) -> tuple[bool, str]:
     """(serve TrainJobs?, why), from the CRD as the cluster has it. Pure."""
+    return decide_crd(CRD_NAME, "--trainer-api", crd, readable,
+                      "(Kubeflow Trainer's?): its TrainJobs are left to Trainer's controller")
+
+
+def decide_crd(name: str, flag: str, crd: dict[str, Any] | None, readable: bool, theirs: str) -> tuple[bool, str]:
+    """(serve the kind?, why) for an API whose CRD `torchjob install FLAG` installs: served when the CRD
+    is torchjob's; `theirs` says whose it is otherwise. Pure."""
     if not readable:
-        return False, f"the {CRD_NAME} CRD could not be read (no RBAC rule: `torchjob install --trainer-api` adds it)"
+        return False, f"the {name} CRD could not be read (no RBAC rule: `torchjob install {flag}` adds it)"
     if crd is None:
-        return False, f"no {CRD_NAME} CRD on this cluster (`torchjob install --trainer-api` installs it)"
+        return False, f"no {name} CRD on this cluster (`torchjob install {flag}` installs it)"
     if not installed_by_torchjob(crd):
-        return False, (f"the {CRD_NAME} CRD was not installed by torchjob (Kubeflow Trainer's?): its TrainJobs "
-                       "are left to Trainer's controller")
-    return True, f"the {CRD_NAME} CRD is torchjob's"
+        return False, f"the {name} CRD was not installed by torchjob {theirs}"
+    return True, f"the {name} CRD is torchjob's"
 
 
-async def should_serve(api: ApiProtocol) -> tuple[bool, str]:
-    readable = True
+async def read_crd(api: ApiProtocol, name: str) -> tuple[dict[str, Any] | None, bool]:
+    """The CRD of that name (None: there is none), and whether it could be read at all (403: no rule)."""
     try:
-        crd = await api.find("CustomResourceDefinition", CRD_NAME, None)
+        return await api.find("CustomResourceDefinition", name, None), True
     except Exception as e:
         if status_code(e) != 403:
             raise
-        crd, readable = None, False
-    return decide(crd, readable)
+        return None, False
+
+
+async def should_serve(api: ApiProtocol) -> tuple[bool, str]:
+    return decide(*await read_crd(api, CRD_NAME))

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchjob.dialects.trainer_runtime import TORCH_DISTRIBUTED
+from torchjob.kube.objects import install
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -205,22 +206,7 @@ def operator_rbac(namespace: str, watch_namespaces: Sequence[str] = ()) -> list[
     runtimes (the SDK lists ClusterTrainingRuntimes: every authenticated user may)."""
     rbac = "rbac.authorization.k8s.io/v1"
     agg = "rbac.authorization.k8s.io/aggregate-to-"
-
-    def binding(kind: str, ns: str | None) -> dict[str, Any]:
-        return {"apiVersion": rbac, "kind": f"{kind}Binding",
-                "metadata": {"name": OPERATOR_ROLE, **({"namespace": ns} if ns else {})},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": OPERATOR_ROLE},
-                "subjects": [{"kind": "ServiceAccount", "name": "torchjob-operator", "namespace": namespace}]}
-
-    if watch_namespaces:
-        out = [{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": OPERATOR_ROLE},
-                "rules": CLUSTER_RULES}, binding("ClusterRole", None)]
-        for ns in watch_namespaces:
-            out += [{"apiVersion": rbac, "kind": "Role", "metadata": {"name": OPERATOR_ROLE, "namespace": ns},
-                     "rules": JOB_RULES}, binding("Role", ns)]
-    else:
-        out = [{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": OPERATOR_ROLE},
-                "rules": [*JOB_RULES, *CLUSTER_RULES]}, binding("ClusterRole", None)]
+    out = install.roles(OPERATOR_ROLE, JOB_RULES, CLUSTER_RULES, namespace, watch_namespaces)
     reader = "torchjob-trainingruntimes-reader"
     out += [
         {"apiVersion": rbac, "kind": "ClusterRole",
