@@ -61,11 +61,19 @@ class GuardedServer(ThreadingHTTPServer):
         self._closed = threading.Event()
         super().__init__(address, handler)
 
-    def start_reaper(self) -> None:
-        threading.Thread(target=self._reap, name="progress-endpoint-deadlines", daemon=True).start()
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
 
-    def stop_reaper(self) -> None:
+    def serve_in_thread(self, name: str) -> None:
+        """Serve on a thread of that name, each request's deadline kept by another."""
+        threading.Thread(target=self.serve_forever, name=name, daemon=True).start()
+        threading.Thread(target=self._reap, name=f"{name}-deadlines", daemon=True).start()
+
+    def stop(self) -> None:
         self._closed.set()
+        self.shutdown()
+        self.server_close()
 
     # --- the caps: connections, per source, and each request's deadline ---
 

@@ -35,7 +35,6 @@ import json
 import logging
 import re
 import ssl
-import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -130,19 +129,9 @@ class ProgressServer(GuardedServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         self.counters.add(0)  # a broken connection (a TLS handshake that failed, a reset): nothing to answer
 
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
     def start(self) -> ProgressServer:
-        threading.Thread(target=self.serve_forever, name="progress-endpoint", daemon=True).start()
-        self.start_reaper()
+        self.serve_in_thread("progress-endpoint")
         return self
-
-    def stop(self) -> None:
-        self.stop_reaper()
-        self.shutdown()
-        self.server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -113,19 +112,9 @@ class GuardedHttp(GuardedServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         self.counters.add(0)  # a broken connection (a failed handshake, a reset): nothing to answer
 
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
     def start(self, name: str) -> GuardedHttp:
-        threading.Thread(target=self.serve_forever, name=name, daemon=True).start()
-        self.start_reaper()
+        self.serve_in_thread(name)
         return self
-
-    def stop(self) -> None:
-        self.stop_reaper()
-        self.shutdown()
-        self.server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):
