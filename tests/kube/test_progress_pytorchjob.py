@@ -136,5 +136,9 @@ def test_a_stalled_pytorchjob_fails_with_progress_deadline_exceeded(
     kubeflows = stored["conditions"][-1]  # what Kubeflow's readers see
     assert kubeflows["type"] == "Failed" and kubeflows["reason"] == "PyTorchJobFailed", kubeflows
     assert "no progress report" in kubeflows["message"], kubeflows
-    stalls = [e for e in events(kube, namespace, "hang") if e.reason == "Stalled"]
+    end = time.monotonic() + 15  # the event is written beside the status, not before it
+    while not (stalls := [e for e in events(kube, namespace, "hang") if e.reason == "Stalled"]):
+        if time.monotonic() > end:
+            break
+        time.sleep(0.2)
     assert stalls and "progressDeadlineSeconds" in stalls[0].message
