@@ -23,14 +23,14 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Pod
 
 from tests.jobs import job_data
-from tests.kube.conftest import Operator, wait_established, wait_job
+from tests.kube.conftest import Operator, wait_job
 from tests.kube.test_kubeflow_api import kubectl
 from tests.kube.test_operator import create
+from tests.kube.test_trainjob_api import apply_trainer_api
 from tests.ui.conftest import Dashboard, Page
 from torchjob.kube.machinery.client import T9kPyTorchTrainingJobRes, TrainJobRes
-from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.trainjob_labels import JOBSET_NAME
-from torchjob.kube.served import t9k_objects, trainer_objects
+from torchjob.kube.served import t9k_objects
 
 pytestmark = pytest.mark.kube
 SEED = Path(__file__).resolve().parents[1] / "dialects" / "seeds" / "003-t9k.yaml"
@@ -42,13 +42,7 @@ LINE = "fake container output from KWOK (scripts/dev-cluster.sh)"
 def served_api(kube: Client, kubeconfig: str) -> Client:
     """Trainer's CRDs, its runtime and T9k's CRD as `torchjob install --trainer-api --t9k-api` apply
     them (less the operator's RBAC: it runs here as a process with the test's credentials)."""
-    objs = trainer_objects.trainer_api_objects("torchjob-system", runtime_image="busybox:1.36")
-    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"] + [t9k_objects.crd()]
-    apply(crds, kubeconfig)
-    for c in crds:
-        wait_established(kube, c["metadata"]["name"])
-    apply([o for o in objs if o["kind"] in ("ClusterTrainingRuntime", "Namespace", "ConfigMap")], kubeconfig)
-    return kube
+    return apply_trainer_api(kube, kubeconfig, [t9k_objects.crd()])
 
 
 @pytest.fixture

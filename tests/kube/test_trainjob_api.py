@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,13 @@ trainer = pytest.importorskip("kubeflow.trainer")
 def trainer_api(kube: Client, kubeconfig: str) -> Client:
     """What `torchjob install --trainer-api` applies, less the operator's own RBAC (the operator runs
     here as a process with the test's credentials)."""
+    return apply_trainer_api(kube, kubeconfig)
+
+
+def apply_trainer_api(kube: Client, kubeconfig: str, more_crds: Sequence[dict[str, Any]] = ()) -> Client:
+    """Trainer's CRDs (and `more_crds`) established, then its runtime, namespace and ConfigMap."""
     objs = trainer_objects.trainer_api_objects("torchjob-system", runtime_image="busybox:1.36")
-    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"] + list(more_crds)
     apply(crds, kubeconfig)
     for c in crds:
         wait_established(kube, c["metadata"]["name"])
