@@ -437,3 +437,34 @@ def test_a_trainjob_written_by_convert_is_valid_yaml_for_the_cli(tmp_path: Path)
     data, _ = convert(read(KUBEFLOW).job, "trainjob")
     (tmp_path / "tj.yaml").write_text(yaml.safe_dump(data))
     assert load(tmp_path / "tj.yaml").job.name == "kf-conv"
+
+
+def test_a_static_trainjob_succeeds_once_every_node_has() -> None:
+    """Trainer's JobSet is Complete when every node's Job is, not when node 0 is: node 0 (the TorchJob's
+    master) succeeding alone leaves the job running, so the SDK reads every step Succeeded at Complete.
+    Failures are as before: one node failing past its restarts fails the job."""
+    from tests.core.sim import ended, running, up, world
+
+    job = read(TRAINJOB).job
+    m0, w0, w1 = ReplicaId(MASTER, 0), ReplicaId(WORKER, 0), ReplicaId(WORKER, 1)
+    d, _ = running(job)
+    plan = d(world(ended(m0, 0, 1.0), up(w0), ended(w1, 0, 1.5)), 2)
+    assert plan.status.state == "Running" and plan.actions == [], "node 0 alone is not the TrainJob's success"
+    plan = d(world(ended(m0, 0, 1.0), ended(w0, 0, 2.5), ended(w1, 0, 1.5)), 3)
+    assert plan.status.state == "Succeeded"
+    assert job.spec.minSuccess == 3  # what the TorchJob it becomes says (torchjob run --kube --dry-run shows it)
+    elastic = read(edit(TRAINJOB, "  labels:", "  annotations: {torchjob.dev/nodes: \"2:3\"}\n  labels:")).job
+    assert elastic.spec.minSuccess is None  # an elastic job: a node's agent exiting 0 (the agents end together)
+
+
+def test_a_node_failing_after_node_0_succeeded_still_fails_the_trainjob() -> None:
+    from tests.core.sim import ended, running, up, world
+
+    job = read(edit(TRAINJOB, "    numNodes: 3", "    numNodes: 2")).job
+    job = job.model_copy(update={"spec": job.spec.model_copy(update={"runPolicy": job.spec.runPolicy.model_copy(
+        update={"backoffLimit": 0})})})
+    m0, w0 = ReplicaId(MASTER, 0), ReplicaId(WORKER, 0)
+    d, _ = running(job)
+    d(world(ended(m0, 0, 1.0), up(w0)), 1)
+    plan = d(world(ended(m0, 0, 1.0), ended(w0, 1, 2.0)), 2)
+    assert plan.status.state == "Failed"

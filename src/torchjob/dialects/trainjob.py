@@ -7,7 +7,11 @@ the `node` container with the trainer's `image`, `command`, `args`, `env` and `r
 The env is Trainer's torch plugin's: `PET_NNODES`, `PET_NPROC_PER_NODE`, `PET_NODE_RANK`,
 `PET_MASTER_ADDR`, `PET_MASTER_PORT` (29500); `numProcPerNode` unset is the runtime's (Trainer
 v2.0/v2.1), else `auto`: kept with GPUs, else the CPUs requested (at least 1), as Trainer decides it;
-Trainer v2.0/v2.1's `auto`, `cpu` and `gpu` strings are read as it read them. Dataset and model
+Trainer v2.0/v2.1's `auto`, `cpu` and `gpu` strings are read as it read them. A static TrainJob
+succeeds when every node has succeeded (JobSet's success: each node's Job completed), which the
+TorchJob it becomes says with `minSuccess: numNodes`; an elastic one (`torchjob.dev/nodes`) as any
+elastic job: when a node's torchrun agent exits 0 (the agents of one rendezvous end together).
+Dataset and model
 initializers are refused: torchjob runs neither locally nor on Kubernetes. Facts from
 kubeflow/trainer @8c0f505 and v2.1.0.
 """
@@ -240,6 +244,8 @@ def read(doc: Document) -> Converted:
                    "runPolicy": rp}
     if elastic is not None:
         native_spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1], "rdzvBackend": "c10d"}
+    elif count > 1:  # JobSet's success: every node's Job completed, not node 0's alone (core's minSuccess rule)
+        native_spec["minSuccess"] = count
     for rtype in replicas:
         base = ("spec", "pytorchReplicaSpecs", rtype, "template", "spec", "containers", 0)
         doc.aliases += [((*base, k), ("spec", "trainer", k)) for k in ("image", "command", "args", "env")]
@@ -304,8 +310,10 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if restarts != {"OnFailure"}:
         lost.append(f"restartPolicy {sorted(restarts)}: a TrainJob's nodes restart as its runtime's Job says "
                     "(torch-distributed: OnFailure)")
+    every_node = spec.get("minSuccess") == trainer["numNodes"] and "elasticPolicy" not in spec  # a TrainJob's rule
     lost += [f"spec.{k} has no TrainJob equivalent" for k in ("elasticPolicy", "policies", "minSuccess", "runMode",
-                                                               "tensorboard", "volcano", "waitForMaster") if k in spec]
+                                                               "tensorboard", "volcano", "waitForMaster")
+             if k in spec and not (k == "minSuccess" and every_node)]
     lost += [f"pytorchReplicaSpecs.{t}.{k} has no TrainJob equivalent" for t, r in specs.items()
              for k in ("policies", "maxRestarts", "dependsOn") if k in r]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": copy.deepcopy(job_data["metadata"]),
