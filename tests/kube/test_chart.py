@@ -229,7 +229,7 @@ def test_install_kubeflow_api_adds_the_crd_and_its_rbac_and_crd_only_gives_both_
     assert [o["metadata"]["name"] for o in objs[:2]] == ["torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"]
     role = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == install.KUBEFLOW_NAME)
     verbs = {r["resources"][0]: r["verbs"] for r in role["rules"] if r["apiGroups"] == ["kubeflow.org"]}
-    assert verbs == {"pytorchjobs": ["list", "watch", "patch", "delete"], "pytorchjobs/status": ["patch"],
+    assert verbs == {"pytorchjobs": ["list", "watch", "delete"], "pytorchjobs/status": ["patch"],
                      "pytorchjobs/finalizers": ["update"]}
     binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding" and kubeflow_part(o))
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "torchjob-operator", "namespace": "team"}]

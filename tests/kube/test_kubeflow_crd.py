@@ -259,12 +259,13 @@ def test_the_installed_role_lets_the_operator_serve_pytorchjobs_and_no_more(
         return bool(review.status.allowed)
 
     try:
-        for verb in ("list", "watch", "patch", "delete"):
+        for verb in ("list", "watch", "delete"):
             assert allowed(verb, "pytorchjobs"), verb
         assert allowed("patch", "pytorchjobs", "status")
         assert allowed("update", "pytorchjobs", "finalizers")
         # never called by the operator (the audit of tests/incluster proves what is): not granted
         assert not allowed("get", "pytorchjobs") and not allowed("update", "pytorchjobs", "status")
+        assert not allowed("patch", "pytorchjobs")  # Kueue's own integration suspends and resumes a PyTorchJob
         assert not allowed("create", "pytorchjobs")  # users create jobs; the operator never does
         assert not allowed("get", "tfjobs")
     finally:

@@ -69,8 +69,6 @@
   - podgroups
   verbs:
   - get
-  - list
-  - watch
   - create
   - delete
 - apiGroups:
@@ -184,7 +182,6 @@
   verbs:
   - list
   - watch
-  - patch
   - delete
 - apiGroups:
   - kubeflow.org

@@ -62,11 +62,12 @@ JOB_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create"]},  # TensorBoard
-    # PodGroups and Workloads are watched from the first one made or found (kube/controller/gates.py)
+    # Volcano's PodGroups and Kueue's Workloads are watched from the first one made or found
+    # (kube/controller/gates.py); a scheduler-plugins PodGroup is never waited for, so never watched:
+    # made, read after a 409 (whose is it), deleted when its job ends or is suspended
     {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
      "verbs": ["get", "list", "watch", "create", "delete"]},
-    {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"],
-     "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "create"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},  # Finished
     # the progress endpoint's CA, published in each job namespace
@@ -99,10 +100,10 @@ LEASE_RULES: list[dict[str, Any]] = [
     # off any other pod that still has it (a leader that died with it)
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
 ]
-# Serving Kubeflow's PyTorchJobs: the same verbs as on TorchJobs, and the owner's finalizers.
+# Serving Kubeflow's PyTorchJobs: the verbs on TorchJobs but patch (a queued PyTorchJob is Kueue's own
+# integration's to suspend and resume: ServedKind.own_kueue), and the owner's finalizers.
 KUBEFLOW_JOB_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [kubeflow_crd.GROUP], "resources": [kubeflow_crd.PLURAL],
-     "verbs": ["list", "watch", "patch", "delete"]},
+    {"apiGroups": [kubeflow_crd.GROUP], "resources": [kubeflow_crd.PLURAL], "verbs": ["list", "watch", "delete"]},
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/status"], "verbs": ["patch"]},
     {"apiGroups": [kubeflow_crd.GROUP], "resources": [f"{kubeflow_crd.PLURAL}/finalizers"], "verbs": ["update"]},
 ]
