@@ -168,6 +168,9 @@ class RunPolicy(Strict):
     # one (Kubeflow's behaviour; the default of an elastic job, whose rendezvous re-forms). A replica
     # deleted by someone else restarts the same, uncounted (core/facts.py `lost_rank`).
     restartScope: RestartScope | None = None
+    # torchjob's: keep a warm spare process (interpreter up, torch imported) per restartable replica,
+    # which becomes the replica's next attempt when it is restarted (core/spares.py; local runs only).
+    warmSpares: bool | None = None
 
 
 class RdzvConf(Strict):

@@ -215,6 +215,12 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         add(["spec", "runPolicy", "activeDeadlineSeconds"], "must be positive", "remove it for no deadline")
     if rp.progressDeadlineSeconds == 0:
         add(["spec", "runPolicy", "progressDeadlineSeconds"], "must be positive", "remove it for no stall detection")
+    if rp.warmSpares and (rp.backoffLimit == 0 or all(
+            job.restart_policy(t) == "Never" for t in job.spec.pytorchReplicaSpecs)):
+        why = "backoffLimit is 0" if rp.backoffLimit == 0 else "every replica's restartPolicy is Never"
+        add(["spec", "runPolicy", "warmSpares"], f"no replica of this job is ever restarted ({why}), so a warm "
+            "spare would never be used", "remove warmSpares, or let replicas restart (restartPolicy OnFailure and a "
+            "backoffLimit over 0)")
 
     nproc = job.spec.nprocPerNode
     if nproc is not None and nproc not in NPROC_WORDS and not (digits(nproc) and int(nproc) >= 1):

@@ -19,6 +19,7 @@ from torchjob.core.policy import exit_code_of
 from torchjob.local.files import private_dir, private_file
 from torchjob.local.launch import LaunchSpec
 from torchjob.local.quiet import QuietStop
+from torchjob.local.spare import Spare
 from torchjob.local.volumes import preexec
 
 LineSink = Callable[[str, bytes], None]  # (replica name, one line of output)
@@ -78,6 +79,7 @@ class ReplicaProcess:
         self._reap_lock = threading.Lock()
         self._reaped = False
         self._ended = threading.Event()
+        self.from_spare = False  # its process was a warm spare's
 
     @property
     def pid(self) -> int:
@@ -88,22 +90,27 @@ class ReplicaProcess:
     def alive(self) -> bool:
         return self.exit_code is None
 
-    def start(self, events: queue.SimpleQueue[object], sink: LineSink) -> None:
+    def start(self, events: queue.SimpleQueue[object], sink: LineSink, spare: Spare | None = None) -> None:
+        """Start the attempt: as `spare` where one is given and can take it (torchjob.local.spare),
+        else as a new process."""
         private_dir(self.log_path.parent)
         self.error_file.unlink(missing_ok=True)
         env = {**os.environ, **self.spec.env, "TORCHELASTIC_ERROR_FILE": str(self.error_file)}
+        self.proc = spare.take(env) if spare is not None else None
+        self.from_spare = self.proc is not None
         enter = preexec(self.spec.mounts, self.spec.cwd)
         try:
-            self.proc = subprocess.Popen(
-                self.spec.argv,
-                env=env,
-                cwd=None if enter else self.spec.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: one signal reaches all of it
-                preexec_fn=enter,
-            )
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    self.spec.argv,
+                    env=env,
+                    cwd=None if enter else self.spec.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: one signal reaches all of it
+                    preexec_fn=enter,
+                )
         except OSError as e:
             raise StartError(self.spec.name, self.spec.argv, e) from e
         self.started_at = time.time()

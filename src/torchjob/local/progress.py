@@ -74,8 +74,11 @@ class LocalEndpoint:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.token(replica, attempt))
-        return {"KUBEFLOW_TRAINER_SERVER_URL": self.url, "KUBEFLOW_TRAINER_SERVER_TOKEN": str(path),
-                "KUBEFLOW_TRAINER_SERVER_CA_CERT": ca_bundle()}
+        return {**self.shared_env(), "KUBEFLOW_TRAINER_SERVER_TOKEN": str(path)}
+
+    def shared_env(self) -> dict[str, str]:
+        """Those of the variables that are the same for every attempt (a warm spare starts with them)."""
+        return {"KUBEFLOW_TRAINER_SERVER_URL": self.url, "KUBEFLOW_TRAINER_SERVER_CA_CERT": ca_bundle()}
 
     # --- Receiver ---
 

@@ -1,0 +1,91 @@
+"""Warm spares: which replica gets one, and what a spare can stand in for (pure decisions).
+
+A warm spare is a process started ahead of need for a replica that can be restarted: its interpreter
+up and `torch` imported, its environment the replica's except what only a new attempt knows. When
+the replica's attempt ends and core restarts it, the spare becomes the new attempt instead of a new
+process (local/spare.py carries it out). A spare can only stand in for a command that Python runs
+itself, `python SCRIPT ARGS...` or `python -m MODULE ARGS...` (torchrun, which the local runtime runs
+as `python -m torchjob.local.loopback_torchrun`, is such a module: its agent is what the spare
+shortens; the agent's own workers still start as new processes), with interpreter options that the
+spare can be started with as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchjob.api.model import TorchJob
+
+# Interpreter options a spare is started with unchanged (they mean the same for the spare's
+# interpreter); any other option (-c, -I, -E, -s, -S, -P, -i, -x, combined letters) means no spare.
+FLAG_OPTIONS = frozenset({"-u", "-O", "-OO", "-B", "-b", "-bb", "-q", "-v", "-vv", "-d", "-R"})
+VALUE_OPTIONS = frozenset({"-W", "-X"})
+
+
+@dataclass(frozen=True)
+class PythonEntry:
+    """`python [options] SCRIPT args` or `python [options] -m MODULE args`, taken apart."""
+
+    options: tuple[str, ...]
+    script: str | None
+    module: str | None
+    args: tuple[str, ...]
+
+    @property
+    def target(self) -> tuple[str, ...]:
+        """What follows the options: what a spare's own command line carries after its launcher."""
+        head = ("-m", self.module) if self.module is not None else (str(self.script),)
+        return (*head, *self.args)
+
+
+def python_entry(argv: list[str], python: str) -> PythonEntry | None:
+    """`argv` taken apart when its head is the interpreter `python` (the one spares run under) and
+    the rest is a script or a module with options a spare can share; else None."""
+    if len(argv) < 2 or argv[0] != python:
+        return None
+    options: list[str] = []
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m":
+            if i + 1 >= len(argv) or not argv[i + 1]:
+                return None
+            return PythonEntry(tuple(options), None, argv[i + 1], tuple(argv[i + 2:]))
+        if a.startswith("-m"):  # -mMODULE
+            return PythonEntry(tuple(options), None, a[2:], tuple(argv[i + 1:]))
+        if a in FLAG_OPTIONS:
+            options.append(a)
+        elif a in VALUE_OPTIONS:
+            if i + 1 >= len(argv):
+                return None
+            options += [a, argv[i + 1]]
+            i += 1
+        elif a[:2] in VALUE_OPTIONS and len(a) > 2:
+            options.append(a)
+        elif a.startswith("-"):  # -c, -I, -, --, combined letters...: not one a spare shares
+            return None
+        else:
+            return PythonEntry(tuple(options), a, None, tuple(argv[i + 1:]))
+        i += 1
+    return None
+
+
+def no_spare_reason(job: TorchJob, rtype: str, entry: PythonEntry | None) -> str | None:
+    """Why a replica of type `rtype` gets no warm spare (None: it gets one)."""
+    if not job.run_policy.warmSpares:
+        return "runPolicy.warmSpares is not set"
+    if job.run_policy.backoffLimit == 0:
+        return "runPolicy.backoffLimit is 0: no replica is ever restarted"
+    if job.restart_policy(rtype) == "Never":
+        return f"{rtype}'s restartPolicy is Never: it is never restarted"
+    if entry is None:
+        return (f"{rtype}'s command is not `python SCRIPT` or `python -m MODULE` (nor torchrun): a spare can only "
+                "stand in for a command Python runs itself")
+    return None
+
+
+def spare_still_useful(job: TorchJob) -> bool:
+    """Whether spares are still worth keeping: the job may restart a replica again (backoffLimit not spent)."""
+    limit = job.run_policy.backoffLimit
+    done = job.status.restartCount if job.status is not None else 0
+    return limit is None or done < limit
