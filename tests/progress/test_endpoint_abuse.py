@@ -217,3 +217,29 @@ def test_at_the_cap_a_connection_that_sent_nothing_gives_way_before_a_reporters_
         for s in (quiet, newcomer):
             s.close()
         reporter.close()
+
+
+def test_at_the_cap_the_sources_holding_the_most_give_way_to_a_reporter_however_young_theirs(
+        endpoint: LocalEndpoint) -> None:
+    """A fair share, not first come: sources that fill the cap with connections re-opened as fast as
+    they are cut (always younger than stale_s) give way to a reporter's new connection (one of the
+    source holding the most goes), and one of them opening more cuts only its own, never the
+    reporter's kept-alive connection (first come turned the reporter away, then cut its connection)."""
+    endpoint.server.max_connections, endpoint.server.max_per_source = 5, 4
+    endpoint.server.stale_s = 30  # every flood connection is younger than that, however slow this machine
+    token = endpoint.token("master-0", 0)
+    flood = [silent(endpoint, "127.0.0.9") for _ in range(3)] + [silent(endpoint, "127.0.0.10") for _ in range(2)]
+    reporter = http.client.HTTPConnection("127.0.0.1", endpoint.server.port, timeout=5)
+    try:
+        # at the cap, every connection younger than stale_s: the oldest of 127.0.0.9's (3, the most) goes
+        assert post(endpoint, json.dumps({"step": 1}).encode(), token, conn=reporter)[0] == 200
+        assert closed_within(flood[0], 0.5) and not any(closed_within(s, 0.1) for s in flood[1:])
+        flood.append(silent(endpoint, "127.0.0.9"))  # 127.0.0.9 holds as many as anyone: only its own
+        assert closed_within(flood[-1], 0.5)  # nothing of its own waits long enough: turned away
+        assert not any(closed_within(s, 0.1) for s in flood[1:-1])
+        time.sleep(1.0)  # (the job's rate)
+        assert post(endpoint, json.dumps({"step": 2}).encode(), token, conn=reporter)[0] == 200  # still its own
+    finally:
+        for s in flood:
+            s.close()
+        reporter.close()

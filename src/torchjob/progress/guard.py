@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -114,17 +115,27 @@ class GuardedServer(ThreadingHTTPServer):
                 self.max_per_source is not None and sum(c.source == source for c in live) >= self.max_per_source)
 
     def _make_room(self, source: str, now: float) -> socket.socket | None:
-        """At a cap, one connection is let go for the new one (this source's own, when it is at its own
-        cap): the oldest that has sent no request for `stale_s` (a real client's request follows its
-        connection at once), else the oldest idle kept-alive one (its client makes a new one). A
-        connection in the middle of a request never is (its deadline bounds it)."""
+        """At a cap, one connection is let go for the new one: a fair share, not first come. It is one
+        of the source that holds the most connections, however young (a few sources that hold and
+        re-open connections as fast as they are cut then only ever cut their own, and a source that
+        connects now and then, a reporter, the kubelet's probe or a scraper, always gets in); or the
+        newcomer's own when it holds the most itself or is at its own cap, and then only one that has
+        sent no request for `stale_s` (a real client's request follows its connection at once) or
+        waits idle between two (its client makes a new one): else the newcomer is turned away. Of
+        those, one that has sent nothing for `stale_s` first, then an idle kept-alive one, the oldest;
+        a connection in the middle of a request never is let go (its deadline bounds it)."""
         all_full, source_full = self._caps(source)
         if not (all_full or source_full):
             return None
-        mine = [(s, c) for s, c in self._conns.items() if not c.let_go and (not source_full or c.source == source)]
-        stale = [(c.since, s) for s, c in mine if c.state == "new" and now - c.since >= self.stale_s]
-        idle = [(c.since, s) for s, c in mine if c.state == "idle"]
-        pick = min(stale or idle, default=None, key=lambda t: t[0])
+        live = [(s, c) for s, c in self._conns.items() if not c.let_go]
+        counts = Counter(c.source for _, c in live)
+        heaviest = max(counts.values(), default=0)
+        own = source_full or counts.get(source, 0) >= heaviest
+        pool = [(s, c) for s, c in live if (c.source == source if own else counts[c.source] == heaviest)]
+        stale = [(c.since, s) for s, c in pool if c.state == "new" and now - c.since >= self.stale_s]
+        idle = [(c.since, s) for s, c in pool if c.state == "idle"]
+        young = [] if own else [(c.since, s) for s, c in pool if c.state == "new"]
+        pick = min(stale or idle or young, default=None, key=lambda t: t[0])
         if pick is None:
             return None
         self._conns[pick[1]].let_go = True

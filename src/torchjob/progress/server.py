@@ -6,9 +6,10 @@ a report is one small request a second per replica at most. What keeps it safe u
 (any pod of the cluster can reach the operator's), in the order a request meets them:
 
 - at most `max_connections` connections served at once, `max_per_source` of them from one address;
-  at a cap the oldest connection that has sent no request for a second, else the oldest idle
-  kept-alive one, gives way; when none can, the new connection is closed at once (it costs no
-  thread);
+  at a cap a fair share (GuardedServer._make_room): a waiting connection of the address that holds
+  the most gives way, however young, or, when the newcomer's address holds the most itself (or is at
+  its own cap), one of its own that has sent no request for a second or waits idle; when none can,
+  the new connection is closed at once (it costs no thread);
 - a whole-request deadline (`request_deadline_s`: TLS handshake, headers, body and the wait between
   two requests of a kept-alive connection), besides the 10 s socket timeout per read, so that a
   client trickling a byte at a time cannot hold a thread;

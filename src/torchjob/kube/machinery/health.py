@@ -15,10 +15,8 @@ Lease; and, with an election, it reached the API server within `contact_window_s
 
 from __future__ import annotations
 
-import socket
 import ssl
 import time
-from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -77,31 +75,6 @@ class GuardedHttp(GuardedServer):
     def __init__(self, address: tuple[str, int], handler: Any, tls: ssl.SSLContext | None = None) -> None:
         self.tls = tls
         super().__init__(address, handler)
-
-    def _make_room(self, source: str, now: float) -> socket.socket | None:
-        """At a cap, a fair share rather than first come: the connection let go for the new one is the
-        oldest that has sent no whole request yet (or waits idle) of the source that holds the most
-        (this source's own when it holds the most itself, or is at its own cap), however young. A
-        few sources that hold and re-open connections as fast as they are cut then only ever cut
-        their own, and a source that opens one now and then (the kubelet's probe, a scraper) always
-        gets in: its connection is never the one of the source that holds the most. A connection in
-        the middle of a request never is let go (its deadline bounds it)."""
-        all_full, source_full = self._caps(source)
-        if not (all_full or source_full):
-            return None
-        live = [(s, c) for s, c in self._conns.items() if not c.let_go]
-        counts = Counter(c.source for _, c in live)
-        heaviest = max(counts.values(), default=0)
-        if source_full or counts.get(source, 0) >= heaviest:
-            pool = {source}
-        else:
-            pool = {src for src, n in counts.items() if n == heaviest}
-        waiting = [(c.since, s) for s, c in live if c.source in pool and c.state in ("new", "idle")]
-        if not waiting:
-            return None
-        _, victim = min(waiting, key=lambda t: t[0])
-        self._conns[victim].let_go = True
-        return victim
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
