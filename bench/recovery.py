@@ -8,8 +8,11 @@ logged at the kill (the rank logs carry their own wall-clock times: one machine,
 same trial is run, alternating, on each runtime in one sitting:
 
   locally   torchjob (`torchjob run`, restartPolicy OnFailure, the default restartScope Job: the
-            gang restarts at once, counted once) and torchrun (`--standalone --nproc-per-node 4
-            --max-restarts 3`, the same script, the same machine);
+            gang restarts at once, counted once), torchjob with warm spares (the same job with
+            `runPolicy.warmSpares: true`: each replica's next attempt is a process started ahead, torch
+            imported; the kill waits until every replica's spare is warm, as it is in a job that has
+            trained a while) and torchrun (`--standalone --nproc-per-node 4 --max-restarts 3`, the same
+            script, the same machine);
   --node    torchjob's operator (a process on the host) and the Kubeflow training-operator v1.8.1
             (hack/kubeflow/build.sh), each given the same job as real pods on the dev cluster's real
             node (`scripts/dev-cluster.sh up --real-node`): a TorchJob, and the PyTorchJob a
@@ -111,13 +114,15 @@ class Trial:
     note: str = ""
 
 
-def measure(d: Path, kill: Callable[[list[Line]], float],
-            timeout: float = 300) -> tuple[float, dict[str, float], int, float]:
-    """Wait for every rank past KILL_AT, kill (returns the kill's time), wait for every rank of the
-    new world past k + 1; returns (recovery s, stages, k, the kill's time)."""
+def measure(d: Path, kill: Callable[[list[Line]], float], timeout: float = 300,
+            ready: Callable[[], bool] | None = None) -> tuple[float, dict[str, float], int, float]:
+    """Wait for every rank past KILL_AT (and `ready`), kill (returns the kill's time), wait for every
+    rank of the new world past k + 1; returns (recovery s, stages, k, the kill's time)."""
     world = 4
     wait(f"every rank past step {KILL_AT}",
          lambda: len([s for s in last_steps(read_lines(d)).values() if s > KILL_AT]) >= world, timeout)
+    if ready is not None:
+        wait("the warm spares", ready, timeout, every=0.2)
     t_kill = kill(read_lines(d))
     # what the ranks logged until the kill had landed (it is not instant: ctr, a process group)
     k = max(last_steps([ln for ln in read_lines(d) if ln.t <= time.time()]).values())
@@ -155,11 +160,19 @@ def measure(d: Path, kill: Callable[[list[Line]], float],
 # --------------------------------------------------------------------------------- local
 
 
-def local_job(name: str, d: Path, elastic: bool, agents: int = 4) -> dict[str, Any]:
-    cmd = [PROGRAM.name, "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", str(d)]
+def local_args(d: Path) -> list[str]:
+    """The program's arguments locally: it trains until the trial has measured (the stop file), so that a
+    job whose spares are still warming is still training when they are warm."""
+    return ["--steps", str(100 * STEPS), "--step-time", str(STEP_TIME), "--dir", str(d), "--stop-file", str(d / "stop")]
+
+
+def local_job(name: str, d: Path, elastic: bool, agents: int = 4, spares: bool = False) -> dict[str, Any]:
+    cmd = [PROGRAM.name, *local_args(d)]
     container: dict[str, Any] = {"name": "pytorch", "workingDir": str(PROGRAM.parent)}
     specs: dict[str, Any] = {}
     spec: dict[str, Any] = {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": specs}
+    if spares:
+        spec["runPolicy"]["warmSpares"] = True
 
     def replica(n: int) -> dict[str, Any]:
         return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
@@ -195,6 +208,21 @@ def kill_local(trial: Path, victim: str, group: bool, rank: int | None = None) -
     return kill
 
 
+def spares_warm(home: Path, job: str, replicas: int) -> Callable[[], bool]:
+    """Whether every replica's warm spare is ready (the supervisor's SpareReady events)."""
+    from torchjob.local.store import Store
+
+    def probe() -> bool:
+        if not (home / "state.db").exists():
+            return False
+        store = Store(home)
+        try:
+            return len({e.message.split("'")[0] for e in store.events(job) if e.reason == "SpareReady"}) >= replicas
+        finally:
+            store.close()
+    return probe
+
+
 def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4) -> Trial:
     """One local trial. `agents` 1 (torchjob, elastic): torchrun's own shape and fault, one agent of
     4 processes and one process killed, beside the 4-agent job that loses a whole agent."""
@@ -202,20 +230,27 @@ def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4) -> Trial
     d = Path(tempfile.mkdtemp(prefix=f"recovery-{runtime}-{kind}-", dir=keep))
     out = (d / "runtime.out").open("w")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    if runtime == "torchjob":
+    ready: Callable[[], bool] | None = None
+    if runtime.startswith("torchjob"):
         job = d / "job.yaml"
-        job.write_text(yaml.safe_dump(local_job(f"rec-{uuid.uuid4().hex[:6]}", d, elastic, agents)))
+        name = f"rec-{uuid.uuid4().hex[:6]}"
+        spares = runtime == "torchjob-spares"
+        job.write_text(yaml.safe_dump(local_job(name, d, elastic, agents, spares)))
         cmd = [PYTHON, "-m", "torchjob", "run", str(job), "-q"]
+        env["TORCHJOB_HOME"] = str(d / "home")
         victim, group, rank = ("worker-1", True, None) if agents == 4 else ("worker-0", False, 2)
+        if spares:
+            ready = spares_warm(d / "home", name, 4 if agents == 4 else 1)
     else:
         cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "--max-restarts", "3",
-               str(PROGRAM), "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", str(d)]
+               str(PROGRAM), *local_args(d)]
         # without it torchrun's restart meets its shared rendezvous store (issue 22): fails or hangs
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         victim, group, rank = ("proc-2", False, None)
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True)
     try:
-        recovery, stages, k, _ = measure(d, kill_local(d, victim, group, rank))
+        recovery, stages, k, _ = measure(d, kill_local(d, victim, group, rank), ready=ready)
+        (d / "stop").write_text("")
         rc = proc.wait(timeout=120)
         note = f"k={k}, exit {rc}"
         if rc != 0:
@@ -540,7 +575,7 @@ class Node:
 # --------------------------------------------------------------------------------- report
 
 
-def report(trials: list[Trial], peers: list[tuple[str, str, float]]) -> None:
+def report(trials: list[Trial], peers: list[tuple[str, str, float | dict[str, float]]]) -> None:
     groups: dict[tuple[str, str], list[Trial]] = {}
     for t in trials:
         groups.setdefault((t.runtime, t.kind), []).append(t)
@@ -557,7 +592,8 @@ def report(trials: list[Trial], peers: list[tuple[str, str, float]]) -> None:
             if a and b:
                 ra = statistics.median(t.recovery for t in a)
                 rb = statistics.median(t.recovery for t in b)
-                print(f"  {ours} / {peer} ({kind}): {ra / rb:.2f}x (goal <= {goal:g}x)")
+                want = goal if isinstance(goal, float) else goal.get(kind)
+                print(f"  {ours} / {peer} ({kind}): {ra / rb:.2f}x" + (f" (goal <= {want:g}x)" if want else ""))
     print("\nWhere the time goes (seconds after the kill, median over trials)")
     for (rt, kind), ts in groups.items():
         labels: list[str] = []
@@ -579,6 +615,7 @@ def main() -> None:
                                              "TORCHJOB_E2E_DEVCLUSTER_DIR)")
     parser.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()), help="where the trials' logs go")
     parser.add_argument("--no-kubeflow", action="store_true", help="on the node, torchjob alone")
+    parser.add_argument("--no-spares", action="store_true", help="locally, not torchjob with warm spares")
     parser.add_argument("--src", type=Path, default=REPO / "src",
                         help="the torchjob source tree whose operator runs (another tree's: before/after)")
     args = parser.parse_args()
@@ -586,12 +623,15 @@ def main() -> None:
         args.local = True
     kinds = [False, True] if args.elastic else [False]
     trials: list[Trial] = []
-    peers: list[tuple[str, str, float]] = []
+    peers: list[tuple[str, str, float | dict[str, float]]] = []
     if args.local:
         peers.append(("torchjob", "torchrun", 1.2))
+        if not args.no_spares:
+            peers.append(("torchjob-spares", "torchrun", {"ddp": 0.5, "elastic": 1.2}))
         for i in range(args.repeat):
             for elastic in kinds:
-                runs = [("torchjob", 4), ("torchrun", 4)] + ([("torchjob", 1)] if elastic else [])
+                runs = [("torchjob", 4), ("torchrun", 4)] + ([] if args.no_spares else [("torchjob-spares", 4)]) \
+                    + ([("torchjob", 1)] if elastic else [])
                 for rt, agents in (runs if i % 2 == 0 else runs[::-1]):
                     t = run_local(rt, elastic, args.keep, agents)
                     print(f"local {rt} {t.kind}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)

@@ -1,6 +1,6 @@
 """Train in numbered steps (a gloo all-reduce each), resuming from a checkpoint, and log when.
 
-    python steps.py --steps N --step-time S --dir DIR
+    python steps.py --steps N --step-time S --dir DIR [--stop-file FILE]
 
 Every rank appends timestamped lines to DIR/rank-<RANK>.log (and prints them):
     @<unix time> rank R start pid P pgid G replica NAME   started (before torch is imported)
@@ -8,7 +8,8 @@ Every rank appends timestamped lines to DIR/rank-<RANK>.log (and prints them):
     @<unix time> rank R joined W           init_process_group returned (rendezvous done)
     @<unix time> rank R step S             step S done
 Rank 0 writes the last step done to DIR/step after each step and tells the others where to begin,
-so a restarted job resumes where it stopped, as a training script with checkpoints does.
+so a restarted job resumes where it stopped, as a training script with checkpoints does. With
+--stop-file, every rank ends after the step in which rank 0 saw FILE (told in that step's all-reduce).
 bench/recovery.py reads these lines to time a recovery on any runtime (same clock: one machine).
 """
 
@@ -30,6 +31,7 @@ def main() -> None:
     # torch's default (30 min for gloo) would leave a peer of a killed rank hanging that long in its
     # collective where no runtime stops it; a short one lets every runtime's restart be timed
     parser.add_argument("--timeout", type=float, default=30)
+    parser.add_argument("--stop-file", default=None)
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     out = open(os.path.join(args.dir, f"rank-{RANK}.log"), "a", buffering=1)  # noqa: SIM115 - for the run
@@ -58,15 +60,18 @@ def main() -> None:
     dist.broadcast(begin, 0)
     weight = torch.zeros(1024)
     for step in range(int(begin[0]) + 1, args.steps + 1):
-        grad = torch.ones(1024) * (RANK + 1)
+        grad = torch.ones(1025) * (RANK + 1)
+        grad[1024] = float(RANK == 0 and args.stop_file is not None and os.path.exists(args.stop_file))
         dist.all_reduce(grad)
-        weight -= 0.01 * grad / world
+        weight -= 0.01 * grad[:1024] / world
         time.sleep(args.step_time)
         if RANK == 0:
             with open(ckpt + ".tmp", "w") as f:
                 f.write(str(step))
             os.replace(ckpt + ".tmp", ckpt)
         say(f"step {step}")
+        if grad[1024] > 0:
+            break
     dist.destroy_process_group()
     say("done")
 
