@@ -11,7 +11,11 @@ baseline: the same dashboard over ten jobs, its rounds interleaved with the N jo
 test scales its budget by: tests/ui/test_dashboard.py::test_a_thousand_jobs_first_paint); and for
 each, the CPU time the renderer's main thread spent until the rows were painted (thread time).
 
-Usage: python bench/ui_first_paint.py [--jobs 1000] [--rounds 5]
+With `--against SRC` (the `src` directory of another checkout, e.g. `git archive COMMIT src | tar -x -C DIR`)
+the same store is also served by that torchjob, its rounds interleaved with this one's: the page before
+a change and after it, measured under the same load.
+
+Usage: python bench/ui_first_paint.py [--jobs 1000] [--rounds 5] [--against SRC]
 Target: every round's rows painted in under 1 s at 1,000 jobs.
 """
 
@@ -35,7 +39,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--against", type=Path, help="another checkout's src directory, served beside this one")
     args = ap.parse_args()
+    if args.against is not None and not (args.against / "torchjob" / "ui").is_dir():
+        raise SystemExit(f"--against {args.against}: no torchjob/ui under it (give a checkout's src directory)")
     from playwright.sync_api import sync_playwright
     from tests.ui.conftest import CHROMIUM, Dashboard, first_paint, seed_jobs
 
@@ -56,7 +63,9 @@ def main() -> None:
                            capture_output=True)
             lists.append((time.perf_counter() - t) * 1000)
         d, base = Dashboard(home), Dashboard(small)
+        other = Dashboard(home, env={"PYTHONPATH": str(args.against.resolve())}) if args.against else None
         paints, fcps, bases, cpus, base_cpus = [], [], [], [], []
+        others: list[tuple[float, float, float]] = []
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -68,10 +77,14 @@ def main() -> None:
                     paints.append(paint)
                     fcps.append(fcp)
                     cpus.append(cpu)
+                    if other is not None:
+                        others.append(first_paint(browser, other.url, args.jobs))
                 browser.close()
         finally:
             d.stop()
             base.stop()
+            if other is not None:
+                other.stop()
     finally:
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(small, ignore_errors=True)
@@ -86,6 +99,16 @@ def main() -> None:
     print(f"  peer: torchjob list -o json       {peer:7.0f} ms  (rounds: {', '.join(f'{x:.0f}' for x in lists)})")
     print(f"  rounds of {args.jobs} jobs over 1 s: {sum(x >= 1000 for x in paints)} of {args.rounds}")
     print(f"  ratio dashboard rows / list: {paint / peer:.2f}")
+    if others:
+        o_paint, o_fcp, o_cpu = (statistics.median(r[i] for r in others) for i in range(3))
+        print(f"--against {args.against} (the same store, rounds interleaved with the above):")
+        print(f"  dashboard: every row painted      {o_paint:7.0f} ms  (rounds: "
+              f"{', '.join(f'{r[0]:.0f}' for r in others)})")
+        print(f"  dashboard: first contentful paint {o_fcp:7.0f} ms")
+        print(f"  dashboard: main thread CPU        {o_cpu:7.0f} ms  (rounds: "
+              f"{', '.join(f'{r[2]:.0f}' for r in others)})")
+        print(f"  rounds of {args.jobs} jobs over 1 s: {sum(r[0] >= 1000 for r in others)} of {args.rounds}")
+        print(f"  ratio this / against: rows painted {paint / o_paint:.2f}, main thread {cpu / o_cpu:.2f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ own kubeconfig lets them see it. Blocking; the server runs it in threads: locall
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -102,6 +103,7 @@ def _history(h: Any) -> dict[str, Any] | None:
             "series": [{"name": n, "values": by_name[n]} for n in order]}
 
 
+LISTING_SHARE = 4  # the lister waits at least this many times as long as its last listing took
 RUNTIMES = 16  # with -A: the runtimes of the namespaces acted in lately kept (one client each)
 
 
@@ -162,7 +164,8 @@ class Source:
         return t.namespace
 
     def start(self) -> Source:
-        """List the jobs in the background, every `refresh_s` (and at once after an action): every
+        """List the jobs in the background, every `refresh_s`, or LISTING_SHARE times as long as the last
+        listing took if that is longer (and at once after an action): every
         page reads the latest listing instead of making one, so a page's first paint never waits
         for a listing of a thousand jobs, however many pages are open."""
         if self._lister is None:
@@ -173,6 +176,7 @@ class Source:
     def _list_forever(self) -> None:
         lister: Runtime[Any] | None = None
         while True:
+            began = time.monotonic()
             try:
                 if lister is None:  # its own (store connection, client): no lock with the pages' calls
                     lister = self._connect(self.target)
@@ -184,7 +188,9 @@ class Source:
             with self._listed:
                 self._rows = rows
                 self._listed.notify_all()
-            self._stale.wait(self.refresh_s)
+            # listing takes at most a fifth of the time (a thousand jobs on a busy machine take a second
+            # or more to list: listing again every second would take a core, and the GIL from the pages)
+            self._stale.wait(max(self.refresh_s, LISTING_SHARE * (time.monotonic() - began)))
             self._stale.clear()
 
     def jobs(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
@@ -195,6 +201,10 @@ class Source:
             if self._rows is None:
                 raise TimeoutError(f"listing the jobs took over {timeout_s:g}s")
             return self._rows
+
+    def latest(self) -> list[dict[str, Any]] | None:
+        """The latest listing's rows, or None before the first one: never waits."""
+        return self._rows
 
     def _calling(self) -> AbstractContextManager[object]:
         """Held around a runtime's call: locally the store's one SQLite connection serves one thread at

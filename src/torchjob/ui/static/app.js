@@ -60,17 +60,27 @@
   }
 
   // --- live updates: one Server-Sent Events stream per page --------------------------------------
+  // A listing comes as columns once and each job's values in their order (the server's PAGE_COLUMNS)
+  function takeJobs(data) {
+    const cols = data.cols;
+    ui.jobs = data.rows.map((r) => { const j = {}; for (let i = 0; i < cols.length; i++) j[cols[i]] = r[i]; return j; });
+    ui.where = data.where;
+    showWhere();
+  }
+  // the listing the page came with (in the page itself), read once; the stream leaves it out
+  const boot = document.getElementById("jobs-data");
+  let have = "";
+  if (boot) { takeJobs(JSON.parse(boot.textContent)); have = boot.dataset.digest; boot.remove(); }
   let source = null;
   function connect(jobKey) {
     if (source) source.close();
-    source = new EventSource(q("api/stream", jobKey ? { job: jobKey } : {}));
+    const params = jobKey ? { job: jobKey } : {};
+    if (have) { params.have = have; have = ""; }
+    source = new EventSource(q("api/stream", params));
     source.onopen = () => { live.textContent = "live"; live.className = "on"; };
     source.onerror = () => { live.textContent = "reconnecting"; live.className = "off"; };
     source.addEventListener("jobs", (ev) => {
-      if (!performance.getEntriesByName("jobs-data").length) performance.mark("jobs-data");
-      const data = JSON.parse(ev.data);
-      ui.jobs = data.jobs; ui.where = data.where;
-      showWhere();
+      takeJobs(JSON.parse(ev.data));
       if (!jobKey) renderJobs();
     });
     source.addEventListener("job", (ev) => { ui.job = JSON.parse(ev.data); renderJob(); });
@@ -111,9 +121,14 @@
         el("tbody", { id: "rows" })));
     document.getElementById("f-state").value = ui.filter.state;
     document.getElementById("f-name").value = ui.filter.name;
+    if (ui.where) renderJobs(); // the listing the page came with: the first screen drawn before the first paint
     connect(null);
   }
-  // A thousand rows are clones of one row, filled in (as text): far less work than making each cell
+  // Only the rows in view (and OVERSCAN either side) are in the table: a thousand jobs cost the page
+  // what a screenful does. Every row is ROW px high, so where each row goes is arithmetic: the body is
+  // as tall as every row together and its top padding stands for the rows above the ones drawn.
+  const ROW = 32, OVERSCAN = 10;
+  const win = { shown: [], kube: false, from: -1, to: -1, pool: [], proto: null, protoKube: null };
   function rowProto(kube) {
     return el("tr", {}, el("td", {}, el("a")), kube ? el("td") : null, el("td", {}, el("span", { "data-testid": "state" })),
       el("td", {}, el("span", { class: "progress" }, el("span", { "data-testid": "bar" }, el("i")),
@@ -136,10 +151,15 @@
     const st = c[k++].firstChild;
     st.className = "state " + j.state; st.textContent = j.state;
     const prog = c[k++].firstChild, p = j.percent === null || j.percent === undefined ? null : Math.max(0, Math.min(100, j.percent));
-    prog.firstChild.className = "bar " + j.state;
-    prog.firstChild.firstChild.style.width = (p || 0) + "%";
-    prog.lastChild.textContent = p === null ? "-" : (Math.round(p * 10) / 10) + "%";
-    if (j.state === "Running" && j.eta !== null && j.eta !== undefined) prog.appendChild(el("span", { class: "eta" }, "ETA " + duration(j.eta)));
+    const barEl = prog.firstChild, pct = barEl.nextSibling;
+    barEl.className = "bar " + j.state;
+    barEl.firstChild.style.width = (p || 0) + "%";
+    pct.textContent = p === null ? "-" : (Math.round(p * 10) / 10) + "%";
+    let eta = pct.nextSibling;
+    if (j.state === "Running" && j.eta !== null && j.eta !== undefined) {
+      if (!eta) { eta = el("span", { class: "eta" }); prog.appendChild(eta); }
+      eta.textContent = "ETA " + duration(j.eta);
+    } else if (eta) eta.remove();
     c[k++].textContent = shape(j);
     c[k++].textContent = j.world === null || j.world === undefined ? "-" : j.world;
     c[k++].textContent = j.restarts;
@@ -151,23 +171,50 @@
     const tbody = document.getElementById("rows");
     if (!tbody) return;
     const f = ui.filter, name = f.name.toLowerCase();
-    const shown = ui.jobs.filter((j) => (!f.state || j.state === f.state) && (!name || j.name.toLowerCase().includes(name)))
+    win.shown = ui.jobs.filter((j) => (!f.state || j.state === f.state) && (!name || j.name.toLowerCase().includes(name)))
       .sort(newestFirst);
-    const kube = ui.where && !ui.where.local;
+    const kube = Boolean(ui.where && !ui.where.local);
+    if (kube !== win.kube) { win.kube = kube; win.pool = []; tbody.replaceChildren(); }
     document.querySelectorAll(".col-namespace").forEach((c) => { c.hidden = !kube; });
-    document.getElementById("jobs").classList.toggle("kube", Boolean(kube));
-    const now = Date.now() / 1000;
-    const proto = rowProto(kube);
-    const frag = document.createDocumentFragment();
-    for (const j of shown) frag.appendChild(fillRow(proto.cloneNode(true), j, kube, now));
-    tbody.replaceChildren(frag);
-    if (!performance.getEntriesByName("jobs-rows").length) performance.mark("jobs-rows");
-    document.getElementById("count").textContent = shown.length + " of " + ui.jobs.length + " jobs";
+    document.getElementById("jobs").classList.toggle("kube", kube);
+    tbody.style.height = win.shown.length * ROW + "px";
+    document.getElementById("count").textContent = win.shown.length + " of " + ui.jobs.length + " jobs";
+    win.from = -1;
+    drawWindow();
     if (ui.firstPaint === null) {
-      // painted: the frame after the rows went in (measured from navigation start, in ms)
+      // painted: the frame after the first screen's rows went in (measured from navigation start, in ms)
       requestAnimationFrame(() => setTimeout(() => { ui.firstPaint = performance.now(); }, 0));
     }
   }
+  // the rows from the one above the window's top to the one below its bottom: one read of the layout
+  // (where the body starts), then only writes
+  function drawWindow() {
+    const tbody = document.getElementById("rows");
+    if (!tbody) return;
+    const top = tbody.getBoundingClientRect().top;  // relative to the window
+    const n = win.shown.length;
+    const from = Math.max(0, Math.min(n, Math.floor(-top / ROW) - OVERSCAN));
+    const to = Math.max(from, Math.min(n, Math.ceil((window.innerHeight - top) / ROW) + OVERSCAN));
+    if (from === win.from && to === win.to) return;
+    win.from = from; win.to = to;
+    if (!win.proto || win.protoKube !== win.kube) { win.proto = rowProto(win.kube); win.protoKube = win.kube; }
+    while (win.pool.length < to - from) win.pool.push(win.proto.cloneNode(true));
+    const now = Date.now() / 1000;
+    const rows = [];
+    for (let i = from; i < to; i++) rows.push(fillRow(win.pool[i - from], win.shown[i], win.kube, now));
+    tbody.style.paddingTop = from * ROW + "px";
+    // the pool's k-th row is always the k-th drawn, refilled: rows are only added or taken at the end
+    while (tbody.children.length < rows.length) tbody.appendChild(rows[tbody.children.length]);
+    while (tbody.children.length > rows.length) tbody.lastChild.remove();
+  }
+  let drawPending = false;
+  function onView() {
+    if (drawPending || !document.getElementById("rows")) return;
+    drawPending = true;
+    requestAnimationFrame(() => { drawPending = false; drawWindow(); });
+  }
+  window.addEventListener("scroll", onView, { passive: true });
+  window.addEventListener("resize", onView);
 
   // --- the job page -------------------------------------------------------------------------------
   function jobPage(ns, name) {
