@@ -142,14 +142,68 @@ def test_list_describe_logs_the_sdk_and_the_dashboard_show_trainjobs_and_t9k_job
     assert {r["name"]: r["kind"] for r in dashboard.jobs()} == {
         "tj": None, "train": "TrainJob", "pytorch-example": "PyTorchTrainingJob"}
 
-    refused = torchjob(kubeconfig, "suspend", "train", "-n", namespace)
-    assert refused.returncode != 0 and "is a TrainJob" in refused.stderr and "spec" in refused.stderr
+    refused = torchjob(kubeconfig, "suspend", "pytorch-example", "-n", namespace)  # T9k's pauses, it does not suspend
+    assert refused.returncode != 0 and "is a PyTorchTrainingJob" in refused.stderr, refused.stderr
+    assert "kubectl patch pytorchtrainingjob pytorch-example" in refused.stderr and "runMode" in refused.stderr
     assert "Traceback" not in refused.stderr
     deleted = torchjob(kubeconfig, "delete", "train", "-n", namespace)
     assert deleted.returncode == 0, deleted.stderr
     with pytest.raises(ApiError):
         wait_for("the TrainJob gone", lambda: kube.get(TrainJobRes, "train", namespace=namespace) and None, 30)
     assert kube.get(T9kPyTorchTrainingJobRes, "pytorch-example", namespace=namespace) is not None
+
+
+def test_kind_slash_name_picks_one_of_two_jobs_of_a_name_and_a_trainjob_suspends(
+        kube: Client, kubeconfig: str, namespace: str, served_operator: Operator) -> None:
+    """A TorchJob and a TrainJob both named `same`: a bare name is refused, naming both kinds and the
+    KIND/NAME to write; `trainjob/same` and `tj/same` reach each; suspend and resume of the TrainJob
+    set its spec.suspend (the operator stops its pods, then makes them again); delete of
+    `trainjob/same` leaves the TorchJob."""
+    from tests.kube.test_trainjob_api import condition, wait_trainjob
+
+    kube.create(codecs.from_dict(trainjob_on_kwok("same", namespace)), namespace=namespace)
+    running_pods(kube, "same", namespace, 2)
+    # Both cannot run (one pod and Service name each): the TorchJob is made suspended, so it makes none
+    own_data = job_data("same", workers=0)
+    own_data["spec"].setdefault("runPolicy", {})["suspend"] = True
+    create(kube, own_data, namespace)
+
+    for verb in ("describe", "logs", "delete", "suspend"):
+        bare = torchjob(kubeconfig, verb, "same", "-n", namespace)
+        assert bare.returncode != 0 and "Traceback" not in bare.stderr, bare.stderr
+        assert "2 jobs are named 'same'" in bare.stderr and "torchjob/same or trainjob/same" in bare.stderr
+    assert "Kind:        TrainJob" in torchjob(kubeconfig, "describe", "trainjob/same", "-n", namespace).stdout
+    assert "Kind:        TrainJob" in torchjob(kubeconfig, "describe", "trainjobs.trainer.kubeflow.org/same",
+                                              "-n", namespace).stdout
+    own = torchjob(kubeconfig, "describe", "tj/same", "-n", namespace)
+    assert own.returncode == 0 and "Kind:" not in own.stdout, own.stderr
+    assert torchjob(kubeconfig, "logs", "TrainJob/same", "-n", namespace).stdout.count(LINE) == 2
+    wrong = torchjob(kubeconfig, "describe", "deployment/same", "-n", namespace)
+    assert wrong.returncode != 0 and "trainjob" in wrong.stderr and "Traceback" not in wrong.stderr, wrong.stderr
+    missing = torchjob(kubeconfig, "describe", "pytorchjob/same", "-n", namespace)
+    assert missing.returncode != 0 and "no job named 'pytorchjob/same'" in missing.stderr, missing.stderr
+
+    suspended = torchjob(kubeconfig, "suspend", "trainjob/same", "-n", namespace)
+    assert suspended.returncode == 0, suspended.stderr
+    def suspended_is(value: str) -> Any:
+        return lambda s: (condition(s, "Suspended") or {}).get("status") == value
+
+    stored = wait_trainjob(kube, "same", namespace, suspended_is("True"))
+    assert stored["spec"]["suspend"] is True
+    def live() -> list[Any]:  # a pod being deleted (KWOK keeps it for its grace period) is gone
+        return [p for p in kube.list(Pod, namespace=namespace, labels={JOBSET_NAME: "same"})
+                if not p.metadata.deletionTimestamp]
+
+    wait_for("the TrainJob's pods stopped", lambda: not live())
+    assert torchjob(kubeconfig, "resume", "trainjob/same", "-n", namespace).returncode == 0
+    stored = wait_trainjob(kube, "same", namespace, suspended_is("False"))
+    assert stored["spec"]["suspend"] is False
+    wait_for("its pods made again", lambda: len(live()) == 2)
+
+    assert torchjob(kubeconfig, "delete", "trainjob/same", "-n", namespace).returncode == 0
+    with pytest.raises(ApiError):
+        wait_for("the TrainJob gone", lambda: kube.get(TrainJobRes, "same", namespace=namespace) and None, 30)
+    assert "Kind:" not in torchjob(kubeconfig, "describe", "same", "-n", namespace).stdout  # the TorchJob, alone now
 
 
 def test_a_kind_whose_crd_is_not_installed_lists_as_none(kube: Client, kubeconfig: str, namespace: str,

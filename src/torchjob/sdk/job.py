@@ -223,11 +223,11 @@ class Job:
         target = Target(True, kubeconfig, context, namespace) if kube else None
         rt = connect(target) if target is not None else local_runtime()
         rt.schedule(rt.dryrun(built.job, code=built.code))
-        view = rt.describe(self.name)
+        view = rt.describe(f"torchjob/{self.name}" if kube else self.name)
         if target is None:
             _reap(view.supervisor)
             view = _created(rt, view)
-        return JobHandle(self.name, rt, kube=kube, namespace=view.namespace, nonce=self._nonce)
+        return JobHandle(self.name, rt, kube=kube, namespace=view.namespace, nonce=self._nonce, kind="TorchJob")
 
 
 def _reap(pid: int | None) -> None:

@@ -78,10 +78,13 @@ class JobResult:
         return self
 
 
-def result_of(view: JobView, rt: Runtime[Any] | None = None, nonce: str | None = None) -> JobResult:
+def result_of(view: JobView, rt: Runtime[Any] | None = None, nonce: str | None = None,
+              ref: str | None = None) -> JobResult:
     """A view of a job as a JobResult; for a function's job (its `nonce` given), with the value rank 0
-    printed, read from the output of the replica that holds rank 0."""
-    found, value, why = value_in(rank0_lines(view, rt), nonce) if rt is not None and nonce else (False, None, None)
+    printed, read from the output of the replica that holds rank 0 (`ref`: how the runtime names the
+    job, `torchjob/NAME` on a cluster)."""
+    found, value, why = value_in(rank0_lines(view, rt, ref), nonce) if rt is not None and nonce else \
+        (False, None, None)
     root = view.root_cause
     if why is not None:
         root = f"{why}\n{root}" if root else why
@@ -89,7 +92,7 @@ def result_of(view: JobView, rt: Runtime[Any] | None = None, nonce: str | None =
     return JobResult(view.name, state, view.status, None if state is JobState.SUCCEEDED else root, found, value, why)
 
 
-def rank0_lines(view: JobView, rt: Runtime[Any]) -> list[str]:
+def rank0_lines(view: JobView, rt: Runtime[Any], ref: str | None = None) -> list[str]:
     """The output of the replica whose processes include rank 0: the master's; an elastic job (no
     master, ranks given by the rendezvous) any worker's, each read. Empty once the output is gone."""
     names = ["master-0"] if "Master" in view.job.spec.pytorchReplicaSpecs else \
@@ -97,7 +100,7 @@ def rank0_lines(view: JobView, rt: Runtime[Any]) -> list[str]:
     lines: list[str] = []
     for name in names:
         try:
-            lines += list(rt.logs(view.name, name))
+            lines += list(rt.logs(ref or view.name, name))
         except UserError:
             continue
     return lines
@@ -114,8 +117,10 @@ class JobHandle:
     """
 
     def __init__(self, name: str, runtime: Runtime[Any], *, kube: bool = False, namespace: str | None = None,
-                 nonce: str | None = None) -> None:
+                 nonce: str | None = None, kind: str | None = None) -> None:
         self.name = name
+        # how the runtime is asked for it: on a cluster `KIND/NAME` (a TorchJob and a TrainJob may share a name)
+        self._ref = f"{kind.lower()}/{name}" if kube and kind else name
         self.kube = kube  # where it runs, for its repr: each call goes to the runtime alike
         self.namespace = namespace
         self._rt = runtime
@@ -129,11 +134,11 @@ class JobHandle:
     def describe(self) -> JobView:
         """What `torchjob describe` shows: the job, its status, each replica's attempts with their exit
         codes, its events, and the root cause of a failure."""
-        return self._rt.describe(self.name)
+        return self._rt.describe(self._ref)
 
     def status(self) -> JobStatus:
         """The job's status now."""
-        return self._rt.describe(self.name).status
+        return self._rt.describe(self._ref).status
 
     @property
     def state(self) -> JobState:
@@ -157,13 +162,13 @@ class JobHandle:
         """
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            view = self._rt.describe(self.name)
+            view = self._rt.describe(self._ref)
             if view.status.finished:
                 break
             if end is not None and time.monotonic() >= end:
                 raise JobTimeout(f"job {self.name} is still {view.status.state.lower()} after {timeout:g}s")
             time.sleep(poll_s)
-        result = result_of(view, self._rt, self._nonce)
+        result = result_of(view, self._rt, self._nonce, self._ref)
         return result.check() if check else result
 
     def output(self) -> str:
@@ -177,7 +182,7 @@ class JobHandle:
         """The job's output: every replica's lines prefixed (`[worker-1] ...`), or one replica's
         (`replica="master-0"`). With `follow`, also print them as they come until the job ends."""
         lines: list[str] = []
-        for line in self._rt.logs(self.name, replica, follow=follow):
+        for line in self._rt.logs(self._ref, replica, follow=follow):
             if hidden(line):  # a function's value travels on a line of its own, not for reading
                 continue
             lines.append(line)
@@ -188,7 +193,7 @@ class JobHandle:
     def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Stop every replica; `resume` starts them again. Returns once the job is suspended (its state
         `Suspended`, every replica stopped); `wait=False` returns at once, the change under way."""
-        self._rt.suspend(self.name)
+        self._rt.suspend(self._ref)
         if wait:
             self._until(lambda st: st.state in (JobState.SUSPENDED, *ENDED), "suspended", timeout)
 
@@ -196,7 +201,7 @@ class JobHandle:
         """Start a suspended job's replicas again. Returns once it is no longer suspended (`Running`,
         or `Created` while its replicas start); `wait=False` returns at once. A job under a Kueue
         queue stays suspended until Kueue admits it: resume it with `wait=False`."""
-        self._rt.resume(self.name)
+        self._rt.resume(self._ref)
         if wait:
             self._until(lambda st: st.state is not JobState.SUSPENDED, "resumed", timeout)
 
@@ -213,7 +218,7 @@ class JobHandle:
     def delete(self) -> None:
         """Stop the job if it runs, and remove it (its record and logs; on a cluster, its pods and its code's
         ConfigMap)."""
-        self._rt.delete(self.name)
+        self._rt.delete(self._ref)
 
 
 def list_jobs(*, kube: bool = False, namespace: str | None = None, all_namespaces: bool = False,
@@ -234,4 +239,5 @@ def list_jobs(*, kube: bool = False, namespace: str | None = None, all_namespace
     every = Target(True, kubeconfig, context, ALL_NAMESPACES if all_namespaces else namespace)
     found = connect(every).list()
     runtimes = {ns: connect(every.in_namespace(ns)) for ns in {v.namespace for v in found}}
-    return [JobHandle(v.name, runtimes[v.namespace], kube=True, namespace=v.namespace) for v in found]
+    return [JobHandle(v.name, runtimes[v.namespace], kube=True, namespace=v.namespace, kind=v.kind or "TorchJob")
+            for v in found]

@@ -123,16 +123,23 @@ def status_of(data: dict[str, Any]) -> JobStatus:
     return served(data).status_of(data)
 
 
-def find(kube: Client, name: str, namespace: str | None) -> dict[str, Any]:
-    """The job of that name: a TorchJob, else one of a kind the operator serves beside it (a Kubeflow
-    PyTorchJob, Trainer's TrainJob, T9k's PyTorchTrainingJob); no_such_job naming every one there."""
-    try:
-        return get(kube, name, namespace)
-    except UserError:
-        found = served_jobs.find(kube, name, _ns(kube, namespace))
-        if found is None:
-            raise
-        return found
+def find(kube: Client, ref: str, namespace: str | None) -> dict[str, Any]:
+    """The job `ref` names: `KIND/NAME` (kubectl's `trainjob/foo`: served_jobs.parse_ref), or a NAME
+    that one kind holds: a TorchJob, or one of a kind the operator serves beside it (a Kubeflow
+    PyTorchJob, Trainer's TrainJob, T9k's PyTorchTrainingJob). None there: no_such_job naming every
+    one there; a NAME several kinds hold: an error naming them and the KIND/NAME to write."""
+    kind, name = served_jobs.parse_ref(ref)
+    ns = _ns(kube, namespace)
+    if kind is None:
+        found = served_jobs.named(kube, name, ns)
+    else:
+        found = [d for d in (served_jobs.get(kube, kind, name, ns),) if d is not None]
+    if len(found) > 1:
+        raise served_jobs.ambiguous(name, found, ns)
+    if not found:
+        there = [*list_jobs(kube, ns), *served_jobs.list_all(kube, ns)]
+        raise no_such_job(ref, [o["metadata"]["name"] for o in there], f" in {ns}")
+    return found[0]
 
 
 def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0,
@@ -172,23 +179,36 @@ def delete(kube: Client, name: str, namespace: str | None) -> None:
     kube.delete(TorchJobRes, name, namespace=_ns(kube, namespace))
 
 
-def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> None:
-    """Suspend or resume. Under a Kueue queue, Kueue decides when a job runs, so its Workload is
-    deactivated (Kueue frees the quota) or activated again (Kueue admits it when there is room)."""
-    data = find(kube, name, namespace)
-    kind = served_jobs.kind_name(data)
-    if kind is not None:  # the operator serves it, but its own API says how it suspends
-        import json
+# A served kind's own switch, patched as its API says (a JSON merge patch of its spec); T9k's
+# PyTorchTrainingJob pauses (runMode.pause), which is not a suspend: its patch is only shown.
+SUSPEND_FIELD: dict[str, tuple[str, ...]] = {"TorchJob": ("runPolicy", "suspend"),
+                                              "PyTorchJob": ("runPolicy", "suspend"), "TrainJob": ("suspend",)}
 
-        spec = {"TrainJob": {"suspend": value}, "PyTorchJob": {"runPolicy": {"suspend": value}},
-                "PyTorchTrainingJob": {"runMode": {"pause": {"enabled": value}}}}
-        patch = {k: json.dumps({"spec": v}, separators=(",", ":")) for k, v in spec.items()}
-        how = f"kubectl patch {kind.lower()} {name} --type merge -p '{patch[kind]}'" if kind in patch else \
-            "use its own client"
-        raise UserError(f"job {name!r} is a {kind}: torchjob {'suspends' if value else 'resumes'} only TorchJobs",
-                        fix=how)
-    (refuse_suspend if value else refuse_resume)(name, _job_of(data), status_of(data))
-    ns = _ns(kube, namespace)
+
+def _suspend_patch(kind: str, value: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"suspend": value}
+    for key in reversed(SUSPEND_FIELD[kind][:-1]):
+        out = {key: out}
+    return {"spec": out}
+
+
+def set_suspend(kube: Client, ref: str, namespace: str | None, value: bool) -> None:
+    """Suspend or resume a TorchJob, a Kubeflow PyTorchJob (`spec.runPolicy.suspend`) or a Trainer
+    TrainJob (`spec.suspend`). Under a Kueue queue, Kueue decides when a job runs, so its Workload is
+    deactivated (Kueue frees the quota) or activated again (Kueue admits it when there is room)."""
+    import json
+
+    data = find(kube, ref, namespace)
+    kind = str(data.get("kind") or "TorchJob")
+    name, ns = data["metadata"]["name"], data["metadata"].get("namespace") or _ns(kube, namespace)
+    if kind not in SUSPEND_FIELD:  # the operator serves it, but its own API says how it stops
+        pause = json.dumps({"spec": {"runMode": {"pause": {"enabled": value}}}}, separators=(",", ":"))
+        how = f"kubectl patch {kind.lower()} {name} --type merge -p '{pause}'" if kind == "PyTorchTrainingJob" \
+            else "use its own client"
+        raise UserError(f"job {name!r} is a {kind}: torchjob {'suspends' if value else 'resumes'} TorchJobs, "
+                        "PyTorchJobs and TrainJobs", fix=how)
+    job = served_jobs.Reader(kube).read(data)
+    (refuse_suspend if value else refuse_resume)(ref, job, status_of(data))
     if (data["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL):
         try:
             kube.patch(KueueWorkload, kueue.workload_name(name), {"spec": {"active": not value}}, namespace=ns,
@@ -196,8 +216,8 @@ def set_suspend(kube: Client, name: str, namespace: str | None, value: bool) -> 
         except Exception as e:  # ApiError, or a plain 404 where Kueue is not installed
             if status_code(e) != 404:  # none yet: the operator makes it when it first sees the job
                 raise
-    kube.patch(TorchJobRes, name, {"spec": {"runPolicy": {"suspend": value}}}, namespace=ns,
-               patch_type=PatchType.MERGE)
+    res = served_jobs.resource_of(data) or TorchJobRes
+    kube.patch(res, name, _suspend_patch(kind, value), namespace=ns, patch_type=PatchType.MERGE)
 
 
 def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
@@ -208,12 +228,8 @@ def list_jobs(kube: Client, namespace: str | None) -> list[dict[str, Any]]:
 def logs(kube: Client, name: str, namespace: str | None, replica: str | None = None, follow_: bool = False,
          attempt: int | None = None, tail: int | None = None, limit_bytes: int = TAIL_BYTES) -> Iterator[str]:
     """The job's pods' lines (job_pods.pod_logs): each pod's last `tail`, prefixed with its replica."""
-    return pod_logs(kube, name, pods(kube, find(kube, name, namespace)), replica, follow_, attempt, tail,
-                    limit_bytes)
-
-
-def _job_of(data: dict[str, Any]) -> TorchJob:
-    return served(data).read(data, [])
+    data = find(kube, name, namespace)
+    return pod_logs(kube, data["metadata"]["name"], pods(kube, data), replica, follow_, attempt, tail, limit_bytes)
 
 
 def view_of(data: dict[str, Any], kube: Client | None = None, reader: served_jobs.Reader | None = None) -> JobView:
@@ -301,8 +317,8 @@ class KubeRuntime:
 
     def delete(self, name: str) -> None:
         data = find(self.kube, name, self.namespace)
-        res = served_jobs.resource_of(data)
+        res, meta = served_jobs.resource_of(data), data["metadata"]
         if res is None:
-            delete(self.kube, name, self.namespace)
+            delete(self.kube, meta["name"], self.namespace)
         else:  # its pods go with it (they are owned by it)
-            self.kube.delete(res, name, namespace=data["metadata"].get("namespace") or _ns(self.kube, self.namespace))
+            self.kube.delete(res, meta["name"], namespace=meta.get("namespace") or _ns(self.kube, self.namespace))

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from lightkube import Client
+from lightkube.core.exceptions import ApiError
 
+from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.kube.clientside.job_pods import served
 from torchjob.kube.machinery.client import status_code, to_dict
@@ -23,6 +25,62 @@ def kinds() -> list[tuple[str, Any]]:
     from torchjob.kube.machinery.client import PyTorchJobRes, T9kPyTorchTrainingJobRes, TrainJobRes
 
     return [("PyTorchJob", PyTorchJobRes), ("TrainJob", TrainJobRes), ("PyTorchTrainingJob", T9kPyTorchTrainingJobRes)]
+
+
+def every_kind() -> list[tuple[str, Any]]:
+    """TorchJob first, then the kinds served beside it."""
+    from torchjob.kube.machinery.client import TorchJobRes
+
+    return [("TorchJob", TorchJobRes), *kinds()]
+
+
+def words(kind: str, res: Any) -> list[str]:
+    """What `KIND/NAME` may say for a kind, as kubectl takes it: the kind, its plural, a short name,
+    each also with the API group (`trainjobs.trainer.kubeflow.org`); any case."""
+    plural, group = res._api_info.plural, res._api_info.resource.group
+    short = ["tj"] if kind == "TorchJob" else []
+    return [*(w for w in (kind.lower(), plural)), *short, f"{kind.lower()}.{group}", f"{plural}.{group}"]
+
+
+KIND_HELP = "torchjob (tj), pytorchjob, trainjob, pytorchtrainingjob"
+
+
+def parse_ref(ref: str) -> tuple[str | None, str]:
+    """`NAME` -> (None, NAME); `KIND/NAME` (kubectl's `trainjob/foo`, `pytorchjobs/foo`, ...) -> (the
+    kind, NAME). A word that is no kind torchjob shows is a UserError naming the kinds."""
+    word, sep, name = ref.partition("/")
+    if not sep:
+        return None, ref
+    kind = next((k for k, res in every_kind() if word.lower() in words(k, res)), None)
+    if kind is None or not name or "/" in name:
+        raise UserError(f"{ref!r} is not KIND/NAME with a kind torchjob shows",
+                        fix=f"write NAME, or KIND/NAME with KIND one of {KIND_HELP} (e.g. trainjob/{name or 'NAME'})")
+    return kind, name
+
+
+def get(kube: Client, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+    """The job of that kind and name, or None (none there, or its kind not installed or not readable)."""
+    res = dict(every_kind())[kind]
+    try:
+        return to_dict(kube.get(res, name, namespace=namespace))
+    except Exception as e:
+        # A TorchJob that is not there; not its type missing (explain() says to install torchjob) nor a 403
+        gone = isinstance(e, ApiError) and status_code(e) == 404 if kind == "TorchJob" else status_code(e) in MISSING
+        if not gone:
+            raise
+        return None
+
+
+def named(kube: Client, name: str, namespace: str) -> list[dict[str, Any]]:
+    """Every job of that name, of any kind (a TorchJob first)."""
+    return [found for kind, _ in every_kind() if (found := get(kube, kind, name, namespace)) is not None]
+
+
+def ambiguous(name: str, found: list[dict[str, Any]], namespace: str) -> UserError:
+    """A bare name that several kinds hold: which, and how to name one."""
+    held = [str(d.get("kind") or "TorchJob") for d in found]
+    return UserError(f"{len(found)} jobs are named {name!r} in {namespace}: a {' and a '.join(held)}",
+                     fix="name one as KIND/NAME, as kubectl does: " + " or ".join(f"{k.lower()}/{name}" for k in held))
 
 
 def resource_of(data: dict[str, Any]) -> Any:
