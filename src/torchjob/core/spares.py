@@ -13,8 +13,10 @@ spare can be started with as well.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torchjob.api.model import TorchJob
+if TYPE_CHECKING:  # this module is also imported by torchrun's agent (local/spare_workers.py): kept light
+    from torchjob.api.model import TorchJob
 
 # Interpreter options a spare is started with unchanged (they mean the same for the spare's
 # interpreter); any other option (-c, -I, -E, -s, -S, -P, -i, -x, combined letters) means no spare.
@@ -62,7 +64,7 @@ def python_entry(argv: list[str], python: str) -> PythonEntry | None:
             i += 1
         elif a[:2] in VALUE_OPTIONS and len(a) > 2:
             options.append(a)
-        elif a.startswith("-"):  # -c, -I, -, --, combined letters...: not one a spare shares
+        elif a.startswith("-") or a.endswith(".pyc"):  # -c, -I, -, --, combined letters...: not one a spare shares
             return None
         else:
             return PythonEntry(tuple(options), a, None, tuple(argv[i + 1:]))
@@ -84,8 +86,16 @@ def no_spare_reason(job: TorchJob, rtype: str, entry: PythonEntry | None) -> str
     return None
 
 
-def spare_still_useful(job: TorchJob) -> bool:
-    """Whether spares are still worth keeping: the job may restart a replica again (backoffLimit not spent)."""
+def warm_workers(job: TorchJob, torchrun: bool) -> bool:
+    """Whether a replica that runs torchrun has its agent keep a warm spare per local rank (torchrun
+    restarts its workers itself: a spare of the replica shortens only the agent's own restart)."""
+    return bool(job.run_policy.warmSpares) and torchrun
+
+
+def spare_still_useful(job: TorchJob, restarting: bool = False) -> bool:
+    """Whether spares are still worth keeping: a restart is under way (`restarting`: some replica has
+    no running attempt; the restart that spent the last of backoffLimit is counted before its replicas
+    start), or the job may restart a replica again (backoffLimit not spent)."""
     limit = job.run_policy.backoffLimit
     done = job.status.restartCount if job.status is not None else 0
-    return limit is None or done < limit
+    return restarting or limit is None or done < limit

@@ -23,6 +23,7 @@ from torchjob.api.model import (
 from torchjob.api.spec_facts import is_torchrun
 from torchjob.api.validate import config_key_problem, training_container
 from torchjob.core.expand import expand_argv, expand_env
+from torchjob.core.spares import warm_workers
 from torchjob.core.topology import (
     Placement,
     ReplicaId,
@@ -270,6 +271,8 @@ def render(
         env = _resolved_env(job, rid, c, ours, defaults, opts, notes)
         if renv.torchrun and nproc_per_node(job) != "1":
             env.update(ranktag.env(env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")))
+        if warm_workers(job, renv.torchrun):  # its agent keeps a warm spare per worker (local/spare_workers.py)
+            env["TORCHJOB_WARM_WORKERS"] = "1"
         argv = expand_argv(argv, env)  # what the kubelet does with $(VAR) in command and args
         if uses_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(slices.get(rid.name, []))

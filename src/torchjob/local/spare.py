@@ -25,9 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torchjob.core.spares import PythonEntry
-from torchjob.local.launch import LaunchSpec
-from torchjob.local.volumes import preexec
 
+# A spare starts this long after the attempt (or torchrun worker) it would replace has started: its
+# `import torch` then never competes for the cores with that attempt's own start (a cold one's
+# import, or a recovering job's rendezvous and first steps).
+SPARE_AFTER_S = 5.0
 LAUNCHER = Path(__file__).resolve().parent / "spare_launcher" / "torchjob_spare.py"
 FD_ENV = "TORCHJOB_SPARE_FD"
 WARM_ENV = "TORCHJOB_SPARE_WARM"
@@ -53,19 +55,28 @@ def warm_modules(entry: PythonEntry) -> list[str]:
     return ["torch", *(AGENT_MODULES if entry.module == TORCHRUN_AGENT else ())]
 
 
-def shared_env(env: dict[str, str]) -> dict[str, str]:
+def shared_env(env: dict[str, str], attempt_env: frozenset[str] = ATTEMPT_ENV) -> dict[str, str]:
     """`env` less what only an attempt knows."""
-    return {k: v for k, v in env.items() if k not in ATTEMPT_ENV}
+    return {k: v for k, v in env.items() if k not in attempt_env}
 
 
 class Spare:
-    """One spare process of one replica."""
+    """One spare process: of a replica (the supervisor's), or of a torchrun worker (its agent's,
+    local/spare_workers.py). `capture`: its output is a pipe of its own (a replica's, streamed by the
+    supervisor), else its parent's own stdout and stderr (a torchrun worker's)."""
 
-    def __init__(self, spec: LaunchSpec, entry: PythonEntry, env: dict[str, str]) -> None:
-        self.spec = spec
+    def __init__(self, name: str, python: str, entry: PythonEntry, env: dict[str, str], cwd: str | None = None,
+                 preexec_fn: Callable[[], None] | None = None, capture: bool = True,
+                 attempt_env: frozenset[str] = ATTEMPT_ENV) -> None:
+        self.name = name
+        self.python = python
         self.entry = entry
-        # the replica's environment as an attempt gets it, less the attempt's own (os.environ included)
-        self.env = shared_env({**os.environ, **env})
+        self.cwd = cwd
+        self.preexec_fn = preexec_fn
+        self.capture = capture
+        self.attempt_env = attempt_env
+        # the environment as an attempt gets it, less the attempt's own (os.environ included)
+        self.env = shared_env({**os.environ, **env}, attempt_env)
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.warm_s: float | None = None  # seconds from its start to warm, once it is
@@ -82,13 +93,13 @@ class Spare:
         """Start it (raises OSError where it cannot start: no spare then)."""
         ours, theirs = socket.socketpair()
         env = {**self.env, FD_ENV: str(theirs.fileno()), WARM_ENV: ",".join(warm_modules(self.entry))}
-        argv = [self.spec.argv[0], *self.entry.options, str(LAUNCHER), *self.entry.target]
-        enter = preexec(self.spec.mounts, self.spec.cwd)
+        argv = [self.python, *self.entry.options, str(LAUNCHER), *self.entry.target]
+        out = subprocess.PIPE if self.capture else None
         try:
             self.proc = subprocess.Popen(
-                argv, env=env, cwd=None if enter else self.spec.cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=enter,
-                pass_fds=(theirs.fileno(),),
+                argv, env=env, cwd=self.cwd, stdin=subprocess.DEVNULL if self.capture else None,
+                stdout=out, stderr=subprocess.STDOUT if self.capture else None, start_new_session=True,
+                preexec_fn=self.preexec_fn, pass_fds=(theirs.fileno(),),
             )
         except OSError:
             ours.close()
@@ -97,7 +108,7 @@ class Spare:
             theirs.close()
         self.started_at = time.time()
         self._sock = ours
-        threading.Thread(target=self._listen, args=(ours, on_warm), name=f"spare-{self.spec.name}",
+        threading.Thread(target=self._listen, args=(ours, on_warm), name=f"spare-{self.name}",
                          daemon=True).start()
 
     def _listen(self, sock: socket.socket, on_warm: Callable[[Spare], None] | None) -> None:
@@ -132,7 +143,7 @@ class Spare:
         if self._taken or self.proc is None or self._sock is None:
             return None
         self._taken = True
-        if not self.alive or shared_env(env) != self.env:
+        if not self.alive or shared_env(env, self.attempt_env) != self.env:
             self._end()
             return None
         try:

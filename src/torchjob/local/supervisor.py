@@ -46,15 +46,11 @@ from torchjob.local.prepare import free_port, now, placement
 from torchjob.local.process import Exited, LogLost, ReplicaProcess, StartError
 from torchjob.local.progress import LocalEndpoint
 from torchjob.local.render import render, warnings
-from torchjob.local.spare import Spare
+from torchjob.local.spare import SPARE_AFTER_S, Spare
 from torchjob.local.store import Store
 from torchjob.local.sweep import sweep
 
 PROGRESS_WRITE_S = 1.0  # the job's progress is written to the store at most this often
-# A replica's warm spare starts this long after the attempt it would replace has started: its
-# `import torch` then never competes for the cores with that attempt's own start (a cold one's
-# import, or a recovering job's rendezvous and first steps).
-SPARE_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -335,8 +331,9 @@ class Supervisor:
     def _tend_spares(self, plan: Plan) -> None:
         """Keep a warm spare for each replica core gives one (core/spares.py) while the job may still
         restart it; none once the job stops, is suspended, deleted or done."""
+        restarting = any(name not in self.procs or not self.procs[name].alive for name in self.specs)
         ending = (plan.done or self.deleting or self.stop_requested is not None or bool(self.job.run_policy.suspend)
-                  or not spares.spare_still_useful(self.job))
+                  or not spares.spare_still_useful(self.job, restarting))
         for name, spec in self.specs.items():
             spare = self.spares.get(name)
             if spare is not None and (ending or not spare.alive):
@@ -365,7 +362,8 @@ class Supervisor:
         env = dict(spec.env)
         if self.endpoint is not None:
             env.update(self.endpoint.shared_env())
-        spare = Spare(spec, entry, env)
+        enter = volumes.preexec(spec.mounts, spec.cwd)
+        spare = Spare(name, spec.argv[0], entry, env, None if enter else spec.cwd, enter)
         try:
             spare.start(lambda sp: self.events.put(_SpareWarm(name, sp)))
         except OSError as e:

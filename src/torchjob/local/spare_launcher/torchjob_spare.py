@@ -12,15 +12,21 @@ exception's traceback (less this file's frames). End of file instead: the spare 
 exits quietly. Standard library only, and as little of it as it can: the replica's process is this one.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import ModuleType, TracebackType
 
 _STARTED = time.monotonic()
 _HERE = os.path.abspath(__file__)
 
 
-def _module_level_imports(path):
+def _module_level_imports(path: str) -> list[str]:
     """The absolute imports of a source file's module level (also inside its top-level if/try/with
     blocks, not in functions or classes): what it imports first, in order."""
     import ast
@@ -30,8 +36,8 @@ def _module_level_imports(path):
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return []
-    names = []
-    todo = list(tree.body)
+    names: list[str] = []
+    todo: list[ast.stmt] = list(tree.body)
     while todo:
         node = todo.pop(0)
         if isinstance(node, ast.Import):
@@ -39,14 +45,14 @@ def _module_level_imports(path):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
-            inner = list(node.body) + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", []))
+            inner: list[ast.stmt] = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
             for h in getattr(node, "handlers", []):
                 inner += h.body
             todo = inner + todo
     return names
 
 
-def _installed_dirs():
+def _installed_dirs() -> list[str]:
     import sysconfig
 
     paths = sysconfig.get_paths()
@@ -57,7 +63,7 @@ def _installed_dirs():
     return [os.path.realpath(d) for d in dirs if d]
 
 
-def _safe(top, own_dirs, installed):
+def _safe(top: str, own_dirs: list[str], installed: list[str]) -> bool:
     """Whether top-level module `top` may be imported ahead: found in the standard library or among
     the installed packages, and not in a directory of the user's that comes first at run time."""
     import importlib.machinery
@@ -80,7 +86,7 @@ def _safe(top, own_dirs, installed):
     return any(real.startswith(d.rstrip(os.sep) + os.sep) for d in installed)
 
 
-def _module_source(name):
+def _module_source(name: str) -> str | None:
     """The source file of module `name`, found without importing anything."""
     import importlib.machinery
     import importlib.util
@@ -98,7 +104,7 @@ def _module_source(name):
     return spec.origin if spec is not None and spec.origin and spec.origin.endswith(".py") else None
 
 
-def _warm(target):
+def _warm(target: list[str]) -> int:
     """Import ahead what is safe to; returns how many modules were imported."""
     import importlib
 
@@ -114,7 +120,7 @@ def _warm(target):
         wanted += _module_level_imports(source)
     installed = _installed_dirs()
     before = len(sys.modules)
-    verdict = {}
+    verdict: dict[str, bool] = {}
     saved_argv = sys.argv
     sys.argv = list(target)  # what the replica's command line says, for a module that reads it at import
     try:
@@ -133,8 +139,8 @@ def _warm(target):
     return len(sys.modules) - before
 
 
-def _recv_all(fd):
-    chunks = []
+def _recv_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 16)
         if not chunk:
@@ -142,14 +148,14 @@ def _recv_all(fd):
         chunks.append(chunk)
 
 
-def _trimmed(tb):
+def _trimmed(tb: TracebackType | None) -> TracebackType | None:
     """The traceback without this file's frames: what `python` itself would print."""
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _HERE:
         tb = tb.tb_next
     return tb
 
 
-def _run_script(script, options):
+def _run_script(script: str) -> None:
     import builtins
     import importlib.machinery
     import types
@@ -161,7 +167,7 @@ def _run_script(script, options):
         if not sys.flags.safe_path:
             sys.path[0] = script
         sys.modules["__main__"] = _fresh_main(types, builtins)
-        runpy._run_module_as_main("__main__", False)  # what python itself calls for them
+        runpy._run_module_as_main("__main__", False)  # type: ignore[attr-defined]  # what python calls for them
         return
     try:
         with open(path, "rb") as f:
@@ -173,7 +179,7 @@ def _run_script(script, options):
         sys.path[0] = os.path.dirname(os.path.realpath(path))
     main = _fresh_main(types, builtins)
     main.__file__ = path
-    main.__cached__ = None
+    main.__cached__ = None  # type: ignore[attr-defined]
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
     sys.modules["__main__"] = main
     code = compile(source, path, "exec", dont_inherit=True,
@@ -181,7 +187,7 @@ def _run_script(script, options):
     exec(code, main.__dict__)
 
 
-def _is_zip(path):
+def _is_zip(path: str) -> bool:
     import zipfile
 
     try:
@@ -190,14 +196,14 @@ def _is_zip(path):
         return False
 
 
-def _fresh_main(types, builtins):
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins
+def _fresh_main(types: Any, builtins: ModuleType) -> ModuleType:
+    main: ModuleType = types.ModuleType("__main__")
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
     main.__annotations__ = {}
     return main
 
 
-def _run_module(module):
+def _run_module(module: str) -> None:
     import builtins
     import runpy
     import types
@@ -205,14 +211,46 @@ def _run_module(module):
     if not sys.flags.safe_path:
         sys.path[0] = os.getcwd()
     sys.modules["__main__"] = _fresh_main(types, builtins)
-    runpy._run_module_as_main(module, True)  # what `python -m` itself calls
+    runpy._run_module_as_main(module, True)  # type: ignore[attr-defined]  # what `python -m` itself calls
 
 
-def main():
+def _hold_output() -> list[tuple[int, int, int]]:
+    """What the spare writes while it warms (an import's warning) is held in memory, and written when
+    it becomes the attempt (as a new process would have written it then); dropped if it never does."""
+    held: list[tuple[int, int, int]] = []
+    try:
+        for fd in (1, 2):
+            mem = os.memfd_create(f"torchjob-spare-{fd}")
+            held.append((fd, os.dup(fd), mem))
+            os.dup2(mem, fd)
+    except (AttributeError, OSError):
+        pass
+    return held
+
+
+def _release_output(held: list[tuple[int, int, int]]) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    for fd, saved, mem in held:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.lseek(mem, 0, os.SEEK_SET)
+        while True:
+            chunk = os.read(mem, 1 << 16)
+            if not chunk:
+                break
+            while chunk:
+                chunk = chunk[os.write(fd, chunk):]
+        os.close(mem)
+
+
+def main() -> None:
     fd = int(os.environ["TORCHJOB_SPARE_FD"])
     os.set_inheritable(fd, False)
     argv = sys.argv[1:]
     target = argv if argv else ["-c"]
+    held = _hold_output()
     try:
         n = _warm(target)
     except Exception:
@@ -230,6 +268,10 @@ def main():
     env = json.loads(plan)["env"]
     os.environ.clear()
     os.environ.update(env)
+    _release_output(held)
+    tag = sys.modules.get("_torchjob_rank_tag")  # torchjob's rank tag (local/ranktag), now that RANK is known
+    if tag is not None:
+        tag._install()
     head = sys.orig_argv[:len(sys.orig_argv) - len(argv) - 1]  # the interpreter and its options
     sys.orig_argv = [*head, *argv]
     try:
@@ -238,7 +280,7 @@ def main():
             _run_module(target[1])
         else:
             sys.argv = list(target)
-            _run_script(target[0], head[1:])
+            _run_script(target[0])
     except SystemExit:
         raise
     except BaseException as e:

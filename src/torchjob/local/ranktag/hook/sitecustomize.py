@@ -77,5 +77,6 @@ def _chain() -> None:
     spec.loader.exec_module(module)
 
 
+sys.modules["_torchjob_rank_tag"] = sys.modules[__name__]  # a warm spare tags once its rank is known
 _install()
 _chain()
