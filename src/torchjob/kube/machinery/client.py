@@ -17,13 +17,12 @@ from typing import Any, TypeVar
 import httpx2  # lightkube's HTTP client: what it raises below the Kubernetes API
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.core.resource import ApiInfo, ResourceDef
+from lightkube.generic_resource import GenericNamespacedResource, create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Secret
 from lightkube.types import PatchType
 
 log = logging.getLogger("torchjob.kube")
@@ -46,6 +45,26 @@ ClusterTrainingRuntimeRes = create_global_resource("trainer.kubeflow.org", "v1al
                                                    "clustertrainingruntimes")
 T9kPyTorchTrainingJobRes = create_namespaced_resource("batch.tensorstack.dev", "v1beta1", "PyTorchTrainingJob",
                                                       "pytorchtrainingjobs")
+
+def dict_resource(kind: str, plural: str) -> Any:
+    """A core (`v1`) namespaced kind whose objects lightkube passes as plain dicts, as it does a
+    custom resource's (lightkube's generic resource), without putting it in lightkube's registry,
+    where the typed class of that kind stays for everyone else. The operator's hot paths (every
+    pod's watch events, each pod, Service and Event created, and the answers) then skip lightkube's
+    typed models: decoding each answer into them and back was a tenth of the operator's CPU at
+    1,000 jobs (py-spy, docs/explanation/performance.md)."""
+
+    class Resource(GenericNamespacedResource):
+        _api_info = ApiInfo(resource=ResourceDef("", "v1", kind), plural=plural,
+                            verbs=["delete", "deletecollection", "get", "global_list", "global_watch", "list",
+                                   "patch", "post", "put", "watch"])
+
+    Resource.__name__ = Resource.__qualname__ = kind
+    return Resource
+
+
+Pod, Service, Event = dict_resource("Pod", "pods"), dict_resource("Service", "services"), dict_resource("Event",
+                                                                                                     "events")
 
 # By kind, or by apiVersion/kind where two groups share a kind.
 KINDS: dict[str, Any] = {
@@ -251,16 +270,18 @@ class Api:
         can order events that were recorded concurrently or in the same second)."""
         meta = job["metadata"]
         ns = meta.get("namespace", "default")
-        at = at or datetime.now(UTC)
-        ev = Event(
-            metadata=ObjectMeta(generateName=f"{meta['name']}.", namespace=ns),
-            involvedObject=ObjectReference(apiVersion=job.get("apiVersion"), kind=job.get("kind") or "TorchJob",
-                                           name=meta["name"],
-                                           namespace=ns, uid=meta.get("uid")),
-            reason=reason, message=message[:1024], type=type_, source=EventSource(component=FIELD_MANAGER),
-            count=1, eventTime=at, firstTimestamp=at, lastTimestamp=at, action=reason,
-            reportingComponent=FIELD_MANAGER, reportingInstance=INSTANCE,
-        )
+        at = (at or datetime.now(UTC)).astimezone(UTC)
+        stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ev = Event.from_dict({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": ns},
+            "involvedObject": {k: v for k, v in (("apiVersion", job.get("apiVersion")),
+                                                 ("kind", job.get("kind") or "TorchJob"), ("name", meta["name"]),
+                                                 ("namespace", ns), ("uid", meta.get("uid"))) if v is not None},
+            "reason": reason, "message": message[:1024], "type": type_, "source": {"component": FIELD_MANAGER},
+            "count": 1, "eventTime": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "firstTimestamp": stamp,
+            "lastTimestamp": stamp, "action": reason, "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": INSTANCE})
         try:
             await self.client.create(ev)
         except ApiError as e:  # events are best effort
