@@ -58,7 +58,7 @@ class Controller:
         self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=kind.pod_labels, transform=pod_cached)
         self.services = Informer(api, "Service", namespace, self._on_owned, labels=kind.pod_labels,
                                  transform=metadata_only)
-        self.index = PodIndex()
+        self.index = PodIndex(self.pods.cache)
         self.memories = Memories()
         self.watches = ThirdPartyWatches(api, namespace, self._on_owned)
         self.reconciler = Reconciler(
@@ -85,11 +85,12 @@ class Controller:
         key = owner_key(obj)
         if key is None:
             return
-        pods = self.index.live.setdefault(key, {})
+        pods = self.index.live.setdefault(key, set())
         name = obj["metadata"]["name"]
         if key_of(obj) in self.pods.cache:
-            pods[name] = self.pods.cache[key_of(obj)]
-        elif pods.pop(name, None) is not None:
+            pods.add(name)
+        elif name in pods:
+            pods.discard(name)
             self.memories.of(key).gone[name] = obj  # its last state: an eviction, maybe
         if not pods:
             del self.index.live[key]

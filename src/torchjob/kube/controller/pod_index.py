@@ -4,6 +4,7 @@ since (kept in the job's memory until core has decided on them)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +24,12 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 
 @dataclass
 class PodIndex:
-    """The pods of each job, from the pod informer (those deleted since are in the job's memory,
-    kept until core has decided on them)."""
+    """The pods of each job, from the pod informer: their names by job, the pods themselves read
+    from its cache (packed: not held twice). Those deleted since are in the job's memory, kept until
+    core has decided on them."""
 
-    live: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    pods: Mapping[Key, dict[str, Any]]  # the pod informer's cache
+    live: dict[Key, set[str]] = field(default_factory=dict)
 
     def split(self, job: TorchJob, key: Key, memory: JobMemory) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                         list[dict[str, Any]], list[dict[str, Any]]]:
@@ -36,7 +39,7 @@ class PodIndex:
         pods: list[dict[str, Any]] = []
         stale: list[dict[str, Any]] = []
         foreign: list[dict[str, Any]] = []
-        here = self.live.get(key, {})
+        here = {name: self.pods[(key[0], name)] for name in self.live.get(key, ()) if (key[0], name) in self.pods}
         names = {pod_name(job, r) for r in replicas(job)}
         for p in here.values():
             if owned_by(p, job):

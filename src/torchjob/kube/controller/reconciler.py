@@ -59,7 +59,7 @@ from torchjob.kube.controller.pod_index import PodIndex
 from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
-from torchjob.kube.machinery.informer import Informer, Key
+from torchjob.kube.machinery.informer import Informer, Key, only_status_changed
 from torchjob.kube.objects import gang, ownership, tensorboard
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.labels import LABEL_JOB, pod_name
@@ -224,8 +224,9 @@ class Reconciler:
             stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"), stored_status,
                                                  kind=self.kind.kind)
             # Our own write is newer than what the informer has seen (it skips older events): the
-            # next reconcile starts from it and does not act twice.
-            self.jobs.remember(stored)
+            # next reconcile starts from it and does not act twice. This round acts on it, so its
+            # echo is no change, unless someone else wrote the job in between.
+            self.jobs.remember(stored, quiet=only_status_changed(raw, stored))
         if plan.events:
             self.spawn(self._record(raw, plan.events, datetime.now(UTC)))
 
@@ -296,10 +297,11 @@ class Reconciler:
                 await self._check_taken(obj)
                 return False
             raise
+        # Cached at once (its ADDED event, the same version, is then no change: not a round more).
         if obj["kind"] == "Pod":
-            self.pods.on_change(self.pods.remember(created))
+            self.pods.on_change(self.pods.remember(created, quiet=True))
         elif obj["kind"] == "Service" and LABEL_JOB in created["metadata"].get("labels", {}):
-            self.services.remember(created)  # not created twice before its watch event
+            self.services.remember(created, quiet=True)  # not created twice before its watch event
         return True
 
     async def _check_taken(self, obj: dict[str, Any]) -> None:
