@@ -17,6 +17,7 @@ from torchjob.api.model import (
 )
 from torchjob.api.pod import training_container as training_container  # its home is api/pod.py
 from torchjob.api.source import Document, problem_at
+from torchjob.api.spec_facts import is_torchrun
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_LABEL = 63
@@ -97,6 +98,15 @@ def max_name_length(job: TorchJob) -> int:
         if n > 0:
             longest_suffix = max(longest_suffix, len(f"-{rtype.lower()}-{n - 1}"))
     return MAX_LABEL - longest_suffix
+
+
+def _runs_torchrun(job: TorchJob) -> bool:
+    """Whether a replica runs torchrun, which restarts its workers itself (their spares are its agent's)."""
+    for spec in job.spec.pytorchReplicaSpecs.values():
+        c = spec.template.spec.containers[training_container(spec.template.spec.containers)]
+        if is_torchrun([*(c.command or []), *(c.args or [])]):
+            return True
+    return False
 
 
 def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
@@ -215,12 +225,15 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         add(["spec", "runPolicy", "activeDeadlineSeconds"], "must be positive", "remove it for no deadline")
     if rp.progressDeadlineSeconds == 0:
         add(["spec", "runPolicy", "progressDeadlineSeconds"], "must be positive", "remove it for no stall detection")
-    if rp.warmSpares and (rp.backoffLimit == 0 or all(
-            job.restart_policy(t) == "Never" for t in job.spec.pytorchReplicaSpecs)):
+    replicas_restart = rp.backoffLimit != 0 and any(
+        job.restart_policy(t) != "Never" for t in job.spec.pytorchReplicaSpecs)
+    ep = job.spec.elasticPolicy
+    workers_restart = _runs_torchrun(job) and ep is not None and (ep.maxRestarts or 0) > 0
+    if rp.warmSpares and not (replicas_restart or workers_restart):
         why = "backoffLimit is 0" if rp.backoffLimit == 0 else "every replica's restartPolicy is Never"
-        add(["spec", "runPolicy", "warmSpares"], f"no replica of this job is ever restarted ({why}), so a warm "
-            "spare would never be used", "remove warmSpares, or let replicas restart (restartPolicy OnFailure and a "
-            "backoffLimit over 0)")
+        add(["spec", "runPolicy", "warmSpares"], f"no replica of this job is ever restarted ({why}), nor a torchrun "
+            "worker (elasticPolicy.maxRestarts), so a warm spare would never be used",
+            "remove warmSpares, or let replicas restart (restartPolicy OnFailure and a backoffLimit over 0)")
 
     nproc = job.spec.nprocPerNode
     if nproc is not None and nproc not in NPROC_WORDS and not (digits(nproc) and int(nproc) >= 1):

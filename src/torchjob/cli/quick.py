@@ -17,6 +17,7 @@ import click
 from torchjob.api.build import Built, Entry, JobSpec, build, parse_env, parse_shape
 from torchjob.api.errors import UserError
 from torchjob.api.model import RunPolicy, TorchJob
+from torchjob.api.validate import validate
 from torchjob.core.topology import nproc_per_node, replica_total
 from torchjob.runtime import DryRun, Runtime
 
@@ -95,7 +96,7 @@ class QuickCommand(click.Command):
 # The help's sections: what each flag is for (the last takes the rest).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("The job (torchrun's and TorchX's flags)",
-     ("shape", "nnodes", "nproc_per_node", "max_restarts", "module", "name", "env", "runtimes")),
+     ("shape", "nnodes", "nproc_per_node", "max_restarts", "warm_spares", "module", "name", "env", "runtimes")),
     ("What is shown", ("quiet", "ranks_filter", "dry_run", "output")),
     ("On this machine", ("grace_period", "pvcs", "configmaps", "document_ports", "no_resolve_python")),
     ("On a cluster (with --kube)", ("kube", "image", "namespace", "kube_context", "kubeconfig", "include")),
@@ -138,6 +139,9 @@ def quick_options(f: F) -> F:
     f = click.option("--name", default=None, metavar="NAME",
                      help="The job's name (default: the script's, with a random suffix).")(f)
     f = click.option("-m", "--module", default=None, metavar="MODULE", help="Run a module, as python -m does.")(f)
+    f = click.option("--warm-spares", is_flag=True, default=False,
+                     help="Keep a warm spare process per replica (torch imported) that becomes it when it is "
+                          "restarted, and one per torchrun worker (runPolicy.warmSpares; with --max-restarts).")(f)
     f = click.option("--max-restarts", type=click.IntRange(min=0), default=None, metavar="N",
                      help="Restart the job up to N times when a process fails, as torchrun's --max-restarts "
                           "(every replica again; default 0).")(f)
@@ -179,13 +183,13 @@ def used(opts: dict[str, Any]) -> list[str]:
     """The job-building flags given (they mean nothing with a document)."""
     flags = {"shape": "-j", "nnodes": "--nnodes", "nproc_per_node": "--nproc-per-node", "module": "-m",
              "name": "--name", "image": "--image", "env": "--env", "include": "--include",
-             "max_restarts": "--max-restarts"}
+             "max_restarts": "--max-restarts", "warm_spares": "--warm-spares"}
     return [flag for key, flag in flags.items() if opts.get(key) not in (None, (), False)]
 
 
 def job_from_flags(entry: Entry, kube: bool, shape: str | None, nnodes: str | None, nproc_per_node: int | str | None,
                    name: str | None, image: str | None, env: tuple[str, ...], include: tuple[str, ...] = (),
-                   max_restarts: int | None = None, **_: Any) -> Built:
+                   max_restarts: int | None = None, warm_spares: bool = False, **_: Any) -> Built:
     """The job, and with --kube the files it ships (`torchjob.api.build.build` refuses every mistake,
     before anything starts)."""
     word = nproc_per_node if isinstance(nproc_per_node, str) else None
@@ -193,9 +197,22 @@ def job_from_flags(entry: Entry, kube: bool, shape: str | None, nnodes: str | No
     spec = JobSpec(entry, parse_shape(shape, nnodes, count), name, image, parse_env(env),
                    working_dir=os.getcwd(), include=tuple(include))
     built = build(spec, kube=kube)
-    if word is None and max_restarts is None:
-        return built
-    return dataclasses.replace(built, job=torchrun_words(built.job, word, max_restarts))
+    if word is not None or max_restarts is not None:
+        built = dataclasses.replace(built, job=torchrun_words(built.job, word, max_restarts))
+    if warm_spares:
+        built = dataclasses.replace(built, job=with_warm_spares(built.job))
+    return built
+
+
+def with_warm_spares(job: TorchJob) -> TorchJob:
+    """--warm-spares: runPolicy.warmSpares, checked as a document's is (a job nothing restarts is refused)."""
+    rp = (job.spec.runPolicy or RunPolicy()).model_copy(update={"warmSpares": True})
+    out = job.model_copy(update={"spec": job.spec.model_copy(update={"runPolicy": rp})})
+    problems = validate(out)
+    if problems:
+        raise UserError(f"--warm-spares: {problems[0].message}",
+                        fix="add --max-restarts N (N > 0), so that a failed process is started again")
+    return out
 
 
 def torchrun_words(job: TorchJob, nproc: str | None, max_restarts: int | None) -> TorchJob:
@@ -230,7 +247,8 @@ def gpu_advice(job: TorchJob, gpus: int) -> str | None:
             "GPU pass --nproc-per-node gpu (or a number up to the GPUs), or run on the CPU (gloo) on purpose")
 
 
-JOB_FLAGS = ("shape", "nnodes", "nproc_per_node", "max_restarts", "module", "name", "image", "env", "include",
+JOB_FLAGS = ("shape", "nnodes", "nproc_per_node", "max_restarts", "warm_spares", "module", "name", "image", "env",
+             "include",
              "dry_run", "output")
 
 

@@ -1,0 +1,68 @@
+"""A replica that writes down what it sees, for tests/local/test_spares_local.py: a cold process and
+a warm spare's must see the same (environment, sys.argv, sys.path[0], __file__, the module's names).
+
+    PROBE_OUT=DIR PROBE_MODE=fail|wait [PROBE_WAIT_SPARE=1] python spare_probe.py ARGS...
+
+Writes DIR/<replica>-<attempt>.json (its view, its pid and its process's start time), prints a line
+to stdout and one to stderr, then (first attempt, with PROBE_WAIT_SPARE) waits until the supervisor
+says its replica's spare is warm, and then: `fail` raises (an uncaught exception under torch's
+`@record`: the error file), `wait` waits, in its first attempt only, for DIR/go."""
+
+import json
+import os
+import sys
+import time
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+def process_start() -> float:
+    """When the kernel made this process, in seconds since boot (the clock of /proc/uptime)."""
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def uptime() -> float:
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def wait_for_spare(replica: str) -> None:
+    from pathlib import Path
+
+    from torchjob.local.store import Store
+
+    store = Store(Path(os.environ["TORCHJOB_HOME"]))
+    while not any(e.reason == "SpareReady" and e.message.startswith(f"{replica}'s")
+                  for e in store.events(os.environ["TORCHJOB_JOB_NAME"])):
+        time.sleep(0.1)
+    store.close()
+
+
+@record
+def main() -> None:
+    out = os.environ["PROBE_OUT"]
+    replica = f"{os.environ['TORCHJOB_REPLICA_TYPE']}-{os.environ['TORCHJOB_REPLICA_INDEX']}"
+    attempt = int(os.path.basename(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"])).split("-")[1])
+    view = {"env": dict(os.environ), "argv": sys.argv, "orig_argv": sys.orig_argv, "path0": sys.path[0],
+            "file": __file__, "names": sorted(globals()), "main": sys.modules["__main__"].__dict__ is globals(),
+            "cwd": os.getcwd(), "pid": os.getpid(), "pgid": os.getpgid(0), "started": process_start()}
+    with open(os.path.join(out, f"{replica}-{attempt}.json"), "w") as f:
+        json.dump(view, f)
+    print(f"{replica} says hello on stdout", flush=True)
+    print(f"{replica} says hello on stderr", file=sys.stderr, flush=True)
+    if attempt == 0 and os.environ.get("PROBE_WAIT_SPARE"):
+        wait_for_spare(replica)
+    mode = os.environ["PROBE_MODE"]
+    if mode == "fail":
+        with open(os.path.join(out, f"{replica}-{attempt}.fails"), "w") as f:
+            f.write(str(uptime()))
+        raise RuntimeError(f"{replica} fails on purpose")
+    if mode == "wait" and attempt == 0:
+        while not os.path.exists(os.path.join(out, "go")):
+            time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
