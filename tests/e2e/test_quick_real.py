@@ -78,6 +78,12 @@ def test_run_j_1x2_kube_ships_the_script_and_its_directory(node_kubeconfig: str,
     found = sorted(int(r) for r in re.findall(r"hello from a sibling module rank (\d) of 2 sum 2 \['--lr', '0.1'\]",
                                               logs))
     assert found == [0, 1], logs
+    # each process's lines behind its rank, as locally (torchrun's tee in the pod), and one rank followed
+    for rank in (0, 1):
+        assert re.search(rf"^\[master-0\] \[rank{rank}\]: hello from a sibling module rank {rank} of 2", logs,
+                         re.M), logs
+    one = cli(node_kubeconfig, "logs", "--kube", "-n", ns, "proj", "--ranks-filter", "1", cwd=tmp_path).stdout
+    assert "rank 1 of 2" in one and "rank 0 of 2" not in one, one
     # The ConfigMap is the job's, and goes with it.
     cm = configmap(node, "proj-code", ns)
     uid = node.get(TorchJobRes, "proj", namespace=ns).metadata.uid
@@ -110,7 +116,7 @@ def test_a_function_submitted_to_the_cluster_returns_its_value(node_kubeconfig: 
     result = handle.wait(timeout=300)
     assert result.ok, (result.state, result.root_cause, handle.logs())
     assert result.value == {"world": 4, "sum": 10, "steps": 7}  # ranks 1..4 over 2 pods of 2 processes
-    assert "[worker-0] rank 3 sum 10" in handle.logs() or "[worker-0] rank 2 sum 10" in handle.logs()
+    assert "[worker-0] [rank3]: rank 3 sum 10" in handle.logs() and "[worker-0] [rank2]: rank 2 sum 10" in handle.logs()
     assert configmap(node, "fn-code", ns) is not None
     handle.delete()
     wait_for("the function's ConfigMap to be collected", lambda: configmap(node, "fn-code", ns) is None, timeout=120)

@@ -94,6 +94,14 @@ def nproc_per_node(job: TorchJob) -> str:
     return "auto"
 
 
+def tags_ranks(job: TorchJob, torchrun: bool) -> bool:
+    """Whether a replica's processes tag each line with their rank (`[rank3]: ...`): a replica that
+    torchrun starts several processes in (a number over one, or torchrun's `auto`/`gpu`/`cpu`).
+    Locally a start-up hook tags them (torchjob.local.ranktag); in a pod torchrun's own `--tee` with a
+    `[rank${rank}]: ` prefix (kube/objects/pods.py), where torchjob is not installed."""
+    return torchrun and nproc_per_node(job) != "1"
+
+
 def elastic_bounds(job: TorchJob) -> tuple[int, int] | None:
     """(min, max) nodes of an elastic job, defaulted the way Kubeflow does."""
     ep = job.spec.elasticPolicy

@@ -34,6 +34,7 @@ from torchjob.core.topology import (
     replica_env,
     replica_total,
     replicas,
+    tags_ranks,
 )
 from torchjob.local import ranktag
 from torchjob.local.launch import DEFAULT_GRACE_S, LaunchSpec, LocalOptions
@@ -269,7 +270,7 @@ def render(
         if "OMP_NUM_THREADS" in defaults:
             defaults["OMP_NUM_THREADS"] = str(threads_per_process(job))
         env = _resolved_env(job, rid, c, ours, defaults, opts, notes)
-        if renv.torchrun and nproc_per_node(job) != "1":
+        if tags_ranks(job, renv.torchrun):
             env.update(ranktag.env(env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")))
         if warm_workers(job, renv.torchrun):  # its agent keeps a warm spare per worker (local/spare_workers.py)
             env["TORCHJOB_WARM_WORKERS"] = "1"

@@ -58,6 +58,15 @@ NODE_LOST_TOLERATION_S = 30
 LOCAL_ADDR_ENV = {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
+# A replica of several processes tags each process's lines with its rank, as locally (core.topology.
+# tags_ranks); torchjob is not in the image, so torchrun's own tee does it: every line of each process
+# copied whole to the agent's output (the pod's log) behind `[rankN]: ` (torch >= 2.2 reads the
+# template; older torch writes its default `[default0]:`). The copies' files go to an emptyDir of
+# torchjob's, so a read-only root file system does not stop torchrun. Defaults: a user's PET_TEE wins.
+RANK_TAG_VOLUME, RANK_TAG_DIR = "torchjob-torchrun-logs", "/var/run/torchjob/torchrun-logs"
+RANK_TAG_ENV = {"PET_TEE": "3", "PET_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: ", "PET_LOG_DIR": RANK_TAG_DIR}
+
+
 def placement(job: TorchJob) -> Placement:
     first = ReplicaId(MASTER if has_master(job) else WORKER, 0)
     port = master_port(job)
@@ -121,9 +130,16 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
         c["volumeMounts"] = [*[m for m in c.get("volumeMounts", []) if m.get("name") != PROGRESS_VOLUME], pmount]
     if "terminationMessagePath" not in c:
         ours["TORCHELASTIC_ERROR_FILE"] = TERMINATION_LOG  # the traceback shows in the pod's status
+    defaults = dict(renv.defaults)
+    if topology.tags_ranks(job, renv.torchrun):
+        defaults.update(RANK_TAG_ENV)
+        spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") != RANK_TAG_VOLUME],
+                           {"name": RANK_TAG_VOLUME, "emptyDir": {}}]
+        c["volumeMounts"] = [*[m for m in c.get("volumeMounts", []) if m.get("name") != RANK_TAG_VOLUME],
+                             {"name": RANK_TAG_VOLUME, "mountPath": RANK_TAG_DIR}]
     user = {e["name"]: e for e in c.get("env", [])}
     merged = merge_env([(name, e.get("value", "") if "valueFrom" not in e else None) for name, e in user.items()],
-                       ours, renv.defaults)
+                       ours, defaults)
     # Upserted, never duplicated: the user's entries keep their places; the kubelet expands $(VAR).
     c["env"] = [user[name] if value is None else {"name": name, "value": value} for name, value, _ in merged]
     if "PET_RDZV_BACKEND" in ours:
