@@ -134,20 +134,23 @@ def test_suspend_and_resume_through_the_page(tmp_path: Path, page: Page, artifac
     assert page.dialogs == [] and page.errors == []
 
 
-CPU_BUDGET_MS = 400  # the renderer's main thread, to 1,000 jobs' rows painted: well inside the 1 s target
-SMALL_CPU_MS = 80  # the ten-job page's main thread on the machine the budget was set on (about 60 measured)
+EXTRA_CPU_MS = 60  # what 1,000 jobs may cost the renderer's main thread beyond ten jobs (30-45 ms measured)
+SMALL_CPU_MS = 80  # the ten-job page's main thread on the machine the bounds were set on (60-75 measured)
+WALL_RATIO, WALL_EXTRA_MS = 1.5, 200  # 1,000 jobs' rows painted by 1.5x the ten-job page's time + 200 ms
 
 
 def test_a_thousand_jobs_first_paint(tmp_path: Path, browser: Any, page: Page, artifacts: Path,
                                      dashboard: Callable[..., Dashboard]) -> None:
-    """1,000 jobs' rows painted on a main-thread budget: the CPU time chromium's renderer spends until
-    the frame with every row (thread time, so a machine busy with other work, as the suite's four
-    workers beside real nodes make it, does not stretch it as it stretches the clock: 0.8-1.9 s of
-    wall time were 204-269 ms of it at a load average of 11-15). The budget grows only on a slower
-    CPU, as measured in the same test: by how much more the same dashboard over ten jobs costs than
-    SMALL_CPU_MS (medians of three, rounds interleaved). The page before issue 31 (a table of
-    created cells, uPlot loaded up front) spent 510-750 ms there and fails it; the wall clock is
-    printed (bench/ui_first_paint.py measures it) and only bounded against a hang."""
+    """1,000 jobs cost the page what ten do: the page draws only the rows in view, and the jobs come
+    inside the page. Each bound is against the same dashboard over ten jobs, measured in this test with
+    its rounds interleaved (medians of three), so that the machine's load, which stretches both, does
+    not decide it: the CPU time chromium's renderer main thread spends until the first screen's rows are
+    painted (thread time) at most EXTRA_CPU_MS more than the ten jobs' (scaled up only on a CPU slower
+    than the one it was set on, as the ten jobs' page says), and the wall clock until then at most
+    WALL_RATIO times the ten jobs' plus WALL_EXTRA_MS (on a quiet machine the ten jobs' page paints in
+    about 200 ms: the 1 s target with room). The page before the window (every row in the table) spent
+    about 155 ms more than ten jobs and painted in 4-5x their time under load: it fails both. The
+    wall clock is printed; bench/ui_first_paint.py measures it in five rounds."""
     big, small = tmp_path / "big", tmp_path / "small"
     seed_jobs(big, 1000)
     seed_jobs(small, 10)
@@ -157,12 +160,14 @@ def test_a_thousand_jobs_first_paint(tmp_path: Path, browser: Any, page: Page, a
         bases.append(first_paint(browser, base.url, 10))
         runs.append(first_paint(browser, d.url, 1000))
     paint, cpu = statistics.median(r[0] for r in runs), statistics.median(r[2] for r in runs)
-    small_cpu = statistics.median(r[2] for r in bases)
-    budget = CPU_BUDGET_MS * max(1.0, small_cpu / SMALL_CPU_MS)
-    print(f"1000 jobs: rows painted at {paint:.0f} ms, main thread {cpu:.0f} ms (budget {budget:.0f}); "
-          f"10 jobs: main thread {small_cpu:.0f} ms; rounds {runs}, {bases}")
-    assert cpu < budget, (runs, bases)
-    assert paint < 20000, runs
+    small_paint, small_cpu = statistics.median(r[0] for r in bases), statistics.median(r[2] for r in bases)
+    extra = EXTRA_CPU_MS * max(1.0, small_cpu / SMALL_CPU_MS)
+    wall = WALL_RATIO * small_paint + WALL_EXTRA_MS
+    print(f"1000 jobs: rows painted at {paint:.0f} ms (bound {wall:.0f}), main thread {cpu:.0f} ms "
+          f"(bound {small_cpu + extra:.0f}); 10 jobs: painted at {small_paint:.0f} ms, main thread {small_cpu:.0f} ms; "
+          f"rounds {runs}, {bases}")
+    assert cpu < small_cpu + extra, (runs, bases)
+    assert paint < wall, (runs, bases)
     p = page.page
     p.goto(d.url)
     wait(lambda: p.evaluate("tj.firstPaint"), what="the first paint")
