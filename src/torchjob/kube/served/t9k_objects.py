@@ -52,7 +52,8 @@ def crd() -> dict[str, Any]:
 
 
 JOB_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch", "patch", "delete"]},
+    # no patch: nothing writes a PyTorchTrainingJob's spec (the Kueue gate is not run for it: kinds.T9K)
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch", "delete"]},
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
 ]
