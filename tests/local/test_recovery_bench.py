@@ -1,6 +1,6 @@
 """docs/explanation/faults.md's local recovery command, run as the page writes it (one trial per
-runtime instead of three): torchjob and torchrun each recover from a worker's SIGKILL, and the
-table with its ratio is printed."""
+runtime instead of three): torchjob, torchjob with warm spares and torchrun each recover from a
+worker's SIGKILL, and the table with its ratios is printed."""
 
 from __future__ import annotations
 
@@ -32,10 +32,12 @@ def test_the_pages_recovery_command_runs() -> None:
     cmd[cmd.index("--repeat") + 1] = "1"
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rows = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith(("torchjob ", "torchrun "))}
-    assert set(rows) == {"torchjob", "torchrun"}, run.stdout
-    assert "exit 0" in rows["torchjob"] and "exit 0" in rows["torchrun"], run.stdout  # both trained to the end
+    rows = {line.split()[0]: line for line in run.stdout.splitlines()
+            if line.startswith(("torchjob ", "torchrun ", "torchjob-spares "))}
+    assert set(rows) == {"torchjob", "torchrun", "torchjob-spares"}, run.stdout
+    assert all("exit 0" in row for row in rows.values()), run.stdout  # each trained to the end
     assert re.search(r"torchjob / torchrun \(ddp\): [\d.]+x", run.stdout), run.stdout
+    assert re.search(r"torchjob-spares / torchrun \(ddp\): [\d.]+x \(goal <= 0.5x\)", run.stdout), run.stdout
     # the output the page shows is this command's: the same table, line for line in shape
     shown = re.search(r"```text\n(?P<out>Recovery: from.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
     assert shown, "the page's output block"

@@ -18,6 +18,7 @@ from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, Torchjob, job_processes, state_of, write_job
 from torchjob.local import pids
 from torchjob.local.spare import ATTEMPT_ENV
+from torchjob.local.spare_workers import TORCHRUN_WORKER_ENV
 from torchjob.local.store import Store
 
 pytestmark = pytest.mark.e2e
@@ -194,3 +195,31 @@ def test_sigterm_and_suspend_leave_no_spare_behind(torchjob: Torchjob, tmp_path:
         if proc.poll() is None:
             proc.kill()
     assert job_processes(uid) == []
+
+
+def test_a_torchrun_worker_started_again_by_its_agent_is_the_agents_spare(torchjob: Torchjob, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    data = job_data("probe", workers=1, master=False, restart_policy="Never", restart_scope=None,
+                    command=["torchrun", str(PROBE), "--flag", "value"], nproc_per_node=2,
+                    elastic={"minReplicas": 1, "maxReplicas": 1, "maxRestarts": 1}, run_policy={"warmSpares": True})
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "PROBE_OUT", "value": str(out)}, {"name": "PROBE_MODE", "value": "die"}]
+    run = torchjob("run", str(write_job(tmp_path / "t.yaml", data)), timeout=400)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    killed_at = float((out / "killed").read_text())
+    spares = view(out, "worker-0-rank0", 0)["spares"]
+    assert len(spares) == 2
+    for rank in (0, 1):  # torchrun started both workers again: each is one of its agent's spares
+        old, new = view(out, f"worker-0-rank{rank}", 0), view(out, f"worker-0-rank{rank}", 1)
+        assert new["pid"] in spares and new["pid"] == new["pgid"], (new["pid"], spares)
+        assert new["started"] < killed_at, (new["started"], killed_at)
+        same_but({k: v for k, v in old.items() if k != "spares"}, new, {"env", "pid", "pgid", "started"})
+        same_but(old["env"], new["env"], set(ATTEMPT_ENV | TORCHRUN_WORKER_ENV))
+        assert new["env"]["TORCHELASTIC_RESTART_COUNT"] == "1" and new["argv"] == [str(PROBE), "--flag", "value"]
+    # each worker's lines keep their rank's tag, in both attempts
+    log = (torchjob.home / "jobs" / "probe" / "replicas" / "worker-0" / "attempt-0" / "output.log").read_text()
+    for rank in (0, 1):
+        assert log.count(f"[rank{rank}]: worker-0-rank{rank} says hello on stdout") == 2, log[-3000:]
+        assert log.count(f"[rank{rank}]: worker-0-rank{rank} says hello on stderr") == 2, log[-3000:]
+    assert job_processes(torchjob.describe("probe")["job"]["metadata"]["uid"]) == []

@@ -1,15 +1,19 @@
 """A replica that writes down what it sees, for tests/local/test_spares_local.py: a cold process and
 a warm spare's must see the same (environment, sys.argv, sys.path[0], __file__, the module's names).
 
-    PROBE_OUT=DIR PROBE_MODE=fail|wait [PROBE_WAIT_SPARE=1] python spare_probe.py ARGS...
+    PROBE_OUT=DIR PROBE_MODE=fail|wait|die [PROBE_WAIT_SPARE=1] python spare_probe.py ARGS...
 
 Writes DIR/<replica>-<attempt>.json (its view, its pid and its process's start time), prints a line
 to stdout and one to stderr, then (first attempt, with PROBE_WAIT_SPARE) waits until the supervisor
 says its replica's spare is warm, and then: `fail` raises (an uncaught exception under torch's
-`@record`: the error file), `wait` waits, in its first attempt only, for DIR/go."""
+`@record`: the error file), `wait` waits, in its first attempt only, for DIR/go. Under torchrun
+(`die`): a worker is named `<replica>-rank<RANK>` and its attempt is torchrun's restart count; in
+the first attempt every worker waits until its agent has a spare per worker (their pids written
+down), then rank 1 SIGKILLs itself and the agent starts its workers again."""
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -40,21 +44,53 @@ def wait_for_spare(replica: str) -> None:
     store.close()
 
 
+def agent_spares(n: int) -> list[int]:
+    """Wait until this worker's agent (its parent) has a spare per worker; their pids."""
+    agent = os.getppid()
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if parent == agent and b"torchjob_spare.py" in cmdline:
+                found.append(int(pid))
+        if len(found) >= n:
+            return sorted(found)
+        time.sleep(0.1)
+
+
 @record
 def main() -> None:
     out = os.environ["PROBE_OUT"]
     replica = f"{os.environ['TORCHJOB_REPLICA_TYPE']}-{os.environ['TORCHJOB_REPLICA_INDEX']}"
-    attempt = int(os.path.basename(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"])).split("-")[1])
+    if "TORCHELASTIC_RESTART_COUNT" in os.environ:  # a worker of torchrun's
+        replica += f"-rank{os.environ['RANK']}"
+        attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    else:
+        attempt = int(os.path.basename(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"])).split("-")[1])
     view = {"env": dict(os.environ), "argv": sys.argv, "orig_argv": sys.orig_argv, "path0": sys.path[0],
             "file": __file__, "names": sorted(globals()), "main": sys.modules["__main__"].__dict__ is globals(),
             "cwd": os.getcwd(), "pid": os.getpid(), "pgid": os.getpgid(0), "started": process_start()}
+    mode = os.environ["PROBE_MODE"]
+    if mode == "die" and attempt == 0:
+        view["spares"] = agent_spares(int(os.environ["LOCAL_WORLD_SIZE"]))
     with open(os.path.join(out, f"{replica}-{attempt}.json"), "w") as f:
         json.dump(view, f)
     print(f"{replica} says hello on stdout", flush=True)
     print(f"{replica} says hello on stderr", file=sys.stderr, flush=True)
     if attempt == 0 and os.environ.get("PROBE_WAIT_SPARE"):
         wait_for_spare(replica)
-    mode = os.environ["PROBE_MODE"]
+    if mode == "die" and attempt == 0 and os.environ["RANK"] == "1":
+        with open(os.path.join(out, "killed"), "w") as f:
+            f.write(str(uptime()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "die" and attempt == 0:
+        time.sleep(120)  # until the agent stops it
     if mode == "fail":
         with open(os.path.join(out, f"{replica}-{attempt}.fails"), "w") as f:
             f.write(str(uptime()))
