@@ -163,12 +163,13 @@ class FakeApi:
             self._publish(kind, "DELETED", found)
 
     async def patch_status(self, name: str, namespace: str, status: dict[str, Any],
-                           kind: str = "TorchJob") -> dict[str, Any]:
-        return self._merge(Call("patch_status", kind, name, namespace, copy.deepcopy(status)), {"status": status})
+                           kind: str = "TorchJob", seen: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._merge(Call("patch_status", kind, name, namespace, copy.deepcopy(status)), {"status": status},
+                           seen)
 
     async def patch_spec(self, name: str, namespace: str, spec: dict[str, Any],
-                         kind: str = "TorchJob") -> dict[str, Any]:
-        stored = self._merge(Call("patch_spec", kind, name, namespace, copy.deepcopy(spec)), {"spec": spec})
+                         kind: str = "TorchJob", seen: dict[str, Any] | None = None) -> dict[str, Any]:
+        stored = self._merge(Call("patch_spec", kind, name, namespace, copy.deepcopy(spec)), {"spec": spec}, seen)
         return stored
 
     async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None:
@@ -217,10 +218,11 @@ class FakeApi:
         self._publish(kind, event, obj)
         return obj
 
-    def _merge(self, call: Call, patch: dict[str, Any]) -> dict[str, Any]:
+    def _merge(self, call: Call, patch: dict[str, Any], seen: dict[str, Any] | None = None) -> dict[str, Any]:
         self._check(call)
         found = self.objects.get((call.kind, call.namespace, call.name))
-        if found is None:
+        uid = (seen or {}).get("metadata", {}).get("uid")
+        if found is None or (uid and found["metadata"].get("uid") != uid):  # as client.py's uid-guarded patch
             raise api_error(404, f'{call.kind} "{call.name}" not found', call.kind.lower() + "s", call.name)
         merged = merge(copy.deepcopy(found), patch)
         if "spec" in patch:

@@ -25,7 +25,7 @@ class Api:
         self.writes: list[tuple[float, str, dict[str, Any]]] = []
 
     async def patch_status(self, name: str, namespace: str, status: dict[str, Any],
-                           kind: str = "TorchJob") -> dict[str, Any]:
+                           kind: str = "TorchJob", seen: dict[str, Any] | None = None) -> dict[str, Any]:
         self.writes.append((asyncio.get_running_loop().time(), name, status))
         return {}
 

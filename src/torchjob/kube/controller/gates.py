@@ -167,7 +167,7 @@ class KueueGate:
                      message: str) -> None:
         # the TorchJob-shaped patch, in the kind's own shape (a TrainJob's spec.suspend and runtimePatches)
         shaped = self.kind.spec_patch(raw, spec) if self.kind.spec_patch is not None else spec
-        self.jobs.remember(await self.api.patch_spec(job.name, key[0], shaped, kind=self.kind.kind))
+        self.jobs.remember(await self.api.patch_spec(job.name, key[0], shaped, kind=self.kind.kind, seen=raw))
         await self.api.event(raw, EventType.NORMAL, reason, message)
 
     async def _create_workload(self, job: TorchJob) -> Done:

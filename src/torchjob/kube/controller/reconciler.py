@@ -222,7 +222,7 @@ class Reconciler:
             stored_status = {**self.kind.status_patch(job, plan.status, datetime.now(UTC)),
                              "observedGeneration": generation}
             stored = await self.api.patch_status(meta["name"], meta.get("namespace", "default"), stored_status,
-                                                 kind=self.kind.kind)
+                                                 kind=self.kind.kind, seen=raw)
             # Our own write is newer than what the informer has seen (it skips older events): the
             # next reconcile starts from it and does not act twice. This round acts on it, so its
             # echo is no change, unless someone else wrote the job in between.

@@ -19,11 +19,14 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import ApiInfo, ResourceDef
 from lightkube.generic_resource import GenericNamespacedResource, create_global_resource, create_namespaced_resource
+from lightkube.models.meta_v1 import Status, StatusDetails
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Secret
 from lightkube.types import PatchType
+
+from torchjob.kube.machinery.guarded_patch import guarded_ops
 
 log = logging.getLogger("torchjob.kube")
 FIELD_MANAGER = "torchjob-operator"
@@ -45,6 +48,7 @@ ClusterTrainingRuntimeRes = create_global_resource("trainer.kubeflow.org", "v1al
                                                    "clustertrainingruntimes")
 T9kPyTorchTrainingJobRes = create_namespaced_resource("batch.tensorstack.dev", "v1beta1", "PyTorchTrainingJob",
                                                       "pytorchtrainingjobs")
+
 
 def dict_resource(kind: str, plural: str) -> Any:
     """A core (`v1`) namespaced kind whose objects lightkube passes as plain dicts, as it does a
@@ -225,10 +229,31 @@ class Api:
                 raise
 
     async def patch_status(self, name: str, namespace: str, status: dict[str, Any],
-                           kind: str = "TorchJob") -> dict[str, Any]:
-        """Merge-patch the status subresource; returns the object as stored (new resourceVersion)."""
-        obj = await self.client.patch(KINDS[kind].Status, name, {"status": status}, namespace=namespace,
-                                      patch_type=PatchType.MERGE)
+                           kind: str = "TorchJob", seen: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Merge-patch the status subresource; returns the object as stored (new resourceVersion).
+        `seen`: the object the patch was decided on; only it is written (see guarded_patch)."""
+        return await self._patch_field(kind, name, namespace, "status", status, seen)
+
+    async def _patch_field(self, kind: str, name: str, namespace: str, field: str, patch: dict[str, Any],
+                           seen: dict[str, Any] | None) -> dict[str, Any]:
+        res = KINDS[kind].Status if field == "status" else KINDS[kind]
+        uid = (seen or {}).get("metadata", {}).get("uid")
+        if seen is None or not uid:
+            obj = await self.client.patch(res, name, {field: patch}, namespace=namespace, patch_type=PatchType.MERGE)
+            return to_dict(obj)
+        try:
+            obj = await self.client.patch(res, name, guarded_ops(uid, field, patch, seen), namespace=namespace,
+                                          patch_type=PatchType.JSON)
+        except ApiError as e:
+            if status_code(e) != 422:
+                raise
+            now = await self.find(kind, name, namespace)
+            if now is not None and now["metadata"].get("uid") == uid:
+                raise
+            # deleted, or made again since it was read: as gone as a 404 for this very job
+            gone = StatusDetails(kind=KINDS[kind]._api_info.plural, name=name)
+            raise ApiError(status=Status(code=404, reason="NotFound", message=f"{name}: replaced since it was read",
+                                         details=gone)) from e
         return to_dict(obj)
 
     async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None:
@@ -258,11 +283,9 @@ class Api:
         return bool((to_dict(review).get("status") or {}).get("allowed"))
 
     async def patch_spec(self, name: str, namespace: str, spec: dict[str, Any],
-                         kind: str = "TorchJob") -> dict[str, Any]:
-        """Merge-patch a job's spec; returns the object as stored."""
-        obj = await self.client.patch(KINDS[kind], name, {"spec": spec}, namespace=namespace,
-                                      patch_type=PatchType.MERGE)
-        return to_dict(obj)
+                         kind: str = "TorchJob", seen: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Merge-patch a job's spec; returns the object as stored. `seen` as for patch_status."""
+        return await self._patch_field(kind, name, namespace, "spec", spec, seen)
 
     async def event(self, job: dict[str, Any], type_: str, reason: str, message: str,
                     at: datetime | None = None) -> None:

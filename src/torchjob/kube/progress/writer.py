@@ -45,7 +45,8 @@ class ProgressWriter:
                 continue
             patch = caches.kind.progress_patch(progress.model_dump(mode="json", exclude_none=True))
             try:
-                stored = await self.api.patch_status(name, ns, patch, kind=caches.kind.kind)
+                stored = await self.api.patch_status(name, ns, patch, kind=caches.kind.kind,
+                                                     seen=caches.jobs[(ns, name)])
             except Exception as e:  # the job went, or the API server is away: the next round tries again
                 log.warning("progress of %s %s/%s not written: %s", caches.kind.kind, ns, name, e)
                 continue
