@@ -150,6 +150,7 @@ def test_a_pod_deleted_while_logs_reads_them_is_said_and_the_others_shown(
     # A job that ends stops its other pods (CompleteJob, cleanPodPolicy): one may go between the
     # listing of the job's pods and the read of its logs. The API server answers 404 for real here.
     running_on_kwok(kube, "gonelog", namespace)
+    operator.stop()  # else it makes master-0 again at once, and the read may reach the new pod's logs
 
     class DeletesMasterFirst(Client):  # the timing of the race, made certain: the delete comes just before
         def log(self, name: str, **kw: object) -> object:  # type: ignore[override]
