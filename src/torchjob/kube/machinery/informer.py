@@ -119,38 +119,38 @@ def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
 
 class Packed(MutableMapping[Key, dict[str, Any]]):
     """An informer's cache, each object kept packed: its resourceVersion and its compact JSON in
-    one bytes value (b"<rv> <json>"), unpacked into a fresh dict when read. At 10,000 jobs and
-    40,000 pods, the dicts of every cached field were most of the operator's memory (a job 6.8 kB,
-    a trimmed pod 1.9 kB as dicts; 1.8 kB and 0.6 kB packed); an object is read a few times a round,
-    and unpacking it costs a small part of what its watch event's parse did. A reader gets its own
-    copy: what it changes stays its own."""
+    one bytes value (b"<rv>|<json>"; bench/operator_memory.py reads them by field), unpacked into a
+    fresh dict when read. At 10,000 jobs and 40,000 pods, the dicts of every cached field were most
+    of the operator's memory (a job 6.8 kB, a trimmed pod 1.9 kB as dicts; 1.8 kB and 0.6 kB
+    packed); an object is read a few times a round, and unpacking it costs a small part of what its
+    watch event's parse did. A reader gets its own copy: what it changes stays its own."""
 
     def __init__(self) -> None:
-        self._packed: dict[Key, bytes] = {}
+        self._blobs: dict[Key, bytes] = {}
 
     def __getitem__(self, key: Key) -> dict[str, Any]:
-        packed = self._packed[key]
-        return json.loads(packed[packed.index(b" ") + 1:])  # type: ignore[no-any-return]
+        packed = self._blobs[key]
+        return json.loads(packed[packed.index(b"|") + 1:])  # type: ignore[no-any-return]
 
     def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
-        self._packed[key] = b"%d %s" % (_rv(obj), json.dumps(obj, separators=(",", ":")).encode())
+        self._blobs[key] = b"%d|%s" % (_rv(obj), json.dumps(obj, separators=(",", ":")).encode())
 
     def __delitem__(self, key: Key) -> None:
-        del self._packed[key]
+        del self._blobs[key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._packed
+        return key in self._blobs
 
     def __iter__(self) -> Iterator[Key]:
-        return iter(self._packed)
+        return iter(self._blobs)
 
     def __len__(self) -> int:
-        return len(self._packed)
+        return len(self._blobs)
 
     def version(self, key: Key) -> int:
         """The cached object's resourceVersion as a number (0: none cached, or opaque), unpacking nothing."""
-        packed = self._packed.get(key)
-        return int(packed[:packed.index(b" ")]) if packed is not None else 0
+        packed = self._blobs.get(key)
+        return int(packed[:packed.index(b"|")]) if packed is not None else 0
 
 
 Namespaces = str | tuple[str, ...] | None  # one, several (one list and watch each), or all (None)
