@@ -128,7 +128,7 @@
   // what a screenful does. Every row is ROW px high, so where each row goes is arithmetic: the body is
   // as tall as every row together and its top padding stands for the rows above the ones drawn.
   const ROW = 32, OVERSCAN = 10;
-  const win = { shown: [], kube: false, from: -1, to: -1, pool: [], proto: null, protoKube: null };
+  const win = { shown: [], kube: false, from: -1, to: -1, pool: [], proto: null };
   function rowProto(kube) {
     return el("tr", {}, el("td", {}, el("a")), kube ? el("td") : null, el("td", {}, el("span", { "data-testid": "state" })),
       el("td", {}, el("span", { class: "progress" }, el("span", { "data-testid": "bar" }, el("i")),
@@ -174,7 +174,7 @@
     win.shown = ui.jobs.filter((j) => (!f.state || j.state === f.state) && (!name || j.name.toLowerCase().includes(name)))
       .sort(newestFirst);
     const kube = Boolean(ui.where && !ui.where.local);
-    if (kube !== win.kube) { win.kube = kube; win.pool = []; tbody.replaceChildren(); }
+    if (kube !== win.kube) { win.kube = kube; win.pool = []; win.proto = null; tbody.replaceChildren(); }
     document.querySelectorAll(".col-namespace").forEach((c) => { c.hidden = !kube; });
     document.getElementById("jobs").classList.toggle("kube", kube);
     tbody.style.height = win.shown.length * ROW + "px";
@@ -197,7 +197,7 @@
     const to = Math.max(from, Math.min(n, Math.ceil((window.innerHeight - top) / ROW) + OVERSCAN));
     if (from === win.from && to === win.to) return;
     win.from = from; win.to = to;
-    if (!win.proto || win.protoKube !== win.kube) { win.proto = rowProto(win.kube); win.protoKube = win.kube; }
+    if (!win.proto) win.proto = rowProto(win.kube);
     while (win.pool.length < to - from) win.pool.push(win.proto.cloneNode(true));
     const now = Date.now() / 1000;
     const rows = [];
