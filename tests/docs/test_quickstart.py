@@ -26,6 +26,7 @@ from torchjob.version import __version__
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.timeout(600)  # about 2 min; more on a first run (the wheelhouse downloaded) or a busy machine
 def test_the_quickstart_in_a_fresh_clone(tmp_path: Path) -> None:
     repo = clone(tmp_path / "torchjob")
     assert not (repo / ".venv").exists()
