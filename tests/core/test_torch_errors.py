@@ -103,3 +103,38 @@ def test_the_docs_tests_know_torchs_abort_by_torchjobs_root_cause() -> None:
     _, cause = torch_errors.torchrun_report(TORCHRUN_OUTPUT.splitlines()) or ([], "")
     assert torch_aborted(f"Root cause (the failure that ended the job):\n  {cause}\n")
     assert not torch_aborted("torchrun's root cause: rank 1 (local_rank: 1): Signal 15 (SIGTERM) received by PID 9")
+
+
+CAUSE = """\
+Root cause (the failure that ended the job):
+  replica   : master-0 (attempt 0, node rank 0)
+  last 9 lines of the ranks' own output (before torchrun's report):
+    [rank0]: starting 0
+    [rank1]: Traceback (most recent call last):
+    [rank0]: Traceback (most recent call last):
+    [rank1]:   File "/w/f.py", line 6, in <module>
+    [rank1]:     main()
+    [rank1]:   File "/w/f.py", line 5, in main
+    [rank1]:     1 / 0
+    [rank1]:     ~~^~~
+    [rank1]: ZeroDivisionError: division by zero
+    [rank0]:   File "/w/f.py", line 9, in <module>
+    [rank0]: KeyError: 'x'
+    [rank1]: a line after it
+========================================================================"""
+
+
+def test_a_streamed_traceback_becomes_its_error_and_where_it_was_raised() -> None:
+    from torchjob.core.torch_errors import brief, raised_at
+
+    out = brief(CAUSE, "`torchjob logs f` shows it again")
+    assert out.splitlines()[2:] == [
+        "  error     : ZeroDivisionError: division by zero",  # the last traceback's rank's own lines
+        "  raised at : /w/f.py, line 5, in main",
+        "  traceback : in the job's output above (`torchjob logs f` shows it again)",
+        "=" * 72]
+    assert brief(CAUSE, "x", lambda line: not line.startswith("[rank1]")) == CAUSE  # a filter hid rank 1: whole
+    plain = "  last 2 lines of its output:\n    usage: train.py\n    train.py: error: bad --epochs"
+    assert brief(plain, "x") == plain  # no traceback: nothing to shorten
+    assert raised_at(["Traceback (most recent call last):", '  File "a.py", line 1', "SystemExit: 3"]) == (
+        "SystemExit: 3", "a.py, line 1")

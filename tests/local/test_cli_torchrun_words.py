@@ -1,6 +1,7 @@
 """The command line as torchrun users type it (issue 31): --nproc-per-node auto|gpu|cpu, --max-restarts
-N for a job built from flags, the warning before a job that starts more processes than GPUs, the hint
-that keeps torchjob's own flags before `--`, and `run --help`'s groups and examples. Real processes."""
+N for a job built from flags, --local-ranks-filter for --ranks-filter, the warning before a job that
+starts more processes than GPUs, the hint that keeps torchjob's own flags before `--`, and `run
+--help`'s groups and examples. Real processes."""
 
 from __future__ import annotations
 
@@ -84,3 +85,16 @@ def test_run_help_groups_its_flags_and_shows_examples(torchjob: Torchjob) -> Non
     assert "or with --kube on a Kubernetes cluster" in top
     commands = top.split("Commands:")[1]
     assert "..." not in commands, commands  # every summary whole, not cut at the terminal's width
+
+
+@pytest.mark.e2e
+def test_local_ranks_filter_is_torchruns_word_for_ranks_filter(torchjob: Torchjob, tmp_path: Path) -> None:
+    (tmp_path / "r.py").write_text("import os\nprint('rank', os.environ['RANK'])\n")
+    proc = torchjob("run", "-j", "1x2", "--local-ranks-filter", "1", "--name", "lrf", "r.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "[master-0] [rank1]: rank 1" in proc.stdout and "[rank0]" not in proc.stdout, proc.stdout
+    logged = torchjob("logs", "lrf", "--local-ranks-filter", "0", check=True).stdout
+    assert "[master-0] [rank0]: rank 0" in logged and "[rank1]" not in logged, logged
+    moved = torchjob("run", "-j", "1x2", "r.py", "--lr", "0.1", "--local-ranks-filter", "0", cwd=tmp_path)
+    assert moved.returncode == 2, moved.stderr  # the hint knows it as torchjob's own
+    assert "torchjob run -j 1x2 --local-ranks-filter 0 r.py -- --lr 0.1\n" in moved.stderr, moved.stderr

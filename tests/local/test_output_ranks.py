@@ -1,7 +1,8 @@
 """A job's output as a user reads it (issue 31): each process's lines tagged with its rank on a real
 terminal (a pty) and in `torchjob logs`, one rank followed with --ranks-filter, no torchrun
-OMP_NUM_THREADS banner, a suspend that is one line (not torchrun's SignalException traceback), and
-the value's line of a function's job never shown. Real processes, real torchrun."""
+OMP_NUM_THREADS banner, a suspend that is one line (not torchrun's SignalException traceback), a
+failure's traceback once, and the value's line of a function's job never shown. Real processes, real
+torchrun."""
 
 from __future__ import annotations
 
@@ -123,3 +124,46 @@ def test_a_suspend_is_one_line(torchjob: Torchjob, tmp_path: Path) -> None:
     after_running = said.split("every replica is running\n", 1)[1]
     assert after_running.startswith("torchjob: job suspended: every replica is stopped\ntorchjob: job resumed"), said
     assert "exit code 1" not in said, said
+
+
+FAILING = """\
+import os
+def step():
+    print("step of", os.environ["RANK"], flush=True)
+    if os.environ["RANK"] == "1":
+        raise ValueError("bad batch 42")
+step()
+"""
+
+
+def test_a_failures_traceback_shows_once_on_a_terminal(torchjob: Torchjob, tmp_path: Path) -> None:
+    """Streamed by its replica, the traceback is not repeated in the root cause under it: that names
+    the error and where it was raised, and says where the traceback is. `describe` still quotes it."""
+    (tmp_path / "f.py").write_text(FAILING)
+    code, screen = on_a_terminal(torchjob, "run", "-j", "1x2", "--name", "once", "f.py", cwd=tmp_path)
+    assert code == 1, screen
+    assert screen.count("Traceback (most recent call last)") == 1, screen
+    assert screen.count("ValueError: bad batch 42") == 2, screen  # the stream's line, and the root cause's
+    assert "[master-0] [rank1]: ValueError: bad batch 42" in screen, screen
+    cause = screen.split("Root cause (the failure that ended the job):", 1)[1]
+    assert "  error     : ValueError: bad batch 42\n" in cause, cause
+    assert f"  raised at : {tmp_path / 'f.py'}, line 5, in step\n" in cause, cause
+    assert "  traceback : in the job's output above (`torchjob logs once` shows it again)" in cause, cause
+    from tests.docs.blocks import tested
+
+    (page,) = tested("tutorials/failures.md", "test_a_failures_traceback_shows_once_on_a_terminal", "text")
+    assert page.replace("/home/me/f.py", str(tmp_path / "f.py")) in cause, (page, cause)  # the page's block, as run
+    described = torchjob("describe", "once", check=True).stdout  # no stream there: the traceback quoted
+    assert "Traceback (most recent call last)" in described and 'line 5, in step' in described, described
+
+
+def test_a_traceback_the_ranks_filter_hid_is_shown_in_the_root_cause(torchjob: Torchjob, tmp_path: Path) -> None:
+    (tmp_path / "f.py").write_text(FAILING)
+    code, screen = on_a_terminal(torchjob, "run", "-j", "1x2", "--local-ranks-filter", "0", "--name", "hid", "f.py",
+                                 cwd=tmp_path)
+    assert code == 1, screen
+    assert "[master-0] [rank1]" not in screen and "[master-0] [rank0]: step of 0" in screen, screen
+    assert screen.count("Traceback (most recent call last)") == 1, screen  # in the root cause only
+    assert "    [rank1]: ValueError: bad batch 42" in screen.split("Root cause", 1)[1], screen
+    quiet = torchjob("run", "-j", "1x2", "-q", "--name", "quiet", "f.py", cwd=tmp_path)  # -q: nothing streamed
+    assert quiet.returncode == 1 and "Traceback (most recent call last)" in quiet.stderr, quiet.stderr

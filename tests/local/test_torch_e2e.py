@@ -155,8 +155,13 @@ def test_record_traceback_is_the_root_cause(torchjob: Torchjob, tmp_path: Path) 
     path = ddp_job(tmp_path, "trace", ["--fail-replica", "worker-0", "--raise"], workers=1)
     proc = torchjob("run", "--grace-period", "5", str(path))
     assert proc.returncode == 1
-    assert "traceback (from torch's error file)" in proc.stderr
-    assert "RuntimeError: worker-0 could not load its shard" in proc.stderr
+    assert "RuntimeError: worker-0 could not load its shard" in proc.stdout  # streamed by the replica
+    cause = proc.stderr[proc.stderr.index("Root cause"):]  # under it, the error and where, not the traceback again
+    assert "  error     : RuntimeError: worker-0 could not load its shard" in cause, cause
+    assert "  raised at : " in cause and "traceback : in the job's output above" in cause, cause
+    described = torchjob("describe", "trace", check=True).stdout
+    assert "traceback (from torch's error file)" in described, described
+    assert "RuntimeError: worker-0 could not load its shard" in described
 
 
 ABORTS = """\

@@ -164,9 +164,9 @@ RUN_EXAMPLES = examples(
 @quick_options
 @local_options
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream replica output (it is still logged).")
-@click.option("--ranks-filter", default=None, metavar="RANKS",
-              help="Show only these ranks' lines, e.g. 0 or 0,3 (as torchrun's --local-ranks-filter; by global "
-                   "rank); every line is still logged.")
+@click.option("--ranks-filter", "--local-ranks-filter", "ranks_filter", default=None, metavar="RANKS",
+              help="Show only these ranks' lines, e.g. 0 or 0,3 (as torchrun's --local-ranks-filter, which it "
+                   "also takes; by global rank); every line is still logged.")
 @kube_options
 @RUNTIME
 def run(target: tuple[str, ...], quiet: bool, ranks_filter: str | None, runtimes: tuple[str, ...],
@@ -190,7 +190,15 @@ def run(target: tuple[str, ...], quiet: bool, ranks_filter: str | None, runtimes
         shown = lambda log: Console(log, out=None if quiet else sys.stdout, err=sys.stderr, show=keep)  # noqa: E731
     job = rt.run(made, quiet, shown)
     if not job.status.is_true(ConditionType.SUCCEEDED) and job.root_cause:
-        click.echo(job.root_cause, err=True)
+        cause = job.root_cause
+        if not quiet and not where.get("kube"):  # its traceback was just streamed here: once is enough
+            from torchjob.core.torch_errors import brief
+
+            failed = job.status.failure.replica if job.status.failure else None
+            filt = ranks.line_filter(made.job, wanted) if wanted is not None and failed else None
+            cause = brief(cause, f"`torchjob logs {job.name}` shows it again",
+                          None if filt is None else lambda line: filt(str(failed), line))
+        click.echo(cause, err=True)
     views.outcome(job.name, job.status, rt.flags)
 
 
@@ -294,9 +302,9 @@ def describe(name: str, output: str, **where: Any) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("--replica", default=None, metavar="REPLICA", help="Only this replica, e.g. worker-1.")
 @click.option("--attempt", type=int, default=None, help="That attempt of --replica (default: the latest).")
-@click.option("--ranks-filter", default=None, metavar="RANKS",
+@click.option("--ranks-filter", "--local-ranks-filter", "ranks_filter", default=None, metavar="RANKS",
               help="Only these ranks' lines, e.g. 0 or 0,3 (a replica of several processes tags each line "
-                   "[rankN]:; torchjob's own notes stay).")
+                   "[rankN]:; torchjob's own notes stay). --local-ranks-filter, torchrun's word, is the same.")
 @kube_options
 def logs(name: str, follow: bool, replica: str | None, attempt: int | None, ranks_filter: str | None,
          **where: Any) -> None:

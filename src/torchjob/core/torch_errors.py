@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 
 def traceback(text: str) -> str | None:
@@ -63,3 +64,73 @@ def torchrun_report(lines: list[str]) -> tuple[list[str], str] | None:
     own = [line for line in lines[:start] if not _AGENT_RECORD.match(line)]
     what = entry.get("traceback") or f"exit code {entry.get('exitcode', '?')}"
     return own, f"torchrun's root cause: rank {entry.get('rank', '?')}: {what}"
+
+
+# --- a root cause told under the output that already showed its traceback ------------------------
+
+_RANK_TAG = re.compile(r"^\[rank(\d+)\]: ?")  # a process's line of a replica of several (local/ranktag, the pod's tee)
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?$')
+_TRACEBACK = "Traceback (most recent call last):"
+# the root cause's blocks of quoted output (local/read.py's root_cause): a head line, then lines indented by 4
+_QUOTES = ("  traceback (from torch's error file):", "  last ")
+
+
+def raised_at(lines: list[str]) -> tuple[str, str | None] | None:
+    """(the exception's line, the innermost frame as `FILE, line N, in FUNCTION`) of the Python
+    traceback in a replica's lines (each maybe tagged `[rankN]: `): of the rank whose traceback starts
+    first, its last one, read from its own lines; None when they hold no traceback."""
+    tags = [_RANK_TAG.match(line) for line in lines]
+    bare = [line[m.end():] if m else line for line, m in zip(lines, tags, strict=True)]
+    starts = [i for i, line in enumerate(bare) if line.strip() == _TRACEBACK]
+    if not starts:
+        return None
+    def rank_of(i: int) -> str | None:
+        m = tags[i]
+        return m.group(1) if m else None
+
+    rank = rank_of(starts[0])  # the rank that failed first; its last traceback (a chained one's end)
+    start = [i for i in starts if rank_of(i) == rank][-1]
+    own = [bare[i] for i in range(start + 1, len(lines)) if rank_of(i) == rank]
+    frames = [i for i, line in enumerate(own) if _FRAME.match(line)]
+    after = own[frames[-1] + 1:] if frames else own
+    # the exception's line: the first one not indented after the innermost frame (its code and carets are)
+    error = next((line.strip() for line in after if line.strip() and not line[:1].isspace()), None)
+    if error is None:
+        return None
+    where = None
+    if frames:
+        f = _FRAME.match(own[frames[-1]])
+        assert f is not None
+        where = f"{f['file']}, line {f['line']}" + (f", in {f['fn']}" if f["fn"] else "")
+    return error, where
+
+
+def brief(root_cause: str, again: str, shown: Callable[[str], bool] | None = None) -> str:
+    """A root cause printed under the job's output, where its traceback was just streamed: each quoted
+    block that holds a traceback becomes the error's line and where it was raised, and says the
+    traceback is in the output above (`again`: where to read it once more). A block whose lines the
+    output did not show (`shown` false for one: a --ranks-filter hid them) is kept whole."""
+    lines = root_cause.splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not (line.startswith(_QUOTES) and line.endswith(":")):
+            out.append(line)
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines) and lines[end].startswith("    "):
+            end += 1
+        quoted = [q[4:] for q in lines[i + 1:end]]
+        found = raised_at(quoted)
+        if found is None or (shown is not None and not all(shown(q) for q in quoted if q.strip())):
+            out += lines[i:end]
+        else:
+            error, where = found
+            out.append(f"  error     : {error}")
+            if where:
+                out.append(f"  raised at : {where}")
+            out.append(f"  traceback : in the job's output above ({again})")
+        i = end
+    return "\n".join(out)

@@ -46,19 +46,11 @@ class JobFailed(Exception):
 
 def brief(root_cause: str) -> str:
     """The root cause without the traceback it quotes, for a message shown under the job's output,
-    where that traceback was just streamed (a notebook cell shows it once, not again in the error)."""
-    out: list[str] = []
-    skipping = False
-    for line in root_cause.splitlines():
-        if line.startswith(("  traceback (from torch's error file):", "  last ")) and line.endswith(":"):
-            out.append("  traceback : in the job's output above (`.root_cause` has it)")
-            skipping = True
-        elif skipping and line.startswith("    "):
-            continue
-        else:
-            skipping = False
-            out.append(line)
-    return "\n".join(out)
+    where that traceback was just streamed (a notebook cell shows it once, not again in the error):
+    the error's line and where it was raised instead (core.torch_errors.brief)."""
+    from torchjob.core.torch_errors import brief as briefly
+
+    return briefly(root_cause, "`.root_cause` has it")
 
 
 class UnreturnableValue(JobFailed):
