@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,12 @@ def test_the_quickstart_in_a_fresh_clone(tmp_path: Path) -> None:
     assert {"torch", "numpy"} <= set(linked)
     env = user_env(tmp_path / "home", PYTHONPATH=str(tmp_path / "torch-site"), PIP_NO_INDEX="1",
                    PIP_FIND_LINKS=find_links())
+    # the linked torch is built for this interpreter's version: python3 on PATH must be of it (as it is when
+    # scripts/setup.sh made .venv with it); else the quickstart's own PYTHON names this one's base
+    ver = subprocess.run(["python3", "-c", "import sys; print(sys.version_info[:2])"], env=env, capture_output=True,
+                         text=True, timeout=60).stdout.strip()
+    if ver != str(sys.version_info[:2]):
+        env["PYTHON"] = str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}")
     ran = run_in_pty(["bash", "scripts/quickstart.sh"], repo, env, timeout=420)
     out = ran.output
     print(f"quickstart in a fresh clone: {ran.seconds:.0f} s (steps announced at "
@@ -41,7 +48,7 @@ def test_the_quickstart_in_a_fresh_clone(tmp_path: Path) -> None:
     assert ran.code == 0, out[-6000:]
     # its three steps, said in order, the first making the virtual environment
     assert sorted(ran.steps) == [1, 2, 3] and list(ran.steps.values()) == sorted(ran.steps.values()), out[-6000:]
-    assert "==> quickstart [1/3] a virtual environment in .venv (python3 -m venv .venv)" in out
+    assert f"==> quickstart [1/3] a virtual environment in .venv ({env.get('PYTHON', 'python3')} -m venv .venv)" in out
     assert (repo / ".venv" / "bin" / "torchjob").exists()
     # pip's own words: torch found, torchjob built from the clone and installed
     assert re.search(r"Requirement already satisfied: torch>=2\.2 in .*torch-site", out), out[-6000:]
