@@ -17,6 +17,9 @@ SHARED_CLUSTER = {
     "tests/kube/": "control-plane",
     # not a cluster: a wheel built and installed into a fresh venv once, by its module's fixtures, on one worker
     "tests/release/test_dist.py": "release-dist",
+    # the fresh-clone quickstart takes its wheels from the same wheelhouse, which a first run downloads
+    # (scripts/release.sh wheelhouse: two at once would each remove the other's half-made directory)
+    "tests/docs/test_quickstart.py": "release-dist",
     # a real node and a registry of its own (10.247.0.0/24): a scope beside the in-cluster suite's
     "tests/incluster/test_registry.py": "registry",
     "tests/incluster/": "in-cluster",
