@@ -1,6 +1,7 @@
 """The informers' packed caches and the echoes of the operator's own writes
 (kube/machinery/informer.py): what is cached reads back the same, and a write the operator made and
-acted on is not a change when its watch event comes back, while anyone else's write still is."""
+acted on is not a change when its watch event comes back, while anyone else's write still is; and a
+job's memory (kube/controller/memory.py) is kept only while it holds something."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import Any
 
 from tests.controller.fakeapi import FakeApi
 from tests.jobs import job_data
+from torchjob.api.status import Reason
+from torchjob.core.reconcile import Refusal
+from torchjob.kube.controller.memory import JobMemory, Memories
 from torchjob.kube.machinery.informer import Informer, Packed, only_status_changed, whole
 
 
@@ -84,3 +88,14 @@ def test_the_echo_of_a_remembered_write_is_no_change_but_a_later_write_is() -> N
                         (theirs["metadata"]["resourceVersion"], "Restarting")]
 
     asyncio.run(scenario())
+
+
+def test_a_memory_that_holds_nothing_is_dropped_after_the_round_and_one_that_holds_a_fact_stays() -> None:
+    memories = Memories()
+    memories.of(("ns", "a"))
+    memories.of(("ns", "b")).told.add("pod b-worker-0 is leaving")
+    memories.of(("ns", "c")).learned = Refusal(Reason.INVALID_SPEC, "no")
+    for key in [("ns", "a"), ("ns", "b"), ("ns", "c"), ("ns", "never")]:
+        memories.settle(key)
+    assert set(memories.jobs) == {("ns", "b"), ("ns", "c")}
+    assert memories.of(("ns", "a")) == JobMemory()

@@ -168,6 +168,7 @@ class Controller:
         finally:
             metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.monotonic() - start)
             metrics.ACTIVE_WORKERS.labels(metrics.CONTROLLER).dec()
+            self.memories.settle(key)
             self.queue.done(key)
 
     def _follow(self, key: Key, result: Result) -> None:

@@ -48,5 +48,13 @@ class Memories:
     def forget(self, key: Key) -> None:
         self.jobs.pop(key, None)
 
+    def settle(self, key: Key) -> None:
+        """After a round of the job: its memory dropped where it holds nothing a new one would not
+        (most jobs' most of the time), so that 10,000 jobs do not each keep ~850 bytes of empty
+        sets and dicts; the next `of` makes it again, the same."""
+        memory = self.jobs.get(key)
+        if memory is not None and memory == JobMemory():
+            del self.jobs[key]
+
     def __len__(self) -> int:
         return len(self.jobs)
