@@ -3,7 +3,7 @@ installs torchjob with pip (its dependencies, the editable build through its bac
 progress) and runs the bundled example, which trains and prints what the README shows.
 
 One thing is left out, and said: torch itself. Its first install is a 3.0 GB download that unpacks
-to 5.5 GB, 7-15 min on this 2-core machine, far past what one test may take; here torch (and numpy,
+to 5.5 GB, 7-18 min on this 2-core machine, far past what one test may take; here torch (and numpy,
 and what they require) are the ones this checkout's .venv installed, offered on PYTHONPATH as links,
 so pip finds them "already satisfied" and the example imports them. torchjob's own dependencies and
 its build backend come from the pinned wheelhouse tests/release uses, with hatchling's `editables`
