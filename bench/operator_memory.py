@@ -21,6 +21,7 @@ import runpy
 import signal
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,11 +70,12 @@ def by_field(objs: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def by_json_field(blobs: Any) -> dict[str, int]:
-    """Bytes of JSON text by field over packed objects (`rv|{json}`): top-level keys, and the keys
-    of `metadata` and `status`."""
+    """Bytes of JSON text by field over packed objects (`rv|{json}`, the JSON maybe deflated): top-level
+    keys, and the keys of `metadata` and `status` (of the JSON as written out, before deflating)."""
     sizes: Counter[str] = Counter()
     for blob in blobs:
-        obj = json.loads(blob[blob.index(b"|") + 1:])
+        body = blob[blob.index(b"|") + 1:]
+        obj = json.loads(body if body[:1] == b"{" else zlib.decompress(body))  # deflated (informer.Packed)
         for key, value in obj.items():
             if key in ("metadata", "status") and isinstance(value, dict):
                 for k, v in value.items():

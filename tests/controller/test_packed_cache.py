@@ -36,6 +36,10 @@ def test_a_packed_object_reads_back_the_same_and_each_reader_gets_its_own_copy()
     opaque = {**job, "metadata": {**job["metadata"], "resourceVersion": "not-a-number"}}
     cache[("ns", "a")] = opaque
     assert cache.version(("ns", "a")) == 0 and cache[("ns", "a")] == opaque
+    small = {"metadata": {"name": "s", "namespace": "ns", "resourceVersion": "3"}}  # kept as JSON, not deflated
+    cache[("ns", "s")] = small
+    assert cache[("ns", "s")] == small and cache.version(("ns", "s")) == 3
+    assert cache._blobs[("ns", "s")].startswith(b"3|{") and not cache._blobs[("ns", "a")].startswith(b"0|{")
 
 
 def test_only_a_status_write_with_no_other_write_between_is_quiet() -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
+import zlib
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
@@ -23,8 +25,9 @@ Key = tuple[str, str]  # (namespace, name)
 
 
 def key_of(obj: dict[str, Any]) -> Key:
+    """(namespace, name); the namespace interned: thousands of keys share it."""
     meta = obj["metadata"]
-    return meta.get("namespace") or "default", meta["name"]
+    return sys.intern(meta.get("namespace") or "default"), meta["name"]
 
 
 def _rv(obj: dict[str, Any] | None) -> int:
@@ -119,21 +122,24 @@ def pod_summary(pod: dict[str, Any]) -> dict[str, Any]:
 
 class Packed(MutableMapping[Key, dict[str, Any]]):
     """An informer's cache, each object kept packed: its resourceVersion and its compact JSON in
-    one bytes value (b"<rv>|<json>"; bench/operator_memory.py reads them by field), unpacked into a
-    fresh dict when read. At 10,000 jobs and 40,000 pods, the dicts of every cached field were most
-    of the operator's memory (a job 6.8 kB, a trimmed pod 1.9 kB as dicts; 1.8 kB and 0.6 kB
-    packed); an object is read a few times a round, and unpacking it costs a small part of what its
-    watch event's parse did. A reader gets its own copy: what it changes stays its own."""
+    one bytes value (b"<rv>|<json>", the JSON deflated where it is longer than DEFLATE_OVER bytes;
+    bench/operator_memory.py reads them by field), unpacked into a fresh dict when read. At 10,000
+    jobs and 40,000 pods, the dicts of every cached field were most of the operator's memory (a job
+    6.8 kB, a trimmed pod 1.9 kB as dicts; 0.7 kB and 0.4 kB packed); an object is read a few times
+    a round, and unpacking it costs a small part of what its watch event's parse did. A reader gets
+    its own copy: what it changes stays its own."""
+
+    DEFLATE_OVER = 256  # bytes of JSON; zlib at level 1 (a job's 1.8 kB -> 0.7 kB, in microseconds)
 
     def __init__(self) -> None:
         self._blobs: dict[Key, bytes] = {}
 
     def __getitem__(self, key: Key) -> dict[str, Any]:
-        packed = self._blobs[key]
-        return json.loads(packed[packed.index(b"|") + 1:])  # type: ignore[no-any-return]
+        return unpack(self._blobs[key])
 
     def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
-        self._blobs[key] = b"%d|%s" % (_rv(obj), json.dumps(obj, separators=(",", ":")).encode())
+        text = json.dumps(obj, separators=(",", ":")).encode()
+        self._blobs[key] = b"%d|%s" % (_rv(obj), zlib.compress(text, 1) if len(text) > self.DEFLATE_OVER else text)
 
     def __delitem__(self, key: Key) -> None:
         del self._blobs[key]
@@ -151,6 +157,12 @@ class Packed(MutableMapping[Key, dict[str, Any]]):
         """The cached object's resourceVersion as a number (0: none cached, or opaque), unpacking nothing."""
         packed = self._blobs.get(key)
         return int(packed[:packed.index(b"|")]) if packed is not None else 0
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    """A packed object (Packed) as a dict: JSON starts with `{`, deflated JSON never does."""
+    body = blob[blob.index(b"|") + 1:]
+    return json.loads(body if body[:1] == b"{" else zlib.decompress(body))  # type: ignore[no-any-return]
 
 
 Namespaces = str | tuple[str, ...] | None  # one, several (one list and watch each), or all (None)
