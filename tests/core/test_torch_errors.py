@@ -134,6 +134,8 @@ def test_a_streamed_traceback_becomes_its_error_and_where_it_was_raised() -> Non
         "  traceback : in the job's output above (`torchjob logs f` shows it again)",
         "=" * 72]
     assert brief(CAUSE, "x", lambda line: not line.startswith("[rank1]")) == CAUSE  # a filter hid rank 1: whole
+    said = CAUSE.replace("  replica   :", "master-0 failed: ZeroDivisionError: division by zero\n  replica   :")
+    assert "  error     :" not in brief(said, "x")  # the failure's message already says it
     plain = "  last 2 lines of its output:\n    usage: train.py\n    train.py: error: bad --epochs"
     assert brief(plain, "x") == plain  # no traceback: nothing to shorten
     assert raised_at(["Traceback (most recent call last):", '  File "a.py", line 1', "SystemExit: 3"]) == (

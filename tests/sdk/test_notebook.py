@@ -74,7 +74,9 @@ def test_a_failing_cell_shows_its_traceback_once_at_the_users_lines(tmp_path: Pa
     shown = streamed + "\n".join(error["traceback"])  # what the cell shows
     # the rank's traceback once (streamed, tagged with its rank), not again in torchrun's report or the
     # error (which says the error in one line); from the user's frame on, not the runner's
-    assert shown.count("line 8, in boom") == 1 and shown.count("Traceback (most recent call last)") == 2, shown
+    assert shown.count("Traceback (most recent call last)") == 2, shown  # the rank's, and IPython's of JobFailed
+    assert shown.count("line 8, in boom") == 2, shown  # the traceback's frame, and the error's where it was raised
+    assert "  raised at : Cell In[1], line 8, in boom" in error["evalue"], error
     assert shown.count("RuntimeError: the loss went to nan at step 3") == 2, shown  # the traceback, the headline
     for word in ("ChildFailedError", "function.py", "_torchjob_call.py", "closing signal", "exitcode"):
         assert word not in shown, (word, shown)

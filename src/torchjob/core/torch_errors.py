@@ -107,9 +107,10 @@ def raised_at(lines: list[str]) -> tuple[str, str | None] | None:
 
 def brief(root_cause: str, again: str, shown: Callable[[str], bool] | None = None) -> str:
     """A root cause printed under the job's output, where its traceback was just streamed: each quoted
-    block that holds a traceback becomes the error's line and where it was raised, and says the
-    traceback is in the output above (`again`: where to read it once more). A block whose lines the
-    output did not show (`shown` false for one: a --ranks-filter hid them) is kept whole."""
+    block that holds a traceback becomes the error's line (unless the message above says it) and where
+    it was raised, and says the traceback is in the output above (`again`: where to read it once
+    more). A block whose lines the output did not show (`shown` false for one: a --ranks-filter hid
+    them) is kept whole."""
     lines = root_cause.splitlines()
     out: list[str] = []
     i = 0
@@ -128,7 +129,8 @@ def brief(root_cause: str, again: str, shown: Callable[[str], bool] | None = Non
             out += lines[i:end]
         else:
             error, where = found
-            out.append(f"  error     : {error}")
+            if not any(error in said for said in out):  # not when the failure's message already says it
+                out.append(f"  error     : {error}")
             if where:
                 out.append(f"  raised at : {where}")
             out.append(f"  traceback : in the job's output above ({again})")
