@@ -62,12 +62,13 @@ class Cluster:
         assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stdout}{out.stderr}"
         return out.stdout
 
-    def audited(self) -> list[dict[str, Any]]:
-        """The operator ServiceAccount's requests, as the API server answered them."""
+    def audited(self, stages: tuple[str, ...] = ("ResponseComplete",)) -> list[dict[str, Any]]:
+        """The operator ServiceAccount's requests, as the API server answered them (`stages`: a watch
+        is logged at ResponseStarted when it begins, at ResponseComplete only when it ends)."""
         events = []
         for line in self.audit.read_text().splitlines():
             e = json.loads(line)
-            if e.get("user", {}).get("username") == SA_USER and e.get("stage") == "ResponseComplete":
+            if e.get("user", {}).get("username") == SA_USER and e.get("stage") in stages:
                 events.append(e)
         return events
 

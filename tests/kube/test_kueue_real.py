@@ -45,11 +45,12 @@ def build_kueue() -> Path:
 
 def serving_cert(kubeconfig: str, into: Path) -> None:
     """Kueue's metrics and webhook servers need a key pair; the dev cluster's apiserver pair will do
-    (nothing here calls them over TLS)."""
+    (nothing here calls them over TLS). The real node's cluster names it tls.crt (its own CA's)."""
     pki = Path(kubeconfig).parent / "pki" / "apiserver"
     into.mkdir(parents=True, exist_ok=True)
-    shutil.copy(pki / "apiserver.crt", into / "tls.crt")
-    shutil.copy(pki / "apiserver.key", into / "tls.key")
+    name = "apiserver" if (pki / "apiserver.crt").exists() else "tls"
+    shutil.copy(pki / f"{name}.crt", into / "tls.crt")
+    shutil.copy(pki / f"{name}.key", into / "tls.key")
 
 
 def kueue_manager_config(work: Path, health: int, frameworks: list[str],
