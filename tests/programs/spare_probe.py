@@ -77,15 +77,19 @@ def main() -> None:
             "file": __file__, "names": sorted(globals()), "main": sys.modules["__main__"].__dict__ is globals(),
             "cwd": os.getcwd(), "pid": os.getpid(), "pgid": os.getpgid(0), "started": process_start()}
     mode = os.environ["PROBE_MODE"]
-    if mode == "die" and attempt == 0:
-        view["spares"] = agent_spares(int(os.environ["LOCAL_WORLD_SIZE"]))
     with open(os.path.join(out, f"{replica}-{attempt}.json"), "w") as f:
         json.dump(view, f)
     print(f"{replica} says hello on stdout", flush=True)
     print(f"{replica} says hello on stderr", file=sys.stderr, flush=True)
     if attempt == 0 and os.environ.get("PROBE_WAIT_SPARE"):
         wait_for_spare(replica)
+    if mode == "die" and attempt == 0:
+        workers = int(os.environ["LOCAL_WORLD_SIZE"])
+        with open(os.path.join(out, f"{replica}-spares.json"), "w") as f:
+            json.dump(agent_spares(workers), f)
     if mode == "die" and attempt == 0 and os.environ["RANK"] == "1":
+        while len([n for n in os.listdir(out) if n.endswith("-spares.json")]) < workers:
+            time.sleep(0.05)  # every worker has written down its agent's spares
         with open(os.path.join(out, "killed"), "w") as f:
             f.write(str(uptime()))
         os.kill(os.getpid(), signal.SIGKILL)
