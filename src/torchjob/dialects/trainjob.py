@@ -240,8 +240,8 @@ def read(doc: Document) -> Converted:
         if count > 1:
             replicas[WORKER] = {**copy.deepcopy(replica), "replicas": count - 1}
     resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
-    native_spec = {"pytorchReplicaSpecs": replicas, "nprocPerNode": nproc(resources or {}, given, rt.num_proc_per_node),
-                   "runPolicy": rp}
+    native_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas, "runPolicy": rp,
+                                   "nprocPerNode": nproc(resources or {}, given, rt.num_proc_per_node)}
     if elastic is not None:
         native_spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1], "rdzvBackend": "c10d"}
     elif count > 1:  # JobSet's success: every node's Job completed, not node 0's alone (core's minSuccess rule)
