@@ -3,7 +3,9 @@
 the progress Service, failover with a job's progress landing across it, `helm upgrade --wait` rolling
 one replica at a time with the Lease held throughout, uninstall with jobs in flight, metrics scraped
 over HTTPS from a pod, and the operator ServiceAccount's calls (the API server's audit log) against
-what its roles grant.
+what its roles grant: every grant used (gang jobs under the real Volcano scheduler and a
+scheduler-plugins PodGroup, a job queued in the real Kueue, names taken by others, a stale CA, a
+certificate near its end), or said why no request can use it.
 
 The tests run in order and share the installation (module order is the story of an install)."""
 
