@@ -12,8 +12,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +22,7 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus
 from torchjob.api.status import EventType, ExitReason, Reason
 from torchjob.console import Console
-from torchjob.core import policy, spares
+from torchjob.core import policy
 from torchjob.core.reconcile import (
     Abandon,
     Create,
@@ -46,7 +44,7 @@ from torchjob.local.prepare import free_port, now, placement
 from torchjob.local.process import Exited, LogLost, ReplicaProcess, StartError
 from torchjob.local.progress import LocalEndpoint
 from torchjob.local.render import render, warnings
-from torchjob.local.spare import SPARE_AFTER_S, Spare
+from torchjob.local.spare_keeper import SpareKeeper, SpareWarm
 from torchjob.local.store import Store
 from torchjob.local.sweep import sweep
 
@@ -56,19 +54,6 @@ PROGRESS_WRITE_S = 1.0  # the job's progress is written to the store at most thi
 @dataclass(frozen=True)
 class _Signal:
     signum: int
-
-
-@dataclass(frozen=True)
-class _SpareWarm:
-    """A replica's spare has imported what it could ahead and waits."""
-
-    replica: str
-    spare: Spare
-
-
-@dataclass(frozen=True)
-class _SpareDue:
-    """Wakes the loop when a replica's spare is due to start."""
 
 
 @dataclass(frozen=True)
@@ -103,9 +88,8 @@ class Supervisor:
         self._progress_version = 0  # the endpoint's book version last merged into the status
         self._progress_at = 0.0  # monotonic time of that merge
         self._progress_wake = False  # a wake-up for new progress is queued
-        self.spares: dict[str, Spare] = {}  # replica -> its warm spare
-        self._spare_due: dict[str, float] = {}  # replica -> monotonic time its next spare may start
-        self._spare_timers: list[threading.Timer] = []
+        self.spares = SpareKeeper(self.events, lambda line: self.console.note(line, warning=True),
+                                  self._tell_watchdog)
 
     # --- lifecycle ---
 
@@ -148,7 +132,10 @@ class Supervisor:
             plan = reconcile(self.job, self._observe(), now())
             self._record(plan)
             changed = self._apply(plan)
-            self._tend_spares(plan)
+            ending = (plan.done or self.deleting or self.stop_requested is not None
+                      or bool(self.job.run_policy.suspend))
+            self.spares.tend(self.job, self.specs, self.procs, ending,
+                             self.endpoint.shared_env() if self.endpoint is not None else {})
             if plan.done and not any(p.alive for p in self.procs.values()):
                 if self.deleting:
                     self._wait_all(0)
@@ -198,8 +185,8 @@ class Supervisor:
             self.store.add_event(self.name, "Warning", "LogNotWritten", msg)
         elif isinstance(ev, _Reported):
             self._progress_wake = False
-        elif isinstance(ev, _SpareWarm):
-            if self.spares.get(ev.replica) is ev.spare:
+        elif isinstance(ev, SpareWarm):
+            if self.spares.is_current(ev):
                 sp = ev.spare
                 self.store.add_event(self.name, "Normal", "SpareReady",
                                      f"{ev.replica}'s warm spare is ready (pid {sp.pid}: {sp.modules} modules "
@@ -305,8 +292,7 @@ class Supervisor:
         if self.endpoint is not None:
             spec = dataclasses.replace(spec, env={**spec.env, **self.endpoint.env(name, attempt, adir)})
         p = ReplicaProcess(spec, attempt, adir / "output.log", adir / "error.json")
-        spare = self.spares.pop(name, None)
-        self._spare_due[name] = time.monotonic() + SPARE_AFTER_S
+        spare = self.spares.take(name)
         try:
             p.start(self.events, self.console.line, spare)
         except StartError as e:
@@ -325,54 +311,6 @@ class Supervisor:
         self.console.note(f"{name} started (pid {p.pid}" + (f", attempt {attempt}" if attempt else "") + how + ")")
         if spare is not None and not p.from_spare:
             self.console.note(f"{name}'s warm spare could not take the attempt: started as a new process", warning=True)
-
-    # --- warm spares ---
-
-    def _tend_spares(self, plan: Plan) -> None:
-        """Keep a warm spare for each replica core gives one (core/spares.py) while the job may still
-        restart it; none once the job stops, is suspended, deleted or done."""
-        restarting = any(name not in self.procs or not self.procs[name].alive for name in self.specs)
-        ending = (plan.done or self.deleting or self.stop_requested is not None or bool(self.job.run_policy.suspend)
-                  or not spares.spare_still_useful(self.job, restarting))
-        for name, spec in self.specs.items():
-            spare = self.spares.get(name)
-            if spare is not None and (ending or not spare.alive):
-                self.spares.pop(name).discard()
-                spare = None
-            if ending or spare is not None:
-                continue
-            entry = spares.python_entry(spec.argv, sys.executable)
-            if spares.no_spare_reason(self.job, spec.replica.rtype, entry) is not None or entry is None:
-                continue
-            p = self.procs.get(name)
-            due = self._spare_due.get(name)
-            if p is None or not p.alive or p.stopping or due is None:
-                continue  # a spare is made beside a running attempt, after its start
-            wait = due - time.monotonic()
-            if wait > 0:
-                if not any(t.is_alive() for t in self._spare_timers):
-                    timer = threading.Timer(wait, self.events.put, args=(_SpareDue(),))
-                    timer.daemon = True
-                    timer.start()
-                    self._spare_timers = [timer]
-                continue
-            self._start_spare(name, spec, entry)
-
-    def _start_spare(self, name: str, spec: LaunchSpec, entry: spares.PythonEntry) -> None:
-        env = dict(spec.env)
-        if self.endpoint is not None:
-            env.update(self.endpoint.shared_env())
-        enter = volumes.preexec(spec.mounts, spec.cwd)
-        spare = Spare(name, spec.argv[0], entry, env, None if enter else spec.cwd, enter)
-        try:
-            spare.start(lambda sp: self.events.put(_SpareWarm(name, sp)))
-        except OSError as e:
-            self.console.note(f"{name}: no warm spare ({e.strerror or e}); its restarts start new processes",
-                              warning=True)
-            self._spare_due[name] = float("inf")
-            return
-        self.spares[name] = spare
-        self._tell_watchdog(f"pg {spare.pid}")
 
     def _record(self, plan: Plan, echo: bool = True) -> None:
         before = self.job.status or JobStatus()
@@ -415,11 +353,7 @@ class Supervisor:
                 p.kill()
 
     def _shutdown(self) -> None:
-        for t in self._spare_timers:
-            t.cancel()
-        for spare in self.spares.values():
-            spare.discard()
-        self.spares.clear()
+        self.spares.discard_all()
         if self.endpoint is not None:
             self.endpoint.stop()
         if self._tensorboard is not None:
