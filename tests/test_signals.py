@@ -18,6 +18,9 @@ ALLOWED = {
     "hack/devcluster/keeper.py": (1, "the pidfd of its own child, opened before the child could be reaped"),
     "src/torchjob/local/process.py": (1, "the replica's group, only while its leader is unreaped"),
     "src/torchjob/local/prepare.py": (1, "signal 0 to a supervisor recorded before start times were: nothing sent"),
+    "src/torchjob/local/spare.py": (1, "the spare's group, only while poll() finds its own Popen leader unreaped"),
+    "src/torchjob/local/spare_launcher/torchjob_spare.py": (1, "SIGINT to its own pid (python's exit on ^C)"),
+    "tests/programs/spare_probe.py": (1, "SIGKILL to its own pid (the rank's death the test plays)"),
     "tests/e2e/test_chaos_real.py": (2, "the group of its own Popen, which poll() found unreaped"),
     "bench/recovery.py": (1, "the group of its own Popen, which poll() found unreaped"),
     "scripts/dev-cluster.sh": (5, "signal_component and stop_proc check the command line (binary and state dir) at "
