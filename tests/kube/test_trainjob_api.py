@@ -130,10 +130,11 @@ def test_the_sdk_lists_the_runtime_trains_on_two_nodes_follows_it_to_complete_an
     job = client.wait_for_job_status(name, status={"Running"}, timeout=60, polling_interval=1)
     assert sorted((s.name, s.status, s.device_count) for s in job.steps) == [
         ("node-0", "Running", "1"), ("node-1", "Running", "1")]
-    stored = trainjob(kube, name, namespace)["status"]
+    # The SDK says Running from the pods it reads, so the operator's status write for the second pod's
+    # start may still be on its way: wait for it (bounded) rather than read it once.
+    running = {"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+    stored = wait_trainjob(kube, name, namespace, lambda s: s.get("jobsStatus") == [running])["status"]
     assert stored["conditions"] == []  # no condition while running: the SDK says Running only then
-    assert stored["jobsStatus"] == [{"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1,
-                                     "suspended": 0}]
     for p in pods.values():
         set_pod(kube, p, "Succeeded", 0)
     job = client.wait_for_job_status(name, status={"Complete"}, timeout=60, polling_interval=1)
