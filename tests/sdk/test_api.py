@@ -277,12 +277,14 @@ def test_a_script_a_document_and_yaml_to_keep(tmp_path: Path) -> None:
 
 
 def test_import_torchjob_is_light() -> None:
-    code = ("import sys, time; t = time.perf_counter(); import torchjob; took = time.perf_counter() - t; "
+    # CPU time, not wall time: on a loaded machine the import's wall time stretches with the load (0.3 s
+    # at load 13 on two cores, for 20 ms of CPU), while what it costs the user's process does not
+    code = ("import sys, time; t = time.process_time(); import torchjob; took = time.process_time() - t; "
             "heavy = [m for m in ('lightkube', 'pydantic', 'httpx2', 'yaml', 'click', 'rich') if m in sys.modules]; "
             "print(took, heavy)")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     took, heavy = out.split(" ", 1)
     assert heavy.strip() == "[]", heavy
-    assert float(took) < 0.15 * 4, took  # the goal is 150 ms; 4x for a loaded machine
+    assert float(took) < 0.15, took  # the goal is 150 ms
     assert hasattr(torchjob, "Job") and "Job" in dir(torchjob)
