@@ -83,12 +83,14 @@ class PodReporter:
         self.every = every
         self.stop = threading.Event()
         self.step = 0
+        self.last = 0.0  # time.monotonic() of the latest report() (what the operator receives is no older)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         while not self.stop.wait(self.every):
             self.step += 1
+            self.last = time.monotonic()
             self.reporter.report(step=self.step, total=1000, loss=1.0 / self.step)
 
     def quiet(self) -> None:
