@@ -36,8 +36,13 @@ torchjob is reached through its command line only (`torchjob render --kube`, `to
 Usage: python bench/operator_scale.py [--jobs 200] [--workers 4] [--kubeflow auto|build|no]
                                       [--pytorchjobs] [--src DIR] [--baseline-src DIR]
                                       [--phases api,before,torchjob,floor,ptj,kubeflow]
-                                      [--nodes 4] [--timeout S] [--kubeconfig PATH]
+                                      [--rounds N] [--nodes 4] [--timeout S] [--kubeconfig PATH]
                                       [--keep-cluster] [--cluster-dir DIR]
+With --rounds N the phases run N times, interleaved (in their order, then reversed, and so on;
+each round in fresh namespaces, --jobs jobs per phase and round): each round's table and ratios
+are printed, then each ratio's median, least and greatest over the rounds. On a shared machine a
+load change between two phases moves one run's ratio more than the code does; over rounds that
+alternate, it weighs on both sides alike.
 Without --kubeconfig the bench starts its own cluster in /tmp/torchjob-bench-cluster or
 --cluster-dir (never the tests' /tmp/torchjob-devcluster; every port is a free one) and stops it
 at the end.
@@ -55,6 +60,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,7 +83,6 @@ from scale_measure import (
     fmt,
     free_port,
     measure,
-    ratio,
     run_operator,
     wait_served,
 )
@@ -274,16 +279,25 @@ async def memory_report(path: Path, op: subprocess.Popen[bytes], res: Result) ->
 # --------------------------------------------------------------------------------- phases
 
 
-async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str], last_clean: bool) -> list[Result]:
+def round_order(phases: list[str], n: int) -> list[str]:
+    """The phases of round n (from 0): in their order, then reversed, and so on, so that a load
+    that rises (or falls) through a round weighs on each phase alike over two rounds. The floor
+    replays what the last torchjob phase wrote, so the first round keeps the order."""
+    return list(reversed(phases)) if n % 2 else list(phases)
+
+
+async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str],
+                     last_clean: bool) -> list[list[Result]]:
     tree, baseline = Tree(args.src), Tree(args.baseline_src) if args.baseline_src else None
     # Long read timeout: deleting thousands of pods in one call takes more than lightkube's 10 s.
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-bench",
                          timeout=httpx.Timeout(120.0, connect=10.0))
-    results: list[Result] = []
+    rounds: list[list[Result]] = []
     written: dict[str, Written] = {}  # what each torchjob phase's operator wrote
     try:
         await use_crd(client, kubeconfig, tree.crds[TORCHJOB_CRD], TorchJobRes)
         stamp = int(time.time())
+        tag = str(stamp)  # in each phase's namespace and files: the round's with --rounds
         n_pods = args.jobs * 4
         nodes = [n async for n in client.list(NodeG, labels={"type": "kwok"})]
         pods_room = sum(int(n["status"]["allocatable"].get("pods", 0)) for n in nodes)
@@ -309,10 +323,10 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
             port = free_port()
             seen = written[name] = Written()
             label = name.split()[-1].strip("()")
-            log = Path(f"/tmp/torchjob-bench-operator-{label}-{stamp}.log")
+            log = Path(f"/tmp/torchjob-bench-operator-{label}-{tag}.log")
             cmd, after = torchjob_cmd(port, "off"), None
             if args.profile_memory:  # the operator under bench/operator_memory.py, asked once all is Running
-                profile = Path(f"/tmp/torchjob-bench-memory-{label}-{stamp}.json")
+                profile = Path(f"/tmp/torchjob-bench-memory-{label}-{tag}.json")
                 cmd = [cmd[0], str(Path(__file__).with_name("operator_memory.py")), "--out", str(profile), "--",
                        *cmd[1:]]
                 after = functools.partial(memory_report, profile)
@@ -327,15 +341,15 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
         async def floor(ns: str) -> Result:
             await use_crd(client, kubeconfig, tree.crds[TORCHJOB_CRD], TorchJobRes)
             plan = Plan.of(written.get("torchjob") or written.get(BEFORE))
-            plan_file, rendered_file = Path(f"/tmp/torchjob-bench-floor-plan-{stamp}.json"), Path(
-                f"/tmp/torchjob-bench-floor-objects-{stamp}.json")
+            plan_file, rendered_file = Path(f"/tmp/torchjob-bench-floor-plan-{tag}.json"), Path(
+                f"/tmp/torchjob-bench-floor-objects-{tag}.json")
             plan_file.write_text(json.dumps(dataclasses.asdict(plan)))
             rendered_file.write_text(tree.rendered)
             port = free_port()
             cmd = [sys.executable, str(Path(__file__).with_name("scale_floor.py")), "--kubeconfig", kubeconfig,
                    "--namespace", ns, "--workers", str(args.workers), "--port", str(port), "--plan", str(plan_file),
                    "--rendered", str(rendered_file)]
-            log = Path(f"/tmp/torchjob-bench-floor-{stamp}.log")
+            log = Path(f"/tmp/torchjob-bench-floor-{tag}.log")
             res = await run_operator(client, FLOOR, cmd, dict(os.environ), f"http://127.0.0.1:{port}/readyz", log,
                                      ns, [TorchJobRes.from_dict(torchjob(f"j{i}", ns)) for i in range(args.jobs)],
                                      TorchJobRes, torchjob_running, args)
@@ -355,7 +369,7 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
             port = free_port()
             return await run_operator(client, TORCHJOB_PTJ, torchjob_cmd(port, "on"), tree.env(),
                                       f"http://127.0.0.1:{port}/readyz",
-                                      Path(f"/tmp/torchjob-bench-operator-ptj-{stamp}.log"), ns,
+                                      Path(f"/tmp/torchjob-bench-operator-ptj-{tag}.log"), ns,
                                       [PyTorchJobRes.from_dict(pytorchjob(f"j{i}", ns)) for i in range(args.jobs)],
                                       PyTorchJobRes, pytorchjob_running, args)
 
@@ -374,7 +388,7 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                 return await run_operator(client, "kubeflow", cmd,
                                           {**os.environ, "MY_POD_NAMESPACE": KUBEFLOW_NS, "TMPDIR": "/tmp"},
                                           f"http://127.0.0.1:{probe}/readyz",
-                                          Path(f"/tmp/torchjob-bench-kubeflow-{stamp}.log"), ns,
+                                          Path(f"/tmp/torchjob-bench-kubeflow-{tag}.log"), ns,
                                           [PyTorchJobRes.from_dict(pytorchjob(f"j{i}", ns)) for i in range(args.jobs)],
                                           PyTorchJobRes, pytorchjob_running, args,
                                           while_starting=lambda: kubeflow_certs(client))
@@ -395,38 +409,80 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
             "kubeflow": ("kubeflow", f"Kubeflow training-operator {KUBEFLOW_VERSION}, {args.jobs} PyTorchJobs",
                          kubeflow_op, PyTorchJobRes),
         }
-        for n, key in enumerate(phases):
-            name, what, phase, job_res = table[key]
-            ns = f"bench-{key}-{stamp}"
-            await client.create(NamespaceG.from_dict({"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": ns}}))
-            print(f"[bench] {what} ...", file=sys.stderr, flush=True)
-            try:
-                res = await phase(ns)
-            except Exception as e:
-                res = Result(name, n_pods, notes=[f"failed: {e}"])
-            results.append(res)
-            print(f"[bench]   {res.summary()}", file=sys.stderr, flush=True)
-            if n == len(phases) - 1 and not last_clean:
-                break  # the cluster goes with everything in it
-            try:  # the next phase starts from free nodes, and no operator caches these objects
-                await clean(client, ns, job_res)
-            except Exception as e:
-                res.notes.append(f"cleaning {ns} failed: {e!r}")
+        n_rounds = args.rounds or 1
+        for r in range(n_rounds):
+            results: list[Result] = []
+            rounds.append(results)
+            order = round_order(phases, r)
+            for n, key in enumerate(order):
+                name, what, phase, job_res = table[key]
+                tag = f"{stamp}-r{r + 1}" if args.rounds else str(stamp)
+                ns = f"bench-{key}-{tag}"
+                await client.create(NamespaceG.from_dict({"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": ns}}))
+                at = f" (round {r + 1} of {n_rounds})" if args.rounds else ""
+                print(f"[bench] {what}{at} ...", file=sys.stderr, flush=True)
+                try:
+                    res = await phase(ns)
+                except Exception as e:
+                    res = Result(name, n_pods, notes=[f"failed: {e}"])
+                results.append(res)
+                print(f"[bench]   {res.summary()}", file=sys.stderr, flush=True)
+                if r == n_rounds - 1 and n == len(order) - 1 and not last_clean:
+                    break  # the cluster goes with everything in it
+                try:  # the next phase starts from free nodes, and no operator caches these objects
+                    await clean(client, ns, job_res)
+                except Exception as e:
+                    res.notes.append(f"cleaning {ns} failed: {e!r}")
     finally:
         await client.close()
-    return results
+    return rounds
 
 
 # --------------------------------------------------------------------------------- report
 
 
-def report(args: argparse.Namespace, results: list[Result], kubeflow_note: str) -> None:
-    n_pods = args.jobs * 4
-    sched = " (QPS 1000, no default spreading)" if args.fast_scheduler and not args.kubeconfig else ""
-    print(f"\noperator at scale: {args.jobs} jobs x 4 replicas = {n_pods} pods; real kube-apiserver + kube-scheduler"
-          f"{sched} + KWOK ({args.nodes} fake nodes), {os.cpu_count()} cores; operators run with {args.workers} "
-          "workers")
+def rel(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def ratios(results: list[Result]) -> list[tuple[str, float | None]]:
+    """Each operator against its peers among `results` (measured in the same run, or round)."""
+    by = {r.name: r for r in results}
+    api, tj, tjp, kf = by.get("API server"), by.get("torchjob"), by.get(TORCHJOB_PTJ), by.get("kubeflow")
+    before, floor = by.get(BEFORE), by.get(FLOOR)
+    out: list[tuple[str, float | None]] = []
+    for op in (before, tj, tjp, kf):
+        if op is not None and api is not None:
+            out.append((op.name + " pods/s / API server pods/s", rel(op.pods_per_s, api.pods_per_s)))
+            out.append((op.name + " / API server: time to every pod Running",
+                        rel(op.pods_running_s, api.pods_running_s)))
+    if tj is not None and before is not None:
+        for label, now, then in (("pods/s", tj.pods_per_s, before.pods_per_s),
+                                 ("jobs Running/s", tj.jobs_per_s, before.jobs_per_s),
+                                 ("time to every job Running", tj.jobs_running_s, before.jobs_running_s),
+                                 ("CPU until every pod exists", tj.cpu_pods_s, before.cpu_pods_s),
+                                 ("CPU time", tj.cpu_s, before.cpu_s),
+                                 ("peak RSS", tj.rss_peak_mb, before.rss_peak_mb)):
+            out.append((f"torchjob / {BEFORE}: {label}", rel(now, then)))
+    for op in (before, tj):
+        if op is not None and floor is not None:
+            out.append((f"{op.name} / {FLOOR}: jobs Running/s", rel(op.jobs_per_s, floor.jobs_per_s)))
+            out.append((f"{op.name} / {FLOOR}: pods/s", rel(op.pods_per_s, floor.pods_per_s)))
+            out.append((f"{op.name} / {FLOOR}: CPU until every pod exists", rel(op.cpu_pods_s, floor.cpu_pods_s)))
+            out.append((f"{op.name} / {FLOOR}: CPU time", rel(op.cpu_s, floor.cpu_s)))
+            out.append((f"{op.name} / {FLOOR}: peak RSS", rel(op.rss_peak_mb, floor.rss_peak_mb)))
+    for a, b in ((tj, kf), (tjp, kf), (tjp, tj)):
+        if a is not None and b is not None:
+            out.append((f"{a.name} / {b.name}: pods/s", rel(a.pods_per_s, b.pods_per_s)))
+            out.append((f"{a.name} / {b.name}: time to every job Running", rel(a.jobs_running_s, b.jobs_running_s)))
+            out.append((f"{a.name} / {b.name}: peak RSS", rel(a.rss_peak_mb, b.rss_peak_mb)))
+            out.append((f"{a.name} / {b.name}: CPU time", rel(a.cpu_s, b.cpu_s)))
+    return out
+
+
+def table(args: argparse.Namespace, results: list[Result], title: str) -> None:
+    """The figures of each phase of `results`, then their ratios."""
     rows: list[tuple[str, Callable[[Result], str]]] = [
         ("client's creates answered after (s)", lambda r: fmt(r.created_s)),
         ("every pod exists after (s)", lambda r: fmt(r.pods_s)),
@@ -444,56 +500,86 @@ def report(args: argparse.Namespace, results: list[Result], kubeflow_note: str) 
     print(f"  {'':40}" + "".join(f"{r.name:>{col}}" for r in results))
     for label, get in rows:
         print(f"  {label:40}" + "".join(f"{get(r):>{col}}" for r in results))
+    print(title)
+    for label, value in ratios(results):
+        print(f"  {label:60} {fmt(value)}")
+
+
+def header(args: argparse.Namespace) -> str:
+    sched = " (QPS 1000, no default spreading)" if args.fast_scheduler and not args.kubeconfig else ""
+    return (f"operator at scale: {args.jobs} jobs x 4 replicas = {args.jobs * 4} pods; real kube-apiserver + "
+            f"kube-scheduler{sched} + KWOK ({args.nodes} fake nodes), {os.cpu_count()} cores; operators run with "
+            f"{args.workers} workers")
+
+
+def targets(args: argparse.Namespace, results: list[Result], floor_rel: float | None, floor_how: str) -> None:
+    """The issue's goals, of `results` (the peak RSS: the highest of them); the floor's ratio as given."""
     by = {r.name: r for r in results}
-    api, tj, tjp, kf = by.get("API server"), by.get("torchjob"), by.get(TORCHJOB_PTJ), by.get("kubeflow")
-    before, floor = by.get(BEFORE), by.get(FLOOR)
-    print("ratios (same run)")
-    for op in (before, tj, tjp, kf):
-        if op is not None and api is not None:
-            print(f"  {op.name + ' pods/s / API server pods/s':60} {ratio(op.pods_per_s, api.pods_per_s)}")
-            print(f"  {op.name + ' / API server: time to every pod Running':60} "
-                  f"{ratio(op.pods_running_s, api.pods_running_s)}")
-    if tj is not None and before is not None:
-        for label, now, then in (("pods/s", tj.pods_per_s, before.pods_per_s),
-                            ("jobs Running/s", tj.jobs_per_s, before.jobs_per_s),
-                            ("time to every job Running", tj.jobs_running_s, before.jobs_running_s),
-                            ("CPU until every pod exists", tj.cpu_pods_s, before.cpu_pods_s),
-                            ("CPU time", tj.cpu_s, before.cpu_s),
-                            ("peak RSS", tj.rss_peak_mb, before.rss_peak_mb)):
-            print(f"  {f'torchjob / {BEFORE}: {label}':60} {ratio(now, then)}")
-    for op in (before, tj):
-        if op is not None and floor is not None:
-            print(f"  {f'{op.name} / {FLOOR}: jobs Running/s':60} {ratio(op.jobs_per_s, floor.jobs_per_s)}")
-            print(f"  {f'{op.name} / {FLOOR}: pods/s':60} {ratio(op.pods_per_s, floor.pods_per_s)}")
-    for a, b in ((tj, kf), (tjp, kf), (tjp, tj)):
-        if a is not None and b is not None:
-            print(f"  {f'{a.name} / {b.name}: pods/s':60} {ratio(a.pods_per_s, b.pods_per_s)}")
-            print(f"  {f'{a.name} / {b.name}: time to every job Running':60} "
-                  f"{ratio(a.jobs_running_s, b.jobs_running_s)}")
-            print(f"  {f'{a.name} / {b.name}: peak RSS':60} {ratio(a.rss_peak_mb, b.rss_peak_mb)}")
-            print(f"  {f'{a.name} / {b.name}: CPU time':60} {ratio(a.cpu_s, b.cpu_s)}")
-    targets = []
+    api, tj, floor = by.get("API server"), by.get("torchjob"), by.get(FLOOR)
+    out = []
     if tj is not None and api is not None:
         met = tj.pods_per_s is not None and api.pods_per_s is not None and (
             tj.pods_per_s >= 100 or tj.pods_per_s >= api.pods_per_s)
-        targets.append(f">= 100 pods/s or the API server's own rate: {'met' if met else 'NOT met'}")
+        out.append(f">= 100 pods/s or the API server's own rate: {'met' if met else 'NOT met'}")
     if tj is not None and floor is not None:
-        rel = tj.jobs_per_s / floor.jobs_per_s if tj.jobs_per_s and floor.jobs_per_s else None
-        targets.append(f">= 0.8x the writes floor's jobs Running/s: {fmt(rel)}, "
-                       + ("met" if rel is not None and rel >= 0.8 else "NOT met"))
-    if tj is not None:
-        mem = f"< 150 MB peak: {fmt(tj.rss_peak_mb, '.0f')} MB at {args.jobs} jobs"
-        if args.jobs >= 1000 and tj.rss_peak_mb is not None:
-            mem += ", met" if tj.rss_peak_mb < 150 else ", NOT met"
-        targets.append(mem)
-    if tj is not None and tj.jobs_running_s is None:
-        targets.append("every job Running: NOT met")
-    if targets:
-        print("targets: " + "; ".join(targets))
-    print(kubeflow_note)
+        out.append(f">= 0.8x the writes floor's jobs Running/s: {floor_how}{fmt(floor_rel)}, "
+                   + ("met" if floor_rel is not None and floor_rel >= 0.8 else "NOT met"))
+    tjs = [r for r in results if r.name == "torchjob"]
+    if tjs:
+        peaks = [r.rss_peak_mb for r in tjs if r.rss_peak_mb is not None]
+        peak = max(peaks) if peaks else None
+        mem = f"< 150 MB peak: {fmt(peak, '.0f')} MB at {args.jobs} jobs"
+        if args.jobs >= 1000 and peak is not None:
+            mem += ", met" if peak < 150 else ", NOT met"
+        out.append(mem)
+        if any(r.jobs_running_s is None for r in tjs):
+            out.append("every job Running: NOT met")
+    if out:
+        print("targets: " + "; ".join(out))
+
+
+def notes(results: list[Result], where: str = "") -> None:
     for r in results:
         for note in r.notes:
-            print(f"  note ({r.name}): {note}")
+            print(f"  note ({r.name}{where}): {note}")
+
+
+def report(args: argparse.Namespace, results: list[Result], kubeflow_note: str) -> None:
+    print("\n" + header(args))
+    table(args, results, "ratios (same run)")
+    by = {r.name: r for r in results}
+    tj, floor = by.get("torchjob"), by.get(FLOOR)
+    targets(args, results, rel(tj.jobs_per_s, floor.jobs_per_s) if tj and floor else None, "")
+    print(kubeflow_note)
+    notes(results)
+
+
+def report_rounds(args: argparse.Namespace, rounds: list[list[Result]], kubeflow_note: str) -> None:
+    """Each round's table and ratios (each against its peers of the same round), then each ratio's
+    median, least and greatest over the rounds."""
+    print(f"\n{header(args)}; {len(rounds)} rounds, the phases interleaved (each round in a fresh namespace, "
+          "the order reversed every other round)")
+    for n, results in enumerate(rounds):
+        print(f"round {n + 1}: " + ", ".join(r.name for r in results))
+        table(args, results, f"ratios (round {n + 1})")
+    by_label: dict[str, list[float | None]] = {}
+    for results in rounds:
+        for label, value in ratios(results):
+            by_label.setdefault(label, []).append(value)
+    print(f"ratios over {len(rounds)} rounds: median (least-greatest), then each round's")
+    for label, values in by_label.items():
+        got = [v for v in values if v is not None]
+        spread = f"{statistics.median(got):.2f} ({min(got):.2f}-{max(got):.2f})" if got else "-"
+        if got and len(got) < len(values):  # a phase that did not finish: said, not hidden
+            spread += f" of {len(got)}"
+        print(f"  {label:60} {spread:>18}   " + " ".join(fmt(v) for v in values))
+    floor_rel = by_label.get(f"torchjob / {FLOOR}: jobs Running/s") or []
+    got = [v for v in floor_rel if v is not None]
+    median = statistics.median(got) if got and len(got) == len(floor_rel) else None
+    targets(args, [r for results in rounds for r in results], median, f"median of {len(rounds)} rounds ")
+    print(kubeflow_note)
+    for n, results in enumerate(rounds):
+        notes(results, f", round {n + 1}")
 
 
 def interrupted(*_: Any) -> None:
@@ -525,6 +611,11 @@ def main() -> None:
                         help="the bench's own cluster's kube-scheduler with client QPS 1000 (default 50: it binds "
                              "~50 pods/s) and no default topology spreading (with thousands of Services in a "
                              "namespace it weighs every pod against every pod): for runs of many thousand jobs")
+    parser.add_argument("--rounds", type=int,
+                        help="run the phases N times, interleaved (the order reversed every other round, each "
+                             "round in fresh namespaces), --jobs jobs per phase in each round; print each round's "
+                             "figures and each ratio's median, least and greatest: ratios that a load change "
+                             "between phases does not swamp")
     parser.add_argument("--nodes", type=int, default=4, help="KWOK fake nodes of the bench's own cluster")
     parser.add_argument("--kubeconfig", help="a cluster already up (with KWOK nodes, tainted kwok.x-k8s.io/node)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the bench's own cluster up")
@@ -535,6 +626,8 @@ def main() -> None:
     # the bench's own cluster are stopped on the way out.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, interrupted)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: a round count is 1 or more (or leave --rounds out for one pass)")
     if args.timeout is None:
         args.timeout = max(900.0, args.jobs * 4 / 20)
 
@@ -592,11 +685,14 @@ def main() -> None:
         kubeconfig = out.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
     assert kubeconfig
     try:
-        results = asyncio.run(main_async(args, kubeconfig, phases, last_clean=not started or args.keep_cluster))
+        rounds = asyncio.run(main_async(args, kubeconfig, phases, last_clean=not started or args.keep_cluster))
     finally:
         if started and not args.keep_cluster:
             subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "down"], capture_output=True, env=env)
-    report(args, results, kubeflow_note)
+    if args.rounds:
+        report_rounds(args, rounds, kubeflow_note)
+    else:
+        report(args, rounds[0], kubeflow_note)
 
 
 if __name__ == "__main__":
