@@ -126,8 +126,14 @@ def test_a_job_pod_security_refuses_fails_at_once_with_the_field_to_change_and_i
     time.sleep(3)  # the backoff's retries (0.25s, 0.5s, 1s...) would have come by now
     asked = pod_security_denials(kubeconfig) - denied
     assert asked == 2, f"{asked} pod creates denied: each of the two pods once"
-    events = list(kube.list(Event, namespace=ns))
-    refused = [e for e in events if e.reason == "PodRefused"]
+    # Events are recorded beside the status write, on a task of their own: waited for, not read once
+    end = time.monotonic() + 30
+    while True:
+        events = list(kube.list(Event, namespace=ns))
+        refused = [e for e in events if e.reason == "PodRefused"]
+        if refused or time.monotonic() > end:
+            break
+        time.sleep(0.2)
     assert refused and refused[0].type == "Warning" and "violates PodSecurity" in (refused[0].message or "")
     assert not [e for e in events if e.reason == "ReconcileError"]
     # What the page shows is this condition (the namespace named as the page names it)
