@@ -218,7 +218,9 @@ def test_hostile_content_is_shown_as_text(tmp_path: Path, page: Page, artifacts:
     p.goto(d.job_url("hostile"))
     p.locator('[data-testid="events"] td', has_text=HOSTILE).wait_for()
     p.locator("#log .line", has_text=HOSTILE).wait_for(timeout=30_000)
-    names = p.evaluate("[...document.querySelectorAll('.chart .title')].map(t => t.textContent)")
+    # the charts are drawn once uPlot has loaded, apart from the log's fetch: waited for, not read once
+    names = wait(lambda: p.evaluate("[...document.querySelectorAll('.chart .title')].map(t => t.textContent)"),
+                 what="the charts drawn")
     assert HOSTILE[:64] in names
     p.goto(d.job_url(HOSTILE))
     p.locator("#job-name", has_text=HOSTILE).wait_for()
@@ -274,10 +276,19 @@ def test_the_api_answers_a_mistake_with_the_cli_s_message(tmp_path: Path, dashbo
     assert code == 409, body
     code, body = call("/api/jobs/-/job-0001/explode", "POST")
     assert code == 404 and "suspend, resume or delete" in body["error"]
-    code, body = call("/api/jobs/-/job-0001/delete", "POST")
-    assert code == 200 and body == {"ok": True, "verb": "delete", "name": "job-0001"}
+    # a kind, as a cluster's page names it: locally every job is a TorchJob
+    code, body = call("/api/jobs/-/job-0001?kind=torchjob")
+    assert code == 200 and body["name"] == "job-0001" and body["kind"] is None, body
+    code, body = call("/api/jobs/-/job-0001?kind=trainjob")
+    assert code == 409 and body["error"].startswith("'trainjob/job-0001': a TrainJob runs on a cluster only"), body
+    code, body = call("/api/jobs/-/job-0001/delete?kind=trainjob", "POST")
+    assert code == 409 and "add --kube" in body["error"], body
+    code, body = call("/api/jobs/-/job-0001/delete?kind=tj", "POST")
+    assert code == 200 and body == {"ok": True, "verb": "delete", "name": "job-0001", "kind": "tj"}
     code, body = call("/api/jobs/-/job-0001")
     assert code == 404
+    code, body = call("/api/jobs/-/job-0000/delete", "POST")  # a bare name, as before
+    assert code == 200 and body == {"ok": True, "verb": "delete", "name": "job-0000", "kind": None}
 
 
 def test_a_newcomers_torch_job_run_then_seen(tmp_path: Path, page: Page, dashboard: Callable[..., Dashboard]) -> None:
