@@ -10,12 +10,13 @@ right after (controller-runtime's "dirty" set), and keys can be added after a de
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import zlib
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
+
+import msgspec
 
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code, to_dict
@@ -138,7 +139,7 @@ class Packed(MutableMapping[Key, dict[str, Any]]):
         return unpack(self._blobs[key])
 
     def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
-        text = json.dumps(obj, separators=(",", ":")).encode()
+        text = _encode(obj)
         self._blobs[key] = b"%d|%s" % (_rv(obj), zlib.compress(text, 1) if len(text) > self.DEFLATE_OVER else text)
 
     def __delitem__(self, key: Key) -> None:
@@ -159,10 +160,17 @@ class Packed(MutableMapping[Key, dict[str, Any]]):
         return int(packed[:packed.index(b"|")]) if packed is not None else 0
 
 
+# msgspec's JSON (lightkube parses every answer with it): the same compact JSON as the json module's
+# (non-ASCII as UTF-8, not escaped), encoded ~10x and parsed ~2.5x faster; every watch event is one
+# encode, every read of a cached object one parse.
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
+
+
 def unpack(blob: bytes) -> dict[str, Any]:
     """A packed object (Packed) as a dict: JSON starts with `{`, deflated JSON never does."""
     body = blob[blob.index(b"|") + 1:]
-    return json.loads(body if body[:1] == b"{" else zlib.decompress(body))  # type: ignore[no-any-return]
+    return _decode(body if body[:1] == b"{" else zlib.decompress(body))
 
 
 Namespaces = str | tuple[str, ...] | None  # one, several (one list and watch each), or all (None)
