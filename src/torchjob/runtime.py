@@ -10,8 +10,9 @@ builds one, and every face (the command line, the Python API, the dashboard) ask
 A reader (`describe`, `list`, `logs`) never writes: it shows what core decides from the facts.
 Both runtimes fill one typed view of a job (`JobView`) that one printer shows, and refuse what
 cannot be done with one message (`refuse_suspend`, `refuse_resume`, `no_such_job`); a job that is
-not there is its own kind of error (`JobNotFound`), so that a face tells it apart without reading
-the message.
+not there is its own kind of error (`JobNotFound`), as is a bare name that jobs of several kinds hold
+on a cluster (`AmbiguousJob`, with the kinds), so that a face tells them apart without reading the
+message.
 """
 
 from __future__ import annotations
@@ -180,6 +181,17 @@ class OutputGone(UserError):
 
 def no_such_job(name: str, known: list[str], where: str = "") -> JobNotFound:
     hint = f"known jobs{where}: {', '.join(known)}" if known else \
+class AmbiguousJob(UserError):
+    """A bare NAME that jobs of several kinds hold (on a cluster a TorchJob and a TrainJob may share a
+    name): `kinds` says which (TorchJob first), so that a face can offer `KIND/NAME` for each."""
+
+    def __init__(self, name: str, kinds: list[str], namespace: str) -> None:
+        super().__init__(f"{len(kinds)} jobs are named {name!r} in {namespace}: a {' and a '.join(kinds)}",
+                         fix="name one as KIND/NAME, as kubectl does: "
+                             + " or ".join(f"{k.lower()}/{name}" for k in kinds))
+        self.name, self.kinds, self.namespace = name, kinds, namespace
+
+
         f"there are no jobs{where}; start one with torchjob run"
     return JobNotFound(f"no job named {name!r}" + where, fix=hint)
 

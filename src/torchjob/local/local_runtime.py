@@ -196,7 +196,7 @@ class LocalRuntime:
         return found
 
     def describe(self, name: str) -> JobView:
-        rec, v = self._find(name)
+        rec, v = self._find(local_name(name))
         return read.view(self.store, rec, v)
 
     def list(self) -> list[JobView]:
@@ -206,6 +206,7 @@ class LocalRuntime:
              tail: int | None = None) -> Iterator[str]:
         """The combined log (every replica's lines, prefixed), or one attempt's own file."""
         rec, _ = self._find(name)
+        name = local_name(name)
         path = self._attempt_log(rec, replica, attempt) if replica else rec.dir / "job.log"
         if not path.exists():
             raise no_output(name, None, [])
@@ -253,6 +254,7 @@ class LocalRuntime:
 
     def _set_suspend(self, name: str, value: bool) -> None:
         read.settle(self.store)
+        name = local_name(name)
         rec, v = self._find(name)
         (refuse_suspend if value else refuse_resume)(name, rec.job, v.status)
         if not supervisor_alive(rec):
@@ -263,6 +265,7 @@ class LocalRuntime:
 
     def delete(self, name: str, wait_s: float = 60.0) -> None:
         read.settle(self.store)
+        name = local_name(name)
         rec, _ = self._find(name)
         if supervisor_alive(rec):
             self.store.mark_deleting(name)
@@ -280,6 +283,27 @@ class LocalRuntime:
 
 
 def _signal_supervisor(rec: JobRecord) -> None:
+# What `KIND/NAME` may say for the one kind there is locally (as on a cluster: `torchjob/foo`, `tj/foo`)
+TORCHJOB_WORDS = ("torchjob", "torchjobs", "tj", "torchjob.torchjob.dev", "torchjobs.torchjob.dev")
+CLUSTER_KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "pytorchtrainingjob": "PyTorchTrainingJob"}
+
+
+def local_name(ref: str) -> str:
+    """The job a local verb's `ref` names: NAME, or `torchjob/NAME` as `--kube` takes KIND/NAME (every
+    local job is a TorchJob). A kind only a cluster has (`trainjob/NAME`) is a UserError saying to add
+    --kube; any other word before a "/" is part of the name (the store takes any name)."""
+    word, sep, name = ref.partition("/")
+    if not sep or not name or "/" in name:
+        return ref
+    if word.lower() in TORCHJOB_WORDS:
+        return name
+    cluster = CLUSTER_KINDS.get(word.lower().split(".")[0].removesuffix("s"))
+    if cluster is not None:
+        raise UserError(f"{ref!r}: a {cluster} runs on a cluster only; every local job is a TorchJob",
+                        fix=f"add --kube to ask the cluster, or write {name} (or torchjob/{name}) for a local job")
+    return ref
+
+
     if rec.supervisor_pid:
         pids.send(rec.supervisor_pid, signal.SIGUSR1, pids.started_at(rec.supervisor_start))
 

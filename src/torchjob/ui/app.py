@@ -20,6 +20,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -30,7 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from torchjob.api.errors import UserError
-from torchjob.runtime import JobNotFound
+from torchjob.runtime import AmbiguousJob, JobNotFound
 from torchjob.ui.source import Action, OutOfScope, Source
 
 STATIC = resources.files("torchjob.ui") / "static"
@@ -83,6 +84,8 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
                 response = await handler(request)
             except OutOfScope as e:
                 response = JSONResponse({"error": e.render()}, 403)
+            except AmbiguousJob as e:  # a bare name two kinds hold: which, and the URL of each
+                response = JSONResponse(ambiguous(request, e), 409)
             except UserError as e:
                 response = JSONResponse({"error": e.render()}, 404 if isinstance(e, JobNotFound) else 409)
             except Exception as e:  # a cluster that refused (RBAC), or went away: the page says so
@@ -121,21 +124,22 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
 
     async def job(request: Request) -> Response:
         ns, name = request.path_params["ns"], request.path_params["name"]
-        return JSONResponse(await run_in_threadpool(source.job, _ns(ns), name))
+        return JSONResponse(await run_in_threadpool(source.job, _ns(ns), name, _kind(request)))
 
     async def log(request: Request) -> Response:
         ns, name = request.path_params["ns"], request.path_params["name"]
         attempt = request.query_params.get("attempt")
         out = await run_in_threadpool(source.log, _ns(ns), name, request.query_params.get("replica", ""),
-                                      int(attempt) if attempt and attempt.isdigit() else None)
+                                      int(attempt) if attempt and attempt.isdigit() else None, _kind(request))
         return JSONResponse(out)
 
     async def act(request: Request) -> Response:
         ns, name, verb = request.path_params["ns"], request.path_params["name"], request.path_params["verb"]
         if verb not in set(Action):
             return JSONResponse({"error": f"no action {verb!r}: suspend, resume or delete"}, 404)
-        await run_in_threadpool(source.act, _ns(ns), name, verb)
-        return JSONResponse({"ok": True, "verb": verb, "name": name})
+        kind = _kind(request)
+        await run_in_threadpool(source.act, _ns(ns), name, verb, kind)
+        return JSONResponse({"ok": True, "verb": verb, "name": name, "kind": kind})
 
     listed: list[Any] = [None, "", ""]  # the latest listing (its rows object), its event's JSON, its digest
 
@@ -152,9 +156,9 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
         return listed[1], listed[2]
 
     async def stream(request: Request) -> Response:
-        """`event: jobs` with every row, and with ?job=NS/NAME `event: job` with that job's page,
-        each when it changed (and at once on connecting)."""
-        open_job = request.query_params.get("job")
+        """`event: jobs` with every row, and with ?job=NS/NAME (and &kind=KIND on a cluster) `event: job`
+        with that job's page, each when it changed (and at once on connecting)."""
+        open_job, open_kind = request.query_params.get("job"), _kind(request)
         have = request.query_params.get("have")  # the digest of the listing the page came with
 
         async def events() -> AsyncIterator[str]:
@@ -168,8 +172,10 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
                     problem = source.problem  # the latest listing's (RBAC, a cluster away), else none
                     if open_job:
                         ns, _, name = open_job.partition("/")
-                        job = await run_in_threadpool(source.job, _ns(ns), name)
+                        job = await run_in_threadpool(source.job, _ns(ns), name, open_kind)
                         out.append(("job", json.dumps(job, default=str)))
+                except AmbiguousJob as e:  # a page of a bare name two kinds hold: the pages to open
+                    problem = ambiguous(request, e)["error"]
                 except UserError as e:  # the open job was deleted, say
                     problem = e.render()
                 except Exception as e:
@@ -196,6 +202,23 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts is not None else []
     return Starlette(routes=routes, middleware=middleware)
+
+
+def ambiguous(request: Request, e: AmbiguousJob) -> dict[str, Any]:
+    """The answer to a bare name that jobs of several kinds hold: the kinds, and for each the URL that
+    names it (this request's with `kind=`, without the token) and its job page's address."""
+    ns = request.path_params.get("ns") or (request.query_params.get("job") or "-").partition("/")[0]
+    query = {k: v for k, v in request.query_params.items() if k not in ("token", "kind")}
+    choices = [{"kind": k, "url": f"{request.url.path}?{urlencode({**query, 'kind': k.lower()})}",
+                "page": f"/#/job/{quote(ns, safe='')}/{k.lower()}/{quote(e.name, safe='')}"} for k in e.kinds]
+    fix = "ask for one by its kind: " + " or ".join(c["url"] for c in choices) + \
+        " (its page: " + " or ".join(c["page"] for c in choices) + ")"
+    return {"error": f"{e.message}\n    fix: {fix}", "kinds": e.kinds, "choices": choices}
+
+
+def _kind(request: Request) -> str | None:
+    """The kind a request names (`?kind=trainjob`; a TorchJob's `torchjob`), or None for a bare name."""
+    return request.query_params.get("kind") or None
 
 
 def _ns(ns: str) -> str:

@@ -37,6 +37,13 @@ class OutOfScope(UserError):
     """A namespace the dashboard was not started for (`torchjob ui --kube -n NS` serves NS only)."""
 
 
+def job_ref(kind: str | None, name: str) -> str:
+    """How the runtime is asked for a job a page names: `KIND/NAME` (as `torchjob describe --kube
+    trainjob/foo` is; the runtime reads the kind, any case, and refuses one it does not know), or the
+    bare NAME when the page names no kind."""
+    return f"{kind}/{name}" if kind else name
+
+
 LOG_LINES = 5000  # the log view shows a replica's last this many lines (search and follow work on them)
 
 
@@ -136,9 +143,9 @@ class Source:
         return self._runtimes[key]
 
     def scope(self, namespace: str | None, name: str) -> str | None:
-        """The namespace a page's call on job `name` acts in (None: the target's own), or OutOfScope.
-        A target of one namespace acts only there, whatever a URL says; with none named, that is the
-        context's (learnt from the listing, else from the job itself)."""
+        """The namespace a page's call on job `name` (NAME or KIND/NAME) acts in (None: the target's
+        own), or OutOfScope. A target of one namespace acts only there, whatever a URL says; with none
+        named, that is the context's (learnt from the listing, else from the job itself)."""
         t = self.target
         if not t.kube:
             return None
@@ -212,31 +219,37 @@ class Source:
         for another page's API call."""
         return nullcontext() if self.target.kube else self._lock
 
-    def _runtime_for(self, namespace: str, name: str) -> Runtime[Any]:
-        key = self.scope(namespace or None, name)  # may ask the cluster: before the lock
+    def _runtime_for(self, namespace: str, ref: str) -> Runtime[Any]:
+        key = self.scope(namespace or None, ref)  # may ask the cluster: before the lock
         with self._lock:
             return self._runtime(key)
 
-    def job(self, namespace: str, name: str) -> dict[str, Any]:
-        rt = self._runtime_for(namespace, name)
+    def job(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
+        """The job page of `name`, of `kind` where a page names it (on a cluster a TorchJob and a
+        TrainJob may share a name: a bare one that two kinds hold is an AmbiguousJob)."""
+        ref = job_ref(kind, name)
+        rt = self._runtime_for(namespace, ref)
         with self._calling():
-            return detail(rt.describe(name))
+            return detail(rt.describe(ref))
 
-    def log(self, namespace: str, name: str, replica: str, attempt: int | None) -> dict[str, Any]:
+    def log(self, namespace: str, name: str, replica: str, attempt: int | None,
+            kind: str | None = None) -> dict[str, Any]:
         """A replica attempt's output, its last LOG_LINES lines (on a cluster, at most 4 MiB of them)."""
-        rt = self._runtime_for(namespace, name)
+        ref = job_ref(kind, name)
+        rt = self._runtime_for(namespace, ref)
         with self._calling():
             try:
-                lines = list(rt.logs(name, replica, attempt, tail=LOG_LINES + 1))
+                lines = list(rt.logs(ref, replica, attempt, tail=LOG_LINES + 1))
             except OutputGone:
                 return {"text": "", "truncated": False, "gone": True}
         prefix = f"[{replica}] "  # a cluster's lines name their pod's replica: the view shows one
         text = "\n".join(line.removeprefix(prefix) for line in lines[-LOG_LINES:] if not hidden(line))
         return {"text": text, "truncated": len(lines) > LOG_LINES}
 
-    def act(self, namespace: str, name: str, verb: str) -> None:
-        rt = self._runtime_for(namespace, name)
+    def act(self, namespace: str, name: str, verb: str, kind: str | None = None) -> None:
+        ref = job_ref(kind, name)
+        rt = self._runtime_for(namespace, ref)
         with self._calling():
             verbs = {Action.SUSPEND: rt.suspend, Action.RESUME: rt.resume, Action.DELETE: rt.delete}
-            verbs[Action(verb)](name)
+            verbs[Action(verb)](ref)
         self._stale.set()  # the jobs page shows it at once

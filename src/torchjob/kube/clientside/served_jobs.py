@@ -15,6 +15,7 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.kube.clientside.job_pods import served
 from torchjob.kube.machinery.client import status_code, to_dict
+from torchjob.runtime import AmbiguousJob
 
 MISSING = (403, 404)  # no such type (no CRD), or not the user's to read: none of that kind
 
@@ -76,11 +77,9 @@ def named(kube: Client, name: str, namespace: str) -> list[dict[str, Any]]:
     return [found for kind, _ in every_kind() if (found := get(kube, kind, name, namespace)) is not None]
 
 
-def ambiguous(name: str, found: list[dict[str, Any]], namespace: str) -> UserError:
+def ambiguous(name: str, found: list[dict[str, Any]], namespace: str) -> AmbiguousJob:
     """A bare name that several kinds hold: which, and how to name one."""
-    held = [str(d.get("kind") or "TorchJob") for d in found]
-    return UserError(f"{len(found)} jobs are named {name!r} in {namespace}: a {' and a '.join(held)}",
-                     fix="name one as KIND/NAME, as kubectl does: " + " or ".join(f"{k.lower()}/{name}" for k in held))
+    return AmbiguousJob(name, [str(d.get("kind") or "TorchJob") for d in found], namespace)
 
 
 def resource_of(data: dict[str, Any]) -> Any:

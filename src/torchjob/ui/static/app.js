@@ -37,7 +37,14 @@
     return body;
   }
   const nsOf = (j) => j.namespace || "-";
-  const jobHash = (j) => "#/job/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name);
+  // On a cluster a TorchJob and a TrainJob may share a name: every link, stream and call names the
+  // kind as `KIND/NAME` does (`torchjob`, `trainjob`, ...). Locally every job is a TorchJob: none.
+  const onCluster = () => Boolean(ui.where && !ui.where.local);
+  const kindOf = (j) => (onCluster() ? (j.kind || "TorchJob").toLowerCase() : null);
+  const kindParams = (j) => { const k = kindOf(j); return k ? { kind: k } : {}; };
+  const jobHash = (j) => "#/job/" + encodeURIComponent(nsOf(j)) + "/" +
+    (kindOf(j) ? encodeURIComponent(kindOf(j)) + "/" : "") + encodeURIComponent(j.name);
+  const jobPath = (j) => "api/jobs/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name);
 
   function duration(s) {
     if (s === null || s === undefined) return "-";
@@ -72,9 +79,10 @@
   let have = "";
   if (boot) { takeJobs(JSON.parse(boot.textContent)); have = boot.dataset.digest; boot.remove(); }
   let source = null;
-  function connect(jobKey) {
+  function connect(jobKey, kind) {
     if (source) source.close();
     const params = jobKey ? { job: jobKey } : {};
+    if (kind) params.kind = kind;
     if (have) { params.have = have; have = ""; }
     source = new EventSource(q("api/stream", params));
     source.onopen = () => { live.textContent = "live"; live.className = "on"; };
@@ -83,7 +91,16 @@
       takeJobs(JSON.parse(ev.data));
       if (!jobKey) renderJobs();
     });
-    source.addEventListener("job", (ev) => { ui.job = JSON.parse(ev.data); renderJob(); });
+    source.addEventListener("job", (ev) => {
+      ui.job = JSON.parse(ev.data);
+      // a page opened by a bare name (an old link) the server found one job of: its address and
+      // stream name its kind from now on (a job of another kind of that name may come later)
+      if (jobKey && !kind && kindOf(ui.job)) {
+        history.replaceState(null, "", jobHash(ui.job));
+        connect(jobKey, kindOf(ui.job));
+      }
+      renderJob();
+    });
     source.addEventListener("problem", (ev) => showProblem(JSON.parse(ev.data).error));
   }
   function showWhere() {
@@ -140,6 +157,7 @@
     const c = tr.children;
     let k = 0;
     tr.dataset.job = j.name;
+    tr.dataset.kind = j.kind || "";
     const a = c[k++].firstChild;
     a.href = jobHash(j); a.textContent = j.name;
     let tag = a.nextSibling;  // a kind served beside TorchJob (TrainJob, PyTorchJob, PyTorchTrainingJob)
@@ -217,20 +235,33 @@
   window.addEventListener("resize", onView);
 
   // --- the job page -------------------------------------------------------------------------------
-  function jobPage(ns, name) {
+  function jobPage(ns, kind, name) {
     ui.job = null; ui.charts = {}; ui.log = { key: "", text: "", follow: true, search: "" };
     main.replaceChildren(el("h1", {}, name), el("p", { class: "muted" }, "loading…"));
-    connect(ns + "/" + name);
+    if (!kind && onCluster()) {  // a bare name (an old link): the listing says which kinds hold it
+      const same = ui.jobs.filter((j) => nsOf(j) === ns && j.name === name);
+      if (same.length === 1) { history.replaceState(null, "", jobHash(same[0])); kind = kindOf(same[0]); }
+      else if (same.length > 1) { choose(name, same); connect(null); return; }
+    }
+    connect(ns + "/" + name, kind);
+  }
+  // a bare name that jobs of several kinds hold: a link to each, none opened for the user
+  function choose(name, same) {
+    main.replaceChildren(el("h1", {}, name), el("div", { class: "error", id: "choose" },
+      same.length + " jobs are named " + name + ": open one",
+      el("ul", {}, same.map((j) => el("li", {}, el("a", { href: jobHash(j), "data-kind": kindOf(j) },
+        (j.kind || "TorchJob") + " " + j.name))))));
   }
   function section(title, id, ...kids) { return el("section", { id }, el("h2", {}, title), ...kids); }
   function renderJob() {
     const j = ui.job;
     if (!j || !location.hash.startsWith("#/job/")) return;
-    if (!document.getElementById("job-root") || document.getElementById("job-root").dataset.name !== j.name) buildJob(j);
+    const root = document.getElementById("job-root");
+    if (!root || root.dataset.name !== j.name || root.dataset.kind !== (j.kind || "")) buildJob(j);
     fillJob(j);
   }
   function buildJob(j) {
-    main.replaceChildren(el("div", { id: "job-root", "data-name": j.name },
+    main.replaceChildren(el("div", { id: "job-root", "data-name": j.name, "data-kind": j.kind || "" },
       el("h1", {}, el("span", { id: "job-name" }, j.name), el("span", { id: "job-kind", class: "kind" }, j.kind || ""),
         el("span", { id: "job-state" }),
         el("span", { class: "actions" },
@@ -252,11 +283,11 @@
   function ask(verb) {
     const j = ui.job, box = document.getElementById("confirm-box");
     box.replaceChildren(el("div", { class: "confirm", "data-testid": "confirm" },
-      el("span", {}, verb[0].toUpperCase() + verb.slice(1) + " job " + j.name + "?"),
+      el("span", {}, verb[0].toUpperCase() + verb.slice(1) + " " + (j.kind || "job") + " " + j.name + "?"),
       el("button", { class: verb === "delete" ? "danger" : "go", id: "confirm-yes", onclick: async () => {
         box.replaceChildren(el("span", { class: "muted" }, verb + "…"));
         try {
-          await api("api/jobs/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name) + "/" + verb, { method: "POST" });
+          await api(jobPath(j) + "/" + verb, { method: "POST" }, kindParams(j));
           box.replaceChildren(el("span", { class: "muted", "data-testid": "done" }, "asked to " + verb));
           if (verb === "delete") location.hash = "#/";
         } catch (e) { box.replaceChildren(el("div", { class: "error" }, String(e.message))); }
@@ -405,8 +436,7 @@
     if (j && sel.value && (now || ui.log.follow || !ui.log.text)) {
       const [replica, attempt] = sel.value.split("/");
       try {
-        const out = await api("api/jobs/" + encodeURIComponent(nsOf(j)) + "/" + encodeURIComponent(j.name) + "/log", {},
-          { replica, attempt });
+        const out = await api(jobPath(j) + "/log", {}, { replica, attempt, ...kindParams(j) });
         if (out.text !== ui.log.text || sel.value !== ui.log.key) { ui.log.text = out.text; ui.log.key = sel.value; showLog(true); }
       } catch (e) {
         ui.log.text = "";
@@ -447,8 +477,9 @@
 
   // --- routes -------------------------------------------------------------------------------------
   function route() {
-    const m = location.hash.match(/^#\/job\/([^/]+)\/(.+)$/);
-    if (m) jobPage(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
+    // #/job/NS/NAME, or on a cluster #/job/NS/KIND/NAME (no job name has a "/")
+    const m = location.hash.match(/^#\/job\/([^/]+)\/(?:([^/]+)\/)?([^/]+)$/);
+    if (m) jobPage(decodeURIComponent(m[1]), m[2] ? decodeURIComponent(m[2]).toLowerCase() : null, decodeURIComponent(m[3]));
     else jobsPage();
   }
   window.addEventListener("hashchange", route);
