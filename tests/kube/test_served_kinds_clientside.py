@@ -101,6 +101,11 @@ def test_list_describe_logs_the_sdk_and_the_dashboard_show_trainjobs_and_t9k_job
     kubectl(kubeconfig, "apply", "-f", str(tmp_path / "t9k.yaml"))
     wait_job(kube, "tj", namespace, lambda s: s.get("state") is not None)
     pods = running_pods(kube, "train", namespace, 2)
+    # The pods run (KWOK's write) before the operator's status write says so, which list, describe and
+    # the handle read: waited for, as they show it (status.torchjob.state), not read at once
+    from tests.kube.test_trainjob_api import wait_trainjob
+
+    wait_trainjob(kube, "train", namespace, lambda s: (s.get("torchjob") or {}).get("state") == "Running")
 
     listed = torchjob(kubeconfig, "list", "-n", namespace)
     assert listed.returncode == 0, listed.stderr
