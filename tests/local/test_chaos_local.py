@@ -153,6 +153,11 @@ def test_two_commands_on_one_job_at_once_end_in_one_consistent_state(torchjob: T
     no_traceback(*done)
     assert sorted(p.returncode for p in done) in ([0, 0], [0, 2]), [(p.returncode, p.stderr) for p in done]
     desc = torchjob.wait_for("two", lambda d: state_of(d) == "Suspended")
+    # The supervisor records Suspended in the round that stops the replicas, before it signals them:
+    # their end is waited for (bounded), not read at once
+    end = time.monotonic() + 30
+    while job_processes(uid) and time.monotonic() < end:
+        time.sleep(0.1)
     assert job_processes(uid) == []
     # A resume and a delete at once: whichever wins, the job ends gone with nothing left running.
     done = both(("resume", "two"), ("delete", "two"))
