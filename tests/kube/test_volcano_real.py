@@ -100,9 +100,10 @@ def test_the_real_volcano_admits_the_gang_binds_its_pods_to_the_node_and_the_job
         got = [kube.get(Pod, p.metadata.name, namespace=namespace) for p in pods]
         return got if all(p.spec.nodeName == node and p.status.phase == "Running" for p in got) else []
     wait_for(bound_and_running, timeout=60)
+    # vc-scheduler records its events apart from the binding (client-go's broadcaster): waited for, not read once
     for p in pods:
-        assert ("Scheduled", f"Successfully assigned {namespace}/{p.metadata.name} to {node}") in volcano_events(
-            kube, namespace, "Pod", p.metadata.name)
+        said = ("Scheduled", f"Successfully assigned {namespace}/{p.metadata.name} to {node}")
+        wait_for(lambda name=p.metadata.name, said=said: said in volcano_events(kube, namespace, "Pod", name))
     wait_job(kube, "vc", namespace, lambda s: s.get("state") == "Running")
 
     # vc-scheduler's own view: the gang runs, in the default Queue it created, which holds its CPU.
