@@ -99,6 +99,12 @@ class DryRun(Protocol):
         ...
 
     @property
+    def warnings(self) -> list[str]:
+        """What this runtime does not do of what the job asks (a line each, said before it starts, also
+        by a dry run), e.g. warm spares on a cluster; the job runs all the same."""
+        ...
+
+    @property
     def code(self) -> Code | None:
         """The files shipped with the job (None: none); `data()` shows where they go."""
         ...

@@ -96,3 +96,19 @@ def test_a_document_turns_spares_on_with_a_boolean() -> None:
     with pytest.raises(InvalidJob) as info:
         make_job(restart_policy="OnFailure", run_policy={"warmSpares": "often"})
     assert "warmSpares" in info.value.render()
+
+
+def test_a_cluster_says_its_pods_have_no_spares_and_runs_the_job_all_the_same() -> None:
+    """On a cluster a restart is a new pod: warmSpares is said to do nothing there (never refused: the
+    same document runs locally with its spares); a job without it hears nothing."""
+    from torchjob.core.spares import on_a_cluster
+    from torchjob.kube.clientside.plan import KubePlan
+
+    job = make_job(restart_policy="OnFailure", run_policy={"warmSpares": True})
+    said = on_a_cluster(job)
+    assert said is not None and said.startswith("runPolicy.warmSpares has no effect on a cluster")
+    assert "docs/explanation/faults.md" in said
+    assert KubePlan(job).warnings == [said]
+    assert on_a_cluster(make_job(restart_policy="OnFailure")) is None
+    assert on_a_cluster(make_job(restart_policy="OnFailure", run_policy={"warmSpares": False})) is None
+    assert KubePlan(make_job(restart_policy="OnFailure")).warnings == []

@@ -248,7 +248,7 @@ def render(job_file: str, output: str, runtimes: tuple[str, ...], **where: Any) 
     plan = _runtime(**where).dryrun(_load(job_file, runtimes), lenient=True)
     views.plan(plan, output, _dump)
     if output == "text":
-        for w in plan.notes:
+        for w in [*plan.warnings, *plan.notes]:
             click.echo(f"warning: {w}", err=True)
         if plan.hint:
             click.echo(plan.hint, err=True)

@@ -271,6 +271,8 @@ def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], T
         built = job_from_flags(entry, bool(where.get("kube")), **opts)
     rt = runtime(**where)
     made = rt.dryrun(built.job, lenient=bool(opts["dry_run"]), code=built.code)
+    for warning in made.warnings:  # what the runtime does not do of what the job asks (a dry run too)
+        say(f"warning: {warning}")
     shipped = built.shipped() if where.get("kube") else None
     if not opts["dry_run"]:
         if shipped:

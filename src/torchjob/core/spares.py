@@ -86,6 +86,19 @@ def no_spare_reason(job: TorchJob, rtype: str, entry: PythonEntry | None) -> str
     return None
 
 
+# What a job with warmSpares is told on a cluster (`torchjob run --kube`, the Python API, `--dry-run`) and
+# what the operator's event says: a restart there is a new pod, made by the operator (its pods restart
+# Never), so a spare process would have nothing to stand in for.
+ON_A_CLUSTER = ("runPolicy.warmSpares has no effect on a cluster yet: a restart there makes a new pod (warm spares "
+                "run in local jobs only; see docs/explanation/faults.md)")
+
+
+def on_a_cluster(job: TorchJob) -> str | None:
+    """What a cluster does not do of what `job` asks of warm spares (None: it asks none). The same
+    document runs locally with its spares: it is said, never refused."""
+    return ON_A_CLUSTER if job.run_policy.warmSpares else None
+
+
 def warm_workers(job: TorchJob, torchrun: bool) -> bool:
     """Whether a replica that runs torchrun has its agent keep a warm spare per local rank (torchrun
     restarts its workers itself: a spare of the replica shortens only the agent's own restart)."""

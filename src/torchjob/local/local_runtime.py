@@ -61,6 +61,7 @@ class LocalPlan:
     notes: list[str] = field(default_factory=list)
     code: Code | None = None  # written to opts.cwd before the job starts
     document: dict[str, Any] = field(default_factory=dict)  # the job as given, to keep
+    warnings: list[str] = field(default_factory=list)  # none: this runtime does all a job asks
 
     def documents(self) -> list[dict[str, Any]]:
         return [self.document]

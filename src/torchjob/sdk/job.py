@@ -222,7 +222,12 @@ class Job:
             print(f"torchjob: {built.shipped()}", file=sys.stderr, flush=True)
         target = Target(True, kubeconfig, context, namespace) if kube else None
         rt = connect(target) if target is not None else local_runtime()
-        rt.schedule(rt.dryrun(built.job, code=built.code))
+        plan = rt.dryrun(built.job, code=built.code)
+        for warning in plan.warnings:  # what the runtime does not do of what the job asks, as the CLI says it
+            import sys
+
+            print(f"torchjob: warning: {warning}", file=sys.stderr, flush=True)
+        rt.schedule(plan)
         view = rt.describe(f"torchjob/{self.name}" if kube else self.name)
         if target is None:
             _reap(view.supervisor)

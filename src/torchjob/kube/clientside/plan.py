@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api.model import TorchJob
+from torchjob.core.spares import on_a_cluster
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside.code import configmap_of
 from torchjob.kube.objects.ownership import as_torchjob
@@ -25,6 +26,7 @@ class KubePlan:
         self.job = job
         self.code = code
         self.notes: list[str] = []
+        self.warnings = [w for w in (on_a_cluster(job),) if w is not None]  # warm spares: local runs only
         self.hint: str | None = None
         self.objects = manifests(as_torchjob(job), progress_url=DEFAULT_PROGRESS_URL)  # as the operator makes them
         # created before the job, so that no pod waits for it

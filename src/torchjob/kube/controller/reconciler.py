@@ -33,6 +33,7 @@ from lightkube.core.exceptions import ApiError
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType, EventType, Reason
+from torchjob.core import spares
 from torchjob.core.reconcile import (
     Abandon,
     Admission,
@@ -142,6 +143,7 @@ class Reconciler:
         world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key),
                         admission=admission)
         plan = reconcile(job, world, now)
+        self._say_local_only(job, plan)
         if plan.admission and plan.admission[0].ends_round:
             # Kueue's say changes the job's spec first: nothing else is written or done; its watch
             # event brings it back, and the pods deleted since are shown to core then.
@@ -156,6 +158,15 @@ class Reconciler:
         result = await self._act(raw, job, key, memory, plan, pods, stale, now, result, creates)
         self._tell_foreign(raw, key, memory, foreign)
         return result
+
+    @staticmethod
+    def _say_local_only(job: TorchJob, plan: Plan) -> None:
+        """What the job asks that only a local run does (core.spares.on_a_cluster: warm spares), said in
+        one Warning event beside the job's Created one: once per job, an operator restart included
+        (Created is said once, from its status)."""
+        note = spares.on_a_cluster(job)
+        if note is not None and any(ev.reason == Reason.CREATED for ev in plan.events):
+            plan.event(EventType.WARNING, Reason.WARM_SPARES_LOCAL_ONLY, note)
 
     def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
         if self.progress is None:
