@@ -99,8 +99,15 @@ def test_active_deadline_fails_the_job_on_time(torchjob: Torchjob, tmp_path: Pat
     proc = torchjob("run", "--grace-period", "5", str(path))
     took = time.monotonic() - start
     assert proc.returncode == 1
-    assert torchjob.describe("deadline")["status"]["failure"]["reason"] == "DeadlineExceeded"
-    assert 4 <= took < 20, took
+    desc = torchjob.describe("deadline")
+    assert desc["status"]["failure"]["reason"] == "DeadlineExceeded"
+    assert took >= 4, took  # not before the deadline
+    # On time: the replicas' own lives, from the first start to the last end, are the 4 s deadline and
+    # at most the 5 s grace period, with room; not the CLI's and torch's start-up, which a loaded machine
+    # stretches (12 s of the 20 this test allowed, at load 14 on two cores), nor the 120 s of the script
+    lived = max(a["ended"] for a in desc["attempts"]) - min(a["started"] for a in desc["attempts"])
+    print(f"replicas lived {lived:.1f}s; the run took {took:.1f}s")
+    assert lived < 4 + 5 + 6, (lived, took)
 
 
 def _start_and_wait_running(torchjob: Torchjob, path: Path, name: str) -> Any:
