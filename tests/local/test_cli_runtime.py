@@ -152,7 +152,12 @@ def test_refusals_are_the_shared_ones(torchjob: Torchjob, tmp_path: Path) -> Non
     running = torchjob("resume", "r")
     assert running.returncode == 2, running.stderr
     assert "error: job 'r' is not suspended" in running.stderr and "torchjob suspend r" in running.stderr
-    torchjob("delete", "r", check=True)
+    # KIND/NAME as --kube takes it: every local job is a TorchJob, a cluster's kind is refused in words
+    assert "Name:        r" in torchjob("describe", "tj/r", check=True).stdout
+    other = torchjob("logs", "trainjob/r")
+    assert other.returncode == 2 and "'trainjob/r': a TrainJob runs on a cluster only" in other.stderr, other.stderr
+    assert "add --kube" in other.stderr and "Traceback" not in other.stderr
+    torchjob("delete", "torchjob/r", check=True)
     for verb in ("describe", "logs", "delete", "suspend", "resume"):
         proc = torchjob(verb, "r")
         assert proc.returncode == 2 and "error: no job named 'r'" in proc.stderr, (verb, proc.stderr)
