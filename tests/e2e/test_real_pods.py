@@ -204,7 +204,8 @@ def test_suspend_resume_and_delete_with_real_pods(node_kubeconfig: str, node: Cl
     containers = {running_container(p) for p in pods(node, "sr", ns)}
     assert torchjob(node_kubeconfig, "suspend", "sr", "-n", ns).returncode == 0
     wait_for("no pods", lambda: not pods(node, "sr", ns), timeout=60)
-    assert not containers & set(node_tasks())  # their containers are gone from the node
+    # their containers are gone from the node: the pod objects go first, the tasks on the node after
+    wait_for("no containers on the node", lambda: not containers & set(node_tasks()), timeout=60)
     assert torchjob(node_kubeconfig, "resume", "sr", "-n", ns).returncode == 0
     wait_for("both pods running again", both_running)
     wait_for("the all-reduce again", lambda: "all-reduce ok: 3" in pod_log(node, "sr-master-0", ns))
@@ -212,6 +213,7 @@ def test_suspend_resume_and_delete_with_real_pods(node_kubeconfig: str, node: Cl
 
     assert torchjob(node_kubeconfig, "delete", "sr", "-n", ns).returncode == 0
     wait_for("no pods", lambda: not pods(node, "sr", ns), timeout=60)
-    assert not list(node.list(Service, namespace=ns))
+    # the garbage collector deletes the job's pods and its Service in no set order
+    wait_for("no Service", lambda: not list(node.list(Service, namespace=ns)), timeout=60)
     assert not list(node.list(TorchJobRes, namespace=ns))
     wait_for("no containers on the node", lambda: not containers & set(node_tasks()), timeout=60)
