@@ -575,8 +575,13 @@ def test_what_the_jobs_above_do_not_do_uses_the_rest_of_the_operator_s_rights(cl
         # each PodGroup deleted by the operator when its job ended
         wait_for("the gangs' PodGroups deleted", lambda: not {"gang"} & names(VolcanoPodGroup)
                  and not {"gang-plugins"} & names(PluginsPodGroup), timeout=30)
-        workload = c.client.get(KueueWorkload, kueue.workload_name("queued"), namespace=USERS)
-        conditions = {x["type"]: x["status"] for x in (workload.status or {}).get("conditions", [])}
+        # the operator marks the Workload Finished after the job's Succeeded status write: waited for, not read once
+        def workload_conditions() -> dict[str, str]:
+            workload = c.client.get(KueueWorkload, kueue.workload_name("queued"), namespace=USERS)
+            return {x["type"]: x["status"] for x in (workload.status or {}).get("conditions", [])}
+
+        conditions = wait_for("the queued job's Workload Finished",
+                              lambda: (got := workload_conditions()).get("Finished") == "True" and got, timeout=30)
         assert conditions.get("Admitted") == "True" and conditions.get("Finished") == "True", conditions
         wait_for("the TTL's deletes", lambda: not {"ttl-torchjob"} & names(TorchJobRes)
                  and not {"ttl-pytorchjob"} & names(PyTorchJobRes), timeout=120)
