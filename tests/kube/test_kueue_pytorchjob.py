@@ -168,7 +168,8 @@ def test_kueues_pytorchjob_integration_queues_admits_and_frees_quota_for_jobs_to
     assert all(p.spec.nodeSelector == {"example.com/pool": flavor} for p in pods)
     assert all(p.metadata.labels["training.kubeflow.org/job-name"] == first for p in pods)
     held_for_quota(kube, second, namespace)
-    assert job_condition(kube, second, namespace, "Suspended")  # as Kubeflow's status says it
+    # as Kubeflow's status says it: the operator's status write, not Kueue's, so waited for
+    wait("the second job's Suspended condition", lambda: job_condition(kube, second, namespace, "Suspended"))
 
     for p in pods:
         set_pod(kube, p, "Running")
@@ -183,7 +184,8 @@ def test_kueues_pytorchjob_integration_queues_admits_and_frees_quota_for_jobs_to
     wait("the first Workload Finished", lambda: wl_conditions(kube, first, namespace).get("Finished", {}).get(
         "status") == "True")
     wait("the second job admitted and resumed", lambda: admitted(second))
-    assert not job_condition(kube, second, namespace, "Suspended")
+    # Kueue admitted it and resumed its spec; the operator's status write saying so comes after
+    wait("the second job's Suspended condition gone", lambda: not job_condition(kube, second, namespace, "Suspended"))
     assert len(wait_pods(kube, second, namespace, 3)) == 3
     assert wl_conditions(kube, first, namespace)["Finished"]["reason"] == "Succeeded"
 
