@@ -181,12 +181,6 @@ class JobNotFound(UserError):
     """No job of that name where the runtime looked."""
 
 
-class OutputGone(UserError):
-    """The output asked for was there and is not any more (removed with its replica)."""
-
-
-def no_such_job(name: str, known: list[str], where: str = "") -> JobNotFound:
-    hint = f"known jobs{where}: {', '.join(known)}" if known else \
 class AmbiguousJob(UserError):
     """A bare NAME that jobs of several kinds hold (on a cluster a TorchJob and a TrainJob may share a
     name): `kinds` says which (TorchJob first), so that a face can offer `KIND/NAME` for each."""
@@ -198,6 +192,12 @@ class AmbiguousJob(UserError):
         self.name, self.kinds, self.namespace = name, kinds, namespace
 
 
+class OutputGone(UserError):
+    """The output asked for was there and is not any more (removed with its replica)."""
+
+
+def no_such_job(name: str, known: list[str], where: str = "") -> JobNotFound:
+    hint = f"known jobs{where}: {', '.join(known)}" if known else \
         f"there are no jobs{where}; start one with torchjob run"
     return JobNotFound(f"no job named {name!r}" + where, fix=hint)
 

@@ -206,8 +206,8 @@ class LocalRuntime:
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None, *, follow: bool = False,
              tail: int | None = None) -> Iterator[str]:
         """The combined log (every replica's lines, prefixed), or one attempt's own file."""
-        rec, _ = self._find(name)
         name = local_name(name)
+        rec, _ = self._find(name)
         path = self._attempt_log(rec, replica, attempt) if replica else rec.dir / "job.log"
         if not path.exists():
             raise no_output(name, None, [])
@@ -254,8 +254,8 @@ class LocalRuntime:
         self._set_suspend(name, False)
 
     def _set_suspend(self, name: str, value: bool) -> None:
-        read.settle(self.store)
         name = local_name(name)
+        read.settle(self.store)
         rec, v = self._find(name)
         (refuse_suspend if value else refuse_resume)(name, rec.job, v.status)
         if not supervisor_alive(rec):
@@ -265,8 +265,8 @@ class LocalRuntime:
         _signal_supervisor(rec)
 
     def delete(self, name: str, wait_s: float = 60.0) -> None:
-        read.settle(self.store)
         name = local_name(name)
+        read.settle(self.store)
         rec, _ = self._find(name)
         if supervisor_alive(rec):
             self.store.mark_deleting(name)
@@ -283,7 +283,6 @@ class LocalRuntime:
         self.store.delete_job(name)
 
 
-def _signal_supervisor(rec: JobRecord) -> None:
 # What `KIND/NAME` may say for the one kind there is locally (as on a cluster: `torchjob/foo`, `tj/foo`)
 TORCHJOB_WORDS = ("torchjob", "torchjobs", "tj", "torchjob.torchjob.dev", "torchjobs.torchjob.dev")
 CLUSTER_KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob", "pytorchtrainingjob": "PyTorchTrainingJob"}
@@ -305,6 +304,7 @@ def local_name(ref: str) -> str:
     return ref
 
 
+def _signal_supervisor(rec: JobRecord) -> None:
     if rec.supervisor_pid:
         pids.send(rec.supervisor_pid, signal.SIGUSR1, pids.started_at(rec.supervisor_start))
 
