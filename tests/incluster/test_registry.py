@@ -25,6 +25,7 @@ import pytest
 from lightkube import Client, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
 from tests.docs import blocks
 from tests.kube.conftest import ENABLED, REPO
@@ -117,6 +118,16 @@ def test_a_release_through_a_registry(env: dict[str, str]) -> None:
     logs = run(["torchjob", "logs", "--kube", "-n", "default", "from-the-registry", "--replica", "worker-0"], env)
     assert "sum 2.0" in logs.stdout, logs.stdout + logs.stderr
 
+    # an install into another namespace while Helm's release runs the operator: refused, nothing applied
+    # (its bindings would be re-pointed at the new namespace's ServiceAccount); then as its fix says
+    out = run(["torchjob", "install", "--image", BAD_IMAGE, "--namespace", "torchjob-bad", "--no-wait"], env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    assert "ClusterRoleBinding torchjob-operator belongs to the torchjob install in namespace torchjob-system" \
+        in out.stderr and f"helm uninstall -n {SYSTEM} torchjob" in out.stderr, out.stderr
+    assert out.stdout == ""
+    out = run(["helm", "uninstall", "-n", SYSTEM, "torchjob"], env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
     # bad input: an image the registry does not hold, in a namespace of its own
     t0 = time.monotonic()
     out = run(["torchjob", "install", "--image", BAD_IMAGE, "--namespace", "torchjob-bad", "--timeout", "300"], env,
@@ -132,7 +143,9 @@ def test_a_release_through_a_registry(env: dict[str, str]) -> None:
     assert re.fullmatch(head + r" \((?:ErrImagePull|ImagePullBackOff): .*\)", said[0]), said[0]
     assert BAD_IMAGE in said[0]
 
-    # and an operator that crashes (a flag it does not know): its exit code and its last words
+    # and an operator that crashes (a flag it does not know): its exit code and its last words, in a
+    # namespace of its own once the unpullable install's binding is gone (as the refusal's fix says)
+    client.delete(ClusterRoleBinding, install.NAME)
     t0 = time.monotonic()
     out = run(["torchjob", "install", "--image", image, "--namespace", "torchjob-crash", "--timeout", "300",
                "--operator-arg=--no-such-flag"], env, timeout=400)

@@ -51,7 +51,8 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
             watch_namespaces: tuple[str, ...], replicas: int,
             operator_args: tuple[str, ...], wait: bool, timeout: float) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster, and
-    wait until the operator is Ready (exit 1, saying what its pods say, when it does not come up)."""
+    wait until the operator is Ready (exit 1, saying what its pods say, when it does not come up).
+    Refused, with nothing applied, where an install in another namespace holds its bindings."""
     from torchjob.kube.objects.install import DEFAULT_IMAGE, apply, manifests
 
     objs = manifests(image or DEFAULT_IMAGE, namespace, replicas=replicas, args=list(operator_args),
@@ -73,18 +74,68 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
         count = sum(1 for o in objs if o["kind"] == "CustomResourceDefinition")
         objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:],
                 *(o for o in more if o["kind"] != "CustomResourceDefinition")]
+    config = kubeconfig.split(":")[0] if kubeconfig else None
+    _refuse_another_install([*objs, *later], namespace, config, dry_run)  # before anything is applied
     if dry_run:
         import yaml
 
         click.echo(yaml.safe_dump_all([*objs, *later], sort_keys=False).rstrip())
         return
-    config = kubeconfig.split(":")[0] if kubeconfig else None
     for name in apply(objs, config):
         click.echo(f"applied {name}")
     for name in _apply_once_known(later, config):
         click.echo(f"applied {name}")
     if wait and not crd_only:
         _wait_for_operator(config, namespace, image or DEFAULT_IMAGE, timeout)
+
+
+def _refuse_another_install(objs: list[dict[str, Any]], namespace: str, kubeconfig: str | None,
+                            dry_run: bool) -> None:
+    """Refuse (UserError) when an object to apply belongs to an install in another namespace
+    (install.taken: its bindings bind that namespace's ServiceAccount). A dry run says the same where
+    it can reach a cluster, and prints the manifests alone where there is none."""
+    from torchjob.kube.objects.install_owner import refusal, taken, to_check
+
+    if not to_check(objs):  # --crd-only: the CRDs are the same whoever installs them
+        return
+    from torchjob.kube.clientside.kube_runtime import client, explain
+
+    try:
+        kube = client(kubeconfig, None)
+        found = taken(objs, namespace, lambda obj: _found(kube, obj))
+    except UserError:
+        if dry_run:  # no kubeconfig: nothing to compare with
+            return
+        raise
+    except Exception as e:
+        said = explain(e)
+        if not dry_run or said is None:
+            raise
+        click.echo(f"note: not checked against the cluster for another install's objects: {said.message}", err=True)
+        return
+    if found:
+        raise refusal(found, namespace)
+
+
+def _found(kube: Any, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """`obj`'s copy on the cluster (a ClusterRoleBinding or RoleBinding), or None."""
+    from lightkube.core.exceptions import ApiError
+    from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, RoleBinding
+
+    from torchjob.kube.machinery.client import status_code
+
+    meta = obj["metadata"]
+    try:
+        if obj["kind"] == "ClusterRoleBinding":
+            there = kube.get(ClusterRoleBinding, meta["name"])
+        else:
+            there = kube.get(RoleBinding, meta["name"], namespace=meta["namespace"])
+    except ApiError as e:
+        if status_code(e) == 404:
+            return None
+        raise
+    data: dict[str, Any] = there.to_dict()
+    return data
 
 
 def _apply_once_known(objs: list[dict[str, Any]], kubeconfig: str | None, timeout: float = 60) -> list[str]:
