@@ -556,9 +556,12 @@ def test_what_the_jobs_above_do_not_do_uses_the_rest_of_the_operator_s_rights(cl
                        and e["objectRef"].get("apiGroup", "") == group and e["objectRef"].get("name") == name
                        and datetime.fromisoformat(e["requestReceivedTimestamp"]) >= squatted for e in c.audited())
 
-        # the taken Service is made before the pods, and a taken name ends the round: then the pod's
-        for resource, name, group, res in (("services", "taken", "", Service), ("pods", "taken-master-0", "", Pod),
-                                           ("deployments", "board-tensorboard", "apps", Deployment),
+        # The TensorBoard's name first: its job makes it only while the job runs (20 steps of 0.5 s), at its
+        # next retry, which backs off as long as the name was held (the other names' reads, before it, made
+        # that longer than the job on a loaded machine: its Deployment never came). The taken Service is made
+        # before the pods, and a taken name ends the round: then the pod's.
+        for resource, name, group, res in (("deployments", "board-tensorboard", "apps", Deployment),
+                                           ("services", "taken", "", Service), ("pods", "taken-master-0", "", Pod),
                                            ("podgroups", "gang", "scheduling.volcano.sh", VolcanoPodGroup),
                                            ("podgroups", "gang-plugins", "scheduling.x-k8s.io", PluginsPodGroup)):
             wait_for(f"the taken {resource} {name}'s owner read", lambda r=resource, n=name, g=group:
