@@ -25,12 +25,12 @@ BOMB = "\n".join([f'{n}: &{n} [{", ".join([f"*{p}" if p else "x"] * 9)}]'
 ])
 def test_a_document_that_would_take_the_reader_down_is_refused_fast(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "job.yaml").write_text(text)
-    start = time.monotonic()
+    start = time.process_time()  # CPU time: what a bomb would burn; the wall clock is the machine's load
     for command in (["validate"], ["render"], ["convert", "--to", "kubeflow"]):
         result = torchjob(*command, str(tmp_path / "job.yaml"))
         assert result.code == 2 and result.err.startswith("error: "), result.err
         assert message in result.err and "Traceback" not in result.err
-    assert time.monotonic() - start < 6  # three readings, each well under 2 s
+    assert time.process_time() - start < 6  # three readings, each well under 2 s of CPU
 
 
 def test_aliases_within_reason_are_read_as_before(tmp_path: Path) -> None:

@@ -36,6 +36,11 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
             rspec["template"]["spec"]["serviceAccountName"] = SERVICE_ACCOUNT
     kube.create(TorchJobRes.from_dict(data))
     started: dict[tuple[str, int], float] = {}
+    # The first attempts run from one moment, the last of their pods' starts, as a job's ranks start
+    # together: the operator makes the pods one by one, seconds apart on a loaded machine, and the
+    # scenario's times between replicas (an earlier failure, a later one) must not turn on that.
+    first = {f"{rtype.lower()}-{i}" for rtype, rspec in data["spec"]["pytorchReplicaSpecs"].items()
+             for i in range(rspec.get("replicas", 1))}
     reporting: dict[tuple[str, int], PodReporter] = {}  # the attempts that report, until their quiet time
     deleted: set[str] = set()  # replicas whose first attempt was deleted
     end = time.monotonic() + timeout
@@ -70,7 +75,11 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
                     plan = sc.exits.get(name, ())
                     if attempt < len(plan):
                         delay, code = plan[attempt]
-                        if time.monotonic() - started.setdefault((name, attempt), time.monotonic()) >= delay:
+                        since = time.monotonic() - started.setdefault((name, attempt), time.monotonic())
+                        if attempt == 0:  # from the first attempts' common start, once all have started
+                            starts = [started.get((n, 0)) for n in first]
+                            since = -1.0 if None in starts else time.monotonic() - max(s for s in starts if s)
+                        if since >= delay:
                             kubelet_says(kube, pod, "Succeeded" if code == 0 else "Failed", code)
             time.sleep(0.05)
     finally:

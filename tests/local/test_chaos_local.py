@@ -63,7 +63,7 @@ def test_a_sigstopped_replica_is_a_hang_that_the_stall_deadline_ends(torchjob: T
 def test_a_sigstopped_replica_without_reports_is_ended_by_the_jobs_deadline(torchjob: Torchjob,
                                                                           tmp_path: Path) -> None:
     data = job_data("still", workers=1, restart_policy="OnFailure", command=SLEEP,
-                    run_policy={"activeDeadlineSeconds": 5})
+                    run_policy={"activeDeadlineSeconds": 15})  # both replicas Running before it, at load 18 too
     proc = torchjob.popen("run", "--grace-period", "1", str(write_job(tmp_path / "still.yaml", data)))
     desc = torchjob.wait_for("still", lambda d: state_of(d) == "Running" and len(d["attempts"]) == 2)
     job = pids.with_env(f"TORCHJOB_JOB_UID={desc['job']['metadata']['uid']}")
@@ -115,6 +115,8 @@ s = Store(Path(sys.argv[1]))
 n = 0
 while True:
     s.add_event("w", "Normal", "Chaos", str(n) + ":" + "m" * 2000)
+    if n == 0:
+        print("writing", flush=True)  # the test kills it only once it writes (its start-up is slow under load)
     n += 1
 """
 
@@ -126,10 +128,13 @@ def test_a_store_writer_killed_mid_write_leaves_sqlite_consistent(torchjob: Torc
     rng = random.Random(22)
     env = {**torchjob.env, "PYTHONPATH": str(REPO / "src")}
     for _ in range(12):  # SIGKILLed at a random moment of its writes, beside the job's own supervisor
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(torchjob.home)], env=env)
-        time.sleep(0.3 + rng.random() * 0.5)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(torchjob.home)], env=env,
+                                  stdout=subprocess.PIPE, text=True)
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+        time.sleep(rng.random() * 0.5)
         writer.kill()
         writer.wait()
+        writer.stdout.close()
     assert integrity(torchjob.home) == "ok"
     events = [e for e in torchjob.describe("w")["events"] if e["reason"] == "Chaos"]
     assert events and all(e["message"].endswith(":" + "m" * 2000) for e in events)  # whole rows, none torn
