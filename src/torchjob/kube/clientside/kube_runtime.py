@@ -16,7 +16,7 @@ from lightkube.types import PatchType
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
-from torchjob.api.status import EventType
+from torchjob.api.status import ConditionType, EventType
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside import served_jobs
 from torchjob.kube.clientside.code import with_code
@@ -142,11 +142,15 @@ def find(kube: Client, ref: str, namespace: str | None) -> dict[str, Any]:
     return found[0]
 
 
+FINAL_EVENT_WAIT_S = 10.0  # at most this long for the end's event after the status says it ended
+
+
 def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0,
            on_progress: Callable[[Progress], None] | None = None) -> JobStatus:
     """Print each new event of the job, and why a pod waits, until it finishes, and tell
     `on_progress` of each new status.progress; returns its final status."""
     seen: set[object] = set()
+    said: set[tuple[str, str]] = set()  # (reason, message) of the events said
     last_report: object = None
 
     def new_events(data: dict[str, Any]) -> None:
@@ -154,6 +158,7 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
             uid = ev.metadata.uid if ev.metadata else None
             if uid and uid not in seen:
                 seen.add(uid)
+                said.add((ev.reason or "", ev.message or ""))
                 say(ev.message or "")
         for p in pods(kube, data):
             why = waiting(p)
@@ -169,9 +174,16 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
             last_report = st.progress.lastReportTime
             on_progress(st.progress)
         if st.finished:
-            time.sleep(min(poll_s, 0.5))  # the operator records the last events just after the status
-            new_events(data)
-            return st
+            # The operator records the job's last event (its end's reason and words) just after the
+            # status, on a task of its own: wait for it, bounded, so the end is said here too.
+            end = next(((c.reason or "", c.message or "") for c in st.conditions
+                        if c.type in (ConditionType.SUCCEEDED, ConditionType.FAILED) and c.status == "True"), None)
+            deadline = time.monotonic() + (FINAL_EVENT_WAIT_S if end is not None else 0.0)
+            while True:
+                time.sleep(min(poll_s, 0.25))
+                new_events(data)
+                if end in said or time.monotonic() >= deadline:
+                    return st
         time.sleep(poll_s)
 
 
