@@ -434,7 +434,9 @@ SCENARIOS += [
         name="stalled-restartjob-recovers",
         workers=1,
         backoff_limit=2,
-        progress_deadline=2,
+        # 5 s: the second attempts report all along; a 2 s gap in their reports (or in the operator's
+        # or supervisor's turns) at load 18 was a false second stall before their exits
+        progress_deadline=5,
         policies=({"event": "Stalled", "action": "RestartJob"},),
         reports={"master-0": (1.0, 30.0), "worker-0": (1.0, 30.0)},
         exits={"master-0": ((30.0, 0), (2.0, 0)), "worker-0": ((30.0, 0), (1.5, 0))},
@@ -445,9 +447,11 @@ SCENARIOS += [
         name="stalled-backoff-limit",
         workers=1,
         backoff_limit=1,
-        progress_deadline=2,
+        # the worker goes quiet 2 s after the master (0.5 s was inside the start skew of two pods under
+        # load), reports 5 s apart from a deadline a starved reporter cannot reach
+        progress_deadline=5,
         policies=({"event": "Stalled", "action": "RestartJob"},),
-        reports={"master-0": (1.0, 1.0), "worker-0": (1.5, 1.5)},
+        reports={"master-0": (1.0, 1.0), "worker-0": (3.0, 3.0)},
         expect_state="Failed",
         expect_reason="BackoffLimitExceeded",
         expect_restarts=1,
@@ -457,10 +461,12 @@ SCENARIOS += [
         # only the worker goes quiet: its replica type's policy restarts it alone
         name="stalled-worker-restartpod",
         workers=1,
-        progress_deadline=2,
+        # 5 s: the master reports until it exits, with no policy (a false stall of it fails the job);
+        # its exit 5 s after the worker's stall (was 2.5 s: the restart must come before it)
+        progress_deadline=5,
         replica_policies={"Worker": ({"event": "Stalled", "action": "RestartPod"},)},
-        reports={"master-0": (30.0,), "worker-0": (0.5, 30.0)},
-        exits={"master-0": ((5.0, 0),), "worker-0": ((30.0, 0), (1.0, 0))},
+        reports={"master-0": (30.0,), "worker-0": (1.0, 30.0)},
+        exits={"master-0": ((11.0, 0),), "worker-0": ((30.0, 0), (1.0, 0))},
         expect_restarts=1,
     ),
     Scenario(

@@ -43,8 +43,8 @@ def test_a_stall_fails_the_job_naming_the_quiet_replicas() -> None:
 
 def test_a_stalled_policy_restarts_the_job_and_counts_the_restart() -> None:
     result = run("stalled-restartjob-recovers")
-    assert [(t, n, a) for t, n, a in result.created if a == 1] == [(3.0, "master-0", 1), (3.0, "worker-0", 1)]
-    assert result.status.restartCount == 1 and result.end == 5.0
+    assert [(t, n, a) for t, n, a in result.created if a == 1] == [(6.0, "master-0", 1), (6.0, "worker-0", 1)]
+    assert result.status.restartCount == 1 and result.end == 8.0
     assert len(stalled_events(result)) == 1
     restarting = [e.message for s in result.steps for e in s.plan.events if e.reason == "Restarting"]
     assert restarting and "stalled" in restarting[0] and "RestartJob" in restarting[0]
@@ -52,7 +52,7 @@ def test_a_stalled_policy_restarts_the_job_and_counts_the_restart() -> None:
 
 def test_stalls_exhaust_the_backoff_limit() -> None:
     result = run("stalled-backoff-limit")
-    assert result.end == 6.0  # 3.0 the first stall, 6.0 the second
+    assert result.end == 12.0  # 6.0 the first stall, 12.0 the second
     assert result.status.failure is not None and result.status.failure.reason == "BackoffLimitExceeded"
     assert "backoffLimit" in result.status.failure.message
 
@@ -60,15 +60,15 @@ def test_stalls_exhaust_the_backoff_limit() -> None:
 def test_a_replica_policy_restarts_only_the_quiet_replica() -> None:
     result = run("stalled-worker-restartpod")
     assert [(t, n, a) for t, n, a in result.created] == [(0.0, "master-0", 0), (0.0, "worker-0", 0),
-                                                        (2.5, "worker-0", 1)]
-    assert [(t, n) for t, n, _, _ in result.stopped] == [(2.5, "worker-0")]
+                                                        (6.0, "worker-0", 1)]
+    assert [(t, n) for t, n, _, _ in result.stopped] == [(6.0, "worker-0")]
 
 
 def test_a_policy_timeout_holds_the_restart_back() -> None:
     s = BY_NAME["stalled-restartjob-recovers"]
     job = replace(s, policies=({"event": "Stalled", "action": "RestartJob", "timeout": "1s"},)).job(COMMAND)
     result = simulate(job, s.exits, check=check_all, reports=s.reports)
-    assert [t for t, _, a in result.created if a == 1] == [4.0, 4.0]
+    assert [t for t, _, a in result.created if a == 1] == [7.0, 7.0]
 
 
 def test_only_running_attempts_that_reported_are_judged() -> None:

@@ -34,11 +34,12 @@ TOO_FINE: dict[str, str] = {
                                  "also waits 1 to 3 s for its pod to start",
     "deadline-during-restarts": "a 4 s deadline against restarts whose pods take 1 to 3 s each to start",
     # A replica that exits right after its last report: the kubelet tells of the exit 1 to 3 s after it
-    # happens here, and a 2 s progress deadline runs out first (seen: master-0 "sent no progress report
-    # for 2s" 2.0 s after its last report, its container already exited 0).
+    # happens here, and a 2 s progress deadline ran out first (seen: master-0 "sent no progress report
+    # for 2s" 2.0 s after its last report, its container already exited 0). The rows' deadline is 5 s
+    # now; not yet tried on real pods.
     "stalled-restartjob-recovers": "the second attempt's replicas exit 0 right after their last report; the "
-                                   "2 s progress deadline can pass before the kubelet tells of the exit",
-    "stalled-worker-restartpod": "the master exits 0 right after its last report; the 2 s progress deadline "
+                                   "progress deadline can pass before the kubelet tells of the exit",
+    "stalled-worker-restartpod": "the master exits 0 right after its last report; the progress deadline "
                                  "can pass before the kubelet tells of the exit",
 }
 

@@ -42,6 +42,9 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
     first = {f"{rtype.lower()}-{i}" for rtype, rspec in data["spec"]["pytorchReplicaSpecs"].items()
              for i in range(rspec.get("replicas", 1))}
     reporting: dict[tuple[str, int], PodReporter] = {}  # the attempts that report, until their quiet time
+    # The quiet time runs from the reporter's start, after the pod's token and CA are fetched (API
+    # calls that took over a second under load: a 1 s quiet time from the pod's start never reported).
+    reporting_since: dict[tuple[str, int], float] = {}
     deleted: set[str] = set()  # replicas whose first attempt was deleted
     end = time.monotonic() + timeout
     try:
@@ -50,7 +53,7 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
             if finished(status):
                 return status
             for (name, attempt), r in reporting.items():
-                if time.monotonic() - started[(name, attempt)] >= sc.reports[name][attempt]:
+                if time.monotonic() - reporting_since[(name, attempt)] >= sc.reports[name][attempt]:
                     r.quiet()
             for pod in kube.list(Pod, namespace=namespace, labels={LABEL_JOB: job.name}):
                 meta = pod.metadata
@@ -66,6 +69,7 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
                         reporting[(name, attempt)] = PodReporter(
                             url(operator.progress_url, namespace, job.name), pod_token(kube, pod, job.name),
                             ca_file(kube, namespace, tmp_path), tmp_path)
+                        reporting_since[(name, attempt)] = time.monotonic()
                 elif phase == "Running":
                     since = time.monotonic() - started.setdefault((name, attempt), time.monotonic())
                     if name in sc.deleted and name not in deleted and attempt == 0 and since >= sc.deleted[name]:
