@@ -246,8 +246,27 @@ def test_submit_wait_progress_logs_and_list() -> None:
     assert torchjob.list_jobs() == []
 
 
-def test_suspend_and_resume_a_submitted_job() -> None:
-    handle = torchjob.Job.from_function(reports, args=(40, 0.1), name="sus").submit()
+def long_until_resumed(marker: str) -> int:
+    """Reports every 0.1 s: 60 s long in the first attempt, 1 s in the next (the resumed job's)."""
+    import os
+    import time
+
+    from torchjob.report import report
+
+    marker = f"{marker}.{os.environ.get('RANK', '0')}"
+    steps = 10 if os.path.exists(marker) else 600
+    open(marker, "a").close()
+    for step in range(1, steps + 1):
+        time.sleep(0.1)
+        report(step=step, total=steps)
+    return steps
+
+
+def test_suspend_and_resume_a_submitted_job(tmp_path: Path) -> None:
+    # The first attempt runs 60 s, so the suspend lands while it runs on a machine stalled for seconds
+    # too (a 4 s job left 3.9 s after its first progress); the resumed attempt is short.
+    marker = str(tmp_path / "started")
+    handle = torchjob.Job.from_function(long_until_resumed, args=(marker,), name="sus").submit()
     assert handle.state != "Pending"  # submit returns once the supervisor has the job, as the docs say
     assert repr(handle) == "<JobHandle sus (local)>"
     end = time.monotonic() + 60
@@ -257,7 +276,8 @@ def test_suspend_and_resume_a_submitted_job() -> None:
     assert handle.state == "Suspended"
     handle.resume()
     assert handle.state != "Suspended"
-    assert handle.wait(timeout=120).ok
+    result = handle.wait(timeout=120)
+    assert result.ok and result.value == 10  # the resumed attempt's (a new one) return value
 
 
 def test_a_script_a_document_and_yaml_to_keep(tmp_path: Path) -> None:
