@@ -20,7 +20,8 @@ VOLATILE = [
     (re.compile(r"\bpid :? ?\d+"), "pid <pid>"),
     (re.compile(r"^ ?(\S+ \d+) \d+ (?=<time>)"), r"\1 <pid> "),  # describe's attempts: REPLICA ATTEMPT PID
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uid>"),  # before durations: a uid's group may read 416d
+    # uids before durations: a uid's group such as 416d would read as a duration
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uid>"),
     (re.compile(r"\b\d+(\.\d+)?(ms|s|m|h|d)\b"), "<duration>"),  # list's AGE is 8s, 1m, 2h...
 ]
 
