@@ -21,6 +21,14 @@ BENCH = REPO / "bench"
 
 @functools.cache  # once: its generic resources are registered with lightkube's registry on import
 def bench() -> ModuleType:
+    """The bench as a module. It registers generic classes of core kinds (ConfigMap, Event...) with
+    lightkube's process-wide registry, which refuses them where an earlier test of this worker loaded
+    the typed class of a kind (codecs do): the import gets a registry of its own, and this process's
+    is put back after it."""
+    from lightkube.core.resource_registry import resource_registry
+
+    saved = dict(resource_registry._registry)
+    resource_registry.clear()
     sys.path.insert(0, str(BENCH))  # its sibling modules (scale_floor, scale_measure)
     try:
         spec = importlib.util.spec_from_file_location("bench_operator_scale", BENCH / "operator_scale.py")
@@ -31,6 +39,8 @@ def bench() -> ModuleType:
         return mod
     finally:
         sys.path.remove(str(BENCH))
+        resource_registry.clear()
+        resource_registry._registry.update(saved)
 
 
 def result(mod: ModuleType, name: str, jobs_running_s: float | None, cpu_s: float) -> object:
