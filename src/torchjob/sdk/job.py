@@ -4,6 +4,7 @@ this machine or submitted to a cluster with the same calls."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -217,15 +218,11 @@ class Job:
 
         built = self._built(kube)
         if kube and self._files is None and built.shipped():  # a script's files: say which go, as the CLI does
-            import sys
-
             print(f"torchjob: {built.shipped()}", file=sys.stderr, flush=True)
         target = Target(True, kubeconfig, context, namespace) if kube else None
         rt = connect(target) if target is not None else local_runtime()
         plan = rt.dryrun(built.job, code=built.code)
         for warning in plan.warnings:  # what the runtime does not do of what the job asks, as the CLI says it
-            import sys
-
             print(f"torchjob: warning: {warning}", file=sys.stderr, flush=True)
         rt.schedule(plan)
         view = rt.describe(f"torchjob/{self.name}" if kube else self.name)
