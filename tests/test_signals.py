@@ -20,6 +20,8 @@ ALLOWED = {
     "src/torchjob/local/prepare.py": (1, "signal 0 to a supervisor recorded before start times were: nothing sent"),
     "src/torchjob/local/spare.py": (1, "the spare's group, only while poll() finds its own Popen leader unreaped"),
     "src/torchjob/local/spare_launcher/torchjob_spare.py": (1, "SIGINT to its own pid (python's exit on ^C)"),
+    "src/torchjob/kube/inpod/torchjob_inplace.py": (1, "the group of its own child (the attempt, the spare), only "
+                                                       "while it is unreaped (its end is seen before it is reaped)"),
     "tests/programs/spare_probe.py": (1, "SIGKILL to its own pid (the rank's death the test plays)"),
     "tests/e2e/test_chaos_real.py": (2, "the group of its own Popen, which poll() found unreaped"),
     "bench/recovery.py": (1, "the group of its own Popen, which poll() found unreaped"),

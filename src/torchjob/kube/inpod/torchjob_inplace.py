@@ -1,0 +1,398 @@
+"""The entry point of a pod that restarts its replica in place (runPolicy.warmSpares on a cluster): a
+program run inside the pod, not a module of torchjob. The operator ships it in a ConfigMap, with the
+local spare launcher (torchjob_spare.py) beside it, in front of the training container's command:
+
+    ARGV0 /var/run/torchjob/inplace/torchjob_inplace.py ARGV...
+
+It runs ARGV as a child (a session of its own; the pod's environment less TORCHJOB_INPLACE_* and
+TORCHJOB_SPARE_AFTER_S; its output is the container's log) and, SPARE_AFTER_S after an attempt starts,
+a warm spare (ARGV's interpreter and options, the launcher, the rest of ARGV) that imports torch and
+waits. While the attempt runs it asks the operator every second whether to stop it (SIGTERM to its
+group, SIGKILL after GRACE_S). An attempt that exits 0 ends the pod. One that fails (its code, 128+N
+for signal N), or that the operator stopped, is reported with the last 4096 bytes of its
+TORCHELASTIC_ERROR_FILE, and the wrapper waits for the verdict: a newer attempt (the error file is
+truncated; the spare is handed the environment and becomes it, or ARGV starts cold), or release (it
+exits with the attempt's code, the error file left as the termination message). An endpoint that fails
+for PATIENCE_S in a row meanwhile: it exits with that code, as the pod would have without it. SIGTERM
+or SIGINT goes to the running attempt's group (whose code is then the wrapper's), or ends a waiting
+wrapper at once. As PID 1 it reaps every orphan; what is left of an ended attempt's group is killed.
+Nothing on stdout; on trouble one line `torchjob-inplace: ...` on stderr. Standard library only.
+
+Protocol (JSON, `Authorization: Bearer <token>`) at KUBEFLOW_TRAINER_SERVER_URL, `/status` -> `/inplace`:
+    GET  -> 200 {"attempt": A, "stop": S|null, "release": bool}
+    POST {"attempt", "exitCode", "message", "finishedAt"} -> 200 as GET; 409: not the pod's current
+         attempt (then GET); 429/503: again after Retry-After (or 1 s); anything else: again soon.
+
+Environment: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: no spare, for a command
+that is not python), _ATTEMPT (the pod's first attempt), _GRACE_S (3), _PATIENCE_S (120),
+TORCHJOB_SPARE_AFTER_S (5), KUBEFLOW_TRAINER_SERVER_URL, _TOKEN (a file, read for each request),
+_CA_CERT; TORCHELASTIC_ERROR_FILE. Test knobs: TORCHJOB_INPLACE_POLL_S (1), _LAUNCHER, _WARM (torch).
+Without a URL, or with a setting it cannot read, it says so and runs ARGV in its own place (exec).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import select
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.parse
+from datetime import datetime, timezone
+from typing import Any, NoReturn
+
+PREFIX = "TORCHJOB_INPLACE_"
+OWN_ENV = ("TORCHJOB_SPARE_AFTER_S",)
+MESSAGE_BYTES = 4096  # what the kubelet keeps of a termination message
+PARKED_POLL_S = 0.2
+REQUEST_TIMEOUT_S = 5.0
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGINT while no attempt runs: the wrapper ends at once."""
+
+
+def say(line: str) -> None:
+    sys.stderr.write(f"torchjob-inplace: {line}\n")
+    sys.stderr.flush()
+
+
+def _number(env: dict[str, str], name: str, default: float | None, kind: type = float) -> Any:
+    raw = env.get(name, "")
+    try:
+        value = default if raw == "" else kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise ValueError(f"{name}={raw!r} is not a number >= 0")
+    return value
+
+
+class Endpoint:
+    """The operator's in-place endpoint, over one kept-alive connection."""
+
+    def __init__(self, url: str, token_file: str | None, ca_file: str | None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or not parts.path.endswith("/status"):
+            raise ValueError(f"KUBEFLOW_TRAINER_SERVER_URL={url!r} is not an http(s) URL ending in /status")
+        self.https = parts.scheme == "https"
+        self.host, self.port = parts.hostname, parts.port
+        self.path = parts.path[: -len("/status")] + "/inplace" + (f"?{parts.query}" if parts.query else "")
+        self.token_file = token_file
+        self.context = ssl.create_default_context(cafile=ca_file or None) if self.https else None
+        self.conn: http.client.HTTPConnection | None = None
+
+    def call(self, method: str, body: dict[str, Any] | None = None) -> tuple[int, Any, float]:
+        """(status, the JSON answer or None, Retry-After seconds); OSError where no answer came."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json", **({"Content-Type": "application/json"} if data else {})}
+        if self.token_file:
+            with open(self.token_file) as f:  # the kubelet renews it: read for each request
+                headers["Authorization"] = f"Bearer {f.read().strip()}"
+        for fresh in (self.conn is None, True):
+            if self.conn is None:
+                self.conn = (http.client.HTTPSConnection(self.host, self.port, timeout=REQUEST_TIMEOUT_S,
+                                                         context=self.context) if self.https else
+                             http.client.HTTPConnection(self.host, self.port, timeout=REQUEST_TIMEOUT_S))
+            try:
+                self.conn.request(method, self.path, body=data, headers=headers)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                break
+            except (OSError, http.client.HTTPException) as e:
+                self.conn.close()
+                self.conn = None
+                if fresh:  # a kept-alive connection the server had closed is tried once more
+                    raise OSError(f"{method} {self.path}: {e or type(e).__name__}") from None
+        try:
+            answer = json.loads(raw) if raw else None
+        except ValueError:
+            answer = None
+        try:
+            retry = float(resp.getheader("Retry-After") or 1)
+        except ValueError:
+            retry = 1.0
+        return resp.status, answer, retry
+
+
+def verdict_of(answer: Any) -> tuple[int, int | None, bool] | None:
+    """(attempt, stop, release) of an answer, None where it is not one."""
+    got: list[Any] = [answer.get(k) for k in ("attempt", "stop", "release")] if isinstance(answer, dict) else []
+    ok = len(got) == 3 and type(got[0]) is int and (got[1] is None or type(got[1]) is int) and type(got[2]) is bool
+    return (got[0], got[1], got[2]) if ok else None
+
+
+class Wrapper:
+    def __init__(self, argv: list[str], environ: dict[str, str]) -> None:
+        self.argv = argv
+        self.env = {k: v for k, v in environ.items() if not k.startswith(PREFIX) and k not in OWN_ENV}
+        options = environ.get(PREFIX + "OPTIONS", "")
+        self.options: int | None = None if options == "" else _number(environ, PREFIX + "OPTIONS", None, int)
+        self.attempt: int = _number(environ, PREFIX + "ATTEMPT", 0, int)
+        self.grace_s: float = _number(environ, PREFIX + "GRACE_S", 3.0)
+        self.spare_after_s: float = _number(environ, "TORCHJOB_SPARE_AFTER_S", 5.0)
+        self.patience_s: float = _number(environ, PREFIX + "PATIENCE_S", 120.0)
+        self.poll_s: float = _number(environ, PREFIX + "POLL_S", 1.0)
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.launcher = environ.get(PREFIX + "LAUNCHER") or os.path.join(here, "torchjob_spare.py")
+        self.warm = environ.get(PREFIX + "WARM", "torch")
+        url = environ.get("KUBEFLOW_TRAINER_SERVER_URL", "")
+        if not url:
+            raise ValueError("KUBEFLOW_TRAINER_SERVER_URL is not set")
+        self.endpoint = Endpoint(url, environ.get("KUBEFLOW_TRAINER_SERVER_TOKEN"),
+                                 environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT"))
+        self.error_file = self.env.get("TORCHELASTIC_ERROR_FILE")
+        if self.options is not None and not os.path.isfile(self.launcher):
+            say(f"no spare launcher at {self.launcher}: every attempt starts cold")
+            self.options = None
+        self.phase = "starting"  # starting | running | parked | exiting
+        self.child: subprocess.Popen[bytes] | None = None  # the attempt's process (a spare, or cold)
+        self.spare: subprocess.Popen[bytes] | None = None
+        self.code: int | None = None  # the running attempt's exit code, once it has ended
+        self.start_error: str | None = None  # why it could not start
+        self.spare_sock: socket.socket | None = None
+        self.child_sock: socket.socket | None = None  # the socket of the spare that became the attempt
+        self.signalled: int | None = None  # SIGTERM or SIGINT: the pod is going
+        self.pending: int | None = None  # one that came while an attempt was starting
+        self.started = 0.0  # when the running attempt started (monotonic)
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)  # the signals' wakeup
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        self.signalled = signum
+        if self.phase == "parked":
+            raise _Stop()
+        if self.phase == "running":
+            self.forward(signum)
+        elif self.phase == "starting":
+            self.pending = signum
+
+    def forward(self, sig: int) -> None:
+        if self.child is not None and self.code is None:
+            self.kill_group(self.child.pid, sig)
+
+    @staticmethod
+    def kill_group(pid: int, sig: int) -> None:
+        """Signal the group a child of ours leads; called only while that child is unreaped."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+
+    def reap(self) -> None:
+        """Reap every child that ended: the attempt's (its exit code, and what is left of its group
+        killed while its pid is still held), the spare's, and any orphan (as PID 1)."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None:
+                return
+            pid = info.si_pid
+            code = info.si_status if info.si_code == os.CLD_EXITED else 128 + info.si_status
+            if self.child is not None and pid == self.child.pid and self.code is None:
+                self.kill_group(pid, signal.SIGKILL)  # the attempt's leftovers, as a container's end would
+                self.code = code  # before the reaping: no signal goes to its group afterwards
+                self.child.returncode = code
+            elif self.spare is not None and pid == self.spare.pid and self.spare.returncode is None:
+                self.spare.returncode = code
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until a signal (a child's end) or `seconds`."""
+        select.select([self.wake_r], [], [], max(0.0, seconds))
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.wake_r, 4096)  # drained (a byte left over only wakes it once more)
+
+    def start(self, attempt: int) -> None:
+        if self.signalled is not None:  # the pod is going: no new attempt
+            raise _Stop()
+        self.phase, self.code, self.start_error = "starting", None, None
+        if self.child_sock is not None:  # the last attempt's, when a spare became it
+            self.child_sock.close()
+        self.child_sock = None
+        self.attempt = attempt
+        self.child = self.take_spare()
+        if self.child is None:
+            try:
+                self.child = subprocess.Popen(self.argv, env=self.env, start_new_session=True)
+            except OSError as e:  # reported as a shell reports a command it cannot run
+                self.code, self.start_error = 127, f"cannot start {self.argv[0]}: {e.strerror or e}"
+                say(self.start_error)
+        self.started = time.monotonic()
+        self.phase = "running"
+        if self.pending is not None:
+            sig, self.pending = self.pending, None
+            self.forward(sig)
+
+    def start_spare(self) -> None:
+        if self.options is None or self.spare is not None:
+            return
+        n = 1 + self.options
+        argv = [*self.argv[:n], self.launcher, *self.argv[n:]]
+        ours, theirs = socket.socketpair()
+        env = {**self.env, "TORCHJOB_SPARE_FD": str(theirs.fileno()), "TORCHJOB_SPARE_WARM": self.warm}
+        try:
+            self.spare = subprocess.Popen(argv, env=env, start_new_session=True, pass_fds=(theirs.fileno(),))
+            self.spare_sock = ours
+        except OSError as e:
+            say(f"cannot start a spare: {e}")
+            ours.close()
+        finally:
+            theirs.close()
+
+    def take_spare(self) -> subprocess.Popen[bytes] | None:
+        """The spare, made the attempt (the child's environment handed to it), or None."""
+        spare, sock = self.spare, self.spare_sock
+        self.spare = self.spare_sock = None
+        if spare is None or sock is None:
+            return None
+        self.reap()
+        if spare.returncode is None:
+            try:
+                sock.sendall(json.dumps({"env": self.env}).encode())
+                sock.shutdown(socket.SHUT_WR)  # its end of file: the plan is whole
+                self.child_sock = sock  # open while it runs: a spare not yet warm still says so on it
+                return spare
+            except OSError:
+                pass
+        self.end_spare(spare, sock)
+        return None
+
+    def end_spare(self, spare: subprocess.Popen[bytes] | None, sock: socket.socket | None) -> None:
+        if sock is not None:
+            sock.close()  # end of file: not needed
+        if spare is not None:
+            self.reap()
+            if spare.returncode is None:
+                self.kill_group(spare.pid, signal.SIGKILL)
+
+    def run_attempt(self) -> tuple[int, bool]:
+        """Watch the running attempt until it ends: (its exit code, whether the operator stopped it)."""
+        spare_at = self.started + self.spare_after_s if self.options is not None else float("inf")
+        next_poll, kill_at, stopped = self.started, None, False
+        while True:
+            self.reap()
+            if self.code is not None:
+                return self.code, stopped
+            now = time.monotonic()
+            if now >= spare_at:
+                self.start_spare()
+                spare_at = float("inf")
+            if kill_at is not None and now >= kill_at:
+                self.forward(signal.SIGKILL)
+                kill_at = None
+            if now >= next_poll:
+                next_poll = now + self.poll_s
+                try:
+                    _, answer, _ = self.endpoint.call("GET")
+                except OSError:
+                    answer = None  # while the attempt runs, the endpoint's trouble changes nothing
+                verdict = verdict_of(answer)
+                if verdict is not None and verdict[1] == self.attempt and not stopped and self.signalled is None:
+                    stopped = True
+                    self.forward(signal.SIGTERM)
+                    kill_at = time.monotonic() + self.grace_s
+            self.wait(min(next_poll, spare_at, kill_at or float("inf")) - time.monotonic())
+
+    def park(self, ended: int, code: int, message: str | None, finished: str) -> int | None:
+        """Report the ended attempt and wait for the verdict: the next attempt, or None to exit."""
+        self.phase = "parked"
+        if self.signalled is not None:
+            raise _Stop()
+        report = {"attempt": ended, "exitCode": code, "message": message, "finishedAt": finished}
+        reported, failing_since, failures, why, delay = False, None, 0, "", 0.0
+        while True:
+            if delay:
+                time.sleep(delay)
+            self.reap()
+            try:
+                status, answer, retry = self.endpoint.call("GET" if reported else "POST",
+                                                           None if reported else report)
+                why = f"HTTP {status}"
+            except OSError as e:
+                status, answer, retry, why = 0, None, 0.0, str(e)
+            verdict = verdict_of(answer) if status == 200 else None
+            if verdict is not None:
+                reported, failing_since, failures, delay = True, None, 0, PARKED_POLL_S
+                if verdict[0] > ended:
+                    return verdict[0]
+                if verdict[2]:
+                    return None
+                continue
+            if status == 409 and not reported:
+                reported, delay = True, 0.0
+                continue
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            if now - failing_since >= self.patience_s:
+                say(f"the operator's endpoint failed for {now - failing_since:.0f} s ({why}): "
+                    f"exiting with attempt {ended}'s exit code {code}")
+                return None
+            failures += 1
+            delay = retry if status in (429, 503) else min(2.0, 0.1 * 2 ** min(failures, 5))
+            delay = min(delay, max(0.05, self.patience_s - (now - failing_since)))
+
+    def message(self) -> str | None:
+        try:
+            with open(self.error_file or "", "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - MESSAGE_BYTES))
+                return f.read().decode("utf-8", "replace") or None
+        except OSError:
+            return None
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.on_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        code = 0
+        try:
+            attempt = self.attempt
+            while True:
+                self.start(attempt)
+                code, stopped = self.run_attempt()
+                self.phase = "exiting"
+                finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                if self.signalled is not None or (code == 0 and not stopped):
+                    return code
+                message = self.start_error or self.message()
+                nxt = self.park(attempt, code, message, finished)
+                self.phase = "exiting"
+                if nxt is None:
+                    return code
+                with contextlib.suppress(OSError):  # the next attempt's error file starts empty
+                    os.truncate(self.error_file or "", 0)
+                attempt = nxt
+        except _Stop:  # while waiting for the verdict: the ended attempt's exit code
+            return code
+        finally:
+            self.phase = "exiting"
+            self.end_spare(self.spare, self.spare_sock)
+
+
+def main() -> NoReturn:
+    argv = sys.argv[1:]
+    if not argv:
+        say("no command to run: usage: python torchjob_inplace.py COMMAND [ARGS...]")
+        sys.exit(2)
+    try:
+        wrapper = Wrapper(argv, dict(os.environ))
+    except (ValueError, OSError) as e:  # no operator to talk to: the command runs as it would without us
+        say(f"{e}: running the command without restarts in place")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX) and k not in OWN_ENV}
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as err:
+            say(f"cannot start {argv[0]}: {err.strerror or err}")
+            sys.exit(127)
+    sys.exit(wrapper.run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,418 @@
+"""The in-pod entry point of a restart in place (src/torchjob/kube/inpod/torchjob_inplace.py), run as the
+pod runs it (`python torchjob_inplace.py python SCRIPT ARGS...`) against a small HTTP endpoint that plays
+the operator and records what it is told (the wrapper against the real operator: tests/kube). Real
+processes throughout: the probe script writes down, per attempt, what it saw (its pid and start time,
+environment, argv, __file__, the error file as it found it), and the spare is the real launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WRAPPER = REPO / "src" / "torchjob" / "kube" / "inpod" / "torchjob_inplace.py"
+LAUNCHER = REPO / "src" / "torchjob" / "local" / "spare_launcher" / "torchjob_spare.py"
+
+# The probe: attempt N (its order among the runs written to PROBE_OUT) does what word N of PROBE_PLAN
+# says: ok (exit 0), fail (write the error file, exit 3), fail4 (exit 4), sleep, ignore (SIGTERM
+# ignored), term7 (SIGTERM: exit 7), sigkill (SIGKILLs itself). With PROBE_WAIT_SPARE it first waits
+# until its wrapper has a spare (a child running the launcher), or, with PROBE_WAIT_DEAD, until the
+# spare that PROBE_WAIT_DEAD's file names has died.
+PROBE = r'''
+import json, os, signal, sys, time
+
+def started():
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+def spares():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getppid() and b"torchjob_spare.py" in cmdline and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+out = os.environ["PROBE_OUT"]
+n = len([f for f in os.listdir(out) if f.startswith("run-")])
+err = os.environ.get("TORCHELASTIC_ERROR_FILE")
+seen = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": started(), "env": dict(os.environ),
+        "argv": sys.argv, "file": __file__, "torch": "torch" in sys.modules, "ppid": os.getppid(),
+        "error_file": open(err).read() if err and os.path.exists(err) else None}
+with open(os.path.join(out, f"run-{n}.json.tmp"), "w") as f:
+    json.dump(seen, f)
+os.rename(os.path.join(out, f"run-{n}.json.tmp"), os.path.join(out, f"run-{n}.json"))
+print(f"attempt {n} says hello", flush=True)
+plan = os.environ["PROBE_PLAN"].split(",")[n]
+end = time.monotonic() + 30
+if os.environ.get("PROBE_WAIT_SPARE") and n == 0:
+    while not spares() and time.monotonic() < end:
+        time.sleep(0.02)
+if os.environ.get("PROBE_WAIT_DEAD") and n == 0:
+    marker = os.environ["PROBE_WAIT_DEAD"]
+    while not (os.path.exists(marker) and gone(int(open(marker).readline()))) and time.monotonic() < end:
+        time.sleep(0.02)
+if plan == "ok":
+    sys.exit(0)
+if plan in ("fail", "fail4"):
+    with open(err, "w") as f:
+        f.write(f"boom {n}")
+    sys.exit(3 if plan == "fail" else 4)
+if plan == "sigkill":
+    signal.raise_signal(signal.SIGKILL)
+if plan == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if plan == "term7":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+while True:
+    time.sleep(0.05)
+'''
+
+RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+class Operator:
+    """A recording endpoint that answers as the operator does. `answers`: what each POST gets, in
+    order: "next" (the next attempt), "release", "hold" (no change), or a status (409: the attempt
+    moved on, so the next attempt; 503: try again later, nothing changed)."""
+
+    def __init__(self, tmp_path: Path, answers: list[Any]) -> None:
+        self.attempt, self.stop, self.release = 0, None, False
+        self.answers = list(answers)
+        self.posts: list[dict[str, Any]] = []
+        self.post_statuses: list[int] = []
+        self.gets = 0
+        self.bad: list[str] = []
+        self.spares_at_post: list[list[int]] = []
+        self.wrapper_pid = 0
+        self.token_file = tmp_path / "token"
+        self.token = "token-1"
+        self.token_file.write_text(self.token)
+        self.lock = threading.Lock()
+        op = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # kept alive, as the wrapper keeps it
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def answer(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if status == 503:
+                    self.send_header("Retry-After", "0.1")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def checked(self) -> bool:
+                if self.path != "/apis/v1/namespaces/ns/jobs/j/inplace":
+                    op.bad.append(f"path {self.path}")
+                elif self.headers.get("Authorization") != f"Bearer {op.token}":
+                    op.bad.append(f"auth {self.headers.get('Authorization')}")
+                else:
+                    return True
+                self.answer(401, {"error": "no"})
+                return False
+
+            def do_GET(self) -> None:
+                if self.checked():
+                    with op.lock:
+                        op.gets += 1
+                        self.answer(200, op.verdict())
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self.checked():
+                    return
+                with op.lock:
+                    op.posts.append(body)
+                    op.spares_at_post.append(children(op.wrapper_pid, b"torchjob_spare.py"))
+                    what = op.answers.pop(0) if op.answers else "hold"
+                    op.token = f"token-{len(op.posts) + 1}"  # renewed: the next request must read it again
+                    op.token_file.write_text(op.token)
+                    if what in ("next", 409):
+                        op.attempt += 1
+                    elif what == "release":
+                        op.release = True
+                    status = what if isinstance(what, int) else 200
+                    op.post_statuses.append(status)
+                    self.answer(status, op.verdict() if status == 200 else {"error": "see status"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/apis/v1/namespaces/ns/jobs/j/status"
+
+    def verdict(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "stop": self.stop, "release": self.release}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def children(parent: int, mark: bytes) -> list[int]:
+    """Live processes whose parent is `parent` and whose command line holds `mark`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and mark in cmdline and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def anywhere(mark: bytes) -> list[int]:
+    """Live processes whose command line holds `mark`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark in Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                    Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+class Pod:
+    """The wrapper in front of `python probe.py --flag value`, as the operator sets it up."""
+
+    def __init__(self, tmp_path: Path, op: Operator | None, plan: str, url: str | None = None, **env: str) -> None:
+        self.out = tmp_path / "out"
+        self.out.mkdir()
+        self.script = tmp_path / "probe.py"
+        self.script.write_text(PROBE)
+        self.error_file = tmp_path / "termination-log"
+        self.error_file.write_text("")
+        self.op = op
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHJOB_", "PYTEST", "KUBEFLOW_"))}
+        self.pod_env = {**base, "LC_CTYPE": "C.UTF-8", "PROBE_OUT": str(self.out), "PROBE_PLAN": plan,
+                        "TORCHELASTIC_ERROR_FILE": str(self.error_file),
+                        "KUBEFLOW_TRAINER_SERVER_URL": url or (op.url if op else ""),
+                        "KUBEFLOW_TRAINER_SERVER_TOKEN": str(op.token_file if op else tmp_path / "token")}
+        self.pod_env.update({k: v for k, v in env.items() if k.startswith("PROBE_")})
+        wrapper_env = {"TORCHJOB_INPLACE_OPTIONS": "0", "TORCHJOB_INPLACE_ATTEMPT": "0",
+                       "TORCHJOB_INPLACE_GRACE_S": "3", "TORCHJOB_SPARE_AFTER_S": "0",
+                       "TORCHJOB_INPLACE_POLL_S": "0.1", "TORCHJOB_INPLACE_LAUNCHER": str(LAUNCHER),
+                       "TORCHJOB_INPLACE_WARM": "",
+                       **{k: v for k, v in env.items() if not k.startswith("PROBE_")}}
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WRAPPER), sys.executable, str(self.script), "--flag", "value"],
+            env={**self.pod_env, **wrapper_env}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        if op is not None:
+            op.wrapper_pid = self.proc.pid
+
+    def finish(self, timeout: float = 30) -> tuple[int, str, str]:
+        try:
+            stdout, stderr = self.proc.communicate(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.communicate()
+        self.elapsed = time.monotonic() - self.started
+        return self.proc.returncode, stdout, stderr
+
+    def run(self, n: int) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.out / f"run-{n}.json").read_text())
+        return data
+
+    def runs(self) -> int:
+        return len([p for p in self.out.iterdir() if p.name.startswith("run-") and p.suffix == ".json"])
+
+    def wait_for(self, what: str, probe: Any, timeout: float = 20) -> None:
+        end = time.monotonic() + timeout
+        while not probe():
+            assert self.proc.poll() is None, f"the wrapper ended ({self.proc.returncode}) before {what}"
+            assert time.monotonic() < end, f"timed out waiting for {what}"
+            time.sleep(0.02)
+
+    def expected_env(self) -> dict[str, str]:
+        return dict(self.pod_env)  # the pod's environment; nothing of the wrapper's own
+
+
+@pytest.fixture
+def operator(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    op = Operator(tmp_path, getattr(request, "param", []))
+    yield op
+    op.close()
+
+
+def no_leftovers(pod: Pod) -> None:
+    assert anywhere(str(pod.script).encode()) == [], "a process of the pod outlived its wrapper"
+
+
+@pytest.mark.parametrize("operator", [[]], indirect=True)
+def test_an_attempt_that_succeeds_ends_the_pod_with_nothing_reported(tmp_path: Path, operator: Operator) -> None:
+    pod = Pod(tmp_path, operator, "ok")
+    code, stdout, stderr = pod.finish()
+    assert (code, stdout, stderr) == (0, "attempt 0 says hello\n", "")
+    assert operator.posts == [] and operator.bad == []
+    run = pod.run(0)
+    assert run["env"] == pod.expected_env()  # no TORCHJOB_INPLACE_*, no spare's variables
+    assert run["argv"] == [str(pod.script), "--flag", "value"] and run["ppid"] == pod.proc.pid
+    assert run["pid"] == run["pgid"]  # a session of its own
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [["next", "release"]], indirect=True)
+def test_a_failed_attempt_is_reported_and_its_warm_spare_becomes_the_next(tmp_path: Path, operator: Operator) -> None:
+    pod = Pod(tmp_path, operator, "fail,fail4", PROBE_WAIT_SPARE="1", TORCHJOB_INPLACE_WARM="torch")
+    code, stdout, stderr = pod.finish(timeout=60)
+    assert code == 4, stderr  # the last attempt's code, once the operator released the pod
+    assert stdout == "attempt 0 says hello\nattempt 1 says hello\n" and stderr == ""
+    assert [{k: v for k, v in p.items() if k != "finishedAt"} for p in operator.posts] == [
+        {"attempt": 0, "exitCode": 3, "message": "boom 0"}, {"attempt": 1, "exitCode": 4, "message": "boom 1"}]
+    assert all(RFC3339_Z.match(p["finishedAt"]) for p in operator.posts)
+    assert operator.bad == []  # every request read the token file again (it changed after each report)
+    first, second = pod.run(0), pod.run(1)
+    # the second attempt IS the spare: a process the wrapper ran before the first attempt was reported
+    assert second["pid"] in operator.spares_at_post[0] and second["pid"] != first["pid"]
+    assert second["torch"] and not first["torch"]  # warm: torch imported ahead
+    assert second["pid"] == second["pgid"] and second["ppid"] == pod.proc.pid
+    # ... and it saw what a cold process sees: the pod's environment, argv, __file__
+    assert first["env"] == second["env"] == pod.expected_env()
+    assert first["argv"] == second["argv"] == [str(pod.script), "--flag", "value"]
+    assert first["file"] == second["file"] == str(pod.script)
+    # the error file: truncated before the second attempt; its message kept when the pod ends
+    assert first["error_file"] == "" and second["error_file"] == ""
+    assert pod.error_file.read_text() == "boom 1"
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize(("plan", "code"), [("sleep", 143), ("ignore", 137)])
+@pytest.mark.parametrize("operator", [["release"]], indirect=True)
+def test_a_stop_ask_ends_the_running_attempt(tmp_path: Path, operator: Operator, plan: str, code: int) -> None:
+    pod = Pod(tmp_path, operator, plan, TORCHJOB_INPLACE_GRACE_S="1")
+    pod.wait_for("the attempt", lambda: pod.runs() == 1)
+    time.sleep(0.2)  # its SIGTERM handler is set
+    asked = time.monotonic()
+    operator.stop = 0
+    rc, _, stderr = pod.finish()
+    took = time.monotonic() - asked
+    assert rc == code and [p["exitCode"] for p in operator.posts] == [code], stderr
+    assert (took >= 1.0) if plan == "ignore" else (took < 1.0), took  # SIGKILL only after the grace
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize(("plan", "code"), [("sleep", 143), ("term7", 7)])
+def test_sigterm_to_the_wrapper_reaches_the_running_attempt(tmp_path: Path, operator: Operator, plan: str,
+                                                            code: int) -> None:
+    pod = Pod(tmp_path, operator, plan)
+    pod.wait_for("the attempt", lambda: pod.runs() == 1)
+    time.sleep(0.2)
+    pod.proc.send_signal(signal.SIGTERM)
+    rc, _, stderr = pod.finish()
+    assert (rc, stderr) == (code, "") and operator.posts == []  # the pod is going: nothing to report
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [["hold"]], indirect=True)
+def test_sigterm_to_a_parked_wrapper_ends_it_at_once(tmp_path: Path, operator: Operator) -> None:
+    pod = Pod(tmp_path, operator, "fail,ok")
+    pod.wait_for("the report", lambda: operator.posts and operator.gets > 0)
+    time.sleep(0.3)
+    sent = time.monotonic()
+    pod.proc.send_signal(signal.SIGTERM)
+    rc, _, stderr = pod.finish()
+    assert (rc, stderr) == (3, "") and time.monotonic() - sent < 1.5
+    assert pod.runs() == 1 and len(operator.posts) == 1
+    no_leftovers(pod)
+
+
+def test_an_endpoint_that_stays_down_is_given_up_after_the_patience(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/apis/v1/namespaces/ns/jobs/j/status"
+        (tmp_path / "token").write_text("t")
+        pod = Pod(tmp_path, None, "fail", url=url, TORCHJOB_INPLACE_PATIENCE_S="1.5")
+        rc, stdout, stderr = pod.finish()
+    assert rc == 3 and stdout == "attempt 0 says hello\n"
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torchjob-inplace: ") and "exit code 3" in lines[0], stderr
+    assert 1.5 <= pod.elapsed < 10, pod.elapsed
+    assert pod.error_file.read_text() == "boom 0"  # the pod's termination message, as without the wrapper
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [[503, 409, "release"]], indirect=True)
+def test_a_report_answered_409_follows_the_verdict_it_then_gets(tmp_path: Path, operator: Operator) -> None:
+    pod = Pod(tmp_path, operator, "fail,fail4")
+    rc, stdout, stderr = pod.finish()
+    assert (rc, stderr) == (4, "")
+    assert operator.post_statuses == [503, 409, 200]  # 503: again; 409: GET said attempt 1, which ran
+    assert [(p["attempt"], p["exitCode"]) for p in operator.posts] == [(0, 3), (0, 3), (1, 4)]
+    assert stdout == "attempt 0 says hello\nattempt 1 says hello\n"
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [["next", "release"]], indirect=True)
+def test_a_spare_that_died_leaves_the_next_attempt_to_start_cold(tmp_path: Path, operator: Operator) -> None:
+    marker = tmp_path / "spare-died"
+    dead = tmp_path / "launcher" / "torchjob_spare.py"
+    dead.parent.mkdir()
+    dead.write_text(f"import os, sys\nopen({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\nsys.exit(1)\n")
+    pod = Pod(tmp_path, operator, "fail,fail4", PROBE_WAIT_DEAD=str(marker), TORCHJOB_INPLACE_LAUNCHER=str(dead),
+              TORCHJOB_SPARE_AFTER_S="0.2")
+    rc, stdout, stderr = pod.finish()
+    assert (rc, stderr) == (4, "") and stdout == "attempt 0 says hello\nattempt 1 says hello\n"
+    spare_pid = int(marker.read_text().split()[0])  # the first attempt's spare
+    second = pod.run(1)
+    assert second["pid"] != spare_pid and second["ppid"] == pod.proc.pid  # a new process, started cold
+    assert second["env"] == pod.run(0)["env"] == pod.expected_env() and second["error_file"] == ""
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [["release"]], indirect=True)
+def test_an_attempt_killed_by_a_signal_is_reported_as_128_plus_it(tmp_path: Path, operator: Operator) -> None:
+    pod = Pod(tmp_path, operator, "sigkill")
+    rc, _, stderr = pod.finish()
+    assert (rc, stderr) == (137, "")
+    assert [(p["attempt"], p["exitCode"], p["message"]) for p in operator.posts] == [(0, 137, None)]
+    no_leftovers(pod)
+
+
+def test_without_an_endpoint_the_command_runs_in_the_wrappers_place(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, None, "fail", url="")
+    rc, stdout, stderr = pod.finish()
+    assert rc == 3 and stdout == "attempt 0 says hello\n"
+    assert stderr.startswith("torchjob-inplace: KUBEFLOW_TRAINER_SERVER_URL is not set") and stderr.count("\n") == 1
+    run = pod.run(0)
+    assert run["pid"] == pod.proc.pid and run["env"] == pod.expected_env()  # exec: the same process
