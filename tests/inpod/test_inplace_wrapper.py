@@ -61,7 +61,8 @@ out = os.environ["PROBE_OUT"]
 n = len([f for f in os.listdir(out) if f.startswith("run-")])
 err = os.environ.get("TORCHELASTIC_ERROR_FILE")
 seen = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": started(), "env": dict(os.environ),
-        "argv": sys.argv, "file": __file__, "torch": "torch" in sys.modules, "ppid": os.getppid(),
+        "argv": sys.argv, "orig_argv": sys.orig_argv, "B": sys.flags.dont_write_bytecode,
+        "file": __file__, "torch": "torch" in sys.modules, "ppid": os.getppid(),
         "error_file": open(err).read() if err and os.path.exists(err) else None}
 with open(os.path.join(out, f"run-{n}.json.tmp"), "w") as f:
     json.dump(seen, f)
@@ -82,6 +83,23 @@ if plan in ("fail", "fail4"):
     with open(err, "w") as f:
         f.write(f"boom {n}")
     sys.exit(3 if plan == "fail" else 4)
+if plan == "orphan":  # a process that outlives its parent and its group, and ends before the attempt
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(os.path.join(out, "orphan"), "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(0.2)
+            os._exit(5)
+        os._exit(0)
+    os.wait()
+    while not os.path.exists(os.path.join(out, "orphan")):
+        time.sleep(0.01)
+    orphan = int(open(os.path.join(out, "orphan")).read())
+    time.sleep(1.0)
+    with open(os.path.join(out, "orphan-reaped"), "w") as f:
+        f.write("yes" if gone(orphan) and not os.path.exists(f"/proc/{orphan}") else "no")
+    sys.exit(3)
 if plan == "sigkill":
     signal.raise_signal(signal.SIGKILL)
 if plan == "ignore":
@@ -100,7 +118,8 @@ class Operator:
     order: "next" (the next attempt), "release", "hold" (no change), or a status (409: the attempt
     moved on, so the next attempt; 503: try again later, nothing changed)."""
 
-    def __init__(self, tmp_path: Path, answers: list[Any]) -> None:
+    def __init__(self, tmp_path: Path, answers: list[Any], tls: Any = None) -> None:
+        self.https = tls is not None
         self.attempt, self.stop, self.release = 0, None, False
         self.answers = list(answers)
         self.posts: list[dict[str, Any]] = []
@@ -166,12 +185,16 @@ class Operator:
                     self.answer(status, op.verdict() if status == 200 else {"error": "see status"})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            self.server.socket = tls.context().wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/apis/v1/namespaces/ns/jobs/j/status"
+        where = f"https://localhost:{self.server.server_address[1]}" if self.https else \
+            f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{where}/apis/v1/namespaces/ns/jobs/j/status"
 
     def verdict(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "stop": self.stop, "release": self.release}
@@ -211,7 +234,8 @@ def anywhere(mark: bytes) -> list[int]:
 class Pod:
     """The wrapper in front of `python probe.py --flag value`, as the operator sets it up."""
 
-    def __init__(self, tmp_path: Path, op: Operator | None, plan: str, url: str | None = None, **env: str) -> None:
+    def __init__(self, tmp_path: Path, op: Operator | None, plan: str, url: str | None = None,
+                 options: tuple[str, ...] = (), prefix: tuple[str, ...] = (), **env: str) -> None:
         self.out = tmp_path / "out"
         self.out.mkdir()
         self.script = tmp_path / "probe.py"
@@ -225,14 +249,14 @@ class Pod:
                         "KUBEFLOW_TRAINER_SERVER_URL": url or (op.url if op else ""),
                         "KUBEFLOW_TRAINER_SERVER_TOKEN": str(op.token_file if op else tmp_path / "token")}
         self.pod_env.update({k: v for k, v in env.items() if k.startswith("PROBE_")})
-        wrapper_env = {"TORCHJOB_INPLACE_OPTIONS": "0", "TORCHJOB_INPLACE_ATTEMPT": "0",
+        wrapper_env = {"TORCHJOB_INPLACE_OPTIONS": str(len(options)), "TORCHJOB_INPLACE_ATTEMPT": "0",
                        "TORCHJOB_INPLACE_GRACE_S": "3", "TORCHJOB_SPARE_AFTER_S": "0",
                        "TORCHJOB_INPLACE_POLL_S": "0.1", "TORCHJOB_INPLACE_LAUNCHER": str(LAUNCHER),
                        "TORCHJOB_INPLACE_WARM": "",
                        **{k: v for k, v in env.items() if not k.startswith("PROBE_")}}
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, str(WRAPPER), sys.executable, str(self.script), "--flag", "value"],
+            [*prefix, sys.executable, str(WRAPPER), sys.executable, *options, str(self.script), "--flag", "value"],
             env={**self.pod_env, **wrapper_env}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
         if op is not None:
@@ -330,15 +354,17 @@ def test_a_stop_ask_ends_the_running_attempt(tmp_path: Path, operator: Operator,
     no_leftovers(pod)
 
 
-@pytest.mark.parametrize(("plan", "code"), [("sleep", 143), ("term7", 7)])
+@pytest.mark.parametrize(("plan", "sig", "code"), [("sleep", signal.SIGTERM, 143), ("term7", signal.SIGTERM, 7),
+                                                   ("sleep", signal.SIGINT, 130)])
 def test_sigterm_to_the_wrapper_reaches_the_running_attempt(tmp_path: Path, operator: Operator, plan: str,
-                                                            code: int) -> None:
+                                                            sig: int, code: int) -> None:
     pod = Pod(tmp_path, operator, plan)
     pod.wait_for("the attempt", lambda: pod.runs() == 1)
     time.sleep(0.2)
-    pod.proc.send_signal(signal.SIGTERM)
+    pod.proc.send_signal(sig)
     rc, _, stderr = pod.finish()
-    assert (rc, stderr) == (code, "") and operator.posts == []  # the pod is going: nothing to report
+    assert rc == code and "torchjob-inplace" not in stderr, stderr
+    assert operator.posts == []  # the pod is going: nothing to report
     no_leftovers(pod)
 
 
@@ -416,3 +442,36 @@ def test_without_an_endpoint_the_command_runs_in_the_wrappers_place(tmp_path: Pa
     assert stderr.startswith("torchjob-inplace: KUBEFLOW_TRAINER_SERVER_URL is not set") and stderr.count("\n") == 1
     run = pod.run(0)
     assert run["pid"] == pod.proc.pid and run["env"] == pod.expected_env()  # exec: the same process
+
+
+def test_over_https_with_interpreter_options(tmp_path: Path) -> None:
+    from torchjob.kube.progress.tls import generate
+
+    tls = generate(["localhost"])
+    ca = tmp_path / "ca.crt"
+    ca.write_text(tls.ca_pem)
+    op = Operator(tmp_path, ["next"], tls=tls)
+    try:
+        pod = Pod(tmp_path, op, "fail,ok", options=("-B",), PROBE_WAIT_SPARE="1",
+                  KUBEFLOW_TRAINER_SERVER_CA_CERT=str(ca))
+        rc, _, stderr = pod.finish()
+    finally:
+        op.close()
+    assert (rc, stderr) == (0, "") and [p["attempt"] for p in op.posts] == [0] and op.bad == []
+    first, second = pod.run(0), pod.run(1)
+    assert second["pid"] in op.spares_at_post[0]  # the spare, started with the interpreter's options
+    assert first["orig_argv"] == second["orig_argv"] == [sys.executable, "-B", str(pod.script), "--flag", "value"]
+    assert first["B"] == second["B"] == 1
+
+
+@pytest.mark.parametrize("operator", [["release"]], indirect=True)
+def test_as_a_subreaper_it_reaps_orphans_and_keeps_the_attempts_exit_code(tmp_path: Path, operator: Operator) -> None:
+    # PID 1 of a container gets every orphan of the pod; a subreaper gets those of its descendants (the
+    # attribute outlives the exec into the wrapper)
+    subreaper = ("-c", "import ctypes, os, sys; ctypes.CDLL(None).prctl(36, 1, 0, 0, 0); "
+                 "os.execv(sys.executable, sys.argv[1:])")
+    pod = Pod(tmp_path, operator, "orphan", prefix=(sys.executable, *subreaper))
+    rc, _, stderr = pod.finish()
+    assert (rc, stderr) == (3, "")
+    assert [p["exitCode"] for p in operator.posts] == [3]
+    assert (pod.out / "orphan-reaped").read_text() == "yes"
