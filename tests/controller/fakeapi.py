@@ -172,6 +172,14 @@ class FakeApi:
         stored = self._merge(Call("patch_spec", kind, name, namespace, copy.deepcopy(spec)), {"spec": spec}, seen)
         return stored
 
+    async def patch_annotations(self, kind: str, name: str, namespace: str, annotations: dict[str, str | None],
+                                uid: str | None = None, resource_version: str | None = None) -> dict[str, Any]:
+        found = self.objects.get((kind, namespace, name))
+        if found is not None and resource_version and found["metadata"].get("resourceVersion") != resource_version:
+            raise api_error(409, f'{kind} "{name}": the object has been modified', kind.lower() + "s", name)
+        return self._merge(Call("patch_annotations", kind, name, namespace, copy.deepcopy(annotations)),
+                           {"metadata": {"annotations": annotations}}, {"metadata": {"uid": uid}} if uid else None)
+
     async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None:
         self._merge(Call("patch_data", kind, name, namespace, copy.deepcopy(data)), {"data": data})
 

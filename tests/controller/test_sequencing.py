@@ -21,8 +21,8 @@ from torchjob.api.status import Reason
 from torchjob.kube.controller import reconciler as reconciler_module
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
+from torchjob.kube.controller.names import NameTaken
 from torchjob.kube.controller.outcome import Result
-from torchjob.kube.controller.reconciler import NameTaken
 from torchjob.kube.machinery.client import VolcanoPodGroup  # noqa: F401 (the PodGroup kind is known)
 from torchjob.kube.machinery.informer import Key
 

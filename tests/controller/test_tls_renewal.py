@@ -18,7 +18,7 @@ from cryptography import x509
 
 from tests.controller.fakeapi import FakeApi
 from tests.controller.test_sequencing import NS, one_round, run, torchjob
-from torchjob.kube.controller import reconciler as reconciler_module
+from torchjob.kube.controller import configmaps as configmaps_module
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
 from torchjob.kube.controller.operator import _swap_in
@@ -144,7 +144,7 @@ async def running_with(api: FakeApi, link: ProgressLink) -> AsyncIterator[Contro
 
 
 def test_a_namespaces_ca_configmap_is_looked_at_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconciler_module, "CA_RECHECK_S", 0.0, raising=False)
+    monkeypatch.setattr(configmaps_module, "RECHECK_S", 0.0)
     made = tls.generate(tls.hosts_for("torchjob-operator", OPS), now=NOW)
 
     async def scenario() -> None:

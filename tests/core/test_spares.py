@@ -98,17 +98,30 @@ def test_a_document_turns_spares_on_with_a_boolean() -> None:
     assert "warmSpares" in info.value.render()
 
 
-def test_a_cluster_says_its_pods_have_no_spares_and_runs_the_job_all_the_same() -> None:
-    """On a cluster a restart is a new pod: warmSpares is said to do nothing there (never refused: the
-    same document runs locally with its spares); a job without it hears nothing."""
-    from torchjob.core.spares import on_a_cluster
+def test_a_cluster_restarts_python_replicas_in_place_and_says_which_cannot() -> None:
+    """On a cluster a replica whose command Python runs restarts in place, in its pod, with a spare
+    (in_place_reason: None); what cannot (torchrun, `python -c`, no progress endpoint) is said, one
+    line naming each replica type and why, never refused (the same document runs locally with its
+    spares); a job without warmSpares, or whose replicas are never restarted, hears nothing."""
+    from torchjob.core.spares import NO_ENDPOINT, in_place_reason, in_pod_entry, on_a_cluster
     from torchjob.kube.clientside.plan import KubePlan
 
-    job = make_job(restart_policy="OnFailure", run_policy={"warmSpares": True})
-    said = on_a_cluster(job)
-    assert said is not None and said.startswith("runPolicy.warmSpares has no effect on a cluster")
-    assert "docs/explanation/faults.md" in said
-    assert KubePlan(job).warnings == [said]
+    job = make_job(restart_policy="OnFailure", run_policy={"warmSpares": True}, command=["python", "-u", "train.py"])
+    assert on_a_cluster(job) is None and KubePlan(job).warnings == []
+    assert in_place_reason(job, "Worker", ["python", "-u", "train.py"], torchrun=False) is None
+    assert in_pod_entry(["/usr/bin/python3.11", "-m", "pkg.train", "--lr", "1"]) == PythonEntry(
+        (), None, "pkg.train", ("--lr", "1"))
+    assert in_pod_entry(["pythonista", "train.py"]) is None and in_pod_entry(["bash", "-c", "python x.py"]) is None
+    said = on_a_cluster(job, endpoint=False)
+    assert said is not None and said.count(NO_ENDPOINT) == 2 and "Master: " in said and "Worker: " in said
+    torchrun = make_job(restart_policy="OnFailure", run_policy={"warmSpares": True},
+                        command=["torchrun", "--nproc-per-node", "2", "train.py"])
+    said = on_a_cluster(torchrun)
+    assert said is not None and said.startswith("runPolicy.warmSpares: on a cluster these replicas restart as new pods")
+    assert "Worker runs torchrun" in said and "docs/explanation/faults.md" in said
+    assert KubePlan(torchrun).warnings == [said]
+    inline = make_job(restart_policy="OnFailure", run_policy={"warmSpares": True}, command=["python", "-c", "pass"])
+    assert "is not `python SCRIPT`" in (on_a_cluster(inline) or "")
     assert on_a_cluster(make_job(restart_policy="OnFailure")) is None
     assert on_a_cluster(make_job(restart_policy="OnFailure", run_policy={"warmSpares": False})) is None
     assert KubePlan(make_job(restart_policy="OnFailure")).warnings == []

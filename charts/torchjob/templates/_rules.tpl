@@ -31,6 +31,7 @@
   - watch
   - create
   - delete
+  - patch
 - apiGroups:
   - ''
   resources:
@@ -98,6 +99,7 @@
   - configmaps
   resourceNames:
   - torchjob-progress-ca
+  - torchjob-inplace
   verbs:
   - get
   - patch

@@ -86,7 +86,7 @@ class Reason(StrEnum):
     NOT_OURS = "NotOurs"  # an object named or labelled as the job's that it does not own: left alone
     POD_DISRUPTED = "PodDisrupted"  # Kubernetes deletes a pod of the job (a lost node's taint, preemption, eviction)
     FORCE_DELETED = "ForceDeleted"  # a pod stuck terminating past its grace period (its node is lost)
-    WARM_SPARES_LOCAL_ONLY = "WarmSparesLocalOnly"  # runPolicy.warmSpares on a cluster: said once, when created
+    WARM_SPARES_NOT_IN_PLACE = "WarmSparesNotInPlace"  # warmSpares, replicas not restarting in place
 
 
 class ExitReason(StrEnum):

@@ -335,8 +335,9 @@ def _create_if_due(r: Round, rid: ReplicaId) -> bool:
     restart backoff, or the replicas it depends on)."""
     st = r.status.replicas[rid.name]
     stale = r.world.replicas.get(rid.name)
-    if stale is not None and stale.attempt < st.attempt and not (stale.deleted and not stale.stopping):
-        return False  # the stale attempt must go first (same pod name on a cluster), unless it is gone
+    if stale is not None and stale.attempt < st.attempt and not (stale.deleted and not stale.stopping) and not (
+            stale.in_place and not stale.phase.active):
+        return False  # the stale attempt goes first (same pod name on a cluster), unless gone or ended in place
     if st.notBefore is not None and r.now < st.notBefore:
         r.plan.requeue(st.notBefore)
         return False

@@ -7,11 +7,13 @@ process (local/spare.py carries it out). A spare can only stand in for a command
 itself, `python SCRIPT ARGS...` or `python -m MODULE ARGS...` (torchrun, which the local runtime runs
 as `python -m torchjob.local.loopback_torchrun`, is such a module: its agent is what the spare
 shortens; the agent's own workers still start as new processes), with interpreter options that the
-spare can be started with as well.
+spare can be started with as well. On a cluster the same spare runs inside the pod and the pod's next
+attempt starts in it, in place (`in_place_reason`; kube/inpod/torchjob_inplace.py).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,17 +88,58 @@ def no_spare_reason(job: TorchJob, rtype: str, entry: PythonEntry | None) -> str
     return None
 
 
-# What a job with warmSpares is told on a cluster (`torchjob run --kube`, the Python API, `--dry-run`) and
-# what the operator's event says: a restart there is a new pod, made by the operator (its pods restart
-# Never), so a spare process would have nothing to stand in for.
-ON_A_CLUSTER = ("runPolicy.warmSpares has no effect on a cluster yet: a restart there makes a new pod (warm spares "
-                "run in local jobs only; see docs/explanation/faults.md)")
+# A Python interpreter as a pod's command names it: `python`, `python3`, `/usr/bin/python3.11`.
+PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+TORCHRUN = PythonEntry((), None, "torch.distributed.run", ())
+NO_ENDPOINT = ("the operator runs without its progress endpoint, the channel over which a pod's restart in place "
+               "is reported and decided")
 
 
-def on_a_cluster(job: TorchJob) -> str | None:
-    """What a cluster does not do of what `job` asks of warm spares (None: it asks none). The same
-    document runs locally with its spares: it is said, never refused."""
-    return ON_A_CLUSTER if job.run_policy.warmSpares else None
+def in_pod_entry(argv: list[str]) -> PythonEntry | None:
+    """A pod's command taken apart (python_entry) when its head names a Python interpreter."""
+    if not argv or not PYTHON_NAME.match(argv[0].rsplit("/", 1)[-1]):
+        return None
+    return python_entry(argv, argv[0])
+
+
+def in_place_reason(job: TorchJob, rtype: str, argv: list[str], torchrun: bool, endpoint: bool = True) -> str | None:
+    """Why a replica's pods on a cluster restart as new pods, not in place with a warm spare (None: in
+    place). In place, the pod's entry point (kube/inpod/torchjob_inplace.py) runs the command, keeps a
+    spare, reports a failed attempt to the operator's endpoint (`endpoint`) and runs the next attempt
+    in the same pod when the operator says so."""
+    if torchrun:  # a command Python runs, but its agent's spare would shorten only the agent's own start
+        return no_spare_reason(job, rtype, TORCHRUN) or (
+            f"{rtype} runs torchrun, which restarts its own workers (--max-restarts); its pod restarts as a new pod")
+    reason = no_spare_reason(job, rtype, in_pod_entry(argv))
+    if reason is not None:
+        return reason
+    if not endpoint:
+        return NO_ENDPOINT
+    return None
+
+
+def on_a_cluster(job: TorchJob, endpoint: bool = True) -> str | None:
+    """What a cluster does not do of what `job` asks of warm spares (None: every replica that can restart
+    restarts in place): said, never refused (the same document keeps its spares locally)."""
+    from torchjob.api.pod import training_container
+    from torchjob.api.spec_facts import is_torchrun
+
+    if not job.run_policy.warmSpares:
+        return None
+    told = []
+    for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
+        if job.restart_policy(rtype) == "Never" or job.run_policy.backoffLimit == 0:
+            continue  # never restarted: nothing to stand in for
+        containers = rspec.template.spec.containers
+        c = containers[training_container(containers)]
+        argv = [*(c.command or []), *(c.args or [])]
+        reason = in_place_reason(job, rtype, argv, is_torchrun(argv), endpoint)
+        if reason is not None:
+            told.append(f"{rtype}: {reason}")
+    if not told:
+        return None
+    return ("runPolicy.warmSpares: on a cluster these replicas restart as new pods, not in place with a warm spare: "
+            + "; ".join(told) + " (see docs/explanation/faults.md)")
 
 
 def warm_workers(job: TorchJob, torchrun: bool) -> bool:

@@ -44,6 +44,9 @@ class Observed:
     # the gang restarts, uncounted; otherwise the replica is simply missing and is made again
     # (Kubeflow's behaviour), once it is gone.
     deleted: bool = False
+    # Its pod stays up between attempts (a restart in place, with a warm spare: kube/inpod): once this
+    # attempt has ended, the replica's next attempt starts in the same pod, so it does not wait for it to go.
+    in_place: bool = False
 
 
 @dataclass(frozen=True)

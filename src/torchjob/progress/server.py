@@ -51,7 +51,7 @@ PATH = re.compile(r"^/apis/(?:torchjob\.dev/v1/namespaces/(?P<ns>[^/]+)/torchjob
                   r"|kubeflow\.org/v1/namespaces/(?P<kns>[^/]+)/pytorchjobs"
                   r"|trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<tns>[^/]+)/trainjobs"
                   r"|batch\.tensorstack\.dev/v1beta1/namespaces/(?P<t9ns>[^/]+)/pytorchtrainingjobs)"
-                  r"/(?P<name>[^/]+)/status/?$")
+                  r"/(?P<name>[^/]+)/(?P<sub>status|inplace)/?$")
 TORCHJOBS = "torchjobs"
 PYTORCHJOBS = "pytorchjobs"  # Kubeflow's kubeflow.org/v1 PyTorchJob, as the operator serves it
 TRAINJOBS = "trainjobs"  # Kubeflow Trainer v2's TrainJob, as the operator serves it
@@ -82,6 +82,8 @@ class Reporter:
     replica: str
     attempt: int
     plural: str = TORCHJOBS  # the job's kind, as its path names it
+    pod_uid: str = ""  # the pod its token is bound to (a cluster's)
+    in_place: bool = False  # its pod restarts in place (kube/objects/inplace.py): its attempt is read anew
 
 
 class TryLater(Exception):
@@ -90,6 +92,10 @@ class TryLater(Exception):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class Conflict(Exception):
+    """The request is about a state that is no longer current (409)."""
 
 
 class Receiver(Protocol):
@@ -102,6 +108,15 @@ class Receiver(Protocol):
 
     def received(self, reporter: Reporter, first: bool) -> None:
         """A report was recorded (`first`: that attempt's first)."""
+
+
+class InPlace(Protocol):
+    """A receiver that restarts pods in place (the operator's) also answers their entry point on the
+    `inplace` path beside `status` (kube/inpod/torchjob_inplace.py): `in_place(reporter, None)` is
+    the pod's verdict (GET); with the report of an attempt that ended, it is recorded first (POST).
+    Raises LookupError (404), ValueError (422), Conflict (409), TryLater (503)."""
+
+    def in_place(self, reporter: Reporter, ended: Any) -> dict[str, Any]: ...
 
 
 def bearer(header: str | None) -> str:
@@ -165,10 +180,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _fail(self, code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> None:
         self._send(code, _status(code, reason, message), headers)
 
-    def do_GET(self) -> None:
+    def do_PUT(self) -> None:
         self._fail(405, "MethodNotAllowed", "POST a progress report to this path")
 
-    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET  # every answer a Status (not the stdlib's 501 page)
+    do_DELETE = do_PATCH = do_OPTIONS = do_PUT  # every answer a Status (not the stdlib's 501 page)
 
     def handle_one_request(self) -> None:
         # the deadline of this request, and of the wait for it (idle, after one: a kept-alive connection)
@@ -181,11 +196,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.began(self.connection)
         return parsed
 
+    def do_GET(self) -> None:
+        self._serve(post=False)
+
     def do_POST(self) -> None:
+        self._serve(post=True)
+
+    def _serve(self, post: bool) -> None:
         self.answered = False
         self.unread = 0  # bytes of the body not read (yet)
         try:
-            self._post()
+            self._handle(post)
             self._discard()
         except (ConnectionError, TimeoutError, ssl.SSLError):
             self.close_connection = True
@@ -204,15 +225,18 @@ class _Handler(BaseHTTPRequestHandler):
                 break
             self.unread -= len(chunk)
 
-    def _post(self) -> None:
+    def _handle(self, post: bool) -> None:
         m = PATH.match(self.path.split("?", 1)[0])
         if m is None:
             self._fail(404, "NotFound", f"no such path {self.path!r}: POST to the URL in KUBEFLOW_TRAINER_SERVER_URL")
             return
+        if not post and m["sub"] != "inplace":
+            self._fail(405, "MethodNotAllowed", "POST a progress report to this path")
+            return
         namespace, name = m["ns"] or m["kns"] or m["tns"] or m["t9ns"], m["name"]
         plural = (PYTORCHJOBS if m["kns"] else TRAINJOBS if m["tns"] else PYTORCHTRAININGJOBS if m["t9ns"]
                   else TORCHJOBS)
-        length_text = self.headers.get("Content-Length")
+        length_text = self.headers.get("Content-Length", None if post else "0")
         if length_text is None or not (length_text.isascii() and length_text.isdigit()) or len(length_text) > 12:
             self._fail(411, "BadRequest", "send the body with a Content-Length header")
             return
@@ -245,6 +269,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.unread = length if length <= DRAIN_BYTES else 0
             self._fail(413, "RequestEntityTooLarge", f"the body is {length} bytes; at most {MAX_BODY_BYTES}")
             return
+        if m["sub"] == "inplace":
+            self._in_place(who, length if post else None)
+            return
         book = receiver.book(who)
         if book is None:
             self._fail(404, "NotFound", f"no job {namespace}/{name}")
@@ -264,3 +291,31 @@ class _Handler(BaseHTTPRequestHandler):
         first = book.record(who.replica, who.attempt, report, datetime.now(UTC))
         receiver.received(who, first)
         self._send(200, {k: v for k, v in asdict(report).items() if v not in (None, {})})
+
+    def _in_place(self, who: Reporter, length: int | None) -> None:
+        """A pod's entry point asks for its verdict, or (a body) reports an attempt that ended first."""
+        serve = getattr(self.server.receiver, "in_place", None)
+        if serve is None:
+            self._fail(404, "NotFound", "this endpoint restarts no pod in place")
+            return
+        ended = None
+        if length is not None:
+            body = self.rfile.read(length)
+            self.unread = 0
+            try:
+                ended = json.loads(body)
+            except ValueError:
+                self._fail(422, "Invalid", "the body is not JSON")
+                return
+        try:
+            answer = serve(who, ended)
+        except TryLater as e:
+            self._fail(503, "ServiceUnavailable", str(e), {"Retry-After": str(e.retry_after_s)})
+        except Conflict as e:
+            self._fail(409, "Conflict", str(e))
+        except LookupError as e:
+            self._fail(404, "NotFound", str(e))
+        except ValueError as e:
+            self._fail(422, "Invalid", str(e))
+        else:
+            self._send(200, answer)

@@ -15,7 +15,7 @@ from torchjob.api.validate import training_container
 from torchjob.core import torch_errors
 from torchjob.core.reconcile import Admission, Observed, Phase, Refusal, World
 from torchjob.kube.machinery.client import parse_time
-from torchjob.kube.objects import pod_status
+from torchjob.kube.objects import inplace, pod_status
 from torchjob.kube.objects.labels import attempt_of, replica_of
 
 # Unknown: the pod's node stopped reporting after the pod was scheduled there; its container most likely
@@ -47,8 +47,17 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
     finished = parse_time(terminated.get("finishedAt")) if phase in (Phase.SUCCEEDED, Phase.FAILED) else None
     if finished is None and phase in (Phase.SUCCEEDED, Phase.FAILED):
         finished = parse_time(meta.get("creationTimestamp"))
-    return Observed(rid, attempt_of(pod), phase, exit_code, reason, message, finished,
-                    stopping=meta.get("deletionTimestamp") is not None)
+    stopping = meta.get("deletionTimestamp") is not None
+    here = inplace.in_place(pod)
+    if here is not None and phase is Phase.RUNNING and not stopping:
+        # restarting in place (objects/inplace.py): its entry point runs while the attempts come and go
+        if here.ended is not None:  # ended, its pod kept for the next attempt (unless released: it ends)
+            e = here.ended
+            message = torch_errors.headline(e.message) if e.message else None
+            return Observed(rid, here.attempt, Phase.FAILED, e.exit_code, "Error", message, e.finished_at,
+                            in_place=not here.release)
+        stopping = here.stop == here.attempt
+    return Observed(rid, attempt_of(pod), phase, exit_code, reason, message, finished, stopping=stopping)
 
 
 def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dict[str, Any]] = (),

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -51,9 +50,11 @@ from torchjob.core.reconcile import (
 )
 from torchjob.core.reconcile import refuse as refuse_unreadable
 from torchjob.kube.controller.config import OperatorConfig
+from torchjob.kube.controller.configmaps import ConfigMaps
 from torchjob.kube.controller.gates import KueueGate, Look, PodGroupGate
 from torchjob.kube.controller.leaving import leaving
 from torchjob.kube.controller.memory import JobMemory, Memories
+from torchjob.kube.controller.names import check_taken
 from torchjob.kube.controller.observe import observe
 from torchjob.kube.controller.outcome import DONE, GONE, Result
 from torchjob.kube.controller.pod_index import PodIndex
@@ -61,21 +62,18 @@ from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, only_status_changed
-from torchjob.kube.objects import gang, ownership, tensorboard
+from torchjob.kube.objects import gang, inplace, ownership, tensorboard
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.labels import LABEL_JOB, pod_name
 from torchjob.kube.objects.ownership import owner_reference
-from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY, ca_configmap
+from torchjob.kube.objects.pods import RESTART_GRACE_S
+from torchjob.kube.objects.reporting import ca_configmap
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.tls import Trust
 from torchjob.kube.served.kinds import ServedKind
 from torchjob.kube.served.reading import Unreadable
 
 log = logging.getLogger("torchjob.kube")
-CA_RECHECK_S = 600.0  # how long a namespace's CA ConfigMap, once made current, is not looked at again
-# The grace of a pod stopped because its replica restarts, where its template sets none (the pod's own
-# default is 30 s): a peer of a failed rank is hung or failing; a job that checkpoints on SIGTERM sets its own.
-RESTART_GRACE_S = 3
 STALE_RECHECK_S = 1.0  # how soon a job looks again whether an earlier job's pods have freed its names
 
 
@@ -99,10 +97,6 @@ class ProgressLink:
     trust: Trust
 
 
-class NameTaken(Exception):
-    """A pod or Service name this job needs is held by another job's (or nobody's) object."""
-
-
 class Reconciler:
     """One round of one job (`reconcile`), returning what the work queue should do with it. What it
     keeps of each job between rounds is in `memories` (the controller's, which forgets)."""
@@ -115,9 +109,7 @@ class Reconciler:
         self.jobs, self.pods, self.services, self.index = caches.jobs, caches.pods, caches.services, caches.index
         self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate
         self.pod_options = config.pods
-        # where the CA ConfigMap was made current: the CAs published, until when that is trusted (per
-        # namespace, not per job: it outlives the jobs that made it)
-        self.ca_namespaces: dict[str, tuple[str, float]] = {}
+        self.configmaps = ConfigMaps(api, self._create)
 
     async def reconcile(self, key: Key) -> Result:
         raw = self.jobs.cache.get(key)
@@ -143,7 +135,7 @@ class Reconciler:
         world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key),
                         admission=admission)
         plan = reconcile(job, world, now)
-        self._say_local_only(job, plan)
+        self._say_not_in_place(job, plan)
         if plan.admission and plan.admission[0].ends_round:
             # Kueue's say changes the job's spec first: nothing else is written or done; its watch
             # event brings it back, and the pods deleted since are shown to core then.
@@ -159,14 +151,13 @@ class Reconciler:
         self._tell_foreign(raw, key, memory, foreign)
         return result
 
-    @staticmethod
-    def _say_local_only(job: TorchJob, plan: Plan) -> None:
-        """What the job asks that only a local run does (core.spares.on_a_cluster: warm spares), said in
-        one Warning event beside the job's Created one: once per job, an operator restart included
-        (Created is said once, from its status)."""
-        note = spares.on_a_cluster(job)
+    def _say_not_in_place(self, job: TorchJob, plan: Plan) -> None:
+        """The replicas of a job with warm spares that restart as new pods, not in place (core.spares.
+        on_a_cluster: why), said in one Warning event beside the job's Created one: once per job, an
+        operator restart included (Created is said once, from its status)."""
+        note = spares.on_a_cluster(job, endpoint=self.progress is not None)
         if note is not None and any(ev.reason == Reason.CREATED for ev in plan.events):
-            plan.event(EventType.WARNING, Reason.WARM_SPARES_LOCAL_ONLY, note)
+            plan.event(EventType.WARNING, Reason.WARM_SPARES_NOT_IN_PLACE, note)
 
     def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
         if self.progress is None:
@@ -201,14 +192,16 @@ class Reconciler:
         once), the earlier job's pods to wait for, the plan's deadline, a stuck pod's."""
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(pod_objects.service(job))  # before the pods: their names resolve as they start
-        if creates and self.progress is not None and self._ca_due(key[0]) and any(
-                isinstance(a, Create) for a in plan.actions):
-            await self._publish_ca(key[0], self.progress.trust.pem)  # before the pods, which project it
+        if creates and self.progress is not None and any(isinstance(a, Create) for a in plan.actions):
+            # before the pods, which project them: the endpoint's CA, and the entry point of a pod restarting in place
+            await self.configmaps.publish(ca_configmap(key[0], self.progress.trust.pem))
+            if job.run_policy.warmSpares:
+                await self.configmaps.publish(inplace.configmap(key[0]))
         blocked = await self._clear_stale(job, stale)
         if blocked:
             result = result.after(STALE_RECHECK_S)
         try:
-            await self._apply(job, plan, blocked, creates=creates)
+            await self._apply(job, plan, blocked, pods, creates=creates)
         except PodRefused as e:
             # The API server refuses a pod for a reason retrying cannot cure (invalid, Pod Security,
             # a webhook's denial: core.refusals): a fact of the job, which fails in the next round
@@ -275,23 +268,6 @@ class Reconciler:
                 await self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0)
         return names
 
-    def _ca_due(self, namespace: str) -> bool:
-        """Whether the namespace's CA ConfigMap is looked at again before pods are made: never
-        published by this process, the CAs renewed since, or CA_RECHECK_S gone by (someone may
-        have changed or deleted it)."""
-        assert self.progress is not None
-        published = self.ca_namespaces.get(namespace)
-        return published is None or published[0] != self.progress.trust.pem or published[1] < time.monotonic()
-
-    async def _publish_ca(self, namespace: str, ca_pem: str) -> None:
-        """The progress endpoint's CA in the namespace's ConfigMap (made, or brought up to date)."""
-        found = await self.api.find("ConfigMap", CA_CONFIGMAP, namespace)
-        if found is None:
-            await self._create(ca_configmap(namespace, ca_pem))
-        elif (found.get("data") or {}).get(CA_KEY) != ca_pem:
-            await self.api.patch_data("ConfigMap", CA_CONFIGMAP, namespace, {CA_KEY: ca_pem})
-        self.ca_namespaces[namespace] = (ca_pem, time.monotonic() + CA_RECHECK_S)
-
     async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, memory: JobMemory) -> None:
         created = [await self._create(obj) for obj in tensorboard.objects(job, owner_reference(job))]
         memory.board = True
@@ -305,7 +281,7 @@ class Reconciler:
             created = await self.api.create(obj)
         except Exception as e:
             if status_code(e) == 409:
-                await self._check_taken(obj)
+                await check_taken(self.api, obj)
                 return False
             raise
         # Cached at once (its ADDED event, the same version, is then no change: not a round more).
@@ -315,40 +291,31 @@ class Reconciler:
             self.services.remember(created, quiet=True)  # not created twice before its watch event
         return True
 
-    async def _check_taken(self, obj: dict[str, Any]) -> None:
-        """After a 409 for a pod or Service of a job: one this job owns, or an earlier job of the same
-        name and kind (its garbage collection frees the name), is left as it is; one that another job
-        owns, or none, holds the name, and the job cannot start while it does: an error that says
-        whose (a TorchJob and a PyTorchJob of one name in a namespace want the same names)."""
-        meta = obj["metadata"]
-        ours = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
-        if ours is None:
-            return
-        found = await self.api.find(obj["kind"], meta["name"], meta.get("namespace", "default"))
-        if found is None:
-            return
-        owner = next((r for r in found["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
-        if owner is not None and (owner.get("uid") == ours["uid"] or
-                                  (owner.get("kind"), owner.get("name")) == (ours["kind"], ours["name"])):
-            return
-        whose = f"{owner.get('kind')} {owner.get('name')}" if owner else "nothing of torchjob's (it has no owner)"
-        raise NameTaken(f"{obj['kind']} {meta['name']} exists and belongs to {whose}, so this {ours['kind']} cannot "
-                        f"make its own; delete or rename one of them (a TorchJob and a PyTorchJob of the same name "
-                        f"in a namespace want the same pod and Service names); this job starts once the name is free")
-
-    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], creates: bool) -> None:
+    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], pods: list[dict[str, Any]],
+                     creates: bool) -> None:
         ns = job.metadata.namespace or "default"
+        by_name = {p["metadata"]["name"]: p for p in pods}
+        # A pod restarting in place (objects/inplace.py) is kept through its replica's restart: its
+        # attempt is stopped, and its next one started, in it. Not once the job ends or is suspended.
+        ending = plan.status.finished or plan.status.is_true(ConditionType.SUSPENDED)
         made: list[Create] = []
         for a in plan.actions:
             match a:
                 case Stop():
+                    pod = by_name.get(pod_name(job, a.replica))
+                    if a.restarting and not ending and pod is not None and inplace.runs(pod, a.attempt):
+                        await self._note(pod, inplace.stop_note(a.attempt))
+                        continue
                     grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
-                    if grace is None and a.restarting:
-                        # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1
-                        # ignores SIGTERM) held the replacement of its name that long (bench/recovery.py)
-                        grace = RESTART_GRACE_S
+                    # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1 ignores
+                    # SIGTERM) held the replacement of its name that long (bench/recovery.py)
+                    grace = RESTART_GRACE_S if grace is None and a.restarting else grace
                     await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=grace)
                 case Forget() | Purge():  # a finished pod: nothing runs in it
+                    pod = by_name.get(pod_name(job, a.replica))
+                    if isinstance(a, Forget) and not ending and pod is not None and inplace.parked(pod, a.attempt):
+                        continue  # its replica's next attempt starts in it
+                    by_name.pop(pod_name(job, a.replica), None)
                     await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=0)
                 case DeleteJob():
                     await self.api.delete(self.kind.kind, job.name, ns)
@@ -358,12 +325,34 @@ class Reconciler:
                     log.error("%s/%s: %s planned on Kubernetes, where no runner is lost", ns, job.name, a)
                 case _:
                     assert_never(a)
+        if plan.status.finished:  # what ended in place ends its pod now, with that attempt's exit code
+            for pod in by_name.values():
+                if (here := inplace.in_place(pod)) is not None and inplace.parked(pod, here.attempt):
+                    await self._note(pod, inplace.release_note(here.attempt))
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
-        done = await asyncio.gather(*(self._create_pod(job, a) for a in made
+        done = await asyncio.gather(*(self._start(job, a, by_name.get(pod_name(job, a.replica))) for a in made
                                       if creates and pod_name(job, a.replica) not in blocked),
                                     return_exceptions=True)
         raise_first(done)
+
+    async def _start(self, job: TorchJob, a: Create, pod: dict[str, Any] | None) -> None:
+        """An attempt: in its replica's pod, where that pod waits for it (in place), else in a new pod."""
+        if pod is None or not inplace.parked(pod, a.attempt - 1, older=True):
+            return await self._create_pod(job, a)
+        try:  # only the pod as it was observed: one whose entry point gave up since (and ended) is not told
+            await self._note(pod, inplace.restart_note(a.attempt), guarded=True)
+        except ApiError as e:
+            if status_code(e) not in (404, 409):
+                raise
+            log.info("%s: changed since it was observed; looked at again", pod["metadata"]["name"])
+
+    async def _note(self, pod: dict[str, Any], notes: dict[str, str | None], guarded: bool = False) -> None:
+        """Annotate a pod restarting in place; the cache keeps what was written (its echo: no round)."""
+        meta = pod["metadata"]
+        self.pods.remember(await self.api.patch_annotations(
+            "Pod", meta["name"], meta.get("namespace", "default"), notes, uid=meta.get("uid"),
+            resource_version=meta.get("resourceVersion") if guarded else None), quiet=True)
 
     async def _create_pod(self, job: TorchJob, a: Create) -> None:
         o = self.pod_options
@@ -388,3 +377,4 @@ class Reconciler:
             log.warning("force-deleting %s, stuck terminating since %s", meta["name"], meta["deletionTimestamp"])
             self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
         return (out.recheck_at - now).total_seconds() if out.recheck_at is not None else None
+

@@ -263,6 +263,19 @@ class Api:
                                          details=gone)) from e
         return to_dict(obj)
 
+    async def patch_annotations(self, kind: str, name: str, namespace: str, annotations: dict[str, str | None],
+                                uid: str | None = None, resource_version: str | None = None) -> dict[str, Any]:
+        """Merge-patch an object's annotations (None removes one); returns the object as stored. `uid`,
+        `resource_version`: only that object, only as it was then, is written (409 otherwise)."""
+        meta: dict[str, Any] = {"annotations": annotations}
+        if uid:
+            meta["uid"] = uid
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        obj = await self.client.patch(KINDS[kind], name, {"metadata": meta}, namespace=namespace,
+                                      patch_type=PatchType.MERGE)
+        return to_dict(obj)
+
     async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None:
         """Merge-patch an object's `data` (a ConfigMap's)."""
         await self.client.patch(KINDS[kind], name, {"data": data}, namespace=namespace, patch_type=PatchType.MERGE)

@@ -39,6 +39,7 @@ LEASE = NAME  # kube/controller/operator.py's LEASE_NAME
 TLS_SECRET = "torchjob-progress-tls"  # kube/progress/tls.py's SECRET
 KUBEFLOW_LEASE = "1ca428e5.training-operator.kubeflow.org"  # kube/served/kubeflow_api.py's (in `kubeflow`)
 CA_CONFIGMAP = "torchjob-progress-ca"  # kube/objects/reporting.py's (one in each job namespace)
+INPLACE_CONFIGMAP = "torchjob-inplace"  # kube/objects/inplace.py's (in each job namespace with warm spares)
 RBAC = "rbac.authorization.k8s.io/v1"
 
 # The operator's flags as the chart's values name them, with their defaults (those of `torchjob
@@ -58,7 +59,8 @@ JOB_RULES: list[dict[str, Any]] = [
     # pods and Services are made with blockOwnerDeletion, which OwnerReferencesPermissionEnforcement checks
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
     # get: whose is the pod or Service a create answered 409 for
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    # patch: a pod restarting in place is told its next attempt (objects/inplace.py)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create"]},  # TensorBoard
@@ -72,7 +74,8 @@ JOB_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},  # Finished
     # the progress endpoint's CA, published in each job namespace
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CA_CONFIGMAP], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CA_CONFIGMAP, INPLACE_CONFIGMAP],
+     "verbs": ["get", "patch"]},
 ]
 # Rules on cluster-scoped objects: always a ClusterRole.
 CLUSTER_RULES: list[dict[str, Any]] = [

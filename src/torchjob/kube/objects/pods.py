@@ -18,9 +18,9 @@ from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import reserved_meta, training_container
-from torchjob.core import topology
+from torchjob.core import spares, topology
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
-from torchjob.kube.objects import gang, kueue, t9k_labels, tensorboard, trainjob_labels
+from torchjob.kube.objects import gang, inplace, kueue, t9k_labels, tensorboard, trainjob_labels
 from torchjob.kube.objects import kubeflow_labels as kf
 from torchjob.kube.objects.init_container import (
     is_windows,
@@ -46,6 +46,10 @@ from torchjob.kube.objects.reporting import (
 )
 
 TERMINATION_LOG = "/dev/termination-log"
+# The grace of a pod (or, restarting in place, of an attempt) stopped because its replica restarts, where
+# its template sets none (the pod's own default is 30 s): a peer of a failed rank is hung or failing; a
+# job that checkpoints on SIGTERM sets its own.
+RESTART_GRACE_S = 3
 # A lost node's NoExecute taints, and how long torchjob's pods stay on such a node (see node_lost_tolerations)
 NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 NODE_LOST_TOLERATION_S = 30
@@ -144,6 +148,15 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
     c["env"] = [user[name] if value is None else {"name": name, "value": value} for name, value, _ in merged]
     if "PET_RDZV_BACKEND" in ours:
         c["env"].append(LOCAL_ADDR_ENV)
+    entry = spares.in_pod_entry(argv)
+    in_place = (progress_url is not None and debug is None and entry is not None
+                and spares.in_place_reason(job, rid.rtype, argv, renv.torchrun) is None)
+    if in_place:
+        assert entry is not None
+        grace = rspec.template.spec.terminationGracePeriodSeconds
+        inplace.wrap(c, argv, len(entry.options), attempt, RESTART_GRACE_S if grace is None else grace)
+        spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") != inplace.VOLUME],
+                           inplace.volume()]
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": master_port(job)})
@@ -160,7 +173,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
     # job stored past it, as the operator reads it, has them dropped here), then torchjob's.
     labels = {**_users(meta.get("labels")), **_kubeflow_labels(job, rid), LABEL_JOB: job.name,
               LABEL_TYPE: rid.rtype.lower(), LABEL_INDEX: str(rid.index)}
-    annotations = {**_users(meta.get("annotations")), ANNOTATION_ATTEMPT: str(attempt)}
+    annotations = {**_users(meta.get("annotations")), ANNOTATION_ATTEMPT: str(attempt),
+                   **({inplace.ANNOTATION_IN_PLACE: "true"} if in_place else {})}
     gang.decorate_pod(job, rid.rtype, spec, labels, annotations)
     return {
         "apiVersion": "v1",

@@ -24,15 +24,18 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.client import Api
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import LABEL_JOB, attempt_of, replica_name
 from torchjob.kube.objects.ownership import controller_of
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.view import CachesView, Key
 from torchjob.progress.book import Book
-from torchjob.progress.server import Reporter, TryLater, audience
+from torchjob.progress.server import Conflict, Reporter, TryLater, audience
 
 REVIEW_TTL_S = 300.0
 DENY_TTL_S = 10.0
@@ -87,6 +90,30 @@ class ProgressReceiver:
             self.reviews = {k: v for k, v in self.reviews.items() if v[2] > now}
         return self._owned(who, owner)
 
+    def in_place(self, reporter: Reporter, ended: Any) -> dict[str, Any]:
+        """The `InPlace` answer to a pod's entry point: its verdict, after recording the end of its
+        attempt (`ended`, a report) in its annotations, where the operator's next round reads it."""
+        pod = self.caches[reporter.plural].pods.get((reporter.namespace, f"{reporter.job}-{reporter.replica}"))
+        here = inplace.in_place(pod) if pod is not None and pod["metadata"].get("uid") == reporter.pod_uid else None
+        if pod is None or here is None:
+            raise LookupError(f"no pod of {reporter.replica} restarting in place")
+        if ended is not None:
+            end = inplace.parse_exit(ended)
+            if end.exit_code == 0:
+                raise ValueError("exitCode 0 is not reported: an attempt that succeeded ends its pod")
+            if end.attempt != here.attempt:
+                raise Conflict(f"attempt {end.attempt} is not the pod's current one ({here.attempt})")
+            if here.ended is None:
+                meta = pod["metadata"]
+                future = asyncio.run_coroutine_threadsafe(self.api.patch_annotations(
+                    "Pod", meta["name"], reporter.namespace, inplace.exit_note(end), uid=reporter.pod_uid), self.loop)
+                try:
+                    here = inplace.in_place(future.result(REVIEW_TIMEOUT_S)) or here
+                except Exception as e:
+                    future.cancel()
+                    raise TryLater("the attempt's end could not be recorded now; try again") from e
+        return here.verdict()
+
     def _owned(self, who: Reporter | None, owner: str) -> Reporter | None:
         """The reporter, when its pod's controller is the job the report is for, as the job is now
         (looked at every time: the review is cached, and a job of that name may since be another):
@@ -95,7 +122,13 @@ class ProgressReceiver:
         if who is None:
             return None
         job = self.caches[who.plural].jobs.get((who.namespace, who.job))
-        return who if job is not None and owner and job["metadata"].get("uid") == owner else None
+        if job is None or not owner or job["metadata"].get("uid") != owner:
+            return None
+        if who.in_place:  # its attempts come and go in the same pod: the one it runs now
+            pod = self.caches[who.plural].pods.get((who.namespace, f"{who.job}-{who.replica}"))
+            if pod is not None and pod["metadata"].get("uid") == who.pod_uid:
+                return replace(who, attempt=attempt_of(pod))
+        return who
 
     async def _review(self, token: str, plural: str, namespace: str, job: str) -> tuple[Reporter | None, str]:
         """Who the token stands for (None: nobody of this job's), and the uid of its pod's controller."""
@@ -119,7 +152,8 @@ class ProgressReceiver:
         if labels.get(LABEL_JOB) != job or replica is None:
             return None, ""
         owner = controller_of(pod)
-        return Reporter(namespace, job, replica, attempt_of(pod), plural), str((owner or {}).get("uid") or "")
+        return (Reporter(namespace, job, replica, attempt_of(pod), plural, pod_uid,
+                         in_place=inplace.in_place(pod) is not None), str((owner or {}).get("uid") or ""))
 
     def book(self, reporter: Reporter) -> Book | None:
         return self.books.open(reporter, self.caches)

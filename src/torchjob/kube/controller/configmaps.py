@@ -1,0 +1,37 @@
+"""The ConfigMaps of torchjob's that a job namespace's pods project (the progress endpoint's CA, the
+entry point of pods restarting in place): made, or brought up to date, before the pods. Per namespace,
+not per job: they outlive the jobs that made them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from torchjob.kube.machinery.api_protocol import ApiProtocol
+
+RECHECK_S = 600.0  # how long a ConfigMap, once made current, is not looked at again
+
+
+class ConfigMaps:
+    """`publish` a ConfigMap; `create` makes one (the reconciler's: a 409 is a ConfigMap made meanwhile)."""
+
+    def __init__(self, api: ApiProtocol, create: Callable[[dict[str, Any]], Awaitable[bool]]) -> None:
+        self.api, self.create = api, create
+        # by namespace and name: the data made current, until when that is trusted
+        self.published: dict[tuple[str, str], tuple[dict[str, str], float]] = {}
+
+    async def publish(self, configmap: dict[str, Any]) -> None:
+        """Looked at again only when its data changed (the CAs renewed) or after RECHECK_S (someone may
+        have changed or deleted it)."""
+        meta, data = configmap["metadata"], configmap["data"]
+        where = (meta["namespace"], meta["name"])
+        published = self.published.get(where)
+        if published is not None and published[0] == data and published[1] > time.monotonic():
+            return
+        found = await self.api.find("ConfigMap", meta["name"], meta["namespace"])
+        if found is None:
+            await self.create(configmap)
+        elif (found.get("data") or {}) != data:
+            await self.api.patch_data("ConfigMap", meta["name"], meta["namespace"], data)
+        self.published[where] = (data, time.monotonic() + RECHECK_S)
