@@ -115,7 +115,7 @@ class Endpoint:
         except ValueError:
             answer = None
         try:
-            retry = float(resp.getheader("Retry-After") or 1)
+            retry = max(0.0, float(resp.getheader("Retry-After") or 1))
         except ValueError:
             retry = 1.0
         return resp.status, answer, retry
