@@ -248,29 +248,28 @@ class Wrapper:
 
     def take_spare(self) -> subprocess.Popen[bytes] | None:
         """The spare, made the attempt (the child's environment handed to it), or None."""
+        self.reap()  # a spare that died is seen so
         spare, sock = self.spare, self.spare_sock
-        self.spare = self.spare_sock = None
-        if spare is None or sock is None:
-            return None
-        self.reap()
-        if spare.returncode is None:
+        if spare is not None and sock is not None and spare.returncode is None:
             try:
                 sock.sendall(json.dumps({"env": self.env}).encode())
                 sock.shutdown(socket.SHUT_WR)  # its end of file: the plan is whole
-                self.child_sock = sock  # open while it runs: a spare not yet warm still says so on it
+                self.spare, self.spare_sock, self.child_sock = None, None, sock  # open while it runs
                 return spare
             except OSError:
                 pass
-        self.end_spare(spare, sock)
+        self.end_spare()
         return None
 
-    def end_spare(self, spare: subprocess.Popen[bytes] | None, sock: socket.socket | None) -> None:
-        if sock is not None:
-            sock.close()  # end of file: not needed
-        if spare is not None:
+    def end_spare(self) -> None:
+        """The spare is not needed: end of file on its socket, SIGKILL to its group."""
+        if self.spare_sock is not None:
+            self.spare_sock.close()
+        if self.spare is not None:
             self.reap()
-            if spare.returncode is None:
-                self.kill_group(spare.pid, signal.SIGKILL)
+            if self.spare.returncode is None:
+                self.kill_group(self.spare.pid, signal.SIGKILL)
+        self.spare = self.spare_sock = None
 
     def run_attempt(self) -> tuple[int, bool]:
         """Watch the running attempt until it ends: (its exit code, whether the operator stopped it)."""
@@ -373,7 +372,7 @@ class Wrapper:
             return code
         finally:
             self.phase = "exiting"
-            self.end_spare(self.spare, self.spare_sock)
+            self.end_spare()
 
 
 def main() -> NoReturn:
