@@ -127,6 +127,7 @@ class Operator:
         self.post_statuses: list[int] = []
         self.gets = 0
         self.bad: list[str] = []
+        self.peers: set[int] = set()  # the client ports it was asked from: its connections
         self.spares_at_post: list[list[int]] = []
         self.wrapper_pid = 0
         self.token_file = tmp_path / "token"
@@ -152,6 +153,7 @@ class Operator:
                 self.wfile.write(data)
 
             def checked(self) -> bool:
+                op.peers.add(self.client_address[1])
                 if self.path != "/apis/v1/namespaces/ns/jobs/j/inplace":
                     op.bad.append(f"path {self.path}")
                 elif self.headers.get("Authorization") != f"Bearer {op.token}":
@@ -325,6 +327,7 @@ def test_a_failed_attempt_is_reported_and_its_warm_spare_becomes_the_next(tmp_pa
         {"attempt": 0, "exitCode": 3, "message": "boom 0"}, {"attempt": 1, "exitCode": 4, "message": "boom 1"}]
     assert all(RFC3339_Z.match(p["finishedAt"]) for p in operator.posts)
     assert operator.bad == []  # every request read the token file again (it changed after each report)
+    assert operator.gets > 5 and len(operator.peers) == 1  # one connection, kept alive
     first, second = pod.run(0), pod.run(1)
     # the second attempt IS the spare: a process the wrapper ran before the first attempt was reported
     assert second["pid"] in operator.spares_at_post[0] and second["pid"] != first["pid"]
