@@ -22,6 +22,8 @@ ALLOWED = {
     "src/torchjob/local/spare_launcher/torchjob_spare.py": (1, "SIGINT to its own pid (python's exit on ^C)"),
     "src/torchjob/kube/inpod/torchjob_inplace.py": (1, "the group of its own child (the attempt, the spare), only "
                                                        "while it is unreaped (its end is seen before it is reaped)"),
+    "tests/kube/kubelet.py": (2, "the group of its own Popen, which poll() found unreaped; a pidfd opened before "
+                                 "the process's environment named it one of the test's pods"),
     "tests/programs/spare_probe.py": (1, "SIGKILL to its own pid (the rank's death the test plays)"),
     "tests/e2e/test_chaos_real.py": (2, "the group of its own Popen, which poll() found unreaped"),
     "bench/recovery.py": (1, "the group of its own Popen, which poll() found unreaped"),

@@ -54,7 +54,8 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
         if here.ended is not None:  # ended, its pod kept for the next attempt (unless released: it ends)
             e = here.ended
             message = torch_errors.headline(e.message) if e.message else None
-            return Observed(rid, here.attempt, Phase.FAILED, e.exit_code, "Error", message, e.finished_at,
+            ended = (Phase.SUCCEEDED, "Completed") if e.exit_code == 0 else (Phase.FAILED, "Error")  # 0: stopped
+            return Observed(rid, here.attempt, ended[0], e.exit_code, ended[1], message, e.finished_at,
                             in_place=not here.release)
         stopping = here.stop == here.attempt
     return Observed(rid, attempt_of(pod), phase, exit_code, reason, message, finished, stopping=stopping)

@@ -348,11 +348,12 @@ class Reconciler:
             log.info("%s: changed since it was observed; looked at again", pod["metadata"]["name"])
 
     async def _note(self, pod: dict[str, Any], notes: dict[str, str | None], guarded: bool = False) -> None:
-        """Annotate a pod restarting in place; the cache keeps what was written (its echo: no round)."""
+        """Annotate a pod restarting in place; the cache keeps what was written, and its job looks at it
+        again (a new attempt runs in it: the job is Running again, as when a new pod starts)."""
         meta = pod["metadata"]
-        self.pods.remember(await self.api.patch_annotations(
+        self.pods.on_change(self.pods.remember(await self.api.patch_annotations(
             "Pod", meta["name"], meta.get("namespace", "default"), notes, uid=meta.get("uid"),
-            resource_version=meta.get("resourceVersion") if guarded else None), quiet=True)
+            resource_version=meta.get("resourceVersion") if guarded else None), quiet=True))
 
     async def _create_pod(self, job: TorchJob, a: Create) -> None:
         o = self.pod_options

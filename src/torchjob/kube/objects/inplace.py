@@ -58,7 +58,7 @@ def wrap(container: dict[str, Any], argv: list[str], options: int, attempt: int,
     """Put the entry point in front of the container's command (`argv`, whose first `options` words
     after the interpreter are its options): the same interpreter runs it; the kubelet still expands
     `$(VAR)` in every word. Its settings are variables it takes out of the command's environment."""
-    container["command"] = [argv[0], f"{DIR}/{ENTRY}", *argv]
+    container["command"] = [argv[0], "-I", f"{DIR}/{ENTRY}", *argv]  # -I: no PYTHONPATH of the user's shadows it
     container["args"] = []
     container["env"] = [*container.get("env", []),
                         {"name": "TORCHJOB_INPLACE_OPTIONS", "value": str(options)},

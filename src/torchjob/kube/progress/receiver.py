@@ -99,8 +99,9 @@ class ProgressReceiver:
             raise LookupError(f"no pod of {reporter.replica} restarting in place")
         if ended is not None:
             end = inplace.parse_exit(ended)
-            if end.exit_code == 0:
-                raise ValueError("exitCode 0 is not reported: an attempt that succeeded ends its pod")
+            if end.exit_code == 0 and here.stop != end.attempt:
+                raise ValueError("exitCode 0 is reported only for an attempt asked to stop: one that succeeded "
+                                 "on its own ends its pod")
             if end.attempt != here.attempt:
                 raise Conflict(f"attempt {end.attempt} is not the pod's current one ({here.attempt})")
             if here.ended is None:
