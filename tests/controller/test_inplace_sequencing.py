@@ -1,0 +1,140 @@
+"""A restart in place (runPolicy.warmSpares on a cluster), sequenced against the recording fake API in
+milliseconds: which pod is annotated, deleted or made in each round. The test plays the pods' entry
+point by writing what the operator's endpoint writes for it (an attempt's end: inplace.exit_note), and
+the kubelet. The whole path with the real entry point and a real API server: tests/kube/test_spares_kube.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.controller.fakeapi import FakeApi
+from tests.controller.test_sequencing import NS, condition, one_round, run, status_of, torchjob
+from tests.controller.test_tls_renewal import NOW, OPS, running_with
+from torchjob.kube.controller.reconciler import ProgressLink
+from torchjob.kube.objects import inplace
+from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT
+from torchjob.kube.progress import tls
+from torchjob.kube.progress.books import Books
+
+MASTER, WORKER = "demo-master-0", "demo-worker-0"
+
+
+def spared(backoff: int = 2) -> dict[str, Any]:
+    return torchjob(workers=1, restart_policy="OnFailure", restart_scope=None,
+                    run_policy={"warmSpares": True, "backoffLimit": backoff})
+
+
+def link() -> ProgressLink:
+    return ProgressLink(Books(), tls.Trust(tls.generate(tls.hosts_for("torchjob-operator", OPS), now=NOW).trusted))
+
+
+async def ended(api: FakeApi, pod: str, attempt: int, code: int) -> None:
+    """What the endpoint records when the pod's entry point reports its attempt's end."""
+    end = inplace.Ended(attempt, code, None, datetime.now(UTC))
+    await api.patch_annotations("Pod", pod, NS, inplace.exit_note(end))
+
+
+def notes(api: FakeApi, pod: str) -> dict[str, str]:
+    return dict(api.objects[("Pod", NS, pod)]["metadata"].get("annotations") or {})
+
+
+def acts(api: FakeApi, since: int) -> list[tuple[str, str, Any]]:
+    """The pod writes of the operator since call `since`: (verb, pod, what)."""
+    return [(c.verb, c.name, c.body if c.verb == "patch_annotations" else None) for c in api.calls[since:]
+            if c.kind == "Pod" and c.verb in ("create", "delete", "patch_annotations")]
+
+
+def up(api: FakeApi) -> None:
+    for pod in (MASTER, WORKER):
+        api.kubelet(pod, NS, "Running")
+
+
+def test_a_failed_rank_stops_its_peer_and_the_gang_restarts_in_the_same_pods() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            cm = api.objects[("ConfigMap", NS, inplace.CONFIGMAP)]["data"]
+            assert set(cm) == {inplace.ENTRY, inplace.LAUNCHER} and "def main" in cm[inplace.ENTRY]
+            pod = api.objects[("Pod", NS, MASTER)]
+            assert notes(api, MASTER)[inplace.ANNOTATION_IN_PLACE] == "true"
+            assert pod["spec"]["containers"][0]["command"][:3] == ["python", "-I", f"{inplace.DIR}/{inplace.ENTRY}"]
+            up(api)
+            await one_round(api, c)
+            assert condition(api, "Running") is not None
+            # the master's attempt fails: its peer is asked to stop (no pod deleted), the master's pod kept
+            await ended(api, MASTER, 0, 3)
+            start = len(api.calls)
+            await one_round(api, c)
+            assert status_of(api)["restartCount"] == 1
+            assert acts(api, start) == [("patch_annotations", WORKER, {inplace.ANNOTATION_STOP: "0"})]
+            # the peer's attempt ends as asked: both pods run attempt 1, the same pods
+            await ended(api, WORKER, 0, 143)
+            start = len(api.calls)
+            await one_round(api, c)
+            assert sorted(acts(api, start)) == sorted(
+                ("patch_annotations", pod, inplace.restart_note(1)) for pod in (MASTER, WORKER))
+            assert [notes(api, p)[ANNOTATION_ATTEMPT] for p in (MASTER, WORKER)] == ["1", "1"]
+            assert all(inplace.ANNOTATION_EXIT not in notes(api, p) for p in (MASTER, WORKER))
+            # and the job is Running again, counted once
+            start = len(api.calls)
+            await one_round(api, c)
+            assert acts(api, start) == [] and condition(api, "Running") is not None
+            assert status_of(api)["restartCount"] == 1
+
+    run(scenario)
+
+
+def test_a_job_that_fails_releases_its_parked_pods_with_their_exit_codes() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared(backoff=1))
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            up(api)
+            await one_round(api, c)
+            await ended(api, MASTER, 0, 3)
+            await ended(api, WORKER, 0, 1)
+            await one_round(api, c)  # one restart, in place
+            await one_round(api, c)
+            assert [notes(api, p)[ANNOTATION_ATTEMPT] for p in (MASTER, WORKER)] == ["1", "1"]
+            # attempt 1 of the master fails too: backoffLimit 1 is spent, the job fails; the running
+            # worker is stopped as a failed job's pods are (deleted), the master's pod released
+            await ended(api, MASTER, 1, 4)
+            start = len(api.calls)
+            await one_round(api, c)
+            assert condition(api, "Failed") is not None
+            assert sorted(acts(api, start), key=str) == sorted([
+                ("delete", WORKER, None), ("patch_annotations", MASTER, inplace.release_note(1))], key=str), acts(
+                api, start)
+
+    run(scenario)
+
+
+def test_a_parked_pod_whose_entry_point_ended_is_made_again_as_a_new_pod() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            up(api)
+            await one_round(api, c)
+            await ended(api, MASTER, 0, 3)
+            await one_round(api, c)  # the restart: the worker asked to stop
+            # the master's entry point gives up (its pod ends with the attempt's code) before the restart
+            api.kubelet(MASTER, NS, "Failed", exit_code=3)
+            await ended(api, WORKER, 0, 143)
+            start = len(api.calls)
+            await one_round(api, c)
+            assert ("patch_annotations", WORKER, inplace.restart_note(1)) in acts(api, start)
+            assert ("delete", MASTER, None) in acts(api, start)
+            assert not [a for a in acts(api, start) if a[0] == "create"]  # its name is free only once it is gone
+            start = len(api.calls)
+            await one_round(api, c)
+            made = [a for a in acts(api, start) if a[0] == "create"]
+            assert [n for _, n, _ in made] == [MASTER], acts(api, start)
+            assert notes(api, MASTER)[ANNOTATION_ATTEMPT] == "1" and status_of(api)["restartCount"] == 1
+
+    run(scenario)
