@@ -131,3 +131,77 @@ def test_a_report_counts_only_from_a_pod_whose_controller_is_the_job_itself(loop
     # the review is cached; the job of that name is deleted and made again (a new uid): refused at once
     jobs[("team", "demo")] = {"metadata": {"name": "demo", "namespace": "team", "uid": "u-next"}}
     assert r.authorize("team", "demo", "a.b.good") is None
+
+
+class AnnotatingApi:
+    """An API server that stores annotation patches on the pods of `pods` (or fails them all)."""
+
+    def __init__(self, pods: dict[Any, Any], fail: bool = False) -> None:
+        self.pods, self.fail = pods, fail
+        self.patches: list[tuple[str, dict[str, Any], str | None]] = []
+
+    async def patch_annotations(self, kind: str, name: str, namespace: str, annotations: dict[str, Any],
+                                uid: str | None = None, resource_version: str | None = None) -> dict[str, Any]:
+        if self.fail:
+            raise ConnectionError("the API server is away")
+        self.patches.append((name, annotations, uid))
+        pod = self.pods[(namespace, name)]
+        pod["metadata"]["annotations"] = {**pod["metadata"]["annotations"], **annotations}
+        return pod
+
+
+def test_a_pods_entry_point_gets_its_verdict_and_its_attempts_end_is_recorded_once(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """The endpoint's `inplace` path as the receiver answers it (kube/objects/inplace.py): the verdict
+    from the pod's annotations; an attempt's end patched onto its pod once, with the pod's uid; a stale
+    attempt, a made-up end, another pod or one not restarting in place refused."""
+    from torchjob.kube.objects import inplace
+    from torchjob.progress.server import Conflict, Reporter
+
+    pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1",
+                        "annotations": {inplace.ANNOTATION_IN_PLACE: "true", "torchjob.dev/attempt": "2"}}}
+    pods = {("team", "demo-worker-0"): pod}
+    api = AnnotatingApi(pods)
+    r = receiver(api, loop, pods=pods)
+    who = Reporter("team", "demo", "worker-0", 2, pod_uid="u1", in_place=True)
+    assert r.in_place(who, None) == {"attempt": 2, "stop": None, "release": False}
+    end = {"attempt": 2, "exitCode": 137, "message": "killed", "finishedAt": "2026-11-28T06:00:00Z"}
+    assert r.in_place(who, end) == {"attempt": 2, "stop": None, "release": False}
+    assert r.in_place(who, end) and len(api.patches) == 1  # told twice (a lost answer): recorded once
+    name, _, uid = api.patches[0]
+    here = inplace.in_place(pod)
+    assert (name, uid) == ("demo-worker-0", "u1") and here is not None and here.ended is not None
+    assert (here.ended.exit_code, here.ended.message) == (137, "killed")
+    with pytest.raises(Conflict):
+        r.in_place(who, {**end, "attempt": 1})
+    with pytest.raises(ValueError, match="exitCode 0 is reported only"):
+        r.in_place(who, {**end, "exitCode": 0})
+    for bad in ({**end, "exitCode": 300}, {**end, "finishedAt": "yesterday"}, [1, 2], {**end, "attempt": "2"}):
+        with pytest.raises(ValueError):
+            r.in_place(who, bad)
+    with pytest.raises(LookupError):  # a token of an earlier pod of the same name
+        r.in_place(Reporter("team", "demo", "worker-0", 2, pod_uid="u0", in_place=True), None)
+    pod["metadata"]["annotations"][inplace.ANNOTATION_IN_PLACE] = "false"
+    with pytest.raises(LookupError):
+        r.in_place(who, None)
+    # an attempt asked to stop may end with 0 (it handled SIGTERM); the API server away: try again later
+    pod["metadata"]["annotations"].update({inplace.ANNOTATION_IN_PLACE: "true", inplace.ANNOTATION_STOP: "3",
+                                           "torchjob.dev/attempt": "3"})
+    assert r.in_place(who, {**end, "attempt": 3, "exitCode": 0})["stop"] == 3
+    api.fail = True
+    pod["metadata"]["annotations"]["torchjob.dev/attempt"] = "4"
+    with pytest.raises(TryLater):
+        r.in_place(who, {**end, "attempt": 4})
+
+
+def test_a_report_from_a_pod_restarting_in_place_counts_for_the_attempt_it_runs_now(
+        loop: asyncio.AbstractEventLoop) -> None:
+    from torchjob.progress.server import Reporter
+
+    job = {"metadata": {"name": "demo", "namespace": "team", "uid": "j1"}}
+    pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1",
+                        "annotations": {"torchjob.dev/in-place": "true", "torchjob.dev/attempt": "5"}}}
+    r = receiver(None, loop, jobs={("team", "demo"): job}, pods={("team", "demo-worker-0"): pod})
+    reviewed = Reporter("team", "demo", "worker-0", 2, pod_uid="u1", in_place=True)  # as its token was reviewed
+    assert r._owned(reviewed, "j1") == Reporter("team", "demo", "worker-0", 5, pod_uid="u1", in_place=True)
+    assert r._owned(Reporter("team", "demo", "worker-0", 2), "j1") == Reporter("team", "demo", "worker-0", 2)
