@@ -243,3 +243,25 @@ def test_at_the_cap_the_sources_holding_the_most_give_way_to_a_reporter_however_
         for s in flood:
             s.close()
         reporter.close()
+
+
+def test_the_inplace_path_is_a_clusters_only_and_status_takes_no_get(endpoint: LocalEndpoint) -> None:
+    """Beside `status`, the `inplace` path (a pod restarting in place asks its verdict, GET, or reports an
+    attempt's end, POST) is the operator's: a local endpoint restarts no pod in place (404, after the
+    token is checked: 403 without one); GET on `status` is 405."""
+    token = endpoint.token("master-0", 0)
+    conn = http.client.HTTPConnection("127.0.0.1", endpoint.server.port, timeout=5)
+    inplace = path(endpoint).removesuffix("/status") + "/inplace"
+    try:
+        for method, where, auth, code in (("GET", inplace, token, 404), ("POST", inplace, token, 404),
+                                          ("GET", inplace, None, 403), ("GET", path(endpoint), token, 405)):
+            conn.request(method, where, b"{}" if method == "POST" else None,
+                         {"Authorization": f"Bearer {auth}"} if auth else {})
+            resp = conn.getresponse()
+            answer = json.loads(resp.read())
+            assert (resp.status, answer["code"]) == (code, code), (method, where, answer)
+            if code == 404:
+                assert answer["message"] == "this endpoint restarts no pod in place"
+            conn.close()
+    finally:
+        conn.close()
