@@ -74,8 +74,12 @@ def test_a_failed_rank_stops_its_peer_and_the_gang_restarts_in_the_same_pods() -
             await ended(api, WORKER, 0, 143)
             start = len(api.calls)
             await one_round(api, c)
-            assert sorted(acts(api, start)) == sorted(
-                ("patch_annotations", pod, inplace.restart_note(1)) for pod in (MASTER, WORKER))
+            told = acts(api, start)
+            assert sorted((verb, pod) for verb, pod, _ in told) == [("patch_annotations", MASTER),
+                                                                   ("patch_annotations", WORKER)]
+            for _, _, note in told:
+                assert note == {**inplace.restart_note(1, datetime.now(UTC)),
+                                inplace.ANNOTATION_SINCE: note[inplace.ANNOTATION_SINCE]}
             assert [notes(api, p)[ANNOTATION_ATTEMPT] for p in (MASTER, WORKER)] == ["1", "1"]
             assert all(inplace.ANNOTATION_EXIT not in notes(api, p) for p in (MASTER, WORKER))
             # and the job is Running again, counted once
@@ -128,7 +132,7 @@ def test_a_parked_pod_whose_entry_point_ended_is_made_again_as_a_new_pod() -> No
             await ended(api, WORKER, 0, 143)
             start = len(api.calls)
             await one_round(api, c)
-            assert ("patch_annotations", WORKER, inplace.restart_note(1)) in acts(api, start)
+            assert ("patch_annotations", WORKER) in [(verb, pod) for verb, pod, _ in acts(api, start)]
             assert ("delete", MASTER, None) in acts(api, start)
             assert not [a for a in acts(api, start) if a[0] == "create"]  # its name is free only once it is gone
             start = len(api.calls)
@@ -138,3 +142,24 @@ def test_a_parked_pod_whose_entry_point_ended_is_made_again_as_a_new_pod() -> No
             assert notes(api, MASTER)[ANNOTATION_ATTEMPT] == "1" and status_of(api)["restartCount"] == 1
 
     run(scenario)
+
+
+def test_describe_shows_an_attempt_ended_in_its_waiting_pod_as_ended() -> None:
+    from lightkube.resources.core_v1 import Pod
+
+    from torchjob.kube.clientside.job_pods import attempt_of as view
+
+    end = inplace.Ended(2, 137, "killed", datetime(2026, 11, 28, 6, 0, 5, tzinfo=UTC))
+    pod = {"metadata": {"name": MASTER, "labels": {"torchjob.dev/replica-type": "master",
+                                                   "torchjob.dev/replica-index": "0"},
+                        "annotations": {inplace.ANNOTATION_IN_PLACE: "true", ANNOTATION_ATTEMPT: "2",
+                                        **inplace.exit_note(end), inplace.ANNOTATION_SINCE: "2026-11-28T06:00:01Z"}},
+           "spec": {"containers": [{"name": "pytorch"}]},
+           "status": {"phase": "Running", "startTime": "2026-11-28T05:00:00Z"}}
+    seen = view(Pod.from_dict(pod))
+    assert (seen.attempt, seen.reason, seen.exit_code) == (2, "Failed", 137)
+    since = datetime(2026, 11, 28, 6, 0, 1, tzinfo=UTC)
+    assert (seen.started, seen.ended) == (since.timestamp(), end.finished_at.timestamp())
+    pod["metadata"]["annotations"][ANNOTATION_ATTEMPT] = "3"  # its next attempt runs
+    seen = view(Pod.from_dict(pod))
+    assert (seen.reason, seen.exit_code) == ("Running", None)

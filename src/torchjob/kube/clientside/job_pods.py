@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import Event, Pod, PodLog
 from torchjob.api.errors import UserError
 from torchjob.api.pod import training_index
 from torchjob.kube.machinery.client import parse_time, status_code, to_dict
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
 from torchjob.kube.objects.labels import attempt_of as pod_attempt
 from torchjob.kube.objects.ownership import controller_of
@@ -94,7 +95,7 @@ def pod_logs(kube: Client, name: str, every: list[Any], replica: str | None = No
             raise no_output(name, replica, [str(replica_name(p.metadata.labels)) for p in every])
         if attempt is not None:
             targets = [p for p in targets if pod_attempt(to_dict(p)) == attempt]
-            if not targets:  # a pod is made again for each attempt: only the current one is left
+            if not targets:  # a pod is made again for each attempt (or runs the next in place): only the current one
                 raise UserError(f"{replica} has no attempt {attempt}")
     for p in targets:
         prefix = f"[{replica_name(p.metadata.labels)}] "
@@ -138,11 +139,16 @@ def attempt_of(pod: Any) -> AttemptView:
     containers = [c["name"] for c in (data.get("spec") or {}).get("containers") or []]
     ended = terminated(data, containers[training_index(containers)] if containers else None)
     status = data.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    here = inplace.in_place(data)
+    if here is not None and here.ended is not None and phase == "Running":  # ended in its pod, which waits
+        ended = {"finishedAt": here.ended.finished_at.isoformat(), "exitCode": here.ended.exit_code}
+        phase = "Failed" if here.ended.exit_code else "Succeeded"
+    since = (data["metadata"].get("annotations") or {}).get(inplace.ANNOTATION_SINCE) if here is not None else None
     return AttemptView(
         replica=str(replica_name(data["metadata"].get("labels") or {})), attempt=pod_attempt(data),
-        started=timestamp(status.get("startTime")), ended=timestamp(ended.get("finishedAt")),
-        exit_code=ended.get("exitCode"), reason=status.get("phase") or "Pending", pod=data["metadata"]["name"],
-        waiting=waiting(pod),
+        started=timestamp(since or status.get("startTime")), ended=timestamp(ended.get("finishedAt")),
+        exit_code=ended.get("exitCode"), reason=phase, pod=data["metadata"]["name"], waiting=waiting(pod),
     )
 
 

@@ -341,7 +341,7 @@ class Reconciler:
         if pod is None or not inplace.parked(pod, a.attempt - 1, older=True):
             return await self._create_pod(job, a)
         try:  # only the pod as it was observed: one whose entry point gave up since (and ended) is not told
-            await self._note(pod, inplace.restart_note(a.attempt), guarded=True)
+            await self._note(pod, inplace.restart_note(a.attempt, datetime.now(UTC)), guarded=True)
         except ApiError as e:
             if status_code(e) not in (404, 409):
                 raise

@@ -14,6 +14,7 @@ knows of it lives in the pod's annotations, so a restarted operator reads it bac
     torchjob.dev/in-place-exit    {"attempt", "exitCode", "message", "finishedAt"}: that attempt ended
     torchjob.dev/in-place-stop    an attempt the operator asks to stop (its gang restarts)
     torchjob.dev/in-place-release an ended attempt whose pod may end now (the job is finished)
+    torchjob.dev/in-place-since   when the pod's current attempt was started in it (none for its first)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ ANNOTATION_IN_PLACE = "torchjob.dev/in-place"
 ANNOTATION_EXIT = "torchjob.dev/in-place-exit"
 ANNOTATION_STOP = "torchjob.dev/in-place-stop"
 ANNOTATION_RELEASE = "torchjob.dev/in-place-release"
+ANNOTATION_SINCE = "torchjob.dev/in-place-since"  # when the pod's current attempt was started in it
 CONFIGMAP = "torchjob-inplace"  # the entry point and the spare launcher, in each job namespace that needs them
 VOLUME = "torchjob-inplace"
 DIR = "/var/run/torchjob/inplace"
@@ -158,9 +160,10 @@ def exit_note(ended: Ended) -> dict[str, str | None]:
                                          "message": ended.message, "finishedAt": ended.finished_at.isoformat()})}
 
 
-def restart_note(attempt: int) -> dict[str, str | None]:
-    """The annotations of a pod whose next attempt starts in it."""
-    return {ANNOTATION_ATTEMPT: str(attempt), ANNOTATION_EXIT: None, ANNOTATION_STOP: None}
+def restart_note(attempt: int, at: datetime) -> dict[str, str | None]:
+    """The annotations of a pod whose next attempt starts in it (`at`: when it was told to)."""
+    return {ANNOTATION_ATTEMPT: str(attempt), ANNOTATION_EXIT: None, ANNOTATION_STOP: None,
+            ANNOTATION_SINCE: at.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
 def stop_note(attempt: int) -> dict[str, str | None]:
