@@ -16,7 +16,11 @@ same trial is run, alternating, on each runtime in one sitting:
   --node    torchjob's operator (a process on the host) and the Kubeflow training-operator v1.8.1
             (hack/kubeflow/build.sh), each given the same job as real pods on the dev cluster's real
             node (`scripts/dev-cluster.sh up --real-node`): a TorchJob, and the PyTorchJob a
-            Kubeflow user writes (restartPolicy OnFailure).
+            Kubeflow user writes (restartPolicy OnFailure); and torchjob's restart in place (the
+            TorchJob with `runPolicy.warmSpares: true`: each pod's entry point runs the rank as its
+            child and its warm spare becomes the next attempt in the same pod; the kill, aimed at the
+            worker's training process inside its container as a crash or the OOM killer would be,
+            waits until every pod's spare has torch loaded).
 
 Each kind is also run elastic (--elastic): 4 torchrun agents (torchjob: Worker x4, elasticPolicy
 min 2 max 4, c10d; torchrun: the same as one torchrun of 4 processes). Locally torchjob also runs
@@ -26,9 +30,10 @@ What the time goes to is printed from the new attempt's own lines (the last rank
 torch imported, rendezvous done, past k + 1) and, on the node, from the pods as polled every 100 ms
 (the killed container seen dead, the old pods gone, the new ones made and running).
 
-Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--kubeconfig PATH]
+Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--kubeconfig PATH] [--no-spares]
 With --node and no --kubeconfig it starts a real-node cluster (root) in /tmp/torchjob-bench-recovery
-on 10.252.0.0/24 (DEVCLUSTER_POD_SUBNET to change) and stops it at the end.
+(TORCHJOB_E2E_DEVCLUSTER_DIR to change) on 10.252.0.0/24 (DEVCLUSTER_POD_SUBNET to change) and stops
+it at the end. On the node every job trains until the trial has measured (steps.py --stop-file).
 """
 
 from __future__ import annotations
@@ -279,6 +284,7 @@ CACHE = Path(os.environ.get("TORCHJOB_CACHE", Path.home() / ".cache" / "torchjob
 KUBEFLOW_BIN = CACHE / "kubeflow" / KUBEFLOW_VERSION / "bin" / "training-operator.v1"
 KUBEFLOW_CRD = CACHE / "kubeflow" / KUBEFLOW_VERSION / "kubeflow.org_pytorchjobs.yaml"
 KUBEFLOW_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # v1.8.1 pkg/cert/cert.go
+IN_PLACE = "torchjob-in-place"  # the TorchJob with warmSpares: its ranks restart in their pods
 
 
 def devcluster(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
@@ -302,9 +308,12 @@ def images() -> list[dict[str, Any]]:
             {"name": ALPINE, "rootfs": True, "files": [{"path": "/usr/bin/nslookup", "text": nslookup, "mode": 0o755}]}]
 
 
-def node_job(kind: str, name: str, ns: str, elastic: bool, sub: str) -> dict[str, Any]:
-    """The TorchJob, or the PyTorchJob a Kubeflow user writes: the same replicas and command."""
-    cmd = ["/opt/bench/steps.py", "--steps", str(STEPS), "--step-time", str(STEP_TIME), "--dir", f"/data/{sub}"]
+def node_job(kind: str, name: str, ns: str, elastic: bool, sub: str, spares: bool = False) -> dict[str, Any]:
+    """The TorchJob (`spares`: with warm spares, restarting in place), or the PyTorchJob a Kubeflow user
+    writes: the same replicas and command. It trains until the trial has measured (the stop file), so
+    that a job whose spares are still warming is still training when they are warm."""
+    cmd = ["/opt/bench/steps.py", "--steps", str(100 * STEPS), "--step-time", str(STEP_TIME), "--dir", f"/data/{sub}",
+           "--stop-file", f"/data/{sub}/stop"]
 
     def template() -> dict[str, Any]:
         c: dict[str, Any] = {"name": "pytorch", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
@@ -314,6 +323,8 @@ def node_job(kind: str, name: str, ns: str, elastic: bool, sub: str) -> dict[str
 
     specs: dict[str, Any] = {}
     spec: dict[str, Any] = {"runPolicy": {"backoffLimit": 3}, "pytorchReplicaSpecs": specs}
+    if spares:
+        spec["runPolicy"]["warmSpares"] = True
     if elastic:
         specs["Worker"] = {"replicas": 4, "restartPolicy": "OnFailure", "template": template()}
         spec["nprocPerNode"] = 1
@@ -345,6 +356,7 @@ class PodClock:
         self.client, self.ns, self.label = client, ns, label
         self.seen: dict[str, dict[str, float]] = {}
         self.names: dict[str, str] = {}
+        self.attempts: dict[str, str | None] = {}  # each pod's attempt annotation when first seen
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -365,6 +377,13 @@ class PodClock:
                 alive.add(uid)
                 self.names[uid] = p.metadata.name
                 s = self.seen.setdefault(uid, {"made": now})
+                notes = p.metadata.annotations or {}
+                attempt = notes.get("torchjob.dev/attempt")
+                self.attempts.setdefault(uid, attempt)
+                if attempt != self.attempts[uid] and "next attempt" not in s:  # raised in place
+                    s["next attempt"] = now
+                if "torchjob.dev/in-place-exit" in notes and "exit reported" not in s:
+                    s["exit reported"] = now
                 if p.metadata.deletionTimestamp and "deleting" not in s:
                     s["deleting"] = now
                 if p.spec and p.spec.nodeName and "bound" not in s:
@@ -420,10 +439,56 @@ class PodClock:
         restarted = [s["restarted"] for s in old.values() if s.get("restarted", 0) > t_kill]
         if restarted:
             out["containers restarted in place"] = max(restarted) - t_kill
+        reported = [s["exit reported"] for s in old.values() if s.get("exit reported", 0) > t_kill]
+        if reported:
+            out["attempt's end reported (in place, first)"] = min(reported) - t_kill
+        nxt = [s["next attempt"] for s in old.values() if s.get("next attempt", 0) > t_kill]
+        if nxt:
+            out["next attempts noted in the pods"] = max(nxt) - t_kill
         return out
 
+    def made_again(self, t_kill: float) -> int:
+        return sum(1 for s in self.seen.values() if s["made"] > t_kill)
 
-def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: str) -> Trial:
+
+def container_pids(sock: str, cid: str) -> list[int]:
+    """The host pids of every process in a container (its cgroup, as its containerd lists it)."""
+    out = subprocess.run(["ctr", "--address", sock, "-n", "k8s.io", "tasks", "ps", cid], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+
+
+def in_pod(client: Any, ns: str, pod: str, sock: str, job_uid: str) -> tuple[str, int | None, int | None]:
+    """A pod restarting in place: (its training container, the host pid of its attempt's training process,
+    its spare's), each a process of that container running the bench's program with the job's uid in its
+    environment; the entry point (the container's PID 1) is neither."""
+    from lightkube.resources.core_v1 import Pod
+
+    p = client.get(Pod, pod, namespace=ns)
+    cid = next((str(cs.containerID).removeprefix("containerd://") for cs in (p.status.containerStatuses or [])
+                if cs.name == "pytorch" and cs.state and cs.state.running and cs.containerID), "")
+    trainer = spare = None
+    for pid in container_pids(sock, cid) if cid else []:
+        args = pids.cmdline(pid)
+        if ("/opt/bench/steps.py" not in args or any(a.endswith("torchjob_inplace.py") for a in args)
+                or not pids.environ_has(pid, f"TORCHJOB_JOB_UID={job_uid}")):
+            continue
+        if any(a.endswith("torchjob_spare.py") for a in args):
+            spare = pid
+        else:
+            trainer = pid
+    return cid, trainer, spare
+
+
+def torch_loaded(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "libtorch_cpu" in f.read()
+    except OSError:
+        return False
+
+
+def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: str, spares: bool = False) -> Trial:
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Namespace, Pod
@@ -441,13 +506,36 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
     else:
         res = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
         label = "training.kubeflow.org/job-name"
-    client.create(res.from_dict(node_job(runtime, name, ns, elastic, sub)))
+    created = client.create(res.from_dict(node_job(runtime, name, ns, elastic, sub, spares)))
+    job_uid = str(created.metadata.uid)
     clock: PodClock | None = None
+    replicas = [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(3))]
+
+    def warm() -> bool:
+        """Every pod's spare has torch loaded (as in a job that has trained a while)."""
+        for pod in replicas:
+            _, trainer, spare = in_pod(client, ns, pod, sock, job_uid)
+            if trainer is None or spare is None or not torch_loaded(spare):
+                return False
+        return True
 
     def kill(lines: list[Line]) -> float:
         nonlocal clock
         clock = PodClock(client, ns, label)
         time.sleep(0.3)  # its first poll has the pods as they were
+        if spares:  # the worker's training process, a child of the pod's entry point: not the container
+            victim = f"{name}-worker-1"
+            cid, pid, _ = in_pod(client, ns, victim, sock, job_uid)
+            assert pid is not None, f"no training process in {victim}"
+            since = pids.started(pid)
+
+            def still(p: int) -> bool:  # the same process, still in that container, still this job's
+                return (pids.started(p) == since and p in container_pids(sock, cid)
+                        and pids.environ_has(p, f"TORCHJOB_JOB_UID={job_uid}"))
+
+            t = time.time()
+            assert pids.send(pid, signal.SIGKILL, still), f"the training process of {victim} could not be killed"
+            return t
         pod = client.get(Pod, f"{name}-worker-1", namespace=ns)
         cid = next(str(cs.containerID).removeprefix("containerd://") for cs in pod.status.containerStatuses
                    if cs.name == "pytorch" and cs.state and cs.state.running)
@@ -457,7 +545,8 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
         return t
 
     try:
-        recovery, stages, k, t_kill = measure(d, kill, timeout=600)
+        recovery, stages, k, t_kill = measure(d, kill, timeout=600, ready=warm if spares else None)
+        (d / "stop").write_text("")  # measured: the job ends
         assert clock is not None
         stages.update(clock.stages(t_kill))
 
@@ -475,6 +564,7 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
         in_place = sum(int(s.get("restarts", 0)) for s in clock.seen.values())
         if in_place:
             note += f", {in_place} container restarts in place"
+        note += f", {clock.made_again(t_kill)} pods made again"
         return Trial(runtime, kind, recovery, stages, note)
     except TimeoutError as e:
         seen = [(p.metadata.name, p.status.phase if p.status else None,
@@ -615,7 +705,8 @@ def main() -> None:
                                              "TORCHJOB_E2E_DEVCLUSTER_DIR)")
     parser.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()), help="where the trials' logs go")
     parser.add_argument("--no-kubeflow", action="store_true", help="on the node, torchjob alone")
-    parser.add_argument("--no-spares", action="store_true", help="locally, not torchjob with warm spares")
+    parser.add_argument("--no-spares", action="store_true",
+                        help="not torchjob with warm spares (locally; on the node, its restart in place)")
     parser.add_argument("--src", type=Path, default=REPO / "src",
                         help="the torchjob source tree whose operator runs (another tree's: before/after)")
     args = parser.parse_args()
@@ -641,17 +732,24 @@ def main() -> None:
         node = Node(args.kubeconfig, logs, args.src, not args.no_kubeflow)
         try:
             rts = ["torchjob-operator", "kubeflow-v1.8.1"] if node.kubeflow else ["torchjob-operator"]
+            if not args.no_spares:  # the restart in place: a python command's (not torchrun's, not elastic)
+                rts.append(IN_PLACE)
+                peers.append((IN_PLACE, "torchjob-operator", {}))
             if args.no_kubeflow:
                 pass
             elif node.kubeflow:
                 peers.append(("torchjob-operator", "kubeflow-v1.8.1", 0.5))
+                if not args.no_spares:
+                    peers.append((IN_PLACE, "kubeflow-v1.8.1", {}))
             else:
                 print(f"no Kubeflow training-operator at {KUBEFLOW_BIN}: bash hack/kubeflow/build.sh builds it")
             for i in range(args.repeat):
                 for elastic in kinds:
                     for rt in (rts if i % 2 == 0 else rts[::-1]):
+                        if elastic and rt == IN_PLACE:
+                            continue
                         t = run_node("torchjob" if rt.startswith("torchjob") else "kubeflow", elastic, node.client,
-                                     node.kubeconfig, node.sock)
+                                     node.kubeconfig, node.sock, spares=rt == IN_PLACE)
                         t.runtime = rt
                         print(f"node {rt} {t.kind}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
                         trials.append(t)
