@@ -5,7 +5,9 @@ someone else's deletions (a pod deleted through the API, as a drain does)."""
 
 from __future__ import annotations
 
+import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +17,31 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from tests.kube.conftest import Operator, finished, job_status, set_pod
-from tests.kube.reporting import SERVICE_ACCOUNT, PodReporter, ca_file, make_service_account, pod_token, url
+from tests.kube.reporting import SERVICE_ACCOUNT, PodReporter, ca_file, make_service_account, pod_token, post, url
 from tests.scenarios import SCENARIOS, Scenario
 from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
 
 pytestmark = pytest.mark.kube
 
 
 def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_path: Path,
-         timeout: float = 60) -> dict[str, Any]:
+         timeout: float = 60, in_place: bool = False, pods: dict[str, set[str]] | None = None) -> dict[str, Any]:
+    """`in_place`: the job has warm spares, so its pods restart in place; the test plays their entry
+    point too: an attempt's end reported to the operator's endpoint (exit 0 ends the pod), an attempt
+    asked to stop ended (143), the next attempt run when the pod's attempt says so, the pod ended with
+    its last attempt's code when released. `pods`: filled with each replica's pods (uids)."""
     job = sc.job(["python", "train.py"])
     data = job.model_dump(mode="json", exclude_none=True)
     data["metadata"]["namespace"] = namespace
-    if sc.reports:
+    if in_place:
+        data["spec"].setdefault("runPolicy", {})["warmSpares"] = True
+    if sc.reports or in_place:
         make_service_account(kube, namespace)
     for rspec in data["spec"]["pytorchReplicaSpecs"].values():
         rspec["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
-        if sc.reports:
+        if sc.reports or in_place:
             rspec["template"]["spec"]["serviceAccountName"] = SERVICE_ACCOUNT
     kube.create(TorchJobRes.from_dict(data))
     started: dict[tuple[str, int], float] = {}
@@ -46,6 +55,7 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
     # calls that took over a second under load: a 1 s quiet time from the pod's start never reported).
     reporting_since: dict[tuple[str, int], float] = {}
     deleted: set[str] = set()  # replicas whose first attempt was deleted
+    entry = EntryPoint(kube, namespace, job.name, operator, tmp_path) if in_place else None
     end = time.monotonic() + timeout
     try:
         while time.monotonic() < end:
@@ -60,6 +70,8 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
                 if meta.deletionTimestamp:
                     continue
                 name = f"{meta.labels[LABEL_TYPE]}-{meta.labels[LABEL_INDEX]}"
+                if pods is not None:
+                    pods.setdefault(name, set()).add(meta.uid)
                 attempt = int(meta.annotations[ANNOTATION_ATTEMPT])
                 phase = pod.status.phase if pod.status else None
                 if phase in (None, "Pending"):
@@ -71,6 +83,13 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
                             ca_file(kube, namespace, tmp_path), tmp_path)
                         reporting_since[(name, attempt)] = time.monotonic()
                 elif phase == "Running":
+                    if entry is not None and (name, attempt) not in started:  # started in place
+                        started[(name, attempt)] = time.monotonic()
+                        if attempt < len(sc.reports.get(name, ())):
+                            reporting[(name, attempt)] = entry.reporter(pod)
+                            reporting_since[(name, attempt)] = time.monotonic()
+                    if entry is not None and entry.ended(pod, attempt):
+                        continue
                     since = time.monotonic() - started.setdefault((name, attempt), time.monotonic())
                     if name in sc.deleted and name not in deleted and attempt == 0 and since >= sc.deleted[name]:
                         kube.delete(Pod, meta.name, namespace=namespace)
@@ -83,7 +102,9 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
                         if attempt == 0:  # from the first attempts' common start, once all have started
                             starts = [started.get((n, 0)) for n in first]
                             since = -1.0 if None in starts else time.monotonic() - max(s for s in starts if s)
-                        if since >= delay:
+                        if since >= delay and entry is not None and code != 0 and inplace.in_place(pod.to_dict()):
+                            entry.report(pod, attempt, code)
+                        elif since >= delay:
                             kubelet_says(kube, pod, "Succeeded" if code == 0 else "Failed", code)
             time.sleep(0.05)
     finally:
@@ -102,7 +123,55 @@ def kubelet_says(kube: Client, pod: Pod, phase: str, exit_code: int | None = Non
             raise
 
 
+class EntryPoint:
+    """The pods' entry point, as tests/kube/test_spares_kube.py runs the real one: what it tells the
+    operator's endpoint (with the pod's token), and how its pod ends."""
+
+    def __init__(self, kube: Client, namespace: str, job: str, operator: Operator, tmp_path: Path) -> None:
+        self.kube, self.namespace, self.job, self.tmp_path = kube, namespace, job, tmp_path
+        self.endpoint = url(operator.progress_url, namespace, job)
+        self.tokens: dict[str, str] = {}  # by pod uid
+        self.told: set[tuple[str, int]] = set()  # (pod uid, attempt) reported
+
+    def token(self, pod: Pod) -> str:
+        if pod.metadata.uid not in self.tokens:
+            self.tokens[pod.metadata.uid] = pod_token(self.kube, pod, self.job)
+        return self.tokens[pod.metadata.uid]
+
+    def reporter(self, pod: Pod) -> PodReporter:
+        return PodReporter(self.endpoint, self.token(pod), ca_file(self.kube, self.namespace, self.tmp_path),
+                           self.tmp_path)
+
+    def report(self, pod: Pod, attempt: int, code: int) -> None:
+        if (pod.metadata.uid, attempt) in self.told:
+            return
+        body = json.dumps({"attempt": attempt, "exitCode": code, "message": None,
+                           "finishedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}).encode()
+        answer, _ = post(self.endpoint.removesuffix("/status") + "/inplace", body, self.token(pod),
+                         ca_file(self.kube, self.namespace, self.tmp_path))
+        if answer in (200, 409):  # recorded (409: the operator moved the pod on meanwhile)
+            self.told.add((pod.metadata.uid, attempt))
+
+    def ended(self, pod: Pod, attempt: int) -> bool:
+        """Whether the pod's attempt has ended (what is left is the entry point's to do: stop an
+        attempt asked to, end a released pod with its last code)."""
+        here = inplace.in_place(pod.to_dict())
+        if here is None:
+            return False
+        if here.release and here.ended is not None:
+            kubelet_says(self.kube, pod, "Failed", here.ended.exit_code)
+            return True
+        if here.stop == attempt and here.ended is None:
+            self.report(pod, attempt, 143)  # SIGTERM, as a script without a handler ends
+            return True
+        return here.ended is not None or (pod.metadata.uid, attempt) in self.told
+
+
 PLAYED = [s for s in SCENARIOS if s.plays_on("kube")]
+# Played again with warm spares, restarting in place: the same table, the same expected ends.
+IN_PLACE = ["onfailure-recovers", "exitcode-138-retry", "gang-restart-on-a-killed-worker",
+            "gang-restart-peers-failing-with-it", "gang-restart-backoff-limit", "podfailed-restartjob",
+            "stalled-restartjob-recovers", "evicted-restartjob"]
 
 
 @pytest.mark.parametrize("sc", PLAYED, ids=[s.name for s in PLAYED])
@@ -110,3 +179,16 @@ def test_scenario_on_a_real_control_plane(sc: Scenario, kube: Client, namespace:
                                           tmp_path: Path) -> None:
     status = play(kube, namespace, sc, operator, tmp_path)
     sc.check(status)
+
+
+@pytest.mark.parametrize("sc", [s for s in PLAYED if s.name in IN_PLACE],
+                         ids=[s.name for s in PLAYED if s.name in IN_PLACE])
+def test_scenario_restarting_in_place(sc: Scenario, kube: Client, namespace: str, operator: Operator,
+                                      tmp_path: Path) -> None:
+    pods: dict[str, set[str]] = {}
+    status = play(kube, namespace, sc, operator, tmp_path, in_place=True, pods=pods)
+    sc.check(status)
+    # in place: a replica keeps its pod through its restarts, unless someone else deleted it
+    assert {name: len(uids) for name, uids in pods.items() if name not in sc.deleted} == {
+        name: 1 for name in pods if name not in sc.deleted}, pods
+    assert any(r["attempt"] > 0 for r in status["replicas"].values()), status  # it was restarted

@@ -80,12 +80,19 @@ def no_spare_reason(job: TorchJob, rtype: str, entry: PythonEntry | None) -> str
         return "runPolicy.warmSpares is not set"
     if job.run_policy.backoffLimit == 0:
         return "runPolicy.backoffLimit is 0: no replica is ever restarted"
-    if job.restart_policy(rtype) == "Never":
+    if job.restart_policy(rtype) == "Never" and not _restarted_by_policy(job, rtype):
         return f"{rtype}'s restartPolicy is Never: it is never restarted"
     if entry is None:
         return (f"{rtype}'s command is not `python SCRIPT` or `python -m MODULE` (nor torchrun): a spare can only "
                 "stand in for a command Python runs itself")
     return None
+
+
+def _restarted_by_policy(job: TorchJob, rtype: str) -> bool:
+    """Whether a lifecycle policy of the job or of the replica type restarts something (RestartJob,
+    RestartTask, RestartPod): a replica whose restartPolicy is Never is restarted then too."""
+    own = job.spec.pytorchReplicaSpecs[rtype].policies or []
+    return any(p.action in ("RestartJob", "RestartTask", "RestartPod") for p in [*(job.spec.policies or []), *own])
 
 
 # A Python interpreter as a pod's command names it: `python`, `python3`, `/usr/bin/python3.11`.
@@ -128,7 +135,7 @@ def on_a_cluster(job: TorchJob, endpoint: bool = True) -> str | None:
         return None
     told = []
     for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
-        if job.restart_policy(rtype) == "Never" or job.run_policy.backoffLimit == 0:
+        if no_spare_reason(job, rtype, TORCHRUN) is not None:
             continue  # never restarted: nothing to stand in for
         containers = rspec.template.spec.containers
         c = containers[training_container(containers)]
