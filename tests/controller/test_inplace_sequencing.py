@@ -69,7 +69,11 @@ def test_a_failed_rank_stops_its_peer_and_the_gang_restarts_in_the_same_pods() -
             start = len(api.calls)
             await one_round(api, c)
             assert status_of(api)["restartCount"] == 1
-            assert acts(api, start) == [("patch_annotations", WORKER, {inplace.ANNOTATION_STOP: "0"})]
+            told = acts(api, start)
+            assert [(verb, pod) for verb, pod, _ in told] == [("patch_annotations", WORKER)]
+            assert told[0][2][inplace.ANNOTATION_STOP] == "0"  # by its grace (3 s) and STOP_PATIENCE_S
+            by = datetime.fromisoformat(told[0][2][inplace.ANNOTATION_STOP_BY].replace("Z", "+00:00"))
+            assert 30 <= (by - datetime.now(UTC)).total_seconds() <= 34
             # the peer's attempt ends as asked: both pods run attempt 1, the same pods
             await ended(api, WORKER, 0, 143)
             start = len(api.calls)
@@ -163,3 +167,25 @@ def test_describe_shows_an_attempt_ended_in_its_waiting_pod_as_ended() -> None:
     pod["metadata"]["annotations"][ANNOTATION_ATTEMPT] = "3"  # its next attempt runs
     seen = view(Pod.from_dict(pod))
     assert (seen.reason, seen.exit_code) == ("Running", None)
+
+
+def test_a_peer_whose_entry_point_does_not_stop_it_in_time_loses_its_pod(monkeypatch: Any) -> None:
+    from torchjob.kube.controller import reconciler as reconciler_module
+
+    monkeypatch.setattr(reconciler_module, "STOP_PATIENCE_S", -3)  # overdue as soon as asked
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            up(api)
+            await one_round(api, c)
+            await ended(api, MASTER, 0, 3)
+            await one_round(api, c)  # the worker asked to stop, already overdue
+            assert notes(api, WORKER)[inplace.ANNOTATION_STOP] == "0"
+            start = len(api.calls)
+            await one_round(api, c)
+            assert ("delete", WORKER, None) in acts(api, start)
+            assert ("Pod", NS, WORKER) not in api.objects
+
+    run(scenario)

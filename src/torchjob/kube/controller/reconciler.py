@@ -74,6 +74,8 @@ from torchjob.kube.served.kinds import ServedKind
 from torchjob.kube.served.reading import Unreadable
 
 log = logging.getLogger("torchjob.kube")
+# How long past its grace an attempt asked to stop in place may go unreported before its pod is deleted.
+STOP_PATIENCE_S = 30
 STALE_RECHECK_S = 1.0  # how soon a job looks again whether an earlier job's pods have freed its names
 
 
@@ -213,6 +215,12 @@ class Reconciler:
             await self._create_tensorboard(raw, job, memory)
         if plan.requeue_at is not None:
             result = result.after((plan.requeue_at - now).total_seconds())
+        for pod in pods:  # an attempt asked to stop in place whose entry point does not answer: its pod goes
+            due = inplace.stop_overdue(pod, now)
+            if due is not None and due <= 0:
+                log.warning("%s: its attempt asked to stop has not ended; deleting the pod", pod["metadata"]["name"])
+                await self.api.delete("Pod", pod["metadata"]["name"], key[0], grace_s=0)
+            result = result.after(due) if due is not None and due > 0 else result
         return result.after(self._force_delete_stuck(raw, memory, pods, now))
 
     async def _write(self, raw: dict[str, Any], job: TorchJob | None, status: JobStatus, plan: Plan) -> None:
@@ -303,13 +311,14 @@ class Reconciler:
             match a:
                 case Stop():
                     pod = by_name.get(pod_name(job, a.replica))
-                    if a.restarting and not ending and pod is not None and inplace.runs(pod, a.attempt):
-                        await self._note(pod, inplace.stop_note(a.attempt))
-                        continue
                     grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
                     # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1 ignores
                     # SIGTERM) held the replacement of its name that long (bench/recovery.py)
                     grace = RESTART_GRACE_S if grace is None and a.restarting else grace
+                    if a.restarting and not ending and pod is not None and inplace.runs(pod, a.attempt):
+                        by = datetime.now(UTC) + timedelta(seconds=(grace or 0) + STOP_PATIENCE_S)
+                        await self._note(pod, inplace.stop_note(a.attempt, by))
+                        continue
                     await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=grace)
                 case Forget() | Purge():  # a finished pod: nothing runs in it
                     pod = by_name.get(pod_name(job, a.replica))

@@ -13,6 +13,7 @@ knows of it lives in the pod's annotations, so a restarted operator reads it bac
     torchjob.dev/attempt          the attempt the pod runs (as for every pod; raised for a restart in place)
     torchjob.dev/in-place-exit    {"attempt", "exitCode", "message", "finishedAt"}: that attempt ended
     torchjob.dev/in-place-stop    an attempt the operator asks to stop (its gang restarts)
+    torchjob.dev/in-place-stop-by when its end should have been reported (then the pod is deleted)
     torchjob.dev/in-place-release an ended attempt whose pod may end now (the job is finished)
     torchjob.dev/in-place-since   when the pod's current attempt was started in it (none for its first)
 """
@@ -32,6 +33,7 @@ ANNOTATION_IN_PLACE = "torchjob.dev/in-place"
 ANNOTATION_EXIT = "torchjob.dev/in-place-exit"
 ANNOTATION_STOP = "torchjob.dev/in-place-stop"
 ANNOTATION_RELEASE = "torchjob.dev/in-place-release"
+ANNOTATION_STOP_BY = "torchjob.dev/in-place-stop-by"  # when the attempt asked to stop should have ended
 ANNOTATION_SINCE = "torchjob.dev/in-place-since"  # when the pod's current attempt was started in it
 CONFIGMAP = "torchjob-inplace"  # the entry point and the spare launcher, in each job namespace that needs them
 VOLUME = "torchjob-inplace"
@@ -162,12 +164,26 @@ def exit_note(ended: Ended) -> dict[str, str | None]:
 
 def restart_note(attempt: int, at: datetime) -> dict[str, str | None]:
     """The annotations of a pod whose next attempt starts in it (`at`: when it was told to)."""
-    return {ANNOTATION_ATTEMPT: str(attempt), ANNOTATION_EXIT: None, ANNOTATION_STOP: None,
+    return {ANNOTATION_ATTEMPT: str(attempt), ANNOTATION_EXIT: None, ANNOTATION_STOP: None, ANNOTATION_STOP_BY: None,
             ANNOTATION_SINCE: at.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-def stop_note(attempt: int) -> dict[str, str | None]:
-    return {ANNOTATION_STOP: str(attempt)}
+def stop_note(attempt: int, by: datetime) -> dict[str, str | None]:
+    """Ask the pod's entry point to stop `attempt`; `by`: when its end should have been reported."""
+    return {ANNOTATION_STOP: str(attempt), ANNOTATION_STOP_BY: by.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def stop_overdue(pod: dict[str, Any], now: datetime) -> float | None:
+    """Seconds until an attempt asked to stop is overdue (<= 0: it is: its entry point does not answer);
+    None when no stop is pending."""
+    here = in_place(pod)
+    by = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_STOP_BY)
+    if here is None or here.stop is None or not by or not runs(pod, here.stop):
+        return None
+    try:
+        return (datetime.fromisoformat(by.replace("Z", "+00:00")) - now).total_seconds()
+    except ValueError:
+        return 0.0
 
 
 def release_note(attempt: int) -> dict[str, str | None]:
