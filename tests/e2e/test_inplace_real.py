@@ -244,3 +244,54 @@ def test_a_killed_rank_restarts_in_place_in_its_pods_as_their_spares_and_the_job
     assert story(node, "ip", ns, status) == story(node, "pl", ns, plain["status"])
     described = torchjob(node_kubeconfig, "describe", "ip", "-n", ns).stdout
     assert "137" in described, described
+
+
+def failing_job(tmp_path: Path, name: str, spares: bool) -> Path:
+    """worker-0 raises under torch's @record at once in every attempt (its error file says why); one
+    restart allowed."""
+    job = job_data(name, workers=1, restart_policy="OnFailure", restart_scope=None,
+                   command=("python", "/opt/tests/ddp_step.py", "--fail-replica", "worker-0", "--raise"),
+                   run_policy={"backoffLimit": 1, **({"warmSpares": True} if spares else {})})
+    for rspec in job["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["spec"]["containers"][0]["image"] = TESTS_IMAGE
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_a_rank_that_fails_every_attempt_fails_the_job_in_place_as_without_spares_with_its_error_file(
+        node_kubeconfig: str, node: Client, ns: str, tmp_path: Path) -> None:
+    ended: dict[str, dict[str, Any]] = {}
+    first: dict[str, dict[str, str]] = {}
+    for name, spares in (("fip", True), ("fpl", False)):
+        assert torchjob(node_kubeconfig, "submit", str(failing_job(tmp_path, name, spares)), "-n", ns).returncode == 0
+        wait_for(f"{name}'s pods", lambda: len(pods(node, name, ns)) == 2, timeout=60)  # noqa: B023
+        first[name] = {str(p.metadata.name): str(p.metadata.uid) for p in pods(node, name, ns)}
+        ended[name] = wait_for(f"{name}'s end", lambda: (s := status_of(node, name, ns)).get(  # noqa: B023
+            "state") in ("Succeeded", "Failed") and s, timeout=180, every=0.5)
+    status = ended["fip"]
+    assert status["state"] == "Failed" and status["restartCount"] == 1, status
+    failure = status["failure"]
+    assert failure["replica"] == "worker-0" and failure["exitCode"] == 1, failure
+    assert "could not load its shard" in failure["message"], failure
+    # In place: no pod made again; the worker's entry point, released once the job had failed, ended
+    # its container with the last attempt's code and left its error file as the termination message.
+    worker = wait_for("the worker's container ended", lambda: (p := node.get(Pod, "fip-worker-0", namespace=ns))
+                      .status.phase in ("Failed", "Succeeded") and p, timeout=60)
+    # (the master's attempt still ran: it is stopped with its pod deleted, as without spares)
+    now = {str(p.metadata.name): str(p.metadata.uid) for p in pods(node, "fip", ns)}
+    assert now["fip-worker-0"] == first["fip"]["fip-worker-0"] and now.items() <= first["fip"].items(), (now, first)
+    assert worker.metadata.annotations[ANNOTATION_ATTEMPT] == "1"
+    term = next(c for c in worker.status.containerStatuses if c.name == "pytorch").state.terminated
+    assert term is not None and term.exitCode == 1 and "could not load its shard" in (term.message or ""), term
+    assert "could not load its shard" in pod_log(node, "fip-worker-0", ns)
+    # Without spares: the same story. (Less the master's count in replicaStatuses: stopped when the job
+    # failed, it is counted failed or not at all depending on whether its pod was seen ended before it
+    # was gone, with or without spares; seen both ways here.)
+    spared, plain = story(node, "fip", ns, status), story(node, "fpl", ns, ended["fpl"])
+    for told in (spared, plain):
+        told["status"]["replicaStatuses"]["Master"].pop("failed")
+    assert spared == plain
+    described = torchjob(node_kubeconfig, "describe", "fip", "-n", ns).stdout
+    assert "could not load its shard" in described, described
