@@ -458,10 +458,27 @@ def container_pids(sock: str, cid: str) -> list[int]:
     return [int(line.split()[0]) for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
 
 
-def in_pod(client: Any, ns: str, pod: str, sock: str, job_uid: str) -> tuple[str, int | None, int | None]:
+def ns_pid(pid: int) -> int | None:
+    """The process's pid in its innermost pid namespace (its container's)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[-1]) for line in f if line.startswith("NSpid:")), None)
+    except OSError:
+        return None
+
+
+def attempt_pids(lines: list[Line]) -> dict[str, int]:
+    """Each replica's latest attempt's pid in its container, as its start line says."""
+    return {ln.rest.split()[-1]: int(ln.rest.split()[1]) for ln in lines if ln.what == "start"}
+
+
+def in_pod(client: Any, ns: str, pod: str, sock: str, job_uid: str,
+           attempt: int | None) -> tuple[str, int | None, int | None]:
     """A pod restarting in place: (its training container, the host pid of its attempt's training process,
     its spare's), each a process of that container running the bench's program with the job's uid in its
-    environment; the entry point (the container's PID 1) is neither."""
+    environment; the entry point (the container's PID 1) is neither. The attempt's is the one whose pid in
+    the container is `attempt` (its start line's; a spare that became the attempt still runs the spare
+    launcher); the spare is another running the launcher."""
     from lightkube.resources.core_v1 import Pod
 
     p = client.get(Pod, pod, namespace=ns)
@@ -473,10 +490,10 @@ def in_pod(client: Any, ns: str, pod: str, sock: str, job_uid: str) -> tuple[str
         if ("/opt/bench/steps.py" not in args or any(a.endswith("torchjob_inplace.py") for a in args)
                 or not pids.environ_has(pid, f"TORCHJOB_JOB_UID={job_uid}")):
             continue
-        if any(a.endswith("torchjob_spare.py") for a in args):
-            spare = pid
-        else:
+        if ns_pid(pid) == attempt:
             trainer = pid
+        elif any(a.endswith("torchjob_spare.py") for a in args):
+            spare = pid
     return cid, trainer, spare
 
 
@@ -513,8 +530,9 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
 
     def warm() -> bool:
         """Every pod's spare has torch loaded (as in a job that has trained a while)."""
+        started = attempt_pids(read_lines(d))
         for pod in replicas:
-            _, trainer, spare = in_pod(client, ns, pod, sock, job_uid)
+            _, trainer, spare = in_pod(client, ns, pod, sock, job_uid, started.get(pod.removeprefix(f"{name}-")))
             if trainer is None or spare is None or not torch_loaded(spare):
                 return False
         return True
@@ -525,7 +543,7 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
         time.sleep(0.3)  # its first poll has the pods as they were
         if spares:  # the worker's training process, a child of the pod's entry point: not the container
             victim = f"{name}-worker-1"
-            cid, pid, _ = in_pod(client, ns, victim, sock, job_uid)
+            cid, pid, _ = in_pod(client, ns, victim, sock, job_uid, attempt_pids(lines).get("worker-1"))
             assert pid is not None, f"no training process in {victim}"
             since = pids.started(pid)
 
