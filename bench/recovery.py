@@ -20,7 +20,7 @@ same trial is run, alternating, on each runtime in one sitting:
             TorchJob with `runPolicy.warmSpares: true`: each pod's entry point runs the rank as its
             child and its warm spare becomes the next attempt in the same pod; the kill, aimed at the
             worker's training process inside its container as a crash or the OOM killer would be,
-            waits until every pod's spare has torch loaded).
+            waits until every pod's spare has imported torch and waits).
 
 Each kind is also run elastic (--elastic): 4 torchrun agents (torchjob: Worker x4, elasticPolicy
 min 2 max 4, c10d; torchrun: the same as one torchrun of 4 processes). Locally torchjob also runs
@@ -497,12 +497,18 @@ def in_pod(client: Any, ns: str, pod: str, sock: str, job_uid: str,
     return cid, trainer, spare
 
 
-def torch_loaded(pid: int) -> bool:
+def spare_ready(pid: int) -> bool:
+    """The spare has warmed and waits for its attempt: blocked reading its socket (read(2) on the fd its
+    environment names), where it goes once torch is imported."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
-            return "libtorch_cpu" in f.read()
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        with open(f"/proc/{pid}/syscall") as f:
+            call = f.read().split()
     except OSError:
         return False
+    fd = env.get(b"TORCHJOB_SPARE_FD", b"")
+    return fd.isdigit() and len(call) > 1 and call[0] == "0" and int(call[1], 16) == int(fd)  # 0: read on x86-64
 
 
 def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: str, spares: bool = False) -> Trial:
@@ -529,11 +535,11 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
     replicas = [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(3))]
 
     def warm() -> bool:
-        """Every pod's spare has torch loaded (as in a job that has trained a while)."""
+        """Every pod's spare is warm and waiting (as in a job that has trained a while)."""
         started = attempt_pids(read_lines(d))
         for pod in replicas:
             _, trainer, spare = in_pod(client, ns, pod, sock, job_uid, started.get(pod.removeprefix(f"{name}-")))
-            if trainer is None or spare is None or not torch_loaded(spare):
+            if trainer is None or spare is None or not spare_ready(spare):
                 return False
         return True
 
@@ -630,6 +636,9 @@ class Node:
         self.procs.append(subprocess.Popen(
             [PYTHON, "-m", "torchjob", "operator", "--kubeconfig", kubeconfig, "--no-leader-elect",
              "--init-image", INIT_IMAGE, "--metrics-port", str(free_port()), "--health-port", "0", "--workers", "4",
+             # PyTorchJobs are Kubeflow's operator's here, whoever applied their CRD last (auto would serve
+             # them where torchjob's CRD had been applied, and two operators would make the same pods)
+             "--kubeflow-api", "off",
              "--progress-port", str(port), "--progress-url", f"https://{host}:{port}"],
             stdout=(logs / "torchjob-operator.log").open("ab"), stderr=subprocess.STDOUT, env=env))
         self.kubeflow = kubeflow and KUBEFLOW_BIN.exists()

@@ -45,8 +45,10 @@ def job_file(tmp_path: Path, name: str, spares: bool) -> tuple[Path, Path]:
     data.mkdir()
     shutil.copy(STEPS, prog / "steps.py")
     job = job_data(name, workers=1, restart_policy="OnFailure", restart_scope=None,
+                   # the first rendezvous waits for a slow peer's import (30 s or more under load) rather
+                   # than fail: one restart, the kill's, is what the test counts
                    command=("python", "/opt/train/steps.py", "--steps", "100000", "--step-time", "0.2",
-                            "--dir", "/data", "--stop-file", "/data/stop"),
+                            "--dir", "/data", "--stop-file", "/data/stop", "--timeout", "180"),
                    run_policy={"backoffLimit": 2, **({"warmSpares": True} if spares else {})})
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
         pod = rspec["template"]["spec"]
@@ -114,12 +116,18 @@ def training_process(node: Client, pod: str, ns: str, uid: str, rank: int) -> tu
     return trainers[0], (spares[0] if spares else None)
 
 
-def torch_loaded(pid: int) -> bool:
+def spare_ready(pid: int) -> bool:
+    """The spare has warmed and waits for its attempt: blocked reading its socket (read(2) on the fd its
+    environment names), where it goes once torch is imported."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
-            return "libtorch_cpu" in f.read()
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        with open(f"/proc/{pid}/syscall") as f:
+            call = f.read().split()
     except OSError:
         return False
+    fd = env.get(b"TORCHJOB_SPARE_FD", b"")
+    return fd.isdigit() and len(call) > 1 and call[0] == "0" and int(call[1], 16) == int(fd)  # 0: read on x86-64
 
 
 def kill_trainer(node: Client, pod: str, ns: str, uid: str, rank: int) -> int:
@@ -150,11 +158,11 @@ def run_and_kill(node_kubeconfig: str, node: Client, ns: str, tmp_path: Path, na
     before = {p.metadata.name: p.metadata.uid for p in pods(node, name, ns)}
     uid = str(node.get(TorchJobRes, name, namespace=ns).metadata.uid)
     spare_pids: dict[str, int] = {}
-    if spares:  # each pod's spare started and torch imported in it, as in a job that has trained a while
+    if spares:  # each pod's spare warm and waiting, as in a job that has trained a while
         def warm() -> bool:
             for pod, rank in ((master, 0), (worker, 1)):
                 _, spare = training_process(node, pod, ns, uid, rank)
-                if spare is None or not torch_loaded(spare):
+                if spare is None or not spare_ready(spare):
                     return False
                 inner = ns_pid(spare)
                 assert inner is not None
