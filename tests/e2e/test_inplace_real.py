@@ -184,8 +184,12 @@ def run_and_kill(node_kubeconfig: str, node: Client, ns: str, tmp_path: Path, na
 
     wait_for("training resumed on both ranks", resumed, timeout=120, every=0.5)
     (data / "stop").write_text("")
+    # The job's end, and the operator's count of it once no replica runs: the job succeeds when the
+    # master does, and the worker's own end comes a moment later or earlier (with or without spares:
+    # a status read at the first moment of success counted it either way; seen in a landing run).
     status = wait_for("the job's end", lambda: (s := status_of(node, name, ns)).get("state") in (
-        "Succeeded", "Failed") and s, timeout=90, every=0.5)
+        "Succeeded", "Failed") and not any(r.get("active") for r in s.get("replicaStatuses", {}).values())
+        and s, timeout=90, every=0.5)
     logs = {p: pod_log(node, p, ns) for p in (master, worker)}
     return {"status": status, "before": before, "killed": killed, "spares": spare_pids, "logs": logs,
             "after": {p.metadata.name: p for p in pods(node, name, ns)}}

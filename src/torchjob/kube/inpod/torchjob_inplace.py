@@ -357,7 +357,8 @@ class Wrapper:
                 self.start(attempt)
                 code, stopped = self.run_attempt()
                 self.phase = "exiting"
-                finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                # to the microsecond: which of a gang's failures came first is told apart (a pod's own is in seconds)
+                finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
                 if self.signalled is not None or (code == 0 and not stopped):
                     return code
                 message = self.start_error or self.message()
