@@ -497,20 +497,6 @@ def in_pod(client: Any, ns: str, pod: str, sock: str, job_uid: str,
     return cid, trainer, spare
 
 
-def spare_ready(pid: int) -> bool:
-    """The spare has warmed and waits for its attempt: blocked reading its socket (read(2) on the fd its
-    environment names), where it goes once torch is imported."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
-        with open(f"/proc/{pid}/syscall") as f:
-            call = f.read().split()
-    except OSError:
-        return False
-    fd = env.get(b"TORCHJOB_SPARE_FD", b"")
-    return fd.isdigit() and len(call) > 1 and call[0] == "0" and int(call[1], 16) == int(fd)  # 0: read on x86-64
-
-
 def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: str, spares: bool = False) -> Trial:
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.models.meta_v1 import ObjectMeta
@@ -539,7 +525,7 @@ def run_node(runtime: str, elastic: bool, client: Any, kubeconfig: str, sock: st
         started = attempt_pids(read_lines(d))
         for pod in replicas:
             _, trainer, spare = in_pod(client, ns, pod, sock, job_uid, started.get(pod.removeprefix(f"{name}-")))
-            if trainer is None or spare is None or not spare_ready(spare):
+            if trainer is None or spare is None or not pids.spare_waiting(spare):
                 return False
         return True
 

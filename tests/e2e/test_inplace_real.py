@@ -116,20 +116,6 @@ def training_process(node: Client, pod: str, ns: str, uid: str, rank: int) -> tu
     return trainers[0], (spares[0] if spares else None)
 
 
-def spare_ready(pid: int) -> bool:
-    """The spare has warmed and waits for its attempt: blocked reading its socket (read(2) on the fd its
-    environment names), where it goes once torch is imported."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
-        with open(f"/proc/{pid}/syscall") as f:
-            call = f.read().split()
-    except OSError:
-        return False
-    fd = env.get(b"TORCHJOB_SPARE_FD", b"")
-    return fd.isdigit() and len(call) > 1 and call[0] == "0" and int(call[1], 16) == int(fd)  # 0: read on x86-64
-
-
 def kill_trainer(node: Client, pod: str, ns: str, uid: str, rank: int) -> int:
     """SIGKILL the training process of the pod's container (not its PID 1 when an entry point runs in
     front of it); its pid in the container. Sent through a pidfd to a process checked again as the one
@@ -162,7 +148,7 @@ def run_and_kill(node_kubeconfig: str, node: Client, ns: str, tmp_path: Path, na
         def warm() -> bool:
             for pod, rank in ((master, 0), (worker, 1)):
                 _, spare = training_process(node, pod, ns, uid, rank)
-                if spare is None or not spare_ready(spare):
+                if spare is None or not pids.spare_waiting(spare):
                     return False
                 inner = ns_pid(spare)
                 assert inner is not None

@@ -104,3 +104,29 @@ def test_send_checks_the_process_it_signals(stranger: subprocess.Popen[bytes]) -
     assert alive(stranger)
     assert pids.send(stranger.pid, signal.SIGKILL, pids.started_at(pids.started(stranger.pid)))
     assert stranger.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_spare_is_seen_waiting_once_it_blocks_reading_its_socket() -> None:
+    """pids.spare_waiting, as the benches and the real-node test use it: the process reading the fd its
+    TORCHJOB_SPARE_FD names (what a warm spare's launcher does), and not while it is still busy."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    code = "import os, time; time.sleep(float(os.environ['BUSY_S'])); os.read(int(os.environ['TORCHJOB_SPARE_FD']), 1)"
+    proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(theirs.fileno(),),
+                            env={"TORCHJOB_SPARE_FD": str(theirs.fileno()), "BUSY_S": "1"})
+    theirs.close()
+    try:
+        assert not pids.spare_waiting(proc.pid)  # still "importing"
+        end = time.monotonic() + 30
+        while not pids.spare_waiting(proc.pid):
+            assert time.monotonic() < end and proc.poll() is None
+            time.sleep(0.05)
+        ours.sendall(b"x")
+        proc.wait(10)
+        assert not pids.spare_waiting(proc.pid)
+    finally:
+        ours.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

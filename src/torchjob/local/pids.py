@@ -104,3 +104,19 @@ def alive(pid: int | None, ticks: int | None) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+def spare_waiting(pid: int) -> bool:
+    """Whether process `pid` is a warm spare (local/spare.py, or one in a pod seen from its node) that has
+    warmed and waits for its attempt: blocked reading its socket (read(2), x86-64's syscall 0, on the fd
+    its environment's TORCHJOB_SPARE_FD names), where its launcher goes once its imports are done. For
+    benches and tests that look from outside."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        with open(f"/proc/{pid}/syscall") as f:
+            call = f.read().split()
+    except OSError:
+        return False
+    fd = env.get(b"TORCHJOB_SPARE_FD", b"")
+    return fd.isdigit() and len(call) > 1 and call[0] == "0" and int(call[1], 16) == int(fd)
