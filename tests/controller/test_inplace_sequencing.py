@@ -50,6 +50,15 @@ def up(api: FakeApi) -> None:
         api.kubelet(pod, NS, "Running")
 
 
+async def master_failed(api: FakeApi, c: Any) -> None:
+    """The job's pods made and running, then the master's attempt 0 failed (exit 3) and decided on."""
+    await one_round(api, c)
+    up(api)
+    await one_round(api, c)
+    await ended(api, MASTER, 0, 3)
+    await one_round(api, c)
+
+
 def test_a_failed_rank_stops_its_peer_and_the_gang_restarts_in_the_same_pods() -> None:
     async def scenario() -> None:
         api = FakeApi()
@@ -126,11 +135,7 @@ def test_a_parked_pod_whose_entry_point_ended_is_made_again_as_a_new_pod() -> No
         api = FakeApi()
         api.put(spared())
         async with running_with(api, link()) as c:
-            await one_round(api, c)
-            up(api)
-            await one_round(api, c)
-            await ended(api, MASTER, 0, 3)
-            await one_round(api, c)  # the restart: the worker asked to stop
+            await master_failed(api, c)  # the restart: the worker asked to stop
             # the master's entry point gives up (its pod ends with the attempt's code) before the restart
             api.kubelet(MASTER, NS, "Failed", exit_code=3)
             await ended(api, WORKER, 0, 143)
@@ -177,11 +182,7 @@ def test_a_peer_whose_entry_point_does_not_stop_it_in_time_loses_its_pod(monkeyp
         api = FakeApi()
         api.put(spared())
         async with running_with(api, link()) as c:
-            await one_round(api, c)
-            up(api)
-            await one_round(api, c)
-            await ended(api, MASTER, 0, 3)
-            await one_round(api, c)  # the worker asked to stop, already overdue
+            await master_failed(api, c)  # the worker asked to stop, already overdue
             assert notes(api, WORKER)[inplace.ANNOTATION_STOP] == "0"
             start = len(api.calls)
             await one_round(api, c)
