@@ -190,3 +190,23 @@ def test_a_peer_whose_entry_point_does_not_stop_it_in_time_loses_its_pod(monkeyp
             assert ("Pod", NS, WORKER) not in api.objects
 
     run(scenario)
+
+
+def test_an_operator_started_in_the_middle_of_a_restart_in_place_carries_it_on() -> None:
+    """Everything the operator knows of a restart in place is in the pods' annotations: a new operator
+    (a restart, a new leader: nothing in memory) finishes the one its predecessor began."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await master_failed(api, c)  # the restart decided, the worker asked to stop
+        await ended(api, WORKER, 0, 143)
+        async with running_with(api, link()) as fresh:
+            start = len(api.calls)
+            await one_round(api, fresh)
+            assert sorted((verb, pod) for verb, pod, _ in acts(api, start)) == [
+                ("patch_annotations", MASTER), ("patch_annotations", WORKER)]
+            assert [notes(api, p)[ANNOTATION_ATTEMPT] for p in (MASTER, WORKER)] == ["1", "1"]
+            assert status_of(api)["restartCount"] == 1
+
+    run(scenario)
