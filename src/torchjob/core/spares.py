@@ -74,14 +74,24 @@ def python_entry(argv: list[str], python: str) -> PythonEntry | None:
     return None
 
 
-def no_spare_reason(job: TorchJob, rtype: str, entry: PythonEntry | None) -> str | None:
-    """Why a replica of type `rtype` gets no warm spare (None: it gets one)."""
-    if not job.run_policy.warmSpares:
-        return "runPolicy.warmSpares is not set"
+NOT_ASKED = "runPolicy.warmSpares is not set"
+
+
+def never_restarted(job: TorchJob, rtype: str) -> str | None:
+    """Why a replica of type `rtype` is never restarted, if it is not (None: it may be)."""
     if job.run_policy.backoffLimit == 0:
         return "runPolicy.backoffLimit is 0: no replica is ever restarted"
     if job.restart_policy(rtype) == "Never" and not _restarted_by_policy(job, rtype):
         return f"{rtype}'s restartPolicy is Never: it is never restarted"
+    return None
+
+
+def no_spare_reason(job: TorchJob, rtype: str, entry: PythonEntry | None) -> str | None:
+    """Why a replica of type `rtype` gets no warm spare (None: it gets one)."""
+    if not job.run_policy.warmSpares:
+        return NOT_ASKED
+    if (never := never_restarted(job, rtype)) is not None:
+        return never
     if entry is None:
         return (f"{rtype}'s command is not `python SCRIPT` or `python -m MODULE` (nor torchrun): a spare can only "
                 "stand in for a command Python runs itself")
@@ -97,7 +107,6 @@ def _restarted_by_policy(job: TorchJob, rtype: str) -> bool:
 
 # A Python interpreter as a pod's command names it: `python`, `python3`, `/usr/bin/python3.11`.
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
-TORCHRUN = PythonEntry((), None, "torch.distributed.run", ())
 NO_ENDPOINT = ("the operator runs without its progress endpoint, the channel over which a pod's restart in place "
                "is reported and decided")
 
@@ -115,7 +124,7 @@ def in_place_reason(job: TorchJob, rtype: str, argv: list[str], torchrun: bool, 
     spare, reports a failed attempt to the operator's endpoint (`endpoint`) and runs the next attempt
     in the same pod when the operator says so."""
     if torchrun:  # a command Python runs, but its agent's spare would shorten only the agent's own start
-        return no_spare_reason(job, rtype, TORCHRUN) or (
+        return (NOT_ASKED if not job.run_policy.warmSpares else None) or never_restarted(job, rtype) or (
             f"{rtype} runs torchrun, which restarts its own workers (--max-restarts); its pod restarts as a new pod")
     reason = no_spare_reason(job, rtype, in_pod_entry(argv))
     if reason is not None:
@@ -135,7 +144,7 @@ def on_a_cluster(job: TorchJob, endpoint: bool = True) -> str | None:
         return None
     told = []
     for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
-        if no_spare_reason(job, rtype, TORCHRUN) is not None:
+        if never_restarted(job, rtype) is not None:
             continue  # never restarted: nothing to stand in for
         containers = rspec.template.spec.containers
         c = containers[training_container(containers)]
