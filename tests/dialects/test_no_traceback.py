@@ -281,3 +281,37 @@ def test_a_number_in_digits_that_are_not_ascii_is_refused_naming_the_field(tmp_p
     result = torchjob(*command, str(tmp_path / "job.yaml"))
     assert result.code == 2 and "Traceback" not in result.err, result.err
     assert message in result.err
+
+
+# --- a replica whose template has no container (issue 43, item 7) ---------------------------------
+
+NO_CONTAINER = {
+    "torchjob": ("apiVersion: torchjob.dev/v1\nkind: TorchJob\nmetadata: {name: e}\nspec:\n  pytorchReplicaSpecs:\n"
+                 "    Master: {replicas: 1, template: {spec: {containers: []}}}\n",
+                 "spec.pytorchReplicaSpecs.Master.template.spec.containers"),
+    "kubeflow": ("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: kf}\nspec:\n  pytorchReplicaSpecs:\n"
+                 "    Master: {replicas: 1, restartPolicy: OnFailure, template: {spec: {containers: []}}}\n",
+                 "spec.pytorchReplicaSpecs.Master.template.spec.containers"),
+    "volcano": (VOLCANO.replace("PORT", "--port=23456").replace("containers: [{name: c, image: x}]", "containers: []",
+                                                                  1), "spec.tasks[0].template.spec.containers"),
+    "t9k": ("apiVersion: batch.tensorstack.dev/v1beta1\nkind: PyTorchTrainingJob\nmetadata: {name: t9}\nspec:\n"
+            "  replicaSpecs:\n    - {type: master, replicas: 1, template: {spec: {containers: []}}}\n",
+            "spec.replicaSpecs[0].template.spec.containers"),
+    "trainjob runtime": (RUNTIME_NPROC.replace('"²"', "1").replace("[{name: node, image: x}]", "[]"),
+                         "replicatedJobs[-1].template.spec.template.spec.containers"),
+}
+
+
+@pytest.mark.parametrize("dialect", sorted(NO_CONTAINER))
+def test_a_replica_with_no_container_is_refused_naming_the_field_and_run_starts_nothing(
+        tmp_path: Path, dialect: str) -> None:
+    """`containers: []` was an IndexError traceback from `validate` and `run` (a check read the
+    training container of every replica): now a refusal with the field, the reason and the fix."""
+    text, field = NO_CONTAINER[dialect]
+    (tmp_path / "job.yaml").write_text(text)
+    for command in (["validate"], ["render", "--kube"], ["convert", "--to", "kubeflow"], ["run"]):
+        result = answered(*command, str(tmp_path / "job.yaml"))
+        assert result.code == 2 and field in result.err, (command, result.err)
+        assert "fix:" in result.err, result.err
+    assert not (Path(os.environ["TORCHJOB_HOME"]) / "jobs").exists() or not any(
+        (Path(os.environ["TORCHJOB_HOME"]) / "jobs").iterdir())  # `run` started nothing

@@ -160,7 +160,8 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
         path: list[str | int] = [*base, rtype, "template", "spec"]
         pod = rspec.template.spec
         if not pod.containers:
-            add([*path, "containers"], "no containers", "add the training container")
+            add([*path, "containers"], "is empty: a replica runs its training container",
+                "add it, e.g. containers: [{name: pytorch, image: IMAGE, command: [python, train.py]}]")
             continue
         volume_names = {v.name for v in pod.volumes or []}
         for vi, vol in enumerate(pod.volumes or []):
@@ -214,6 +215,8 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
                     add([*cpath, "env", ei, "name"], f"{env.name} is set twice", "keep one")
                 seen.add(env.name)
 
+    if any(not s.template.spec.containers for s in specs.values()):
+        return problems  # what follows reads each replica's training container
     _validate_policies(job, add)
 
     rp = job.run_policy
