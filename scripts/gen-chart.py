@@ -28,13 +28,19 @@ def _define(name: str, rules: list[dict[str, Any]]) -> str:
 
 def trainer_api() -> str:
     """templates/trainer-api.yaml: what `torchjob install --trainer-api` adds, under trainerApi.enabled
-    (its CRDs kept on `helm uninstall`, as Kubeflow's), the runtime's image a value."""
+    (its CRDs kept on `helm uninstall`, as Kubeflow's), the runtime's image a value, and the subjects that
+    may list the runtimes (trainerApi.runtimeReaders; none: no binding)."""
     ns, image = "__RELEASE_NAMESPACE__", "__RUNTIME_IMAGE__"
-    objs = trainer_objects.trainer_api_objects(ns, runtime_image=image)
+    objs = trainer_objects.trainer_api_objects(ns, runtime_image=image, runtime_readers=())
     for o in objs:
         if o["kind"] == "CustomResourceDefinition":
             o["metadata"].setdefault("annotations", {})["helm.sh/resource-policy"] = "keep"
+    binding = next(o for o in trainer_objects.operator_rbac(ns) if o["metadata"]["name"] ==
+                   trainer_objects.RUNTIME_READERS and o["kind"] == "ClusterRoleBinding")
+    del binding["subjects"]
     text = yaml.safe_dump_all(objs, sort_keys=False)
+    text += ("{{- if .Values.trainerApi.runtimeReaders }}\n---\n" + yaml.safe_dump(binding, sort_keys=False)
+             + "subjects:\n{{- toYaml .Values.trainerApi.runtimeReaders | nindent 0 }}\n{{- end }}\n")
     text = text.replace(ns, "{{ .Release.Namespace }}").replace(image, "{{ .Values.trainerApi.runtimeImage }}")
     return HEADER + "{{- if .Values.trainerApi.enabled }}\n" + text + "{{- end }}\n"
 

@@ -4,6 +4,7 @@ Deployment, or their YAML) and `torchjob operator` (the controller itself). Regi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -18,6 +19,28 @@ class NotReady(UserError):
     exit_code = 1
 
 
+@dataclass(frozen=True)
+class InstallOptions:
+    """`torchjob install`'s flags, as its click command receives them (one frozen value, not 16 arguments)."""
+
+    dry_run: bool = False
+    image: str | None = None
+    namespace: str = "torchjob-system"
+    crd_only: bool = False
+    kubeflow_api: bool = False
+    trainer_api: bool = False
+    trainer_runtime_image: str | None = None
+    trainer_runtime_readers: tuple[str, ...] = ()
+    t9k_api: bool = False
+    take_over: bool = False
+    kubeconfig: str | None = None
+    watch_namespaces: tuple[str, ...] = ()
+    replicas: int = 1
+    operator_args: tuple[str, ...] = ()
+    wait: bool = True
+    timeout: float = 180
+
+
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Print the manifests instead of applying them.")
 @click.option("--image", default=None, help="The operator image (default torchjob/operator:VERSION).")
@@ -28,12 +51,21 @@ class NotReady(UserError):
 @click.option("--trainer-api", is_flag=True,
               help="Also Kubeflow Trainer v2's CRDs (trainjobs, trainingruntimes, clustertrainingruntimes.trainer."
                    "kubeflow.org), the torch-distributed runtime, the kubeflow-trainer-public ConfigMap and their "
-                   "RBAC: the operator serves TrainJobs too.")
+                   "RBAC: the operator serves TrainJobs too. Refused where Kubeflow Trainer's own install made "
+                   "them (see --take-over).")
 @click.option("--trainer-runtime-image", default=None, metavar="IMAGE",
               help="With --trainer-api: the torch-distributed runtime's node image (default: Trainer v2.3's).")
+@click.option("--trainer-runtime-reader", "trainer_runtime_readers", multiple=True, metavar="SUBJECT",
+              help="With --trainer-api: who may list the ClusterTrainingRuntimes (the Kubeflow SDK does): "
+                   "group:NAME, user:NAME or serviceaccount:NAMESPACE:NAME (repeat it), or none for no binding "
+                   "(default: group:system:authenticated, every authenticated user and ServiceAccount).")
 @click.option("--t9k-api", is_flag=True,
               help="Also T9k's pytorchtrainingjobs.batch.tensorstack.dev CRD and its RBAC: the operator serves "
-                   "PyTorchTrainingJobs too.")
+                   "PyTorchTrainingJobs too. Refused where T9k's own install made it (see --take-over).")
+@click.option("--take-over", is_flag=True,
+              help="With --trainer-api or --t9k-api: apply torchjob's CRDs and objects over those another install "
+                   "(Kubeflow Trainer's, T9k's) made, making them torchjob's; stop that install's controller "
+                   "first, or two controllers act on the same jobs.")
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Default: $KUBECONFIG, ~/.kube/config.")
 @click.option("--watch-namespace", "watch_namespaces", multiple=True, metavar="NAMESPACE",
               help="Only this namespace's jobs (repeat it; default: all); the operator's rights there are Roles.")
@@ -46,37 +78,82 @@ class NotReady(UserError):
                    "pulled or it keeps crashing.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True, metavar="SECONDS",
               help="With --wait: how long to wait for the operator to be Ready.")
-def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, kubeflow_api: bool,
-            trainer_api: bool, trainer_runtime_image: str | None, t9k_api: bool, kubeconfig: str | None,
-            watch_namespaces: tuple[str, ...], replicas: int,
-            operator_args: tuple[str, ...], wait: bool, timeout: float) -> None:
+def install(**values: Any) -> None:
     """Install the TorchJob CRD, least-privilege RBAC and the operator Deployment in a cluster, and
     wait until the operator is Ready (exit 1, saying what its pods say, when it does not come up).
-    Refused, with nothing applied, where an install in another namespace holds its bindings."""
-    from torchjob.kube.objects.install import DEFAULT_IMAGE, apply, manifests
+    Refused, with nothing applied, where an install in another namespace holds its bindings, or where
+    another install (Kubeflow Trainer's, T9k's) made the objects of --trainer-api or --t9k-api."""
+    run_install(InstallOptions(**values))
 
-    objs = manifests(image or DEFAULT_IMAGE, namespace, replicas=replicas, args=list(operator_args),
-                     kubeflow_api=kubeflow_api, crd_only=crd_only,
-                     watch_namespaces=tuple(dict.fromkeys(watch_namespaces)))
+
+def _readers(given: tuple[str, ...]) -> tuple[dict[str, str], ...]:
+    """--trainer-runtime-reader, as RBAC subjects (none given: the default; `none`: no binding)."""
+    from torchjob.kube.served.trainer_objects import DEFAULT_RUNTIME_READERS, reader_subject
+
+    if not given:
+        return DEFAULT_RUNTIME_READERS
+    if "none" in given:
+        if len(given) > 1:
+            raise UserError("--trainer-runtime-reader none: no binding, and yet subjects to bind were given too",
+                            fix="pass either none or the subjects")
+        return ()
+    return tuple(reader_subject(g) for g in dict.fromkeys(given))
+
+
+@dataclass(frozen=True)
+class Manifests:
+    """What an install applies: `first` (the CRDs first), then `later` (objects of kinds whose CRDs this
+    install makes, applied once those are served); `foreign_api`: those of them that have the names of
+    Kubeflow Trainer's or T9k's own install (--trainer-api, --t9k-api), which it must not take over
+    unasked. Kubeflow's PyTorchJob CRD (--kubeflow-api) is not among them: replacing the training-
+    operator's is how a cluster moves to torchjob (docs/how-to/kubeflow-migration.md), and the operator
+    leaves PyTorchJobs alone while the training-operator holds its Lease."""
+
+    first: list[dict[str, Any]]
+    later: list[dict[str, Any]]
+    foreign_api: list[dict[str, Any]]
+
+
+def manifests_of(opts: InstallOptions) -> Manifests:
+    """What `opts` installs."""
+    from torchjob.kube.objects.install import DEFAULT_IMAGE, manifests
+
+    watched = tuple(dict.fromkeys(opts.watch_namespaces))
+    readers = _readers(opts.trainer_runtime_readers)  # refused before anything, also without --trainer-api
+    objs = manifests(opts.image or DEFAULT_IMAGE, opts.namespace, replicas=opts.replicas,
+                     args=list(opts.operator_args), kubeflow_api=opts.kubeflow_api, crd_only=opts.crd_only,
+                     watch_namespaces=watched)
     later: list[dict[str, Any]] = []  # objects of kinds whose CRDs this install makes
-    if trainer_api:
+    foreign_api: list[dict[str, Any]] = []
+    if opts.trainer_api:
         from torchjob.kube.served.trainer_objects import DEFAULT_RUNTIME_IMAGE, trainer_api_objects
 
-        more = trainer_api_objects(namespace, tuple(dict.fromkeys(watch_namespaces)), crd_only,
-                                   trainer_runtime_image or DEFAULT_RUNTIME_IMAGE)
+        more = trainer_api_objects(opts.namespace, watched, opts.crd_only,
+                                   opts.trainer_runtime_image or DEFAULT_RUNTIME_IMAGE, readers)
         count = sum(1 for o in objs if o["kind"] == "CustomResourceDefinition")
         objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:]]
         later = [o for o in more if o["kind"] != "CustomResourceDefinition"]
-    if t9k_api:
+        foreign_api += more
+    if opts.t9k_api:
         from torchjob.kube.served.t9k_objects import t9k_api_objects
 
-        more = t9k_api_objects(namespace, tuple(dict.fromkeys(watch_namespaces)), crd_only)
+        more = t9k_api_objects(opts.namespace, watched, opts.crd_only)
         count = sum(1 for o in objs if o["kind"] == "CustomResourceDefinition")
         objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:],
                 *(o for o in more if o["kind"] != "CustomResourceDefinition")]
-    config = kubeconfig.split(":")[0] if kubeconfig else None
-    _refuse_another_install([*objs, *later], namespace, config, dry_run)  # before anything is applied
-    if dry_run:
+        foreign_api += more
+    return Manifests(objs, later, foreign_api)
+
+
+def run_install(opts: InstallOptions) -> None:
+    """`torchjob install`: check, then print (--dry-run) or apply and wait."""
+    from torchjob.kube.objects.install import DEFAULT_IMAGE, apply
+
+    made = manifests_of(opts)
+    objs, later = made.first, made.later
+    config = opts.kubeconfig.split(":")[0] if opts.kubeconfig else None
+    _refuse_another_install(made, opts, config)  # before anything is applied
+    if opts.dry_run:
         import yaml
 
         click.echo(yaml.safe_dump_all([*objs, *later], sort_keys=False).rstrip())
@@ -85,51 +162,59 @@ def install(dry_run: bool, image: str | None, namespace: str, crd_only: bool, ku
         click.echo(f"applied {name}")
     for name in _apply_once_known(later, config):
         click.echo(f"applied {name}")
-    if wait and not crd_only:
-        _wait_for_operator(config, namespace, image or DEFAULT_IMAGE, timeout)
+    if opts.wait and not opts.crd_only:
+        _wait_for_operator(config, opts.namespace, opts.image or DEFAULT_IMAGE, opts.timeout)
 
 
-def _refuse_another_install(objs: list[dict[str, Any]], namespace: str, kubeconfig: str | None,
-                            dry_run: bool) -> None:
+def _refuse_another_install(made: Manifests, opts: InstallOptions, kubeconfig: str | None) -> None:
     """Refuse (UserError) when an object to apply belongs to an install in another namespace
-    (install.taken: its bindings bind that namespace's ServiceAccount). A dry run says the same where
-    it can reach a cluster, and prints the manifests alone where there is none."""
-    from torchjob.kube.objects.install_owner import refusal, taken, to_check
+    (install_owner.taken: its bindings bind that namespace's ServiceAccount), or, unless --take-over,
+    when another install than torchjob's made an object of Trainer's or T9k's API it would apply
+    (install_owner.foreign). A dry run says the same where it can reach a cluster, and prints the
+    manifests alone where there is none."""
+    from torchjob.kube.objects.install_owner import foreign, refusal, take_over_refusal, taken, to_check, to_take_over
 
-    if not to_check(objs):  # --crd-only: the CRDs are the same whoever installs them
+    objs = [*made.first, *made.later]
+    check_foreign = not opts.take_over and bool(to_take_over(made.foreign_api))
+    if not to_check(objs) and not check_foreign:  # --crd-only: the CRDs are the same whoever installs them
         return
     from torchjob.kube.clientside.kube_runtime import client, explain
 
     try:
         kube = client(kubeconfig, None)
-        found = taken(objs, namespace, lambda obj: _found(kube, obj))
+        found = taken(objs, opts.namespace, lambda obj: _found(kube, obj))
+        theirs = foreign(made.foreign_api, lambda obj: _found(kube, obj)) if check_foreign and not found else []
     except UserError:
-        if dry_run:  # no kubeconfig: nothing to compare with
+        if opts.dry_run:  # no kubeconfig: nothing to compare with
             return
         raise
     except Exception as e:
         said = explain(e)
-        if not dry_run or said is None:
+        if not opts.dry_run or said is None:
             raise
         click.echo(f"note: not checked against the cluster for another install's objects: {said.message}", err=True)
         return
     if found:
-        raise refusal(found, namespace)
+        raise refusal(found, opts.namespace)
+    if theirs:
+        raise take_over_refusal(theirs)
 
 
 def _found(kube: Any, obj: dict[str, Any]) -> dict[str, Any] | None:
-    """`obj`'s copy on the cluster (a ClusterRoleBinding or RoleBinding), or None."""
+    """`obj`'s copy on the cluster, or None (none; or its kind is not served, as a CRD's kind before
+    the CRD is made)."""
     from lightkube.core.exceptions import ApiError
-    from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, RoleBinding
+    from lightkube.core.resource_registry import resource_registry
 
+    import torchjob.kube.machinery.client  # noqa: F401 (registers the generic kinds, ClusterTrainingRuntime's)
     from torchjob.kube.machinery.client import status_code
 
     meta = obj["metadata"]
+    res = resource_registry.load(obj["apiVersion"], obj["kind"])
+    if res is None:
+        raise ValueError(f"{obj['apiVersion']} {obj['kind']}: a kind the client does not know")
     try:
-        if obj["kind"] == "ClusterRoleBinding":
-            there = kube.get(ClusterRoleBinding, meta["name"])
-        else:
-            there = kube.get(RoleBinding, meta["name"], namespace=meta["namespace"])
+        there = kube.get(res, meta["name"], namespace=meta.get("namespace"))
     except ApiError as e:
         if status_code(e) == 404:
             return None

@@ -21,8 +21,9 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from torchjob.api.errors import UserError
 from torchjob.dialects.trainer_runtime import TORCH_DISTRIBUTED
-from torchjob.kube.objects import install
+from torchjob.kube.objects import install, install_owner
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -42,9 +43,15 @@ DEFAULT_RUNTIME_IMAGE = TORCH_DISTRIBUTED["spec"]["template"]["spec"]["replicate
 PUBLIC_CONFIGMAP = "kubeflow-trainer-public"  # what the SDK's TrainerClient reads on start
 SYSTEM_NAMESPACE = "kubeflow-system"  # where it reads it ($KUBEFLOW_SYSTEM_NAMESPACE, by default)
 TRAINER_VERSION = "v2.3.0"  # the Trainer API torchjob serves, as the ConfigMap says it
-MANAGED_BY = {"app.kubernetes.io/managed-by": "torchjob"}
-# On the CRDs torchjob installs: what says so when Helm has relabelled them `managed-by: Helm`
-INSTALLED_BY = {"torchjob.dev/installed-by": "torchjob"}
+MANAGED_BY = dict([install_owner.OURS_LABEL])
+# On the objects torchjob installs: what says so when Helm has relabelled them `managed-by: Helm`
+INSTALLED_BY = dict([install_owner.OURS_ANNOTATION])
+RUNTIME_READERS = "torchjob-trainingruntimes-reader"  # the ClusterRole (and its binding) that lists the runtimes
+# Who may list the ClusterTrainingRuntimes (the Kubeflow SDK does, for every TrainJob): every authenticated
+# user and ServiceAccount by default, as Trainer's chart grants; `torchjob install --trainer-runtime-reader`
+# and the chart's trainerApi.runtimeReaders narrow it (none: no binding; bind the ClusterRole yourself)
+DEFAULT_RUNTIME_READERS: tuple[dict[str, str], ...] = (
+    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"},)
 OPERATOR_ROLE = "torchjob-operator-trainer"  # the ClusterRole (and its binding) for serving TrainJobs
 
 _FREE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -138,9 +145,7 @@ AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 def installed_by_torchjob(crd: dict[str, Any]) -> bool:
     """Whether torchjob installed a CRD: its label (`torchjob install`), or its annotation (the chart's:
     Helm sets the label to its own name)."""
-    meta = crd.get("metadata") or {}
-    (label, value), (key, mark) = next(iter(MANAGED_BY.items())), next(iter(INSTALLED_BY.items()))
-    return (meta.get("labels") or {}).get(label) == value or (meta.get("annotations") or {}).get(key) == mark
+    return install_owner.ours(crd)
 
 
 def crds() -> list[dict[str, Any]]:
@@ -160,6 +165,7 @@ def default_runtime(image: str = DEFAULT_RUNTIME_IMAGE) -> dict[str, Any]:
     """Trainer v2.3's `torch-distributed` ClusterTrainingRuntime, its node image `image`."""
     rt = copy.deepcopy(TORCH_DISTRIBUTED)
     rt["metadata"]["labels"] = {**rt["metadata"]["labels"], **MANAGED_BY}
+    rt["metadata"]["annotations"] = {**rt["metadata"].get("annotations", {}), **INSTALLED_BY}
     rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
         "image"] = image
     return rt
@@ -169,7 +175,8 @@ def public_objects() -> list[dict[str, Any]]:
     """The ConfigMap the Kubeflow SDK reads the Trainer version from, its namespace, and read access to
     it for every authenticated user (as Trainer's chart grants)."""
     rbac = "rbac.authorization.k8s.io/v1"
-    meta = {"name": PUBLIC_CONFIGMAP, "namespace": SYSTEM_NAMESPACE, "labels": dict(MANAGED_BY)}
+    meta = {"name": PUBLIC_CONFIGMAP, "namespace": SYSTEM_NAMESPACE, "labels": dict(MANAGED_BY),
+            "annotations": dict(INSTALLED_BY)}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
@@ -200,14 +207,16 @@ EDIT_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "de
 VIEW_VERBS = ["get", "list", "watch"]
 
 
-def operator_rbac(namespace: str, watch_namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+def operator_rbac(namespace: str, watch_namespaces: Sequence[str] = (),
+                  runtime_readers: Sequence[dict[str, str]] = DEFAULT_RUNTIME_READERS) -> list[dict[str, Any]]:
     """The operator ServiceAccount's rights to serve TrainJobs (a ClusterRole, or Roles in the watched
     namespaces), and the aggregated roles that let a namespace's editors make TrainJobs and read the
-    runtimes (the SDK lists ClusterTrainingRuntimes: every authenticated user may)."""
+    runtimes; the SDK lists ClusterTrainingRuntimes: `runtime_readers` (RBAC subjects) may (none: no
+    binding, only the ClusterRole)."""
     rbac = "rbac.authorization.k8s.io/v1"
     agg = "rbac.authorization.k8s.io/aggregate-to-"
     out = install.roles(OPERATOR_ROLE, JOB_RULES, CLUSTER_RULES, namespace, watch_namespaces)
-    reader = "torchjob-trainingruntimes-reader"
+    reader = RUNTIME_READERS
     out += [
         {"apiVersion": rbac, "kind": "ClusterRole",
          "metadata": {"name": "torchjob-trainjobs-edit", "labels": {f"{agg}admin": "true", f"{agg}edit": "true"}},
@@ -219,17 +228,37 @@ def operator_rbac(namespace: str, watch_namespaces: Sequence[str] = ()) -> list[
                     "verbs": VIEW_VERBS}]},
         {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": reader},
          "rules": [{"apiGroups": [GROUP], "resources": [CLUSTER_RUNTIME_PLURAL], "verbs": VIEW_VERBS}]},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": reader},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
     ]
+    if runtime_readers:
+        out.append({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": reader},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+                    "subjects": [dict(s) for s in runtime_readers]})
     return out
 
 
+def reader_subject(text: str) -> dict[str, str]:
+    """One `--trainer-runtime-reader`: `group:NAME`, `user:NAME` or `serviceaccount:NAMESPACE:NAME`, as
+    an RBAC subject (UserError naming the flag otherwise)."""
+    kind, _, rest = text.partition(":")
+    api = {"apiGroup": "rbac.authorization.k8s.io"}
+    if kind == "group" and rest:
+        return {**api, "kind": "Group", "name": rest}
+    if kind == "user" and rest:
+        return {**api, "kind": "User", "name": rest}
+    namespace, _, name = rest.partition(":")
+    if kind == "serviceaccount" and namespace and name and ":" not in name:
+        return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    raise UserError(f"--trainer-runtime-reader {text!r}: not a subject to bind",
+                    fix="pass group:NAME (e.g. group:system:serviceaccounts:team-a), user:NAME or "
+                        "serviceaccount:NAMESPACE:NAME; or none, for no binding")
+
+
 def trainer_api_objects(namespace: str, watch_namespaces: Sequence[str] = (), crd_only: bool = False,
-                        runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> list[dict[str, Any]]:
+                        runtime_image: str = DEFAULT_RUNTIME_IMAGE,
+                        runtime_readers: Sequence[dict[str, str]] = DEFAULT_RUNTIME_READERS) -> list[dict[str, Any]]:
     """What `torchjob install --trainer-api` adds: the CRDs (alone with `crd_only`), then the default
-    runtime, the SDK's ConfigMap and the RBAC."""
+    runtime, the SDK's ConfigMap and the RBAC (`runtime_readers`: who may list the ClusterTrainingRuntimes)."""
     if crd_only:
         return crds()
-    return [*crds(), default_runtime(runtime_image), *public_objects(), *operator_rbac(namespace, watch_namespaces)]
+    return [*crds(), default_runtime(runtime_image), *public_objects(),
+            *operator_rbac(namespace, watch_namespaces, runtime_readers)]
