@@ -136,3 +136,38 @@ def brief(root_cause: str, again: str, shown: Callable[[str], bool] | None = Non
             out.append(f"  traceback : in the job's output above ({again})")
         i = end
     return "\n".join(out)
+
+
+# --- a replica's last words, from what a cluster kept of it ---------------------------------------
+
+
+def said(text: str, limit: int = 300) -> str | None:
+    """The one line a replica's last words say, for a status: torch's error (its error file's
+    headline), else the error of the traceback in its output (the ranks' own, before torchrun's
+    report), else its last line of its own. `text`: a pod's termination message (torch's error file,
+    or with `terminationMessagePolicy: FallbackToLogsOnError` the end of its log) or a log's tail."""
+    if traceback(text) is not None:
+        return headline(text, limit)
+    lines = text.splitlines()
+    report = torchrun_report(lines)
+    own = report[0] if report is not None else lines
+    found = raised_at(own)
+    line = found[0] if found is not None else next((s.strip() for s in reversed(own) if s.strip()), None)
+    if line is None:
+        return headline(report[1], limit) if report is not None else None
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def last_words(lines: list[str], count: int) -> list[str]:
+    """The root cause's quoted block of a replica's output (`lines`, its tail): its last `count` lines;
+    when torchrun ended it with its failure report, the ranks' own lines before the report instead,
+    and the report's root cause in one line. Each head line is indented by 2, each quoted line by 4."""
+    report = torchrun_report(lines)
+    if report is None:
+        last = lines[-count:]
+        return [f"  last {len(last)} lines of its output:", *("    " + t for t in last)] if last else []
+    own, cause = report
+    own = own[-count:]
+    return [f"  {cause}",
+            *([f"  last {len(own)} lines of the ranks' own output (before torchrun's report):",
+               *("    " + t for t in own)] if own else [])]
