@@ -179,27 +179,44 @@ def split_target(target: tuple[str, ...], module: str | None) -> tuple[str | Non
     return None, Entry(script=before[0], args=after)
 
 
-def used(opts: dict[str, Any]) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class JobFlags:
+    """The flags of `run`/`submit` that build a job from a script (JOB_FLAGS), and how it is shown."""
+
+    shape: str | None = None
+    nnodes: str | None = None
+    nproc_per_node: int | str | None = None
+    max_restarts: int | None = None
+    warm_spares: bool = False
+    module: str | None = None
+    name: str | None = None
+    image: str | None = None
+    env: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    dry_run: bool = False
+    output: str | None = None
+
+
+def used(opts: JobFlags) -> list[str]:
     """The job-building flags given (they mean nothing with a document)."""
     flags = {"shape": "-j", "nnodes": "--nnodes", "nproc_per_node": "--nproc-per-node", "module": "-m",
              "name": "--name", "image": "--image", "env": "--env", "include": "--include",
              "max_restarts": "--max-restarts", "warm_spares": "--warm-spares"}
-    return [flag for key, flag in flags.items() if opts.get(key) not in (None, (), False)]
+    return [flag for key, flag in flags.items() if getattr(opts, key) not in (None, (), False)]
 
 
-def job_from_flags(entry: Entry, kube: bool, shape: str | None, nnodes: str | None, nproc_per_node: int | str | None,
-                   name: str | None, image: str | None, env: tuple[str, ...], include: tuple[str, ...] = (),
-                   max_restarts: int | None = None, warm_spares: bool = False, **_: Any) -> Built:
+def job_from_flags(entry: Entry, kube: bool, opts: JobFlags) -> Built:
     """The job, and with --kube the files it ships (`torchjob.api.build.build` refuses every mistake,
     before anything starts)."""
-    word = nproc_per_node if isinstance(nproc_per_node, str) else None
-    count = 1 if isinstance(nproc_per_node, str) else nproc_per_node
-    spec = JobSpec(entry, parse_shape(shape, nnodes, count), name, image, parse_env(env),
-                   working_dir=os.getcwd(), include=tuple(include))
+    nproc = opts.nproc_per_node
+    word = nproc if isinstance(nproc, str) else None
+    count = 1 if isinstance(nproc, str) else nproc
+    spec = JobSpec(entry, parse_shape(opts.shape, opts.nnodes, count), opts.name, opts.image, parse_env(opts.env),
+                   working_dir=os.getcwd(), include=tuple(opts.include))
     built = build(spec, kube=kube)
-    if word is not None or max_restarts is not None:
-        built = dataclasses.replace(built, job=torchrun_words(built.job, word, max_restarts))
-    if warm_spares:
+    if word is not None or opts.max_restarts is not None:
+        built = dataclasses.replace(built, job=torchrun_words(built.job, word, opts.max_restarts))
+    if opts.warm_spares:
         built = dataclasses.replace(built, job=with_warm_spares(built.job))
     return built
 
@@ -258,8 +275,8 @@ def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], T
     """The runtime and the plan `run`/`submit` start (a document's, or one built from the flags), or
     None after --dry-run printed what the plan would create. `where` holds every flag; the job-building
     ones are taken out of it."""
-    opts = {k: where.pop(k) for k in JOB_FLAGS}
-    document, entry = split_target(target, opts["module"])
+    opts = JobFlags(**{k: where.pop(k) for k in JOB_FLAGS})
+    document, entry = split_target(target, opts.module)
     if document is not None:
         given = used(opts)
         if given:
@@ -268,13 +285,13 @@ def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], T
         built = Built(load(document))
     else:
         assert entry is not None
-        built = job_from_flags(entry, bool(where.get("kube")), **opts)
+        built = job_from_flags(entry, bool(where.get("kube")), opts)
     rt = runtime(**where)
-    made = rt.dryrun(built.job, lenient=bool(opts["dry_run"]), code=built.code)
+    made = rt.dryrun(built.job, lenient=opts.dry_run, code=built.code)
     for warning in made.warnings:  # what the runtime does not do of what the job asks (a dry run too)
         say(f"warning: {warning}")
     shipped = built.shipped() if where.get("kube") else None
-    if not opts["dry_run"]:
+    if not opts.dry_run:
         if shipped:
             say(f"torchjob: {shipped}")
         if not where.get("kube"):
@@ -286,7 +303,7 @@ def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], T
         return rt, made
     from torchjob.cli import views
 
-    views.documents(made.documents(), opts["output"], dump)
+    views.documents(made.documents(), opts.output, dump)
     if shipped:
         say(f"note: with --kube, {shipped}; it is made with the job and deleted with it (applied from a kept "
             "file, it is yours to delete)")
