@@ -25,6 +25,7 @@ class InstallOptions:
 
     dry_run: bool = False
     image: str | None = None
+    init_image: str | None = None
     namespace: str = "torchjob-system"
     crd_only: bool = False
     kubeflow_api: bool = False
@@ -44,6 +45,8 @@ class InstallOptions:
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Print the manifests instead of applying them.")
 @click.option("--image", default=None, help="The operator image (default torchjob/operator:VERSION).")
+@click.option("--init-image", default=None, metavar="IMAGE",
+              help="The image of the workers' wait-for-master init container (sh and nc; default busybox:1.36).")
 @click.option("--namespace", default="torchjob-system", show_default=True, help="Where the operator runs.")
 @click.option("--crd-only", is_flag=True, help="Only the CustomResourceDefinition (with --kubeflow-api: both).")
 @click.option("--kubeflow-api", is_flag=True,
@@ -122,7 +125,7 @@ def manifests_of(opts: InstallOptions) -> Manifests:
     readers = _readers(opts.trainer_runtime_readers)  # refused before anything, also without --trainer-api
     objs = manifests(opts.image or DEFAULT_IMAGE, opts.namespace, replicas=opts.replicas,
                      args=list(opts.operator_args), kubeflow_api=opts.kubeflow_api, crd_only=opts.crd_only,
-                     watch_namespaces=watched)
+                     watch_namespaces=watched, flags={"initImage": opts.init_image} if opts.init_image else None)
     later: list[dict[str, Any]] = []  # objects of kinds whose CRDs this install makes
     foreign_api: list[dict[str, Any]] = []
     if opts.trainer_api:
