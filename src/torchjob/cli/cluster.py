@@ -110,15 +110,18 @@ class Manifests:
     Kubeflow Trainer's or T9k's own install (--trainer-api, --t9k-api), which it must not take over
     unasked. Kubeflow's PyTorchJob CRD (--kubeflow-api) is not among them: replacing the training-
     operator's is how a cluster moves to torchjob (docs/how-to/kubeflow-migration.md), and the operator
-    leaves PyTorchJobs alone while the training-operator holds its Lease."""
+    leaves PyTorchJobs alone while the training-operator holds its Lease. `gone`: what an earlier
+    install applied and this one deletes (the runtimes' reader binding, --trainer-runtime-reader none)."""
 
     first: list[dict[str, Any]]
     later: list[dict[str, Any]]
     foreign_api: list[dict[str, Any]]
+    gone: list[dict[str, Any]]
 
 
 def manifests_of(opts: InstallOptions) -> Manifests:
     """What `opts` installs."""
+    from torchjob.kube.objects import install
     from torchjob.kube.objects.install import DEFAULT_IMAGE, manifests
 
     watched = tuple(dict.fromkeys(opts.watch_namespaces))
@@ -128,6 +131,7 @@ def manifests_of(opts: InstallOptions) -> Manifests:
                      watch_namespaces=watched, flags={"initImage": opts.init_image} if opts.init_image else None)
     later: list[dict[str, Any]] = []  # objects of kinds whose CRDs this install makes
     foreign_api: list[dict[str, Any]] = []
+    gone: list[dict[str, Any]] = []
     if opts.trainer_api:
         from torchjob.kube.served.trainer_objects import DEFAULT_RUNTIME_IMAGE, trainer_api_objects
 
@@ -137,6 +141,11 @@ def manifests_of(opts: InstallOptions) -> Manifests:
         objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:]]
         later = [o for o in more if o["kind"] != "CustomResourceDefinition"]
         foreign_api += more
+        if not readers and not opts.crd_only:
+            from torchjob.kube.served.trainer_objects import RUNTIME_READERS
+
+            gone.append({"apiVersion": install.RBAC, "kind": "ClusterRoleBinding",
+                         "metadata": {"name": RUNTIME_READERS}})
     if opts.t9k_api:
         from torchjob.kube.served.t9k_objects import t9k_api_objects
 
@@ -145,7 +154,7 @@ def manifests_of(opts: InstallOptions) -> Manifests:
         objs = [*objs[:count], *(o for o in more if o["kind"] == "CustomResourceDefinition"), *objs[count:],
                 *(o for o in more if o["kind"] != "CustomResourceDefinition")]
         foreign_api += more
-    return Manifests(objs, later, foreign_api)
+    return Manifests(objs, later, foreign_api, gone)
 
 
 def run_install(opts: InstallOptions) -> None:
@@ -165,6 +174,8 @@ def run_install(opts: InstallOptions) -> None:
         click.echo(f"applied {name}")
     for name in _apply_once_known(later, config):
         click.echo(f"applied {name}")
+    for name in _delete(made.gone, config):
+        click.echo(f"deleted {name}")
     if opts.wait and not opts.crd_only:
         _wait_for_operator(config, opts.namespace, opts.image or DEFAULT_IMAGE, opts.timeout)
 
@@ -224,6 +235,30 @@ def _found(kube: Any, obj: dict[str, Any]) -> dict[str, Any] | None:
         raise
     data: dict[str, Any] = there.to_dict()
     return data
+
+
+def _delete(objs: list[dict[str, Any]], kubeconfig: str | None) -> list[str]:
+    """Delete each of `objs` that is there; `kind/name` of those deleted."""
+    from lightkube.core.exceptions import ApiError
+    from lightkube.core.resource_registry import resource_registry
+
+    from torchjob.kube.clientside.kube_runtime import client
+    from torchjob.kube.machinery.client import status_code
+
+    if not objs:
+        return []
+    kube = client(kubeconfig, None)
+    done = []
+    for obj in objs:
+        res: Any = resource_registry.load(obj["apiVersion"], obj["kind"])  # RBAC kinds: lightkube's own
+        try:
+            kube.delete(res, obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"))
+        except ApiError as e:
+            if status_code(e) == 404:
+                continue
+            raise
+        done.append(f"{obj['kind']}/{obj['metadata']['name']}")
+    return done
 
 
 def _apply_once_known(objs: list[dict[str, Any]], kubeconfig: str | None, timeout: float = 60) -> list[str]:

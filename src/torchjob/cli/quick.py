@@ -194,7 +194,7 @@ class JobFlags:
     env: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     dry_run: bool = False
-    output: str | None = None
+    output: str = "yaml"
 
 
 def used(opts: JobFlags) -> list[str]:
