@@ -28,8 +28,9 @@ ADVISORIES: dict[str, list[tuple[str, str]]] = {
 }
 # certifi: imported under `except ImportError` (a CA bundle when there is one); torch: by the runner of a
 # shipped function, under `except ImportError` (torch's error file when the image has torch); IPython: by the
-# notebook console, only inside a Jupyter kernel, where IPython is.
-OPTIONAL_IMPORTS = {"certifi", "torch", "IPython"}
+# notebook console, only inside a Jupyter kernel, where IPython is; mcp: by `torchjob mcp` only, the
+# [mcp] extra (the command says to install it where it is missing; the operator image never has it).
+OPTIONAL_IMPORTS = {"certifi", "torch", "IPython", "mcp"}
 
 
 def floor(spec: SpecifierSet) -> Version | None:

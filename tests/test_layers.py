@@ -21,8 +21,11 @@ ALLOWED = {
     "progress": {"api"},
     "local": {"api", "dialects", "core", "progress", "runtime", "console"},
     "kube": {"api", "dialects", "core", "progress", "runtime", "console"},
-    "cli": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "connect", "ui"},
+    "cli": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "connect", "ui", "mcp"},
     "ui": {"api", "progress", "runtime", "connect"},  # the dashboard: a face over connect(), as cli/ is
+    # the agents' face (`torchjob mcp`): tools over connect(), as cli/ is; the command line's shape (`-j NxM
+    # SCRIPT`) read by cli/quick.py's own parser, and --http bound and guarded as the dashboard's (ui/serve.py)
+    "mcp": {"api", "dialects", "core", "progress", "runtime", "connect", "local", "kube", "cli", "ui"},
     # the Python API (`import torchjob`): a face beside cli/, over the same runtimes
     "sdk": {"api", "dialects", "core", "progress", "runtime", "console", "local", "kube", "connect"},
     "runtime.py": {"api", "core", "console"},  # the interface both runtimes implement

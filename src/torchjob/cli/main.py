@@ -23,6 +23,7 @@ from torchjob.cli.quick import QuickCommand, examples, quick_options
 from torchjob.cli.version import version
 from torchjob.connect import HERE, Target, connect
 from torchjob.dialects.convert import TARGETS
+from torchjob.mcp.command import mcp_command
 from torchjob.ui.command import ui_command
 from torchjob.version import __version__
 
@@ -353,6 +354,7 @@ cli.add_command(install)  # the platform engineer's commands (cli/cluster.py)
 cli.add_command(operator)
 cli.add_command(version)  # torchjob version [--kube] (cli/version.py)
 cli.add_command(ui_command(kube_options, target_of))  # torchjob ui: the web dashboard (src/torchjob/ui/)
+cli.add_command(mcp_command(kube_options, target_of))  # torchjob mcp: the agents' tools (src/torchjob/mcp/)
 
 
 def main() -> None:
