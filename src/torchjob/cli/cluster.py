@@ -211,7 +211,8 @@ def _refuse_another_install(made: Manifests, opts: InstallOptions, kubeconfig: s
     if found:
         raise refusal(found, opts.namespace)
     if theirs:
-        raise take_over_refusal(theirs)
+        raise take_over_refusal(theirs, " and ".join(f for f, on in (("--trainer-api", opts.trainer_api),
+                                                                    ("--t9k-api", opts.t9k_api)) if on))
 
 
 def _found(kube: Any, obj: dict[str, Any]) -> dict[str, Any] | None:

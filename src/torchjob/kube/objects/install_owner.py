@@ -164,15 +164,16 @@ def foreign(objs: Sequence[dict[str, Any]], found: Callable[[dict[str, Any]], di
     return out
 
 
-def take_over_refusal(found: Sequence[Foreign]) -> UserError:
-    """The error of an install that would take over another install's objects (`found`: not empty)."""
+def take_over_refusal(found: Sequence[Foreign], flags: str = "--trainer-api/--t9k-api") -> UserError:
+    """The error of an install (`flags`: those that add the objects) that would take over another install's
+    objects (`found`: not empty)."""
     names = "; ".join(f"{f.what} ({f.by})" for f in found)
     crds = [f.name for f in found if f.kind == "CustomResourceDefinition"]
-    two = (f"torchjob's operator would serve the jobs of {', '.join(crds)} beside the controller that install runs"
-           if crds else "torchjob's would replace that install's own")
+    two = (f"the CRDs ({', '.join(crds)}) would be marked torchjob's, and torchjob's operator would act on their "
+           "jobs beside that install's controller" if crds else "torchjob's would replace that install's own")
     return UserError(
-        f"another install (not torchjob's) made what this one would apply over: {names}. Applying torchjob's "
+        f"another install (not torchjob's) made what {flags} would apply over: {names}. Applying torchjob's "
         f"would take them over: {two}; nothing was applied",
-        fix="leave that install alone (install without --trainer-api/--t9k-api), or uninstall it first, or pass "
-            "--take-over to make these objects torchjob's (stop the other install's controller first: two "
-            "controllers must not act on the same jobs)")
+        fix=f"leave that install alone (install without {flags}), or uninstall it first, or pass --take-over "
+            "to make these objects torchjob's (stop the other install's controller first: two controllers must "
+            "not act on the same jobs)")
