@@ -139,7 +139,9 @@ def installer(obj: dict[str, Any]) -> str:
     said += [f"label {k}={v}" for k, v in sorted(labels.items())
              if k in WHO_LABELS or k.split("/")[0].endswith(WHO_SUFFIXES)]
     said += [f"annotation {k}={annotations[k]}" for k in WHO_ANNOTATIONS if k in annotations]
-    managers = list(dict.fromkeys(str(m.get("manager")) for m in meta.get("managedFields") or [] if m.get("manager")))
+    # of the object itself: a status is written by its controller (a CRD's, by the API server)
+    managers = list(dict.fromkeys(str(m["manager"]) for m in meta.get("managedFields") or []
+                                  if m.get("manager") and m.get("subresource") != "status"))
     if managers:
         said.append("field manager" + ("s " if len(managers) > 1 else " ") + ", ".join(managers))
     return "; ".join(said) or "nothing on it says who"
