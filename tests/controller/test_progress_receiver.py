@@ -5,6 +5,8 @@ costs, what is refused, what is let through."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.receiver import ProgressReceiver
 from torchjob.kube.progress.view import KindCaches
 from torchjob.kube.served.kinds import TORCHJOB
-from torchjob.progress.server import TryLater
+from torchjob.progress.server import TryLater, audience
 
 
 @pytest.fixture
@@ -55,18 +57,27 @@ def receiver(api: Any, loop: asyncio.AbstractEventLoop, jobs: dict[Any, Any] | N
     return ProgressReceiver(api, caches, Books(), loop, on_first_report=lambda *a: None)
 
 
+def claiming(pod: str, uid: str, job: str = "demo", signature: str = "sig", namespace: str = "team") -> str:
+    """A JWT-shaped token whose claims say what a projected one of `pod` would (its signature made up:
+    only the review, the API server's, tells)."""
+    claims = {"aud": [audience(namespace, job)], "kubernetes.io": {"namespace": namespace,
+                                                                   "pod": {"name": pod, "uid": uid}}}
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"eyJhbGciOiJSUzI1NiJ9.{payload}.{signature}"
+
+
 def test_reviews_past_the_queue_are_answered_at_once_and_those_given_up_on_are_cancelled(
         loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(receiver_module, "REVIEW_TIMEOUT_S", 0.3)
     api = HangingApi()
-    r = receiver(api, loop)
+    r = receiver(api, loop, pods={("team", "demo-worker-0"): a_pod("demo-worker-0", "p-1", "demo", "u")})
     r.review_queue = 4
     outcomes: list[tuple[str, float]] = []
 
     def ask(i: int) -> None:
         start = time.monotonic()
         try:
-            r.authorize("team", "demo", f"made.up.{i}")
+            r.authorize("team", "demo", claiming("demo-worker-0", "p-1", signature=f"made-up-{i}"))
             outcomes.append(("answered", time.monotonic() - start))
         except TryLater:
             outcomes.append(("later", time.monotonic() - start))
@@ -122,15 +133,16 @@ def test_a_report_counts_only_from_a_pod_whose_controller_is_the_job_itself(loop
             ("team", "orphan-0"): {"metadata": {**a_pod("orphan-0", "p-4", "demo", "")["metadata"],
                                                 "ownerReferences": []}}}
     r = receiver(api, loop, jobs, pods)
-    for i, (name, uid) in enumerate([("stale-0", "p-2"), ("forged-0", "p-3"), ("orphan-0", "p-4")]):
+    for name, uid in [("stale-0", "p-2"), ("forged-0", "p-3"), ("orphan-0", "p-4")]:
         api.pod = (name, uid)
-        assert r.authorize("team", "demo", f"a.b.{i}") is None, name
+        assert r.authorize("team", "demo", claiming(name, uid)) is None, name
     api.pod = ("demo-worker-0", "p-1")
-    who = r.authorize("team", "demo", "a.b.good")
+    good = claiming("demo-worker-0", "p-1", signature="good")
+    who = r.authorize("team", "demo", good)
     assert who is not None and who.replica == "worker-0"
     # the review is cached; the job of that name is deleted and made again (a new uid): refused at once
     jobs[("team", "demo")] = {"metadata": {"name": "demo", "namespace": "team", "uid": "u-next"}}
-    assert r.authorize("team", "demo", "a.b.good") is None
+    assert r.authorize("team", "demo", good) is None
 
 
 class AnnotatingApi:
@@ -205,3 +217,59 @@ def test_a_report_from_a_pod_restarting_in_place_counts_for_the_attempt_it_runs_
     reviewed = Reporter("team", "demo", "worker-0", 2, pod_uid="u1", in_place=True)  # as its token was reviewed
     assert r._owned(reviewed, "j1") == Reporter("team", "demo", "worker-0", 5, pod_uid="u1", in_place=True)
     assert r._owned(Reporter("team", "demo", "worker-0", 2), "j1") == Reporter("team", "demo", "worker-0", 2)
+
+
+class CountingApi(ReviewingApi):
+    """A ReviewingApi that counts the reviews asked of it and authenticates only `valid` tokens."""
+
+    def __init__(self, valid: set[str]) -> None:
+        super().__init__()
+        self.valid, self.reviews = valid, 0
+
+    async def review_token(self, token: str, audience: str) -> dict[str, Any]:
+        self.reviews += 1
+        return await super().review_token(token, audience) if token in self.valid else {"authenticated": False}
+
+
+def test_a_valid_report_gets_through_the_operators_endpoint_during_a_flood_of_made_up_tokens(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """Issue 43, item 6, on the operator's endpoint (a real ProgressServer with the operator's
+    receiver; the API server's review stands in): tokens whose own claims name no pod of the job are
+    refused without a review and charge no budget; tokens forged to claim the job's pod cost a review
+    each until their address's budget for that pod is spent (429), and hold back no other address; a
+    reporter whose review is cached is never held back, from any address."""
+    import http.client
+
+    from torchjob.progress.server import ProgressServer, status_path
+
+    good = claiming("demo-worker-0", "p-1", signature="the-kubelets")
+    api = CountingApi({good})
+    api.pod = ("demo-worker-0", "p-1")
+    jobs = {("team", "demo"): {"metadata": {"name": "demo", "namespace": "team", "uid": "u-now"}}}
+    pods = {("team", "demo-worker-0"): a_pod("demo-worker-0", "p-1", "demo", "u-now")}
+    server = ProgressServer(("127.0.0.1", 0), receiver(api, loop, jobs, pods)).start()
+    server.refusals = (0.5, 5)
+
+    def post(token: str, source: str = "127.0.0.1") -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5, source_address=(source, 0))
+        try:
+            conn.request("POST", status_path("team", "demo"), json.dumps({"step": 1}).encode(),
+                         {"Authorization": f"Bearer {token}"})
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    try:
+        # made up: not a JWT, claims of another pod or audience: 403 each, no review, no budget spent
+        made_up = ["x.y.z", claiming("demo-worker-0", "p-other"), claiming("demo-worker-0", "p-1", job="else"),
+                   "eyJhbGciOiJub25lIn0.bm90IGpzb24.x"]
+        assert {post(t) for t in made_up * 10} == {403} and api.reviews == 0
+        assert post(good) == 200 and api.reviews == 1  # the first one reviewed, from the same address
+        # forged to claim the job's pod, from another address: 5 reviews, then 429 without one
+        codes = [post(claiming("demo-worker-0", "p-1", signature=f"forged-{i}"), "127.0.0.9") for i in range(12)]
+        assert codes == [403] * 5 + [429] * 7 and api.reviews == 6
+        time.sleep(1.0)  # (the job's rate)
+        assert post(good, "127.0.0.9") == 200  # cached: no budget stands before it, even at that address
+        assert post(claiming("demo-worker-0", "p-1", signature="forged-x"), "127.0.0.10") == 403  # another address
+    finally:
+        server.stop()

@@ -18,7 +18,8 @@ MAX_CONNECTIONS = 256  # open at once (a thread each); past it an idle kept-aliv
 MAX_PER_SOURCE = 16  # of them from one address (a pod reports over one kept-alive connection)
 REQUEST_DEADLINE_S = 10.0  # a whole request, however slowly it comes
 STALE_S = 1.0  # a connection that has sent no request this long may be let go for a new one, at a cap
-REFUSALS_PER_S, REFUSALS_BURST = 1.0, 20  # refused tokens a source may send before it gets 429
+REFUSALS_PER_S, REFUSALS_BURST = 1.0, 20  # refused costly token checks a source may cause before it gets 429
+DRAIN_S = 1.0  # after a refusal, how long the rest of a request's body may take (then the connection is cut)
 SHED = -1  # the counters' code of a connection closed at once (over a cap)
 EVICTED = -2  # of a kept-alive idle connection let go for a new one
 
@@ -40,7 +41,9 @@ class _Conn:
     source: str
     since: float  # accepted, or done with its last request (a kept-alive one)
     until: float  # the deadline of its current request (and of the wait for it)
-    state: str = "new"  # new: no request yet; idle: kept alive between two; busy: a request's headers read
+    # new: no request yet; idle: kept alive between two; busy: a request's headers read; refused: answered
+    # with a refusal, the rest of its body being read and dropped
+    state: str = "new"
     let_go: bool = False  # cut for a new one; its thread has not ended yet
 
 
@@ -120,10 +123,11 @@ class GuardedServer(ThreadingHTTPServer):
         re-open connections as fast as they are cut then only ever cut their own, and a source that
         connects now and then, a reporter, the kubelet's probe or a scraper, always gets in); or the
         newcomer's own when it holds the most itself or is at its own cap, and then only one that has
-        sent no request for `stale_s` (a real client's request follows its connection at once) or
-        waits idle between two (its client makes a new one): else the newcomer is turned away. Of
-        those, one that has sent nothing for `stale_s` first, then an idle kept-alive one, the oldest;
-        a connection in the middle of a request never is let go (its deadline bounds it)."""
+        sent no request for `stale_s` (a real client's request follows its connection at once), was
+        refused and is being drained, or waits idle between two (its client makes a new one): else the
+        newcomer is turned away. Of those, one refused or that has sent nothing for `stale_s` first,
+        then an idle kept-alive one, the oldest; a connection in the middle of a request never is let
+        go (its deadline bounds it)."""
         all_full, source_full = self._caps(source)
         if not (all_full or source_full):
             return None
@@ -132,7 +136,8 @@ class GuardedServer(ThreadingHTTPServer):
         heaviest = max(counts.values(), default=0)
         own = source_full or counts.get(source, 0) >= heaviest
         pool = [(s, c) for s, c in live if (c.source == source if own else counts[c.source] == heaviest)]
-        stale = [(c.since, s) for s, c in pool if c.state == "new" and now - c.since >= self.stale_s]
+        stale = [(c.since, s) for s, c in pool if c.state == "refused" or (c.state == "new" and
+                                                                           now - c.since >= self.stale_s)]
         idle = [(c.since, s) for s, c in pool if c.state == "idle"]
         young = [] if own else [(c.since, s) for s, c in pool if c.state == "new"]
         pick = min(stale or idle or young, default=None, key=lambda t: t[0])
@@ -169,6 +174,15 @@ class GuardedServer(ThreadingHTTPServer):
             if conn is not None:
                 conn.state = "busy"
 
+    def refused(self, request: Any) -> None:
+        """The request was answered with a refusal before its body was read: the rest of it may take
+        DRAIN_S more (not the whole deadline), and the connection gives way first at a cap."""
+        with self._lock:
+            conn = self._conns.get(request)
+            if conn is not None:
+                now = time.monotonic()
+                conn.state, conn.until = "refused", min(conn.until, now + DRAIN_S)
+
     def _reap(self) -> None:
         """Cut the connections whose request is past its deadline: the thread blocked reading one
         wakes up (end of file) and ends."""
@@ -182,10 +196,10 @@ class GuardedServer(ThreadingHTTPServer):
                 self.counters.add(408)
                 _cut(s)
 
-    # --- refused tokens, per source ---
+    # --- refused token checks, per source (and what else the caller keys them by) ---
 
     def may_try_token(self, source: str) -> float:
-        """0 when this source may have a token checked; else the seconds until it may."""
+        """0 when this source may have a costly token check; else the seconds until it may."""
         with self._lock:
             bucket = self._refused.get(source)
             return bucket.wait(time.monotonic()) if bucket is not None else 0.0

@@ -13,10 +13,18 @@ a report is one small request a second per replica at most. What keeps it safe u
 - a whole-request deadline (`request_deadline_s`: TLS handshake, headers, body and the wait between
   two requests of a kept-alive connection), besides the 10 s socket timeout per read, so that a
   client trickling a byte at a time cannot hold a thread;
-- the token checked before the body is read; a source whose tokens keep being refused gets 429
-  without another check (`refusals`: a token bucket per address), so a flood of made-up tokens
-  costs the API server little; a receiver that cannot check a token now (its queue of reviews is
-  full, the API server is away) answers 503 with Retry-After;
+- the token checked before the body is read, and before any budget counts the request: a token the
+  receiver answers at no cost (a local token's HMAC, a review it remembers, a token whose own claims
+  do not fit the job: Receiver.review_key) is never held back, so a valid report gets through during
+  any flood of invalid ones (issue 43: a flood of made-up tokens from loopback had the job's own
+  reports answered 429 until it was declared stalled); only a token that costs a check (a
+  TokenReview) meets a budget, of refused checks per address and the pod the token names
+  (`refusals`: a token bucket each), so a flood of made-up tokens costs the API server little; a
+  receiver that cannot check a token now (its queue of reviews is full, the API server is away)
+  answers 503 with Retry-After;
+- a request refused before its body was read gets its answer and then at most DRAIN_S to send the
+  rest (a refused client trickling its body holds no thread for the whole deadline), and its
+  connection is the first to give way at a cap;
 - a 64 KiB body limit read from Content-Length before the body;
 - the job's rate limit (a per-job token bucket, and one report a second per replica attempt past
   it: Book.admit; 429 with Retry-After), then the body, parsed (422 when it is not a report).
@@ -102,6 +110,12 @@ class Receiver(Protocol):
     def authorize(self, namespace: str, job: str, credentials: str, plural: str = TORCHJOBS) -> Reporter | None:
         """The reporter a bearer token stands for on this job of that kind; None when it does not (403).
         Raises TryLater (or any error: 503) when it cannot tell now."""
+
+    def review_key(self, namespace: str, job: str, credentials: str, plural: str = TORCHJOBS) -> str | None:
+        """None when `authorize` answers this token at no cost (an HMAC, a remembered review, a token
+        refused by its shape): no budget is consulted or charged. Else what its refused checks are
+        counted under, beside the source address (the pod the token names)."""
+
 
     def book(self, reporter: Reporter) -> Book | None:
         """The job's book; None when there is no such job (404)."""
@@ -218,7 +232,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _discard(self) -> None:
         """After an answer given before the body was read: read the body and drop it (in pieces), so
-        that closing the connection sends the client its answer rather than a reset."""
+        that closing the connection sends the client its answer rather than a reset. After a refusal,
+        for DRAIN_S at most, its connection the first to give way at a cap (GuardedServer.refused)."""
+        if self.unread > 0 and self.close_connection:
+            self.server.refused(self.connection)
         while self.unread > 0:
             chunk = self.rfile.read(min(self.unread, 1 << 14))
             if not chunk:
@@ -243,15 +260,19 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(length_text)
         # Until the token is checked, at most a report's worth of body is ever read (and then dropped).
         self.unread = min(length, MAX_BODY_BYTES)
-        source = source_of(self.client_address)
-        wait = self.server.may_try_token(source)
+        receiver = self.server.receiver
+        credentials = bearer(self.headers.get("Authorization"))
+        # Only a check that costs something meets a budget: a valid token the receiver knows at once
+        # is never held back by other clients' refused ones, however many.
+        review = receiver.review_key(namespace, name, credentials, plural)
+        budget = f"{source_of(self.client_address)} {review}" if review is not None else None
+        wait = self.server.may_try_token(budget) if budget is not None else 0.0
         if wait > 0:
             self._fail(429, "TooManyRequests", "too many refused tokens from this address; wait",
                        {"Retry-After": str(max(1, round(wait)))})
             return
-        receiver = self.server.receiver
         try:
-            who = receiver.authorize(namespace, name, bearer(self.headers.get("Authorization")), plural)
+            who = receiver.authorize(namespace, name, credentials, plural)
         except TryLater as e:  # too many tokens being checked at once
             self._fail(503, "ServiceUnavailable", str(e), {"Retry-After": str(e.retry_after_s)})
             return
@@ -260,7 +281,8 @@ class _Handler(BaseHTTPRequestHandler):
                        {"Retry-After": "5"})
             return
         if who is None:
-            self.server.token_refused(source)
+            if budget is not None:
+                self.server.token_refused(budget)
             self._fail(403, "Forbidden", f"the token is not one of job {namespace}/{name}'s replicas")
             return
         if length > MAX_BODY_BYTES:

@@ -10,8 +10,11 @@ the pod's name and uid (`authentication.kubernetes.io/pod-name`, `pod-uid` in th
 that says which replica attempt reports. Reviews are cached by the token's hash (positive for
 REVIEW_TTL_S, negative for DENY_TTL_S), at most REVIEWS_IN_FLIGHT run at once, at most
 REVIEW_QUEUE wait or run (past it the endpoint answers 503 at once: nothing piles up on the
-controller's event loop), and one the endpoint's thread stops waiting for is cancelled; with the
-endpoint's budget of refused tokens per source, a flood of bad tokens costs the API server little.
+controller's event loop), and one the endpoint's thread stops waiting for is cancelled. A token whose
+own claims (read, not trusted: the review decides) do not name this job's audience and one of its
+pods is refused without a review; with the endpoint's budget of refused reviews per source and
+claimed pod, a flood of bad tokens costs the API server little, and a report whose review is cached
+is never held back by it (issue 43).
 
 Reports never wait on the API server for anything but that review: they go to the job's book (in
 memory); `writer.py` writes them to the job's status.
@@ -20,7 +23,10 @@ memory); `writer.py` writes them to the job's status.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -62,14 +68,25 @@ class ProgressReceiver:
         self._queued = 0  # reviews asked for and not answered (waiting for the semaphore, or in flight)
         self._queued_lock = threading.Lock()
 
+    def review_key(self, namespace: str, job: str, credentials: str, plural: str = "torchjobs") -> str | None:
+        """The pod a token claims, when checking it costs a review; None when `authorize` answers at
+        no cost (a cached review, or a token refused by its shape or its claims)."""
+        if credentials.count(".") != 2 or plural not in self.caches:
+            return None
+        cached = self.reviews.get(self._key(namespace, job, credentials, plural))
+        if cached is not None and cached[2] > time.monotonic():
+            return None
+        return self._claimed_pod(namespace, job, credentials, plural)
+
     def authorize(self, namespace: str, job: str, credentials: str, plural: str = "torchjobs") -> Reporter | None:
         if credentials.count(".") != 2 or plural not in self.caches:  # not a JWT, or a kind not served
             return None
-        aud = audience(namespace, job, plural)
-        key = hashlib.sha256(f"{aud}\0{credentials}".encode()).hexdigest()
+        key = self._key(namespace, job, credentials, plural)
         cached = self.reviews.get(key)
         if cached is not None and cached[2] > time.monotonic():
             return self._owned(*cached[:2])
+        if self._claimed_pod(namespace, job, credentials, plural) is None:
+            return None  # its own claims name no pod of this job: no review (a made-up token costs nothing)
         with self._queued_lock:
             if self._queued >= self.review_queue:
                 metrics.PROGRESS_REVIEWS.labels("shed").inc()
@@ -89,6 +106,31 @@ class ProgressReceiver:
             now = time.monotonic()
             self.reviews = {k: v for k, v in self.reviews.items() if v[2] > now}
         return self._owned(who, owner)
+
+    @staticmethod
+    def _key(namespace: str, job: str, credentials: str, plural: str) -> str:
+        return hashlib.sha256(f"{audience(namespace, job, plural)}\0{credentials}".encode()).hexdigest()
+
+    def _claimed_pod(self, namespace: str, job: str, credentials: str, plural: str) -> str | None:
+        """The uid of the pod of this job that a token's own claims say it is bound to (a projected
+        token's `aud` and `kubernetes.io` claims, read without checking the signature: the review
+        does that); None when they name no pod of the job as cached, for its audience."""
+        try:
+            payload = credentials.split(".")[1]
+            claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+            aud = claims["aud"]
+            bound = claims["kubernetes.io"]
+            name, uid = bound["pod"]["name"], bound["pod"]["uid"]
+        except (ValueError, binascii.Error, TypeError, KeyError, IndexError, RecursionError):
+            return None
+        auds = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+        if audience(namespace, job, plural) not in auds or bound.get("namespace") != namespace:
+            return None
+        pod = self.caches[plural].pods.get((namespace, name)) if isinstance(name, str) else None
+        meta = pod["metadata"] if pod is not None else {}
+        if not uid or meta.get("uid") != uid or (meta.get("labels") or {}).get(LABEL_JOB) != job:
+            return None
+        return str(uid)
 
     def in_place(self, reporter: Reporter, ended: Any) -> dict[str, Any]:
         """The `InPlace` answer to a pod's entry point: its verdict, after recording the end of its
