@@ -40,6 +40,10 @@
 #   scripts/dev-cluster.sh image SPEC.json
 #                                  build local images (hack/realnode/images.py) and load them
 #                                  into the real node's containerd (nothing can be pulled)
+#   scripts/dev-cluster.sh example-images
+#                                  load stand-ins under the names the docs' examples and the operator's
+#                                  defaults use: examples/ddp/job.yaml's pytorch/pytorch image (the
+#                                  example's script in it) and busybox:1.36 (the wait-for-master init)
 #   scripts/dev-cluster.sh operator-image
 #                                  build localhost/torchjob-operator:dev from the repository as the
 #                                  Dockerfile describes (hack/operator_image.py; no Docker engine) and
@@ -527,6 +531,8 @@ cmd_up() {
         export_line
         return 0
     fi
+    # the real node's images run the repository's virtualenv: said before anything starts
+    if real_node; then rn_python_env >/dev/null || exit 1; fi
     if [[ -e "$STATE" ]]; then
         log "found a stale or partial cluster in $STATE: cleaning it up first"
         do_down
@@ -1028,8 +1034,9 @@ case "${1:-}" in
     restart-apiserver) with_lock cmd_restart_apiserver ;;
     crds) cmd_crds ;;
     image) cmd_image "${2:-}" ;;
+    example-images) cmd_example_images ;;
     bin) echo "$BIN" ;;
     helm) cmd_helm ;;
     operator-image) cmd_operator_image "${@:2}" ;;
-    *) die "usage: $0 build|up|down|env|status|check|restart-apiserver|crds|image|operator-image|helm|bin" ;;
+    *) die "usage: $0 build|up|down|env|status|check|restart-apiserver|crds|image|example-images|operator-image|helm|bin" ;;
 esac

@@ -275,6 +275,25 @@ rn_import_images() {
     ctr_ images label localhost/pause:dev io.cri-containerd.pinned=pinned >/dev/null
 }
 
+# `dev-cluster.sh example-images`: stand-ins under the names the docs' examples and the operator's
+# defaults use (nothing can be pulled here), so that their commands run as written: the image of
+# examples/ddp/job.yaml with the example's script in its working directory, and busybox:1.36 (the
+# operator's default wait-for-master init image) as the Debian root file system (sh and `nc -z`).
+rn_example_images_spec() {
+    cat <<EOF
+[{"name": "docker.io/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", "rootfs": true, "python": true,
+  "files": [{"path": "/workspace/examples/ddp/train.py", "source": "$ROOT/examples/ddp/train.py"}],
+  "config": {"WorkingDir": "/workspace"}},
+ {"name": "docker.io/library/busybox:1.36", "rootfs": true, "config": {"Cmd": ["sh"]}}]
+EOF
+}
+
+cmd_example_images() {
+    [[ -S "$(rn_sock)" ]] || die "no real node is up in $STATE: run '$0 up --real-node' first"
+    rn_example_images_spec >"$(rn_state)/example-images.json"
+    rn_import "$(rn_state)/example-images.json" example-images
+}
+
 # `dev-cluster.sh image SPEC.json`: more local images for the node (see hack/realnode/images.py).
 cmd_image() {
     [[ -f "${1:-}" ]] || die "usage: $0 image SPEC.json (a JSON list of images: see hack/realnode/images.py)"

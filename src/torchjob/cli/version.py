@@ -41,7 +41,8 @@ def version(kube: bool, kubeconfig: str | None, kube_context: str | None, operat
             where = f"namespace {operator_namespace}" if operator_namespace else "any namespace"
             click.echo(f"operator: none found in {where} (torchjob install, or the Helm chart, installs it)")
     for o in out.get("operators", []):
-        if o["version"] != __version__:
+        # an image built from the repository (`:dev`, as the install page builds it) says no version to compare
+        if o["version"] not in (__version__, "dev"):
             click.echo(f"warning: the operator in {o['namespace']} runs {o['version']}, this client is {__version__}: "
                        "install the operator of this version (torchjob install, or helm upgrade) or a client of "
                        "its version", err=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -48,6 +49,18 @@ def _conditions(st: JobStatus) -> list[str]:
     return out
 
 
+def _fields(data: dict[str, Any], prefix: str = "") -> str:
+    """A policy's fields as a reader writes them in YAML, on one line: `backoffLimit: 3,
+    schedulingPolicy.queue: q` (nested fields by their path)."""
+    out = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.append(_fields(value, f"{prefix}{key}."))
+        else:
+            out.append(f"{prefix}{key}: {value if isinstance(value, str) else json.dumps(value)}")
+    return ", ".join(out)
+
+
 def summary(v: JobView) -> dict[str, Any]:
     st = v.status
     row: dict[str, Any] = {"name": v.name}
@@ -69,10 +82,13 @@ def summary(v: JobView) -> dict[str, Any]:
     return row
 
 
-def _progress_lines(p: Progress | None) -> list[str]:
-    """describe's Progress block: percent, step, rate, ETA, the time of the last report, metrics."""
+def _progress_lines(p: Progress | None, running: bool = True) -> list[str]:
+    """describe's Progress block: percent, step, rate, ETA (while the job runs: a suspended or ended
+    job has none), the time of the last report, metrics."""
     if p is None:
         return []
+    if not running:
+        p = p.model_copy(update={"etaSeconds": None})
     now = datetime.now(UTC)
     out = [f"Progress:    {show.summary(p.model_copy(update={'metrics': []}), now)}"]
     if p.reporter:
@@ -133,7 +149,7 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
     if v.directory is not None:  # a local job
         out += [f"Supervisor:  {v.supervisor or '-'}", f"Directory:   {v.directory}"]
     nproc, world = processes(job)
-    out += [*_progress_lines(st.progress),
+    out += [*_progress_lines(st.progress, st.state == "Running"),
             f"World size:  {world if world is not None else f'decided by torchrun ({nproc})'} "
             f"({sum(v.replicas.values())} replica(s) x {nproc} process(es) each)", "Replicas:"]
     for rtype, spec in job.spec.pytorchReplicaSpecs.items():
@@ -145,9 +161,9 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
         n = job.replica_count(rtype)
         out.append(f"  {rtype}: {n} replica(s) x {nproc} process(es): `{argv}`, restartPolicy "
                    f"{job.restart_policy(rtype)}{counts}")
-    policies = rp.model_dump(exclude_none=True)
+    policies = rp.model_dump(mode="json", exclude_none=True)
     if policies:
-        out.append(f"Run policy:  {policies}")
+        out.append(f"Run policy:  {_fields(policies)}")
     pods = any(a.pod for a in v.attempts)
     out.append("Attempts:")
     out.append(f"  {'REPLICA':<12}{'ATTEMPT':<9}{'POD' if pods else 'PID':<{26 if pods else 9}}{'STARTED':<21}"

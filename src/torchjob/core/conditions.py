@@ -48,6 +48,8 @@ def _make_way_for(status: JobStatus, ctype: ConditionType, now: datetime) -> Non
         if running is not None and running.status == "True":
             running.status, running.reason, running.lastTransitionTime = "False", str(ctype), now
             running.lastUpdateTime = now
+            # not "is running" beside status False: what ended it
+            running.message = f"it no longer runs: it {'succeeded' if ctype == ConditionType.SUCCEEDED else 'failed'}"
 
 
 def drop_condition(status: JobStatus, ctype: ConditionType) -> None:

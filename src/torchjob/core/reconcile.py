@@ -137,7 +137,8 @@ def _note_created(r: Round) -> None:
         set_condition(r.status, ConditionType.CREATED, True, Reason.CREATED, f"TorchJob {r.job.name} is created.",
                       r.now)
         r.plan.event(EventType.NORMAL, Reason.CREATED,
-                     f"job {r.job.name} created with {len(replicas(r.job))} replicas")
+                     f"job {r.job.name} created with {len(replicas(r.job))} "
+                     f"replica{'' if len(replicas(r.job)) == 1 else 's'}")
 
 
 # --- 1. finished -----------------------------------------------------------------------------
