@@ -18,6 +18,7 @@ from torchjob.kube.progress import tls
 from torchjob.kube.progress.books import Books
 
 MASTER, WORKER = "demo-master-0", "demo-worker-0"
+SEAL = inplace.Seal(b"the operator's key, kept across its restarts")
 
 
 def spared(backoff: int = 2) -> dict[str, Any]:
@@ -26,13 +27,18 @@ def spared(backoff: int = 2) -> dict[str, Any]:
 
 
 def link() -> ProgressLink:
-    return ProgressLink(Books(), tls.Trust(tls.generate(tls.hosts_for("torchjob-operator", OPS), now=NOW).trusted))
+    return ProgressLink(Books(), tls.Trust(tls.generate(tls.hosts_for("torchjob-operator", OPS), now=NOW).trusted),
+                        SEAL)
+
+
+def uid(api: FakeApi, pod: str) -> str:
+    return str(api.objects[("Pod", NS, pod)]["metadata"]["uid"])
 
 
 async def ended(api: FakeApi, pod: str, attempt: int, code: int) -> None:
-    """What the endpoint records when the pod's entry point reports its attempt's end."""
+    """What the endpoint records when the pod's entry point reports its attempt's end (sealed)."""
     end = inplace.Ended(attempt, code, None, datetime.now(UTC))
-    await api.patch_annotations("Pod", pod, NS, inplace.exit_note(end))
+    await api.patch_annotations("Pod", pod, NS, SEAL.close(uid(api, pod), inplace.exit_note(end)))
 
 
 def notes(api: FakeApi, pod: str) -> dict[str, str]:
@@ -90,9 +96,9 @@ def test_a_failed_rank_stops_its_peer_and_the_gang_restarts_in_the_same_pods() -
             told = acts(api, start)
             assert sorted((verb, pod) for verb, pod, _ in told) == [("patch_annotations", MASTER),
                                                                    ("patch_annotations", WORKER)]
-            for _, _, note in told:
-                assert note == {**inplace.restart_note(1, datetime.now(UTC)),
-                                inplace.ANNOTATION_SINCE: note[inplace.ANNOTATION_SINCE]}
+            for _, pod_, note in told:
+                since = datetime.fromisoformat(note[inplace.ANNOTATION_SINCE].replace("Z", "+00:00"))
+                assert note == SEAL.close(uid(api, pod_), inplace.restart_note(1, since))
             assert [notes(api, p)[ANNOTATION_ATTEMPT] for p in (MASTER, WORKER)] == ["1", "1"]
             assert all(inplace.ANNOTATION_EXIT not in notes(api, p) for p in (MASTER, WORKER))
             # and the job is Running again, counted once
@@ -123,9 +129,9 @@ def test_a_job_that_fails_releases_its_parked_pods_with_their_exit_codes() -> No
             start = len(api.calls)
             await one_round(api, c)
             assert condition(api, "Failed") is not None
+            released = SEAL.close(uid(api, MASTER), inplace.release_note(1))
             assert sorted(acts(api, start), key=str) == sorted([
-                ("delete", WORKER, None), ("patch_annotations", MASTER, inplace.release_note(1))], key=str), acts(
-                api, start)
+                ("delete", WORKER, None), ("patch_annotations", MASTER, released)], key=str), acts(api, start)
 
     run(scenario)
 
@@ -163,7 +169,7 @@ def test_describe_shows_an_attempt_ended_in_its_waiting_pod_as_ended() -> None:
                                                    "torchjob.dev/replica-index": "0"},
                         "annotations": {inplace.ANNOTATION_IN_PLACE: "true", ANNOTATION_ATTEMPT: "2",
                                         **inplace.exit_note(end), inplace.ANNOTATION_SINCE: "2026-11-28T06:00:01Z"}},
-           "spec": {"containers": [{"name": "pytorch"}]},
+           "spec": wrapped_spec(),
            "status": {"phase": "Running", "startTime": "2026-11-28T05:00:00Z"}}
     seen = view(Pod.from_dict(pod))
     assert (seen.attempt, seen.reason, seen.exit_code) == (2, "Failed", 137)
@@ -172,6 +178,18 @@ def test_describe_shows_an_attempt_ended_in_its_waiting_pod_as_ended() -> None:
     pod["metadata"]["annotations"][ANNOTATION_ATTEMPT] = "3"  # its next attempt runs
     seen = view(Pod.from_dict(pod))
     assert (seen.reason, seen.exit_code) == ("Running", None)
+    # a time that is none (anyone who may patch pods may write one) is not shown, and breaks nothing
+    for garbage in ("yesterday", "2026-11-28T06:00:01", "2026-13-45T99:00:00Z"):
+        pod["metadata"]["annotations"][inplace.ANNOTATION_SINCE] = garbage
+        seen = view(Pod.from_dict(pod))
+        assert seen.started == datetime(2026, 11, 28, 5, 0, tzinfo=UTC).timestamp()
+
+
+def wrapped_spec(attempt: int = 0) -> dict[str, Any]:
+    """A pod spec that runs the entry point, as objects/pods.py makes it."""
+    container = {"name": "pytorch", "command": ["python", "train.py"]}
+    inplace.wrap(container, ["python", "train.py"], 0, attempt, 3)
+    return {"containers": [container], "volumes": [inplace.volume()]}
 
 
 def test_a_peer_whose_entry_point_does_not_stop_it_in_time_loses_its_pod(monkeypatch: Any) -> None:
@@ -208,5 +226,108 @@ def test_an_operator_started_in_the_middle_of_a_restart_in_place_carries_it_on()
                 ("patch_annotations", MASTER), ("patch_annotations", WORKER)]
             assert [notes(api, p)[ANNOTATION_ATTEMPT] for p in (MASTER, WORKER)] == ["1", "1"]
             assert status_of(api)["restartCount"] == 1
+
+    run(scenario)
+
+
+# --- Whoever may patch pods decides nothing (issue 43, item 1) ---
+
+def forged_end(attempt: int, code: int) -> dict[str, str | None]:
+    return inplace.exit_note(inplace.Ended(attempt, code, "forged", datetime.now(UTC)))
+
+
+def test_two_annotations_on_the_running_master_of_a_job_without_warm_spares_decide_nothing() -> None:
+    """Its pods do not run the entry point (their spec says so, and nobody changes a pod's spec): what
+    any annotation says of an attempt's end is not read."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(torchjob(workers=1, run_policy={"backoffLimit": 3}))
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            up(api)
+            await one_round(api, c)
+            assert condition(api, "Running") is not None
+            for code in (0, 3):
+                await api.patch_annotations("Pod", MASTER, NS, {inplace.ANNOTATION_IN_PLACE: "true",
+                                                                **forged_end(0, code)})
+                start = len(api.calls)
+                await one_round(api, c)
+                assert condition(api, "Succeeded") is None and condition(api, "Failed") is None
+                assert status_of(api)["restartCount"] == 0 and acts(api, start) == []
+
+    run(scenario)
+
+
+def test_what_the_operator_did_not_seal_on_a_pod_restarting_in_place_decides_nothing() -> None:
+    """A pod that does restart in place: a made-up end (or one sealed for another pod), a made-up stop
+    and a made-up attempt are not believed; the job runs on untouched."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            up(api)
+            await one_round(api, c)
+            for forged in (forged_end(0, 0), forged_end(0, 3),
+                           SEAL.close(uid(api, WORKER), forged_end(0, 3)),  # the worker's seal, on the master
+                           {**forged_end(0, 3), inplace.seal_annotation("exit"): "0" * 64}):
+                await api.patch_annotations("Pod", MASTER, NS, forged)
+                await api.patch_annotations("Pod", WORKER, NS, {inplace.ANNOTATION_STOP: "0",
+                                                                inplace.ANNOTATION_STOP_BY: "2026-01-01T00:00:00Z"})
+                start = len(api.calls)
+                await one_round(api, c)
+                assert condition(api, "Succeeded") is None and condition(api, "Failed") is None, forged
+                assert status_of(api)["restartCount"] == 0 and acts(api, start) == [], forged
+            # a raised attempt: the pod is at its last sealed one (its spec's), nothing restarts
+            await api.patch_annotations("Pod", MASTER, NS, {ANNOTATION_ATTEMPT: "5", inplace.ANNOTATION_EXIT: None,
+                                                            inplace.seal_annotation("exit"): None})
+            start = len(api.calls)
+            await one_round(api, c)
+            assert status_of(api)["replicas"]["master-0"]["attempt"] == 0 and acts(api, start) == []
+            assert condition(api, "Running") is not None
+
+    run(scenario)
+
+
+def test_a_stop_by_without_a_time_zone_breaks_no_round() -> None:
+    """A `torchjob.dev/in-place-stop-by` that is not a time with its zone (written by hand, by an older
+    operator): the attempt asked to stop counts as overdue, its pod is deleted; the round goes on."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await master_failed(api, c)  # the worker asked to stop
+            await api.patch_annotations("Pod", WORKER, NS, SEAL.close(uid(api, WORKER), {
+                inplace.ANNOTATION_STOP: "0", inplace.ANNOTATION_STOP_BY: "2026-11-28T06:00:00"}))
+            start = len(api.calls)
+            await one_round(api, c)
+            assert ("delete", WORKER, None) in acts(api, start)
+
+    run(scenario)
+
+
+def test_a_configmap_someone_changed_is_replaced_whole_before_the_pods_and_only_its_programs_are_mounted() -> None:
+    """Another key (a module planted beside the launcher), binaryData, immutable, a changed program:
+    the operator deletes the ConfigMap and makes it again as its own before it makes the pods, whose
+    volume names the two programs alone."""
+    async def scenario() -> None:
+        api = FakeApi()
+        planted = inplace.configmap(NS)
+        planted["data"] = {**planted["data"], "typing.py": "import os; os.system('id')",
+                           inplace.ENTRY: "print('not torchjob')"}
+        planted["binaryData"] = {"__future__.py": "cHJpbnQoKQ=="}
+        planted["immutable"] = True
+        api.put(planted)
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            made = api.objects[("ConfigMap", NS, inplace.CONFIGMAP)]
+            assert made["data"] == inplace.programs() and "binaryData" not in made and "immutable" not in made
+            writes = [str(w) for w in api.writes(("ConfigMap", "Pod"))]
+            assert writes.index(f"delete ConfigMap {inplace.CONFIGMAP}") < writes.index(
+                f"create ConfigMap {inplace.CONFIGMAP}") < writes.index(f"create Pod {MASTER}")
+            volume = next(v for v in api.objects[("Pod", NS, MASTER)]["spec"]["volumes"] if v["name"] == inplace.VOLUME)
+            assert volume["configMap"]["items"] == [{"key": inplace.ENTRY, "path": inplace.ENTRY},
+                                                    {"key": inplace.LAUNCHER, "path": inplace.LAUNCHER}]
 
     run(scenario)

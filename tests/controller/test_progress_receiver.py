@@ -165,23 +165,27 @@ class AnnotatingApi:
 def test_a_pods_entry_point_gets_its_verdict_and_its_attempts_end_is_recorded_once(
         loop: asyncio.AbstractEventLoop) -> None:
     """The endpoint's `inplace` path as the receiver answers it (kube/objects/inplace.py): the verdict
-    from the pod's annotations; an attempt's end patched onto its pod once, with the pod's uid; a stale
-    attempt, a made-up end, another pod or one not restarting in place refused."""
+    from the pod's annotations the operator sealed; an attempt's end patched onto its pod once, sealed,
+    with the pod's uid; a stale attempt, a made-up end, another pod or one not restarting in place
+    (its spec does not run the entry point) refused."""
+    from tests.controller.test_inplace_sequencing import SEAL, wrapped_spec
     from torchjob.kube.objects import inplace
     from torchjob.progress.server import Conflict, Reporter
 
-    pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1",
-                        "annotations": {inplace.ANNOTATION_IN_PLACE: "true", "torchjob.dev/attempt": "2"}}}
+    pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1", "annotations": {}},
+           "spec": wrapped_spec()}
+    pod["metadata"]["annotations"] = SEAL.close("u1", {"torchjob.dev/attempt": "2", inplace.ANNOTATION_SINCE: "now"})
     pods = {("team", "demo-worker-0"): pod}
     api = AnnotatingApi(pods)
     r = receiver(api, loop, pods=pods)
+    r.seal = SEAL
     who = Reporter("team", "demo", "worker-0", 2, pod_uid="u1", in_place=True)
     assert r.in_place(who, None) == {"attempt": 2, "stop": None, "release": False}
     end = {"attempt": 2, "exitCode": 137, "message": "killed", "finishedAt": "2026-11-28T06:00:00Z"}
     assert r.in_place(who, end) == {"attempt": 2, "stop": None, "release": False}
     assert r.in_place(who, end) and len(api.patches) == 1  # told twice (a lost answer): recorded once
     name, _, uid = api.patches[0]
-    here = inplace.in_place(pod)
+    here = inplace.in_place(pod, SEAL)
     assert (name, uid) == ("demo-worker-0", "u1") and here is not None and here.ended is not None
     assert (here.ended.exit_code, here.ended.message) == (137, "killed")
     with pytest.raises(Conflict):
@@ -193,29 +197,45 @@ def test_a_pods_entry_point_gets_its_verdict_and_its_attempts_end_is_recorded_on
             r.in_place(who, bad)
     with pytest.raises(LookupError):  # a token of an earlier pod of the same name
         r.in_place(Reporter("team", "demo", "worker-0", 2, pod_uid="u0", in_place=True), None)
-    pod["metadata"]["annotations"][inplace.ANNOTATION_IN_PLACE] = "false"
-    with pytest.raises(LookupError):
+    spec, pod["spec"] = pod["spec"], {"containers": [{"name": "pytorch", "command": ["python", "train.py"]}]}
+    with pytest.raises(LookupError):  # annotated as restarting in place, but its spec does not run the entry point
         r.in_place(who, None)
+    pod["spec"] = spec
+    def notes() -> dict[str, Any]:  # as the API has them now
+        return pod["metadata"]["annotations"]  # type: ignore[no-any-return]
+
     # an attempt asked to stop may end with 0 (it handled SIGTERM); the API server away: try again later
-    pod["metadata"]["annotations"].update({inplace.ANNOTATION_IN_PLACE: "true", inplace.ANNOTATION_STOP: "3",
-                                           "torchjob.dev/attempt": "3"})
+    notes().update(SEAL.close("u1", {"torchjob.dev/attempt": "3", inplace.ANNOTATION_SINCE: "now"}))
+    notes().update({inplace.ANNOTATION_STOP: "3", inplace.ANNOTATION_STOP_BY: "later"})  # not the operator's
+    assert r.in_place(who, None) == {"attempt": 3, "stop": None, "release": False}
+    with pytest.raises(ValueError, match="exitCode 0 is reported only"):
+        r.in_place(who, {**end, "attempt": 3, "exitCode": 0})
+    notes().update(SEAL.close("u1", {inplace.ANNOTATION_STOP: "3", inplace.ANNOTATION_STOP_BY: "later"}))
     assert r.in_place(who, {**end, "attempt": 3, "exitCode": 0})["stop"] == 3
+    # not the operator's either: the attempt the pod's spec names (core: a stale one), nothing released
+    notes().update({"torchjob.dev/attempt": "4", inplace.ANNOTATION_RELEASE: "4"})
+    assert r.in_place(who, None) == {"attempt": 0, "stop": 3, "release": False}
     api.fail = True
-    pod["metadata"]["annotations"]["torchjob.dev/attempt"] = "4"
+    notes().update(SEAL.close("u1", {"torchjob.dev/attempt": "4", inplace.ANNOTATION_SINCE: "now"}))
     with pytest.raises(TryLater):
         r.in_place(who, {**end, "attempt": 4})
 
 
 def test_a_report_from_a_pod_restarting_in_place_counts_for_the_attempt_it_runs_now(
         loop: asyncio.AbstractEventLoop) -> None:
+    from tests.controller.test_inplace_sequencing import SEAL, wrapped_spec
     from torchjob.progress.server import Reporter
 
     job = {"metadata": {"name": "demo", "namespace": "team", "uid": "j1"}}
-    pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1",
-                        "annotations": {"torchjob.dev/in-place": "true", "torchjob.dev/attempt": "5"}}}
+    notes = SEAL.close("u1", {"torchjob.dev/attempt": "5", "torchjob.dev/in-place-since": "x"})
+    pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1", "annotations": notes},
+           "spec": wrapped_spec()}
     r = receiver(None, loop, jobs={("team", "demo"): job}, pods={("team", "demo-worker-0"): pod})
+    r.seal = SEAL
     reviewed = Reporter("team", "demo", "worker-0", 2, pod_uid="u1", in_place=True)  # as its token was reviewed
     assert r._owned(reviewed, "j1") == Reporter("team", "demo", "worker-0", 5, pod_uid="u1", in_place=True)
+    pod["metadata"]["annotations"]["torchjob.dev/attempt"] = "7"  # not the operator's: the spec's first attempt
+    assert r._owned(reviewed, "j1") == Reporter("team", "demo", "worker-0", 0, pod_uid="u1", in_place=True)
     assert r._owned(Reporter("team", "demo", "worker-0", 2), "j1") == Reporter("team", "demo", "worker-0", 2)
 
 

@@ -161,11 +161,34 @@ def test_a_namespaces_ca_configmap_is_looked_at_again(monkeypatch: pytest.Monkey
             await one_round(api, c, (NS, "two"))
             assert api.objects[("ConfigMap", NS, CA_CONFIGMAP)]["data"][CA_KEY] == made.trusted
             before = [str(w) for w in api.writes(("ConfigMap", "Pod"))]
-            assert before.index("patch_data ConfigMap " + CA_CONFIGMAP) < before.index("create Pod two-master-0")
+            # made again whole (controller/configmaps.py), before the pods
+            assert before.index("delete ConfigMap " + CA_CONFIGMAP) < before.index("create Pod two-master-0")
             # the CAs renewed: the next job's namespace gets them
             link.trust.pem = "renewed"
             api.put(torchjob("three"))
             await one_round(api, c, (NS, "three"))
             assert api.objects[("ConfigMap", NS, CA_CONFIGMAP)]["data"][CA_KEY] == "renewed"
+
+    run(scenario)
+
+
+def test_the_key_of_the_in_place_seal_is_made_once_kept_through_renewals_and_added_to_an_older_secret() -> None:
+    """The operator's seal of what it writes on pods restarting in place (objects/inplace.py) holds
+    across its restarts and its certificate's renewals: its key is kept in the Secret, never renewed."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPS}})
+        first = await tls.ensure(api, OPS, "torchjob-operator", now=NOW)
+        assert len(first.seal_key) == 32 and secret_data(api)[tls.SEAL_KEY_KEY] == first.seal_hex
+        renewed = await tls.ensure(api, OPS, "torchjob-operator", now=NOW + dt.timedelta(days=70))
+        ca_renewed = await tls.ensure(api, OPS, "torchjob-operator", now=NOW + dt.timedelta(days=3600))
+        assert renewed.cert_pem != first.cert_pem and ca_renewed.ca_pem != first.ca_pem
+        assert renewed.seal_hex == ca_renewed.seal_hex == first.seal_hex
+        # a Secret an earlier version made: the key is added, once
+        stored = api.objects[("Secret", OPS, tls.SECRET)]
+        del stored["data"][tls.SEAL_KEY_KEY]
+        added = await tls.ensure(api, OPS, "torchjob-operator", now=NOW + dt.timedelta(days=3600))
+        assert added.seal_hex not in ("", first.seal_hex) and added.cert_pem == ca_renewed.cert_pem
+        assert (await tls.ensure(api, OPS, "torchjob-operator", now=NOW + dt.timedelta(days=3600))) == added
 
     run(scenario)

@@ -62,7 +62,7 @@ n = len([f for f in os.listdir(out) if f.startswith("run-")])
 err = os.environ.get("TORCHELASTIC_ERROR_FILE")
 seen = {"pid": os.getpid(), "pgid": os.getpgid(0), "started": started(), "env": dict(os.environ),
         "argv": sys.argv, "orig_argv": sys.orig_argv, "B": sys.flags.dont_write_bytecode,
-        "file": __file__, "torch": "torch" in sys.modules, "ppid": os.getppid(),
+        "file": __file__, "torch": "torch" in sys.modules, "ppid": os.getppid(), "path": sys.path,
         "error_file": open(err).read() if err and os.path.exists(err) else None}
 with open(os.path.join(out, f"run-{n}.json.tmp"), "w") as f:
     json.dump(seen, f)
@@ -479,3 +479,50 @@ def test_as_a_subreaper_it_reaps_orphans_and_keeps_the_attempts_exit_code(tmp_pa
     assert (rc, stderr) == (3, "")
     assert [p["exitCode"] for p in operator.posts] == [3]
     assert (pod.out / "orphan-reaped").read_text() == "yes"
+
+
+@pytest.mark.parametrize("operator", [["next", "release"]], indirect=True)
+def test_a_launcher_that_is_not_the_one_the_pod_was_made_with_is_never_run(tmp_path: Path, operator: Operator) -> None:
+    """Whoever may write the namespace's ConfigMap changes the launcher: its hash is not the one in the
+    pod's spec (TORCHJOB_INPLACE_LAUNCHER_SHA256), so no spare runs it; every attempt starts cold."""
+    import hashlib
+
+    marker = tmp_path / "planted-ran"
+    planted = tmp_path / "launcher" / "torchjob_spare.py"
+    planted.parent.mkdir()
+    planted.write_text(f"open({str(marker)!r}, 'w').write('yes')\n" + LAUNCHER.read_text())
+    pod = Pod(tmp_path, operator, "fail,fail4", TORCHJOB_INPLACE_LAUNCHER=str(planted), TORCHJOB_SPARE_AFTER_S="0",
+              TORCHJOB_INPLACE_LAUNCHER_SHA256=hashlib.sha256(LAUNCHER.read_bytes()).hexdigest())
+    rc, stdout, stderr = pod.finish()
+    assert rc == 4 and stdout == "attempt 0 says hello\nattempt 1 says hello\n"
+    assert stderr == (f"torchjob-inplace: {planted} is not the launcher this pod was made with: every attempt "
+                      "starts cold\n")
+    assert not marker.exists() and operator.spares_at_post == [[], []]
+    assert pod.run(1)["ppid"] == pod.proc.pid and pod.run(1)["env"] == pod.expected_env()
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [["next", "release"]], indirect=True)
+def test_nothing_beside_the_launcher_is_imported_and_the_spare_sees_the_scripts_path(tmp_path: Path,
+                                                                                    operator: Operator) -> None:
+    """Modules planted beside the launcher (its directory is a ConfigMap's in a pod) never run: it is
+    taken off sys.path before the first import; the attempt the spare becomes has the script's
+    directory first on its path, as a cold one does."""
+    import hashlib
+
+    here = tmp_path / "launcher"
+    here.mkdir()
+    (here / "torchjob_spare.py").write_text(LAUNCHER.read_text())
+    for name in ("__future__", "typing", "json", "importlib"):
+        (here / f"{name}.py").write_text(f"open({str(tmp_path / ('planted-' + name))!r}, 'w').write('ran')\n")
+    pod = Pod(tmp_path, operator, "fail,fail4", PROBE_WAIT_SPARE="1",
+              TORCHJOB_INPLACE_LAUNCHER=str(here / LAUNCHER.name),
+              TORCHJOB_INPLACE_LAUNCHER_SHA256=hashlib.sha256(LAUNCHER.read_bytes()).hexdigest())
+    rc, stdout, stderr = pod.finish(timeout=60)
+    assert (rc, stderr) == (4, "") and stdout == "attempt 0 says hello\nattempt 1 says hello\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("planted-")) == []
+    first, second = pod.run(0), pod.run(1)
+    assert second["pid"] in operator.spares_at_post[0]  # the spare became the attempt
+    assert first["path"][0] == second["path"][0] == str(tmp_path) and str(here) not in second["path"]
+    assert first["path"] == second["path"]
+    no_leftovers(pod)

@@ -103,6 +103,7 @@
   verbs:
   - get
   - patch
+  - delete
 {{- end }}
 
 {{- define "torchjob.clusterRules" -}}

@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import ssl
+import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -68,6 +70,10 @@ GROUPS = {TORCHJOBS: "torchjob.dev/v1", PYTORCHJOBS: "kubeflow.org/v1", TRAINJOB
           PYTORCHTRAININGJOBS: "batch.tensorstack.dev/v1beta1"}
 READ_TIMEOUT_S = 10.0  # one read of a socket
 DRAIN_BYTES = 1 << 20  # an authorized body too large but below this is read (and dropped) after the 413
+# The inplace path, per replica: its entry point asks once a second while its attempt runs, five times
+# a second while it waits for the verdict; past this it is answered 429 (it waits as told).
+IN_PLACE_RATE = 10.0
+IN_PLACE_BURST = 20.0
 
 
 def status_path(namespace: str, name: str, plural: str = TORCHJOBS) -> str:
@@ -144,10 +150,34 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
             "reason": reason, "code": code}
 
 
+class Rate:
+    """A token bucket per key (a replica's requests on the inplace path)."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.buckets: dict[Any, tuple[float, float]] = {}  # key -> (tokens, when)
+        self.lock = threading.Lock()
+
+    def take(self, key: Any, now: float) -> float:
+        """0 when a request of `key` may go now (one token taken), else the seconds until it may."""
+        with self.lock:
+            tokens, at = self.buckets.get(key, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - at) * self.rate)
+            if tokens < 1:
+                self.buckets[key] = (tokens, now)
+                return (1 - tokens) / self.rate
+            self.buckets[key] = (tokens - 1, now)
+            if len(self.buckets) > 10_000:  # those full again are forgotten now and then
+                self.buckets = {k: (t, w) for k, (t, w) in self.buckets.items()
+                                if t + (now - w) * self.rate < self.burst}
+            return 0.0
+
+
 class ProgressServer(GuardedServer):
     def __init__(self, address: tuple[str, int], receiver: Receiver, tls: ssl.SSLContext | None = None) -> None:
         self.receiver = receiver
         self.tls = tls
+        self.in_place_rate = Rate(IN_PLACE_RATE, IN_PLACE_BURST)
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[Any, Any]:
@@ -320,6 +350,11 @@ class _Handler(BaseHTTPRequestHandler):
         if serve is None:
             self._fail(404, "NotFound", "this endpoint restarts no pod in place")
             return
+        wait = self.server.in_place_rate.take((who.plural, who.namespace, who.job, who.replica), time.monotonic())
+        if wait > 0:
+            self._fail(429, "TooManyRequests", f"too many requests for {who.replica} on this path; at most "
+                       f"{IN_PLACE_RATE:g} a second", {"Retry-After": str(max(1, math.ceil(wait)))})
+            return
         ended = None
         if length is not None:
             body = self.rfile.read(length)
@@ -328,6 +363,9 @@ class _Handler(BaseHTTPRequestHandler):
                 ended = json.loads(body)
             except ValueError:
                 self._fail(422, "Invalid", "the body is not JSON")
+                return
+            except RecursionError:  # `[[[[...` deep: the decoder gives up, and so does the report
+                self._fail(422, "Invalid", "the body is nested too deeply")
                 return
         try:
             answer = serve(who, ended)

@@ -140,11 +140,13 @@ def attempt_of(pod: Any) -> AttemptView:
     ended = terminated(data, containers[training_index(containers)] if containers else None)
     status = data.get("status") or {}
     phase = status.get("phase") or "Pending"
-    here = inplace.in_place(data)
+    here = inplace.in_place(data, None)  # a view: what the annotations say (the operator checks their seal)
     if here is not None and here.ended is not None and phase == "Running":  # ended in its pod, which waits
         ended = {"finishedAt": here.ended.finished_at.isoformat(), "exitCode": here.ended.exit_code}
         phase = "Failed" if here.ended.exit_code else "Succeeded"
-    since = (data["metadata"].get("annotations") or {}).get(inplace.ANNOTATION_SINCE) if here is not None else None
+    # anyone who may patch pods may write anything there: a time that is none is not shown
+    since = inplace.parse_time((data["metadata"].get("annotations") or {}).get(inplace.ANNOTATION_SINCE)
+                               if here is not None else None)
     return AttemptView(
         replica=str(replica_name(data["metadata"].get("labels") or {})), attempt=pod_attempt(data),
         started=timestamp(since or status.get("startTime")), ended=timestamp(ended.get("finishedAt")),

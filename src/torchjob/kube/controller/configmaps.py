@@ -1,16 +1,22 @@
 """The ConfigMaps of torchjob's that a job namespace's pods project (the progress endpoint's CA, the
 entry point of pods restarting in place): made, or brought up to date, before the pods. Per namespace,
-not per job: they outlive the jobs that made them."""
+not per job: they outlive the jobs that made them. Whoever may write ConfigMaps in the namespace may
+change them; one that is not exactly torchjob's (its data, nothing else: no other key, no binaryData)
+is replaced whole (deleted and made again: an immutable one cannot be patched), and looked at again
+before pods are made, at most every RECHECK_S."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 
-RECHECK_S = 600.0  # how long a ConfigMap, once made current, is not looked at again
+log = logging.getLogger("torchjob.kube")
+
+RECHECK_S = 10.0  # how long a ConfigMap, once made current, is not looked at again (pods made meanwhile)
 
 
 class ConfigMaps:
@@ -30,8 +36,10 @@ class ConfigMaps:
         if published is not None and published[0] == data and published[1] > time.monotonic():
             return
         found = await self.api.find("ConfigMap", meta["name"], meta["namespace"])
+        if found is not None and ((found.get("data") or {}) != data or found.get("binaryData")):
+            log.warning("ConfigMap %s/%s is not torchjob's as it made it: made again", *where)
+            await self.api.delete("ConfigMap", meta["name"], meta["namespace"])
+            found = None
         if found is None:
             await self.create(configmap)
-        elif (found.get("data") or {}) != data:
-            await self.api.patch_data("ConfigMap", meta["name"], meta["namespace"], data)
         self.published[where] = (data, time.monotonic() + RECHECK_S)

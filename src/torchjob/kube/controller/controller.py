@@ -26,6 +26,7 @@ from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only, pod_cached, whole
 from torchjob.kube.machinery.queue import WorkQueue
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import LABEL_JOB
 from torchjob.kube.progress.view import KindCaches
 from torchjob.kube.served.kinds import TORCHJOB, ServedKind
@@ -38,6 +39,16 @@ def job_gone(e: Exception, key: Key, plural: str = TORCHJOB.plural) -> bool:
     """The API server answered that this very job does not exist (any more)."""
     details = e.status.details if isinstance(e, ApiError) and e.status is not None else None
     return status_code(e) == 404 and details is not None and details.kind == plural and details.name == key[1]
+
+
+def cached_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod as the cache keeps it (informer.pod_cached), and what of its spec says whether it restarts
+    in place (objects/inplace.py: only its spec, which nobody changes, says so)."""
+    out = pod_cached(pod)
+    spec = inplace.kept_spec(pod)
+    if spec:
+        out["spec"] = {**out.get("spec", {}), **spec}
+    return out
 
 
 def owner_key(obj: dict[str, Any]) -> Key | None:
@@ -55,7 +66,7 @@ class Controller:
         namespace = config.namespace
         self.queue = WorkQueue(kind.plural.removesuffix("s"))  # "torchjob", "pytorchjob": the metrics label
         self.jobs = Informer(api, kind.kind, namespace, self._on_job, transform=whole)
-        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=kind.pod_labels, transform=pod_cached)
+        self.pods = Informer(api, "Pod", namespace, self._on_pod, labels=kind.pod_labels, transform=cached_pod)
         self.services = Informer(api, "Service", namespace, self._on_owned, labels=kind.pod_labels,
                                  transform=metadata_only)
         self.index = PodIndex(self.pods.cache)

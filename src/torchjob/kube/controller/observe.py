@@ -27,7 +27,8 @@ UNKNOWN_EXIT = 0xBEEF  # like Kubeflow: a pod that failed before its container r
 LastReport = Callable[[str, int], datetime | None]  # (replica, attempt) -> when it last reported
 
 
-def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
+def observe_pod(job: TorchJob, pod: dict[str, Any], seal: inplace.Seal = inplace.NO_SEAL) -> Observed | None:
+    """One pod as core sees it; an attempt ended in place only as the operator sealed it (`seal`)."""
     rid = replica_of(pod)
     if rid is None or rid.rtype not in job.spec.pytorchReplicaSpecs:
         return None
@@ -38,8 +39,9 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
     terminated = pod_status.terminated(pod, name)
     exit_code: int | None = terminated.get("exitCode")
     reason = status.get("reason") or terminated.get("reason")
-    # torch's error file is the termination message (TORCHELASTIC_ERROR_FILE=/dev/termination-log)
-    message = torch_errors.headline(terminated["message"]) if terminated.get("message") else status.get("message")
+    # torch's error file is the termination message (TORCHELASTIC_ERROR_FILE=/dev/termination-log),
+    # else the end of its log (FallbackToLogsOnError): the line that says why
+    message = torch_errors.said(terminated["message"]) if terminated.get("message") else status.get("message")
     if phase is Phase.FAILED and exit_code is None:
         exit_code = UNKNOWN_EXIT
     if phase is Phase.SUCCEEDED and exit_code is None:
@@ -48,7 +50,7 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
     if finished is None and phase in (Phase.SUCCEEDED, Phase.FAILED):
         finished = parse_time(meta.get("creationTimestamp"))
     stopping = meta.get("deletionTimestamp") is not None
-    here = inplace.in_place(pod)
+    here = inplace.in_place(pod, seal)
     if here is not None and phase is Phase.RUNNING and not stopping:
         # restarting in place (objects/inplace.py): its entry point runs while the attempts come and go
         if here.ended is not None:  # ended, its pod kept for the next attempt (unless released: it ends)
@@ -58,19 +60,20 @@ def observe_pod(job: TorchJob, pod: dict[str, Any]) -> Observed | None:
             return Observed(rid, here.attempt, ended[0], e.exit_code, ended[1], message, e.finished_at,
                             in_place=not here.release)
         stopping = here.stop == here.attempt
-    return Observed(rid, attempt_of(pod), phase, exit_code, reason, message, finished, stopping=stopping)
+    attempt = here.attempt if here is not None else attempt_of(pod)  # in place: the sealed one
+    return Observed(rid, attempt, phase, exit_code, reason, message, finished, stopping=stopping)
 
 
 def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dict[str, Any]] = (),
              last_report: LastReport | None = None, refused: Refusal | None = None,
-             admission: Admission | None = None) -> World:
+             admission: Admission | None = None, seal: inplace.Seal = inplace.NO_SEAL) -> World:
     """The one place a round's `World` is built: the replicas from the job's pods and those deleted
     since, each running attempt's last progress report, and a refusal the operator learned. A pod
     being deleted that torchjob did not stop, or one of `gone` (deleted since; its last state), is
-    `deleted`: core decides whether that is an eviction."""
+    `deleted`: core decides whether that is an eviction. `seal`: the operator's (inplace.Seal)."""
     seen: dict[str, Observed] = {}
     for p, was_deleted in [*((p, False) for p in pods), *((p, True) for p in gone)]:
-        obs = observe_pod(job, p)
+        obs = observe_pod(job, p, seal)
         if obs is None:
             continue
         if was_deleted or obs.stopping:

@@ -24,6 +24,7 @@ from torchjob.kube.machinery.client import Api, connect, outlasting
 from torchjob.kube.machinery.health import GuardedHttp, Health, serve_health, serve_metrics
 from torchjob.kube.machinery.leader import LeaderElector, LeaderMark, LostLease
 from torchjob.kube.machinery.scrapers import ScraperAuth
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects.install import LEADER_LABEL
 from torchjob.kube.progress import gauges, tls
 from torchjob.kube.progress.books import Books
@@ -79,7 +80,7 @@ async def run_operator(config: OperatorConfig) -> None:
         servers.append(metrics)
         link: ProgressLink | None = None
         if made is not None:
-            link = ProgressLink(Books(), tls.Trust(made.trusted))
+            link = ProgressLink(Books(), tls.Trust(made.trusted), inplace.Seal(made.seal_key))
 
             def swap(renewed: tls.Tls) -> None:
                 _swap_in(renewed, (metrics if config.metrics_tls else None, endpoint), link)
@@ -120,7 +121,7 @@ async def run_operator(config: OperatorConfig) -> None:
         controllers = {k.plural: Controller(api, config, kind=k, progress=link if url is not None else None)
                        for k in kinds}
         if url is not None and link is not None and made is not None:
-            endpoint, writer = _serve_progress(api, config, controllers, link.books, made.context(), loop, tasks)
+            endpoint, writer = _serve_progress(api, config, controllers, link, made.context(), loop, tasks)
             log.info("progress endpoint on :%d (pods report to %s)", config.progress_port, url)
         if mark is not None:
             await outlasting(mark.claim, "labelling this pod as the leader's")
@@ -201,15 +202,17 @@ def _swap_in(renewed: tls.Tls, listeners: Iterable[Any], link: ProgressLink | No
             listener.tls = renewed.context()
     if link is not None:
         link.trust.pem = renewed.trusted
+        link.seal.key = renewed.seal_key or link.seal.key  # another operator made it (an upgrade)
 
 
-def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Controller], books: Books,
+def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Controller], link: ProgressLink,
                     context: Any, loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[Any]]
                     ) -> tuple[ProgressServer, ProgressWriter]:
     """The endpoint, its receiver and writer, wired to the controllers' caches and queues."""
+    books, seal = link.books, link.seal
     caches = {plural: c.caches() for plural, c in controllers.items()}
     receiver = ProgressReceiver(api, caches, books, loop,
-                                on_first_report=lambda plural, key: controllers[plural].queue.add(key))
+                                on_first_report=lambda plural, key: controllers[plural].queue.add(key), seal=seal)
     writer = ProgressWriter(api, caches, books, config.progress_write_s,
                             on_written=lambda plural, stored: controllers[plural].remember(stored))
     gauges.register(books, caches)

@@ -13,6 +13,7 @@ from torchjob.core.topology import replicas
 from torchjob.kube.controller.memory import JobMemory
 from torchjob.kube.controller.observe import observe_pod
 from torchjob.kube.machinery.informer import Key
+from torchjob.kube.objects.inplace import Seal
 from torchjob.kube.objects.labels import pod_name
 from torchjob.kube.objects.ownership import controller_of, left_by_earlier, owned_by
 
@@ -53,7 +54,7 @@ class PodIndex:
         return pods, stale, foreign, gone
 
     @staticmethod
-    def keep_undecided(decided: TorchJob, memory: JobMemory, gone: list[dict[str, Any]]) -> None:
+    def keep_undecided(decided: TorchJob, memory: JobMemory, gone: list[dict[str, Any]], seal: Seal) -> None:
         """A deleted pod whose attempt the decision did not move on (a policy's timeout holds it
         back) is shown to core again on the next reconcile; one that was decided on is dropped."""
         status = decided.status
@@ -61,7 +62,7 @@ class PodIndex:
             return
         kept = {}
         for p in gone:
-            obs = observe_pod(decided, p)
+            obs = observe_pod(decided, p, seal)
             current = status.replicas.get(obs.replica.name) if obs is not None else None
             if obs is not None and current is not None and current.attempt == obs.attempt:
                 kept[p["metadata"]["name"]] = p

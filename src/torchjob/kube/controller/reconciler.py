@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, assert_never
 
@@ -91,12 +92,26 @@ class JobCaches:
 
 @dataclass(frozen=True)
 class ProgressLink:
-    """What a round needs of progress: the reports' books (for stalls), and the endpoint's CAs as
-    the pods must trust them now (renewed in place: tls.keep), published in each namespace where pods
-    are made."""
+    """What a round needs of progress: the reports' books (for stalls), the endpoint's CAs as the pods
+    must trust them now (renewed in place: tls.keep), published in each namespace where pods are made,
+    and the seal of what the operator writes on pods restarting in place (objects/inplace.py; the
+    receiver seals what it records with the same)."""
 
     books: Books
     trust: Trust
+    seal: inplace.Seal = field(default_factory=lambda: inplace.Seal(secrets.token_bytes(32)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a round decided, and on what: handed to the steps that carry it out."""
+
+    raw: dict[str, Any]
+    job: TorchJob
+    key: Key
+    memory: JobMemory
+    plan: Plan
+    now: datetime
 
 
 class Reconciler:
@@ -112,6 +127,7 @@ class Reconciler:
         self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate
         self.pod_options = config.pods
         self.configmaps = ConfigMaps(api, self._create)
+        self.seal = progress.seal if progress is not None else inplace.NO_SEAL
 
     async def reconcile(self, key: Key) -> Result:
         raw = self.jobs.cache.get(key)
@@ -135,7 +151,7 @@ class Reconciler:
         pods, stale, foreign, gone = self.index.split(job, key, memory)
         admission = Admission(queue.seen, queue.finished, group.seen, group.awaited)
         world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key),
-                        admission=admission)
+                        admission=admission, seal=self.seal)
         plan = reconcile(job, world, now)
         self._say_not_in_place(job, plan)
         if plan.admission and plan.admission[0].ends_round:
@@ -144,12 +160,13 @@ class Reconciler:
             memory.gone = {**{p["metadata"]["name"]: p for p in gone}, **memory.gone}
             await self.kueue_gate.carry_out(plan.admission[0], raw, job, key, queue, plan.status)
             return result
-        self.index.keep_undecided(job.model_copy(update={"status": plan.status}), memory, gone)
+        self.index.keep_undecided(job.model_copy(update={"status": plan.status}), memory, gone, self.seal)
         await self._write(raw, job, status, plan)
         if plan.status.finished:
             memory.learned = None  # decided on: a finished job ignores it
-        creates, result = await self._admit(raw, job, key, memory, plan, queue, group, bool(pods), result)
-        result = await self._act(raw, job, key, memory, plan, pods, stale, now, result, creates)
+        decision = Decision(raw, job, key, memory, plan, now)
+        creates, result = await self._admit(decision, queue, group, bool(pods), result)
+        result = await self._act(decision, pods, stale, result, creates)
         self._tell_foreign(raw, key, memory, foreign)
         return result
 
@@ -167,11 +184,11 @@ class Reconciler:
         books, plural = self.progress.books, self.kind.plural
         return lambda replica, attempt: books.last_report(plural, key, replica, attempt)
 
-    async def _admit(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, plan: Plan,
-                     queue: Look, group: Look, started: bool, result: Result) -> tuple[bool, Result]:
+    async def _admit(self, d: Decision, queue: Look, group: Look, started: bool, result: Result) -> tuple[bool, Result]:
         """The admission steps core decided, carried out before the Service and the pods; returns
         whether the pods may be made (not when the PodGroup could not be), and `result` with what
         carrying them out adds (a refusal learned: look again at once; a recheck)."""
+        raw, job, key, memory, plan = d.raw, d.job, d.key, d.memory, d.plan
         creates = True
         for step in plan.admission:
             if step in (Admit.MAKE_PODGROUP, Admit.DELETE_PODGROUP):
@@ -187,11 +204,11 @@ class Reconciler:
             await self.podgroup_gate.wait(raw, job, memory)
         return creates, result
 
-    async def _act(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, plan: Plan,
-                   pods: list[dict[str, Any]], stale: list[dict[str, Any]], now: datetime, result: Result,
+    async def _act(self, d: Decision, pods: list[dict[str, Any]], stale: list[dict[str, Any]], result: Result,
                    creates: bool) -> Result:
         """Carry the plan out; returns `result` with what acting adds: a fact learned (look again at
         once), the earlier job's pods to wait for, the plan's deadline, a stuck pod's."""
+        raw, job, key, memory, plan, now = d.raw, d.job, d.key, d.memory, d.plan, d.now
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(pod_objects.service(job))  # before the pods: their names resolve as they start
         if creates and self.progress is not None and any(isinstance(a, Create) for a in plan.actions):
@@ -216,7 +233,7 @@ class Reconciler:
         if plan.requeue_at is not None:
             result = result.after((plan.requeue_at - now).total_seconds())
         for pod in pods:  # an attempt asked to stop in place whose entry point does not answer: its pod goes
-            due = inplace.stop_overdue(pod, now)
+            due = inplace.stop_overdue(pod, now, self.seal)
             if due is not None and due <= 0:
                 log.warning("%s: its attempt asked to stop has not ended; deleting the pod", pod["metadata"]["name"])
                 await self.api.delete("Pod", pod["metadata"]["name"], key[0], grace_s=0)
@@ -315,14 +332,15 @@ class Reconciler:
                     # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1 ignores
                     # SIGTERM) held the replacement of its name that long (bench/recovery.py)
                     grace = RESTART_GRACE_S if grace is None and a.restarting else grace
-                    if a.restarting and not ending and pod is not None and inplace.runs(pod, a.attempt):
+                    if a.restarting and not ending and pod is not None and inplace.runs(pod, a.attempt, self.seal):
                         by = datetime.now(UTC) + timedelta(seconds=(grace or 0) + STOP_PATIENCE_S)
                         await self._note(pod, inplace.stop_note(a.attempt, by))
                         continue
                     await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=grace)
                 case Forget() | Purge():  # a finished pod: nothing runs in it
                     pod = by_name.get(pod_name(job, a.replica))
-                    if isinstance(a, Forget) and not ending and pod is not None and inplace.parked(pod, a.attempt):
+                    if (isinstance(a, Forget) and not ending and pod is not None
+                            and inplace.parked(pod, a.attempt, self.seal)):
                         continue  # its replica's next attempt starts in it
                     by_name.pop(pod_name(job, a.replica), None)
                     await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=0)
@@ -336,7 +354,8 @@ class Reconciler:
                     assert_never(a)
         if plan.status.finished:  # what ended in place ends its pod now, with that attempt's exit code
             for pod in by_name.values():
-                if (here := inplace.in_place(pod)) is not None and inplace.parked(pod, here.attempt):
+                here = inplace.in_place(pod, self.seal)
+                if here is not None and inplace.parked(pod, here.attempt, self.seal):
                     await self._note(pod, inplace.release_note(here.attempt))
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
@@ -347,7 +366,7 @@ class Reconciler:
 
     async def _start(self, job: TorchJob, a: Create, pod: dict[str, Any] | None) -> None:
         """An attempt: in its replica's pod, where that pod waits for it (in place), else in a new pod."""
-        if pod is None or not inplace.parked(pod, a.attempt - 1, older=True):
+        if pod is None or not inplace.parked(pod, a.attempt - 1, self.seal, older=True):
             return await self._create_pod(job, a)
         try:  # only the pod as it was observed: one whose entry point gave up since (and ended) is not told
             await self._note(pod, inplace.restart_note(a.attempt, datetime.now(UTC)), guarded=True)
@@ -357,11 +376,13 @@ class Reconciler:
             log.info("%s: changed since it was observed; looked at again", pod["metadata"]["name"])
 
     async def _note(self, pod: dict[str, Any], notes: dict[str, str | None], guarded: bool = False) -> None:
-        """Annotate a pod restarting in place; the cache keeps what was written, and its job looks at it
-        again (a new attempt runs in it: the job is Running again, as when a new pod starts)."""
+        """Annotate a pod restarting in place, under the operator's seal; the cache keeps what was
+        written, and its job looks at it again (a new attempt runs in it: the job is Running again, as
+        when a new pod starts)."""
         meta = pod["metadata"]
         self.pods.on_change(self.pods.remember(await self.api.patch_annotations(
-            "Pod", meta["name"], meta.get("namespace", "default"), notes, uid=meta.get("uid"),
+            "Pod", meta["name"], meta.get("namespace", "default"), self.seal.close(meta["uid"], notes),
+            uid=meta.get("uid"),
             resource_version=meta.get("resourceVersion") if guarded else None), quiet=True))
 
     async def _create_pod(self, job: TorchJob, a: Create) -> None:

@@ -25,6 +25,7 @@ Protocol (JSON, `Authorization: Bearer <token>`) at KUBEFLOW_TRAINER_SERVER_URL,
 
 Environment: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: no spare, for a command
 that is not python), _ATTEMPT (the pod's first attempt), _GRACE_S (3), _PATIENCE_S (120),
+_LAUNCHER_SHA256 (the launcher the pod was made for: one that differs is not run, every attempt starts cold),
 TORCHJOB_SPARE_AFTER_S (5), KUBEFLOW_TRAINER_SERVER_URL, _TOKEN (a file, read for each request),
 _CA_CERT; TORCHELASTIC_ERROR_FILE. Test knobs: TORCHJOB_INPLACE_POLL_S (1), _LAUNCHER, _WARM (torch).
 Without a URL, or with a setting it cannot read, it says so and runs ARGV in its own place (exec).
@@ -33,6 +34,7 @@ Without a URL, or with a setting it cannot read, it says so and runs ARGV in its
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.client
 import json
 import os
@@ -121,6 +123,14 @@ class Endpoint:
         return resp.status, answer, retry
 
 
+def launcher_sha256(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return ""
+
+
 def verdict_of(answer: Any) -> tuple[int, int | None, bool] | None:
     """(attempt, stop, release) of an answer, None where it is not one."""
     got: list[Any] = [answer.get(k) for k in ("attempt", "stop", "release")] if isinstance(answer, dict) else []
@@ -150,6 +160,11 @@ class Wrapper:
         self.error_file = self.env.get("TORCHELASTIC_ERROR_FILE")
         if self.options is not None and not os.path.isfile(self.launcher):
             say(f"no spare launcher at {self.launcher}: every attempt starts cold")
+            self.options = None
+        sha256 = environ.get(PREFIX + "LAUNCHER_SHA256", "")
+        if self.options is not None and sha256 and launcher_sha256(self.launcher) != sha256:
+            # whoever may write the ConfigMap is not to run code in the pod
+            say(f"{self.launcher} is not the launcher this pod was made with: every attempt starts cold")
             self.options = None
         self.phase = "starting"  # starting | running | parked | exiting
         self.child: subprocess.Popen[bytes] | None = None  # the attempt's process (a spare, or cold)

@@ -72,10 +72,11 @@ JOB_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "create", "delete"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch", "create"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["patch"]},  # Finished
-    # the progress endpoint's CA, published in each job namespace
+    # the progress endpoint's CA, published in each job namespace (and the in-place entry point); one
+    # someone changed is deleted and made again (controller/configmaps.py)
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CA_CONFIGMAP, INPLACE_CONFIGMAP],
-     "verbs": ["get", "patch"]},
+     "verbs": ["get", "patch", "delete"]},
 ]
 # Rules on cluster-scoped objects: always a ClusterRole.
 CLUSTER_RULES: list[dict[str, Any]] = [

@@ -59,8 +59,9 @@ class ProgressReceiver:
     review_queue = REVIEW_QUEUE
 
     def __init__(self, api: Api, caches: CachesView, books: Books, loop: asyncio.AbstractEventLoop,
-                 on_first_report: Callable[[str, Key], None]) -> None:
+                 on_first_report: Callable[[str, Key], None], seal: inplace.Seal = inplace.NO_SEAL) -> None:
         self.api, self.caches, self.books, self.loop = api, caches, books, loop
+        self.seal = seal  # the operator's (objects/inplace.py): what it records is sealed, and read only so
         self.on_first_report = on_first_report
         # by token: the reporter it stands for, the uid of its pod's controller, until when it holds
         self.reviews: dict[str, tuple[Reporter | None, str, float]] = {}
@@ -134,9 +135,11 @@ class ProgressReceiver:
 
     def in_place(self, reporter: Reporter, ended: Any) -> dict[str, Any]:
         """The `InPlace` answer to a pod's entry point: its verdict, after recording the end of its
-        attempt (`ended`, a report) in its annotations, where the operator's next round reads it."""
+        attempt (`ended`, a report) in its annotations under the operator's seal, where the operator's
+        next round reads it (the only way an attempt's end is believed: objects/inplace.py)."""
         pod = self.caches[reporter.plural].pods.get((reporter.namespace, f"{reporter.job}-{reporter.replica}"))
-        here = inplace.in_place(pod) if pod is not None and pod["metadata"].get("uid") == reporter.pod_uid else None
+        here = (inplace.in_place(pod, self.seal) if pod is not None and pod["metadata"].get("uid") == reporter.pod_uid
+                else None)
         if pod is None or here is None:
             raise LookupError(f"no pod of {reporter.replica} restarting in place")
         if ended is not None:
@@ -148,10 +151,11 @@ class ProgressReceiver:
                 raise Conflict(f"attempt {end.attempt} is not the pod's current one ({here.attempt})")
             if here.ended is None:
                 meta = pod["metadata"]
+                note = self.seal.close(reporter.pod_uid, inplace.exit_note(end))
                 future = asyncio.run_coroutine_threadsafe(self.api.patch_annotations(
-                    "Pod", meta["name"], reporter.namespace, inplace.exit_note(end), uid=reporter.pod_uid), self.loop)
+                    "Pod", meta["name"], reporter.namespace, note, uid=reporter.pod_uid), self.loop)
                 try:
-                    here = inplace.in_place(future.result(REVIEW_TIMEOUT_S)) or here
+                    here = inplace.in_place(future.result(REVIEW_TIMEOUT_S), self.seal) or here
                 except Exception as e:
                     future.cancel()
                     raise TryLater("the attempt's end could not be recorded now; try again") from e
@@ -169,8 +173,10 @@ class ProgressReceiver:
             return None
         if who.in_place:  # its attempts come and go in the same pod: the one it runs now
             pod = self.caches[who.plural].pods.get((who.namespace, f"{who.job}-{who.replica}"))
-            if pod is not None and pod["metadata"].get("uid") == who.pod_uid:
-                return replace(who, attempt=attempt_of(pod))
+            ours = pod is not None and pod["metadata"].get("uid") == who.pod_uid
+            here = inplace.in_place(pod, self.seal) if pod is not None and ours else None
+            if here is not None:
+                return replace(who, attempt=here.attempt)
         return who
 
     async def _review(self, token: str, plural: str, namespace: str, job: str) -> tuple[Reporter | None, str]:
@@ -195,8 +201,9 @@ class ProgressReceiver:
         if labels.get(LABEL_JOB) != job or replica is None:
             return None, ""
         owner = controller_of(pod)
-        return (Reporter(namespace, job, replica, attempt_of(pod), plural, pod_uid,
-                         in_place=inplace.in_place(pod) is not None), str((owner or {}).get("uid") or ""))
+        here = inplace.in_place(pod, self.seal)
+        return (Reporter(namespace, job, replica, attempt_of(pod) if here is None else here.attempt, plural, pod_uid,
+                         in_place=here is not None), str((owner or {}).get("uid") or ""))
 
     def book(self, reporter: Reporter) -> Book | None:
         return self.books.open(reporter, self.caches)

@@ -10,7 +10,11 @@ RENEW_BEFORE_DAYS are left (`keep` looks every CHECK_S; the endpoint swaps its c
 the pods, which trust the CA, see nothing change). The CA's key is kept in the Secret for that; the
 CA itself (CA_VALID_DAYS) is made again once fewer than CA_RENEW_BEFORE_DAYS are left, and the pods
 are given both CAs (`trusted_pem`) until the old one expires, so no pod's report is refused in
-between."""
+between.
+
+The same Secret keeps the key that seals what the operator writes on pods restarting in place
+(SEAL_KEY_KEY; kube/objects/inplace.py `Seal`): random, made once, never renewed (a renewal would
+break the seals of the pods running), in no namespace but the operator's."""
 
 from __future__ import annotations
 
@@ -19,10 +23,11 @@ import base64
 import datetime as dt
 import ipaddress
 import logging
+import secrets
 import ssl
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,7 @@ CA_RENEW_BEFORE_DAYS = 180
 CHECK_S = 3600.0
 CA_KEY_KEY = "ca.key"  # the CA's private key, in the Secret (never in the namespaces' ConfigMaps)
 TRUSTED_KEY = "trusted.crt"  # the CAs the pods are given: the current one, and the one before while it lasts
+SEAL_KEY_KEY = "inplace-seal.key"  # the key of the seal of restarts in place (hex; never in a job namespace)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,11 @@ class Tls:
     key_pem: str
     ca_key_pem: str = ""  # empty: a pair made before the key was kept (it cannot sign again)
     trusted_pem: str = ""  # the bundle pods trust (empty: ca_pem alone)
+    seal_hex: str = ""  # the seal's key (empty: a pair made before it was kept)
+
+    @property
+    def seal_key(self) -> bytes:
+        return bytes.fromhex(self.seal_hex) if self.seal_hex else b""
 
     @property
     def trusted(self) -> str:
@@ -107,10 +118,10 @@ def _new_ca(now: dt.datetime) -> tuple[str, str]:
 
 
 def generate(hosts: list[str], ca: tuple[str, str] | None = None, trusted: str = "",
-             now: dt.datetime | None = None) -> Tls:
+             now: dt.datetime | None = None, seal_hex: str = "") -> Tls:
     """A serving certificate for `hosts` (DNS names or IP addresses) signed by `ca` (its certificate
     and key, PEM), or by a new CA when none is given; `trusted`: the bundle pods are given (default:
-    the CA alone)."""
+    the CA alone); `seal_hex`: the seal's key kept (default: a new one)."""
     now = now or _now()
     ca_pem, ca_key_pem = ca or _new_ca(now)
     ca_cert = x509.load_pem_x509_certificate(ca_pem.encode())
@@ -132,7 +143,7 @@ def generate(hosts: list[str], ca: tuple[str, str] | None = None, trusted: str =
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))
     pem = cert.public_bytes(serialization.Encoding.PEM).decode()
-    return Tls(ca_pem, pem, _pem_key(key), ca_key_pem, trusted or ca_pem)
+    return Tls(ca_pem, pem, _pem_key(key), ca_key_pem, trusted or ca_pem, seal_hex or secrets.token_hex(32))
 
 
 def hosts_for(service: str, namespace: str) -> list[str]:
@@ -143,12 +154,13 @@ def hosts_for(service: str, namespace: str) -> list[str]:
 def _secret_data(tls: Tls) -> dict[str, str]:
     return {k: base64.b64encode(v.encode()).decode() for k, v in
             ((CA_KEY, tls.ca_pem), ("tls.crt", tls.cert_pem), ("tls.key", tls.key_pem), (CA_KEY_KEY, tls.ca_key_pem),
-             (TRUSTED_KEY, tls.trusted))}
+             (TRUSTED_KEY, tls.trusted), (SEAL_KEY_KEY, tls.seal_hex))}
 
 
 def _decode(secret: dict[str, Any]) -> Tls:
     data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
-    return Tls(data[CA_KEY], data["tls.crt"], data["tls.key"], data.get(CA_KEY_KEY, ""), data.get(TRUSTED_KEY, ""))
+    return Tls(data[CA_KEY], data["tls.crt"], data["tls.key"], data.get(CA_KEY_KEY, ""), data.get(TRUSTED_KEY, ""),
+               data.get(SEAL_KEY_KEY, ""))
 
 
 def covers(cert_pem: str, hosts: list[str]) -> bool:
@@ -172,16 +184,19 @@ def _still_valid(bundle: str, now: dt.datetime) -> str:
 def renewed(stored: Tls, hosts: list[str], now: dt.datetime | None = None) -> Tls | None:
     """What replaces a stored pair, or None while it is good: a serving certificate that lacks a host
     or is near its end is made again by the same CA; a CA near its end (or whose key was not kept)
-    is made anew, and the pods trust both until the old one expires."""
+    is made anew, and the pods trust both until the old one expires. The seal's key is kept (made
+    where there is none)."""
     now = now or _now()
+    seal = stored.seal_hex
     ca_due = not stored.ca_key_pem or _left(stored.ca_pem, now) < dt.timedelta(days=CA_RENEW_BEFORE_DAYS)
     cert_due = not covers(stored.cert_pem, hosts) or _left(stored.cert_pem, now) < dt.timedelta(days=RENEW_BEFORE_DAYS)
     if ca_due:
         ca = _new_ca(now)
-        return generate(hosts, ca, trusted=ca[0] + _still_valid(stored.trusted, now), now=now)
+        return generate(hosts, ca, trusted=ca[0] + _still_valid(stored.trusted, now), now=now, seal_hex=seal)
     if cert_due:
-        return generate(hosts, (stored.ca_pem, stored.ca_key_pem), trusted=_still_valid(stored.trusted, now), now=now)
-    return None
+        return generate(hosts, (stored.ca_pem, stored.ca_key_pem), trusted=_still_valid(stored.trusted, now), now=now,
+                        seal_hex=seal)
+    return None if seal else replace(stored, seal_hex=secrets.token_hex(32))
 
 
 async def ensure(api: ApiProtocol, namespace: str, service: str, extra_hosts: tuple[str, ...] = (),
@@ -198,6 +213,9 @@ async def ensure(api: ApiProtocol, namespace: str, service: str, extra_hosts: tu
         if tls is None:
             return stored
         await api.patch_data("Secret", SECRET, namespace, _secret_data(tls))
+        if tls.cert_pem == stored.cert_pem:  # only the seal's key was added (a Secret of an earlier version)
+            log.info("kept a key for the seal of restarts in place in Secret %s/%s", namespace, SECRET)
+            return tls
         log.info("made the progress endpoint's certificate again (valid until %s%s; Secret %s/%s)",
                  x509.load_pem_x509_certificate(tls.cert_pem.encode()).not_valid_after_utc.date(),
                  ", a new CA" if tls.ca_pem != stored.ca_pem else "", namespace, SECRET)

@@ -10,12 +10,18 @@ supervisor sends the new attempt's environment; the spare takes it and runs the 
 `python` would have: `__main__`, `sys.argv`, `sys.path[0]`, `__file__`, its exit code, its uncaught
 exception's traceback (less this file's frames). End of file instead: the spare is not needed, it
 exits quietly. Standard library only, and as little of it as it can: the replica's process is this one.
+
+Nothing is imported from its own directory (in a pod, a ConfigMap's that others may write to): it is
+taken off `sys.path` before the first import that is not built in, as `python -P` would (the replica's
+own `sys.path[0]` is set when it runs, as `python` would have). No `from __future__` for that reason.
 """
 
-from __future__ import annotations
+import sys
+
+if not sys.flags.safe_path and sys.path:  # its own directory (with -P or -I there is none)
+    del sys.path[0]
 
 import os
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +154,7 @@ def _recv_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def _trimmed(tb: TracebackType | None) -> TracebackType | None:
+def _trimmed(tb: "TracebackType | None") -> "TracebackType | None":
     """The traceback without this file's frames: what `python` itself would print."""
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _HERE:
         tb = tb.tb_next
@@ -165,7 +171,7 @@ def _run_script(script: str) -> None:
         import runpy
 
         if not sys.flags.safe_path:
-            sys.path[0] = script
+            sys.path.insert(0, script)
         sys.modules["__main__"] = _fresh_main(types, builtins)
         runpy._run_module_as_main("__main__", False)  # type: ignore[attr-defined]  # what python calls for them
         return
@@ -176,7 +182,7 @@ def _run_script(script: str) -> None:
         sys.stderr.write(f"{sys.orig_argv[0]}: can't open file {path!r}: [Errno {e.errno}] {e.strerror}\n")
         sys.exit(2)
     if not sys.flags.safe_path:
-        sys.path[0] = os.path.dirname(os.path.realpath(path))
+        sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
     main = _fresh_main(types, builtins)
     main.__file__ = path
     main.__cached__ = None  # type: ignore[attr-defined]
@@ -196,7 +202,7 @@ def _is_zip(path: str) -> bool:
         return False
 
 
-def _fresh_main(types: Any, builtins: ModuleType) -> ModuleType:
+def _fresh_main(types: Any, builtins: "ModuleType") -> "ModuleType":
     main: ModuleType = types.ModuleType("__main__")
     main.__builtins__ = builtins  # type: ignore[attr-defined]
     main.__annotations__ = {}
@@ -209,7 +215,7 @@ def _run_module(module: str) -> None:
     import types
 
     if not sys.flags.safe_path:
-        sys.path[0] = os.getcwd()
+        sys.path.insert(0, os.getcwd())
     sys.modules["__main__"] = _fresh_main(types, builtins)
     runpy._run_module_as_main(module, True)  # type: ignore[attr-defined]  # what `python -m` itself calls
 
