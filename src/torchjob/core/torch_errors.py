@@ -62,7 +62,9 @@ def torchrun_report(lines: list[str]) -> tuple[list[str], str] | None:
         tracebacks = [i for i in range(cause_at) if lines[i].startswith("Traceback (most recent")]
         start = tracebacks[-1] if tracebacks else cause_at
     own = [line for line in lines[:start] if not _AGENT_RECORD.match(line)]
-    what = entry.get("traceback") or f"exit code {entry.get('exitcode', '?')}"
+    what = entry.get("traceback") or ""
+    if not what or what.startswith("To enable traceback"):  # torchrun's hint, where no error file was written
+        what = f"exit code {entry.get('exitcode', '?')}"
     return own, f"torchrun's root cause: rank {entry.get('rank', '?')}: {what}"
 
 
@@ -148,26 +150,35 @@ def said(text: str, limit: int = 300) -> str | None:
     or with `terminationMessagePolicy: FallbackToLogsOnError` the end of its log) or a log's tail."""
     if traceback(text) is not None:
         return headline(text, limit)
+    from torchjob.core import rank_errors
+
     lines = text.splitlines()
     report = torchrun_report(lines)
     own = report[0] if report is not None else lines
-    found = raised_at(own)
-    line = found[0] if found is not None else next((s.strip() for s in reversed(own) if s.strip()), None)
+    told = rank_errors.failing(own, rank_errors.named_rank(report[1]) if report is not None else None)
+    found = next((e for e in told[1] if e.rank == told[0]), None) if told is not None else None
+    line = found.error if found is not None else next((s.strip() for s in reversed(own) if s.strip()), None)
     if line is None:
         return headline(report[1], limit) if report is not None else None
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def last_words(lines: list[str], count: int) -> list[str]:
-    """The root cause's quoted block of a replica's output (`lines`, its tail): its last `count` lines;
-    when torchrun ended it with its failure report, the ranks' own lines before the report instead,
-    and the report's root cause in one line. Each head line is indented by 2, each quoted line by 4."""
+    """The root cause's quoted block of a replica's output (`lines`, its tail): the failing rank's
+    own lines from its traceback on (core.rank_errors: not a peer's follow-on error of a collective),
+    else its last `count` lines; when torchrun ended it with its failure report, the ranks' own lines
+    before the report instead, and the report's root cause in one line. Each head line is indented
+    by 2, each quoted line by 4."""
+    from torchjob.core import rank_errors  # it reads tracebacks with raised_at, above
+
     report = torchrun_report(lines)
-    if report is None:
-        last = lines[-count:]
-        return [f"  last {len(last)} lines of its output:", *("    " + t for t in last)] if last else []
-    own, cause = report
-    own = own[-count:]
-    return [f"  {cause}",
-            *([f"  last {len(own)} lines of the ranks' own output (before torchrun's report):",
-               *("    " + t for t in own)] if own else [])]
+    own, cause = report if report is not None else (lines, None)
+    q = rank_errors.quote(own, count, rank_errors.named_rank(cause),
+                          "the ranks' own output (before torchrun's report)" if cause else "its output")
+    out = [f"  {cause}"] if cause else []
+    if q.followed:  # several ranks raised: which one's error is the failure
+        others = ", ".join(f"rank {e.rank}" for e in q.followed)
+        out.append(f"  rank      : {q.rank} (its own error; {others} failed after it, in a collective)")
+    if q.lines:
+        out += [f"  {q.title}:", *("    " + t for t in q.lines)]
+    return out

@@ -132,27 +132,19 @@ def view(store: Store, rec: JobRecord, v: Verdict, *, details: bool = True) -> J
     return out
 
 
-def tail(path: Path, lines: int) -> list[str]:
+def tail(path: Path, lines: int, size: int = 64 * 1024) -> list[str]:
     try:
-        data = path.read_bytes()[-64 * 1024:]
+        data = path.read_bytes()[-size:]
     except OSError:
         return []
     return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
 def last_words(log: Path, lines: int) -> list[str]:
-    """The end of a replica's output; when torchrun ended it with its failure report, the ranks'
-    own lines before the report instead, and the report's root cause in one line."""
-    text = tail(log, 400)
-    report = torch_errors.torchrun_report(text)
-    if report is None:
-        last = text[-lines:]
-        return [f"  last {len(last)} lines of its output:", *("    " + t for t in last)] if last else []
-    own, cause = report
-    own = own[-lines:]
-    return [f"  {cause}",
-            *([f"  last {len(own)} lines of the ranks' own output (before torchrun's report):",
-               *("    " + t for t in own)] if own else [])]
+    """The root cause's quote of a replica's output (core.torch_errors.last_words: the failing rank's
+    own lines, or the end of the output)."""
+    # several ranks interleave: the failing one's traceback may be far up
+    return torch_errors.last_words(tail(log, 2000, 512 * 1024), lines)
 
 
 def advice(job: JobView, said: str) -> list[str]:
