@@ -71,6 +71,54 @@ def is_torchrun(argv: list[str]) -> bool:
     return False
 
 
+# Launchers that start a replica's processes themselves, by their own flags and config (not torchrun's
+# PET_* variables): (the command's head, its subcommand or None).
+OWN_LAUNCHERS = (("accelerate", "launch"), ("deepspeed", None), ("tune", "run"), ("lightning", "run"),
+                 ("composer", None))
+
+
+def own_launcher(argv: list[str]) -> str | None:
+    """The launcher a command starts that decides its own process count (`accelerate launch`,
+    `deepspeed`, `tune run`), as its words; None for torchrun, python or another command."""
+    if not argv:
+        return None
+    head = os.path.basename(argv[0])
+    for name, sub in OWN_LAUNCHERS:
+        if head == name and (sub is None or argv[1:2] == [sub]):
+            return f"{name} {sub}" if sub else name
+    return None
+
+
+def _commands(job: TorchJob) -> list[list[str]]:
+    out = []
+    for s in job.spec.pytorchReplicaSpecs.values():
+        cs = s.template.spec.containers
+        if cs:
+            c = cs[training_container(cs)]
+            out.append([*(c.command or []), *(c.args or [])])
+    return out
+
+
+def ignored_nproc(job: TorchJob) -> str | None:
+    """Why the job's processes per replica (spec.nprocPerNode, elasticPolicy.nProcPerNode) are not
+    used: no replica's command starts torchrun, the one that reads them. None when they are used or
+    not set."""
+    ep = job.spec.elasticPolicy
+    field, value = (("spec.nprocPerNode", job.spec.nprocPerNode) if job.spec.nprocPerNode is not None
+                    else ("spec.elasticPolicy.nProcPerNode", ep.nProcPerNode if ep else None))
+    if value is None or str(value) == "1":
+        return None
+    commands = _commands(job)
+    if any(is_torchrun(argv) for argv in commands):
+        return None
+    launchers = sorted({x for x in map(own_launcher, commands) if x})
+    who = (f"{launchers[0]} starts each replica's processes by its own flags (e.g. --num_processes)"
+           if launchers else "each replica runs its command as one process")
+    return (f"{field}: {value} is ignored: no replica's command starts torchrun, which is what runs "
+            f"{value} processes per replica; {who}; fix: start the command with torchrun "
+            f"(command: [torchrun, train.py]), or remove {field}")
+
+
 def volcano_task(job: TorchJob, rtype: str) -> str:
     names = job.spec.volcano.taskNames if job.spec.volcano and job.spec.volcano.taskNames else {}
     return names.get(rtype, rtype.lower())
@@ -79,16 +127,16 @@ def volcano_task(job: TorchJob, rtype: str) -> str:
 def processes(job: TorchJob) -> tuple[str, int | None]:
     """(processes per replica, world size) as the spec says them: in torchrun mode (a replica's
     command starts torchrun) `spec.nprocPerNode`, else elasticPolicy's, else `auto`; otherwise 1
-    (one process a replica). The world size is the replicas times that, None while it is a word
-    (`auto`, `gpu`, `cpu`: the node decides). An elastic job's is at its current replica count."""
+    (one process a replica), or the launcher that decides it (`accelerate launch`). The world size
+    is the replicas times that, None while it is a word (`auto`, `gpu`, `cpu`: the node decides;
+    a launcher's name). An elastic job's is at its current replica count."""
     specs = job.spec.pytorchReplicaSpecs
     replicas = sum(job.replica_count(t) for t in specs)
-    torchrun = False
-    for s in specs.values():
-        cs = s.template.spec.containers
-        if cs:
-            c = cs[training_container(cs)]
-            torchrun = torchrun or is_torchrun([*(c.command or []), *(c.args or [])])
+    commands = _commands(job)
+    torchrun = any(is_torchrun(argv) for argv in commands)
+    launcher = next((x for x in map(own_launcher, commands) if x), None)
+    if launcher is not None and not torchrun:  # e.g. `accelerate launch`: its flags decide
+        return launcher, None
     ep = job.spec.elasticPolicy
     per = "1"
     if torchrun:

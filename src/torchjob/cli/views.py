@@ -61,6 +61,20 @@ def _fields(data: dict[str, Any], prefix: str = "") -> str:
     return ", ".join(out)
 
 
+def _decided(nproc: str) -> str:
+    """Who decides a world size the spec does not say: torchrun (`auto`, `gpu`, `cpu`) or the
+    replica's own launcher (`accelerate launch`)."""
+    if nproc in ("auto", "gpu", "cpu"):
+        return f"decided by torchrun ({nproc})"
+    return f"decided by {nproc} in each replica"
+
+
+def _each(nproc: str) -> str:
+    """A replica's processes: `2 process(es)`, or `the processes accelerate launch starts`."""
+    return f"{nproc} process(es)" if nproc.isdigit() or nproc in ("auto", "gpu", "cpu") else \
+        f"the processes {nproc} starts"
+
+
 def summary(v: JobView) -> dict[str, Any]:
     st = v.status
     row: dict[str, Any] = {"name": v.name}
@@ -150,8 +164,8 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
         out += [f"Supervisor:  {v.supervisor or '-'}", f"Directory:   {v.directory}"]
     nproc, world = processes(job)
     out += [*_progress_lines(st.progress, st.state == "Running"),
-            f"World size:  {world if world is not None else f'decided by torchrun ({nproc})'} "
-            f"({sum(v.replicas.values())} replica(s) x {nproc} process(es) each)", "Replicas:"]
+            f"World size:  {world if world is not None else _decided(nproc)} "
+            f"({sum(v.replicas.values())} replica(s) x {_each(nproc)} each)", "Replicas:"]
     for rtype, spec in job.spec.pytorchReplicaSpecs.items():
         pod = spec.template.spec
         c = pod.containers[training_container(pod.containers)]
@@ -159,7 +173,7 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
         rs = st.replicaStatuses.get(rtype)
         counts = f"  active {rs.active}, succeeded {rs.succeeded}, failed {rs.failed}" if rs else ""
         n = job.replica_count(rtype)
-        out.append(f"  {rtype}: {n} replica(s) x {nproc} process(es): `{argv}`, restartPolicy "
+        out.append(f"  {rtype}: {n} replica(s) x {_each(nproc)}: `{argv}`, restartPolicy "
                    f"{job.restart_policy(rtype)}{counts}")
     policies = rp.model_dump(mode="json", exclude_none=True)
     if policies:

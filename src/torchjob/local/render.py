@@ -20,7 +20,7 @@ from torchjob.api.model import (
     PodSpec,
     TorchJob,
 )
-from torchjob.api.spec_facts import is_torchrun
+from torchjob.api.spec_facts import ignored_nproc, is_torchrun
 from torchjob.api.validate import config_key_problem, training_container
 from torchjob.core.expand import expand_argv, expand_env
 from torchjob.core.spares import warm_workers
@@ -43,11 +43,13 @@ from torchjob.local.volumes import mounts_for
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
-def resolve_argv(argv: list[str], resolve_python: bool) -> list[str]:
+def resolve_argv(argv: list[str], resolve_python: bool, path: str | None = None) -> list[str]:
     """`python`/`python3` run under torchjob's own interpreter (so the job sees the user's
     environment); `torchrun` (or `python -m torch.distributed.run`) becomes `<that python> -m
     torchjob.local.loopback_torchrun`: torchrun whose TCPStore listens on the loopback address only
-    (torch's own listens on every interface)."""
+    (torch's own listens on every interface). Any other command not found on `path` (the replica's
+    PATH) that is a console script of torchjob's environment (`accelerate`, `deepspeed`, `tune`,
+    `lightning`, installed beside torchjob) runs from there."""
     if not argv or not resolve_python:
         return list(argv)
     head = os.path.basename(argv[0])
@@ -57,15 +59,31 @@ def resolve_argv(argv: list[str], resolve_python: bool) -> list[str]:
         if argv[1:3] == ["-m", "torch.distributed.run"]:  # torchrun by its module: the same
             return [sys.executable, "-m", "torchjob.local.loopback_torchrun", *argv[3:]]
         return [sys.executable, *argv[1:]]
+    if "/" not in argv[0] and shutil.which(argv[0], path=path) is None:
+        beside = environment_bin() / argv[0]
+        if beside.is_file() and os.access(beside, os.X_OK):
+            return [str(beside), *argv[1:]]
     return list(argv)
 
 
-def threads_per_process(job: TorchJob) -> int:
-    """OMP_NUM_THREADS of a local replica of several processes (unless its env sets it): every
+def environment_bin() -> Path:
+    """The scripts folder of torchjob's environment (a virtual environment's bin), where pip puts
+    the console scripts of what is installed beside torchjob."""
+    return Path(sys.executable).parent
+
+
+def threads_per_process(processes: int) -> int:
+    """OMP_NUM_THREADS of each process of a local job of several (unless its env sets it): every
     process of the job shares this machine's cores, so each gets an equal share, at least 1.
     torchrun's own choice is 1, said in a banner; set deliberately, the banner never shows."""
-    per_node = int(nproc_per_node(job))  # asked only of a number over 1 (core.topology's defaults)
-    return max(1, (os.cpu_count() or 1) // max(1, per_node * replica_total(job)))
+    return max(1, (os.cpu_count() or 1) // max(1, processes))
+
+
+def local_processes(job: TorchJob, torchrun: bool) -> int | None:
+    """How many processes the job runs on this machine: every replica's, each of nprocPerNode in
+    torchrun mode, one in plain mode; None when torchrun decides (`auto`, `gpu`, `cpu`)."""
+    per = nproc_per_node(job) if torchrun else "1"
+    return int(per) * replica_total(job) if per.isdigit() else None
 
 
 def gpu_count(c: Container) -> int:
@@ -178,6 +196,9 @@ def warnings(job: TorchJob) -> list[str]:
         ignored = cluster_only_fields(pod)
         if ignored:
             out.append(f"{rtype}: ignored locally: {', '.join(ignored)}")
+    nproc = ignored_nproc(job)
+    if nproc is not None:
+        out.append(nproc)
     rp = job.run_policy
     if rp.schedulingPolicy is not None:
         out.append("runPolicy.schedulingPolicy is ignored locally (there is no scheduler)")
@@ -267,8 +288,10 @@ def render(
             argv = debug
         ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
         defaults = dict(renv.defaults)
-        if "OMP_NUM_THREADS" in defaults:
-            defaults["OMP_NUM_THREADS"] = str(threads_per_process(job))
+        processes = local_processes(job, renv.torchrun)
+        if processes is not None and processes > 1:
+            # all of them share this machine's cores (also one-process replicas: `-j 2x1`, plain mode)
+            defaults["OMP_NUM_THREADS"] = str(threads_per_process(processes))
         env = _resolved_env(job, rid, c, ours, defaults, opts, notes)
         if tags_ranks(job, renv.torchrun):
             env.update(ranktag.env(env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")))
@@ -294,7 +317,7 @@ def render(
         specs.append(
             LaunchSpec(
                 replica=rid,
-                argv=resolve_argv(argv, opts.resolve_python),
+                argv=resolve_argv(argv, opts.resolve_python, env.get("PATH", os.environ.get("PATH"))),
                 env=env,
                 cwd=cwd,
                 mounts=mounts,
