@@ -188,6 +188,10 @@ def test_a_pods_entry_point_gets_its_verdict_and_its_attempts_end_is_recorded_on
     here = inplace.in_place(pod, SEAL)
     assert (name, uid) == ("demo-worker-0", "u1") and here is not None and here.ended is not None
     assert (here.ended.exit_code, here.ended.message) == (137, "killed")
+    # someone removes the recorded end (or its seal): the entry point's report, sent again, records it again
+    pod["metadata"]["annotations"] = {k: v for k, v in pod["metadata"]["annotations"].items()
+                                      if k != inplace.seal_annotation("exit")}
+    assert r.in_place(who, end) and len(api.patches) == 2 and inplace.in_place(pod, SEAL).ended is not None
     with pytest.raises(Conflict):
         r.in_place(who, {**end, "attempt": 1})
     with pytest.raises(ValueError, match="exitCode 0 is reported only"):

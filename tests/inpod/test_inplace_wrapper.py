@@ -526,3 +526,17 @@ def test_nothing_beside_the_launcher_is_imported_and_the_spare_sees_the_scripts_
     assert first["path"][0] == second["path"][0] == str(tmp_path) and str(here) not in second["path"]
     assert first["path"] == second["path"]
     no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [["hold", 422, "release"]], indirect=True)
+def test_a_waiting_entry_point_sends_its_report_again_until_the_verdict(tmp_path: Path, operator: Operator) -> None:
+    """The operator records an attempt's end once (on the pod); one its record lost, or that someone removed
+    from the pod, is recorded again: the entry point sends the same report again while it waits (a report
+    sent again that is refused changes nothing: it goes on waiting)."""
+    pod = Pod(tmp_path, operator, "fail", TORCHJOB_INPLACE_REPORT_AGAIN_S="0.3")
+    rc, stdout, stderr = pod.finish(timeout=20)
+    assert (rc, stdout, stderr) == (3, "attempt 0 says hello\n", "")
+    assert operator.post_statuses == [200, 422, 200] and len(operator.posts) == 3
+    assert operator.posts[0] == operator.posts[1] == operator.posts[2] and operator.posts[0]["exitCode"] == 3
+    assert operator.gets >= 2  # the verdict asked in between
+    no_leftovers(pod)

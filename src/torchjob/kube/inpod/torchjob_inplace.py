@@ -27,7 +27,9 @@ Environment: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: n
 that is not python), _ATTEMPT (the pod's first attempt), _GRACE_S (3), _PATIENCE_S (120),
 _LAUNCHER_SHA256 (the launcher the pod was made for: one that differs is not run, every attempt starts cold),
 TORCHJOB_SPARE_AFTER_S (5), KUBEFLOW_TRAINER_SERVER_URL, _TOKEN (a file, read for each request),
-_CA_CERT; TORCHELASTIC_ERROR_FILE. Test knobs: TORCHJOB_INPLACE_POLL_S (1), _LAUNCHER, _WARM (torch).
+_CA_CERT; TORCHELASTIC_ERROR_FILE. Test knobs: TORCHJOB_INPLACE_POLL_S (1), _LAUNCHER, _WARM (torch),
+_REPORT_AGAIN_S (10: while it waits for the verdict, its report is sent again that often, so that an
+end the operator's record lost, or someone removed from the pod, is recorded again).
 Without a URL, or with a setting it cannot read, it says so and runs ARGV in its own place (exec).
 """
 
@@ -149,6 +151,7 @@ class Wrapper:
         self.spare_after_s: float = _number(environ, "TORCHJOB_SPARE_AFTER_S", 5.0)
         self.patience_s: float = _number(environ, PREFIX + "PATIENCE_S", 120.0)
         self.poll_s: float = _number(environ, PREFIX + "POLL_S", 1.0)
+        self.report_again_s: float = _number(environ, PREFIX + "REPORT_AGAIN_S", 10.0)
         here = os.path.dirname(os.path.abspath(__file__))
         self.launcher = environ.get(PREFIX + "LAUNCHER") or os.path.join(here, "torchjob_spare.py")
         self.warm = environ.get(PREFIX + "WARM", "torch")
@@ -321,26 +324,29 @@ class Wrapper:
             raise _Stop()
         report = {"attempt": ended, "exitCode": code, "message": message, "finishedAt": finished}
         reported, failing_since, failures, why, delay = False, None, 0, "", 0.0
+        again = 0.0  # when the report is sent again (the operator records it once; one removed since is back)
         while True:
             if delay:
                 time.sleep(delay)
             self.reap()
+            post = not reported or time.monotonic() >= again
             try:
-                status, answer, retry = self.endpoint.call("GET" if reported else "POST",
-                                                           None if reported else report)
+                status, answer, retry = self.endpoint.call("POST" if post else "GET", report if post else None)
                 why = f"HTTP {status}"
             except OSError as e:
                 status, answer, retry, why = 0, None, 0.0, str(e)
             verdict = verdict_of(answer) if status == 200 else None
             if verdict is not None:
                 reported, failing_since, failures, delay = True, None, 0, PARKED_POLL_S
+                again = time.monotonic() + self.report_again_s if post else again
                 if verdict[0] > ended:
                     return verdict[0]
                 if verdict[2]:
                     return None
                 continue
-            if status == 409 and not reported:
-                reported, delay = True, 0.0
+            if status == 409 or (reported and post):  # the attempt moved on, or a report sent again not taken:
+                reported, delay = True, 0.0 if status == 409 else PARKED_POLL_S  # the verdict decides
+                again = time.monotonic() + self.report_again_s
                 continue
             now = time.monotonic()
             failing_since = now if failing_since is None else failing_since
