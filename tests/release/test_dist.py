@@ -86,8 +86,11 @@ def test_the_wheel_holds_the_package_its_license_and_metadata_and_no_tests(dist:
         names, metadata = wheel.namelist(), wheel.read(f"torchjob-{__version__}.dist-info/METADATA").decode()
     info = f"torchjob-{__version__}.dist-info/"
     assert all(n.startswith(("torchjob/", info)) for n in names), [n for n in names if not n.startswith("torchjob")]
-    assert not [n for n in names if re.search(r"(^|/)(tests?|bench|examples)/", n)]
-    for part in ("torchjob/py.typed", "torchjob/ui/static/index.html", "torchjob/ui/static/app.js",
+    # the reference pages and example jobs `torchjob mcp` serves are package data under torchjob/mcp/pages/
+    pages = "torchjob/mcp/pages/"
+    assert not [n for n in names if re.search(r"(^|/)(tests?|bench|examples)/", n) and not n.startswith(pages)]
+    for part in (f"{pages}reference/torchjob.md", f"{pages}reference/cli.md", f"{pages}examples/ddp/job.yaml",
+                 "torchjob/py.typed", "torchjob/ui/static/index.html", "torchjob/ui/static/app.js",
                  "torchjob/ui/static/uPlot.LICENSE", f"{info}licenses/LICENSE", f"{info}entry_points.txt"):
         assert part in names, part
     meta = Parser().parsestr(metadata)
