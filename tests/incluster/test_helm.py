@@ -490,7 +490,7 @@ def test_what_the_jobs_above_do_not_do_uses_the_rest_of_the_operator_s_rights(cl
     (torchjobs and pytorchjobs delete), its pods deleted by cleanPodPolicy All (pods delete), a
     TensorBoard (deployments create); a pod, a Service, a TensorBoard Deployment and two PodGroups of
     a job's names made by someone else (the operator's create gets 409 and it reads whose the object
-    is: get); a CA in the namespace's ConfigMap not the operator's (configmaps patch); a gang job that
+    is: get); a CA in the namespace's ConfigMap not the operator's (configmaps delete, then create); a gang job that
     the real Volcano scheduler admits and places (its PodGroup made, watched, deleted when the job
     ends), a scheduler-plugins gang job (its PodGroup made and deleted), and a job queued in a real
     Kueue (its Workload made, read, watched and marked Finished; the job suspended and resumed; its

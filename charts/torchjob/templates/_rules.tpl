@@ -102,7 +102,6 @@
   - torchjob-inplace
   verbs:
   - get
-  - patch
   - delete
 {{- end }}
 

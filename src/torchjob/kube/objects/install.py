@@ -76,7 +76,7 @@ JOB_RULES: list[dict[str, Any]] = [
     # someone changed is deleted and made again (controller/configmaps.py)
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CA_CONFIGMAP, INPLACE_CONFIGMAP],
-     "verbs": ["get", "patch", "delete"]},
+     "verbs": ["get", "delete"]},
 ]
 # Rules on cluster-scoped objects: always a ClusterRole.
 CLUSTER_RULES: list[dict[str, Any]] = [
