@@ -204,6 +204,13 @@ def test_plain_env(kwargs: dict[str, Any], rid: ReplicaId, rank: int, size: int)
         "RANK": str(rank),
         "LOCAL_RANK": "0",
         "LOCAL_WORLD_SIZE": "1",
+        # torchrun's variables as true of a node of one process (issue 47: Lightning detects torchrun by them)
+        "GROUP_RANK": str(rank),
+        "GROUP_WORLD_SIZE": str(size),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(size),
+        "ROLE_NAME": "default",
+        "TORCHELASTIC_RUN_ID": "demo",
     }
 
 

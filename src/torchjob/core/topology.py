@@ -1,7 +1,9 @@
 """Ranks, world size, addresses and the env contract of every replica. Pure.
 
 Plain mode (the script calls `init_process_group` itself): MASTER_ADDR, MASTER_PORT, WORLD_SIZE,
-RANK (master 0, worker i -> i+1, as Kubeflow), LOCAL_RANK, LOCAL_WORLD_SIZE, PYTHONUNBUFFERED.
+RANK (master 0, worker i -> i+1, as Kubeflow), LOCAL_RANK, LOCAL_WORLD_SIZE, PYTHONUNBUFFERED, and
+torchrun's GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, TORCHELASTIC_RUN_ID
+as they are true of a node of one process (frameworks detect torchrun by them).
 
 torchrun mode (the command starts with `torchrun` or `python -m torch.distributed.run`): torchrun
 is configured through `PET_*` variables (its arguments' env defaults) and assigns per-process
@@ -222,13 +224,24 @@ def replica_env(
             defaults["OMP_NUM_THREADS"] = "1"
         return ReplicaEnv(env=env, torchrun=True, defaults=defaults)
     # Plain mode: one process per replica.
+    world = str(world_size(job, 1))
     env.update(
         MASTER_ADDR=where.master_addr,
         MASTER_PORT=str(where.master_port),
-        WORLD_SIZE=str(world_size(job, 1)),
+        WORLD_SIZE=world,
         RANK=str(rank),
         LOCAL_RANK="0",
         LOCAL_WORLD_SIZE="1",
+        # What torchrun would tell this process, each true of it (a node of one process), so that a
+        # framework that recognises torchrun's environment by them reads its rank from it: Lightning's
+        # TorchElasticEnvironment (TORCHELASTIC_RUN_ID; GROUP_RANK its node rank), which otherwise
+        # takes every replica for global rank 0. Not TORCHELASTIC_USE_AGENT_STORE: there is no agent.
+        GROUP_RANK=str(rank),
+        GROUP_WORLD_SIZE=world,
+        ROLE_RANK=str(rank),
+        ROLE_WORLD_SIZE=world,
+        ROLE_NAME="default",
+        TORCHELASTIC_RUN_ID=job.metadata.uid or job.name,
     )
     return ReplicaEnv(env=env, torchrun=False)
 
