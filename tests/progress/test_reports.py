@@ -137,3 +137,28 @@ def test_the_rate_limit_never_starves_a_replica_of_a_large_job() -> None:
     flood = [book.admit("worker-0", 0, 100.0 + k / 1000) for k in range(300)]
     taken = sum(1 for w in flood if w == 0)
     assert 200 <= taken <= 210, taken  # the burst, 0.3 s at the job's rate and one replica's own second
+
+
+def test_transformers_kubeflow_callback_reports_are_at_the_trainers_own_steps() -> None:
+    """Issue 47: transformers' KubeflowCallback sends the trainer's step and total as metrics
+    (current_step, total_steps), rate-limited and at the end with neither: the history's steps are the
+    trainer's (71, then the last), not a count of reports (1, 2, 3)."""
+    def body(percent: int, metrics: dict[str, object]) -> bytes:
+        return json.dumps({"trainerStatus": {"progressPercentage": percent, "metrics": [
+            {"name": k, "value": str(v)} for k, v in metrics.items()]}}).encode()
+
+    begin = parse(body(0, {"total_steps": 200}))
+    assert (begin.step, begin.total, begin.metrics) == (None, 200, {})
+    middle = parse(body(35, {"loss": 2.5, "current_step": 71, "total_steps": 200, "current_epoch": 0.35}))
+    assert (middle.step, middle.total, middle.metrics) == (71, 200, {"loss": "2.5", "current_epoch": "0.35"})
+    assert middle.percent == 35.5  # the trainer's step over its total: finer than its whole percent
+    end = parse(body(100, {"loss": 2.1, "train_runtime": 12.5}))
+    book = Book()
+    for i, report in enumerate((begin, middle, end)):
+        book.record("master-0", 0, report, T0 + timedelta(seconds=i))
+    p = book.progress()
+    assert p is not None and p.history is not None
+    assert p.history.steps == [71, 200]  # the trainer's steps; the end report at its last one
+    assert {s.name: s.values for s in p.history.series}["loss"] == [2.5, 2.1]
+    # torchjob's own shape and a metric that merely shares the name are left alone
+    assert parse(b'{"step": 3, "metrics": {"current_step": "x"}}').metrics == {"current_step": "x"}

@@ -92,11 +92,14 @@ def test_a_reporting_job_its_percent_its_loss_curve_and_its_log(tmp_path: Path, 
     wait(lambda: p.evaluate("tj.charts.loss && tj.charts.loss.data[0].length") == 60, what="60 points")
     xs, ys = p.evaluate("[tj.charts.loss.data[0], tj.charts.loss.data[1]]")
     assert xs == list(range(1, 61)) and ys[0] == 1.0 and abs(ys[-1] - 1 / 60) < 1e-6
-    assert p.evaluate("[...document.querySelectorAll('.chart')].map(c => c.dataset.metric)") == ["loss", "lr"]
+    assert p.evaluate("[...document.querySelectorAll('.chart')].map(c => c.dataset.metric)") == ["loss"]
+    # a constant (lr) is shown as its value, not charted (issue 47)
+    assert p.locator('#metric-values [data-metric="lr"] dd').inner_text() == "0.01"
     hist = describe(home, "reporting")["status"]["progress"]["history"]  # describe -o json shows it too
     assert hist["steps"] == list(range(1, 61)) and hist["series"][0]["name"] == "loss"
     text = torchjob(home, "describe", "reporting").stdout  # and describe draws each curve
     assert "History:     60 points, steps 1-60\n  loss: █" in text and "1 -> 0.01667" in text, text
+    assert "\n  lr: 0.01\n" in text, text  # a constant: its value, no curve
     # the log view shows the replica's line
     p.locator("#log .line", has_text="reported 60 steps").wait_for(timeout=30_000)
     p.fill("#log-search", "60 steps")

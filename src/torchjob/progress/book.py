@@ -105,7 +105,7 @@ class Book:
             self._metrics.update(report.metrics)
             if report.metrics or restart:
                 self._reports += bool(report.metrics)
-                x = report.step if report.step is not None else p.step if p.step is not None else self._reports
+                x = _step_of(report, p, self._reports)
                 self._history.record(x, report.metrics, restart)
             p.metrics = [Metric(name=k, value=v) for k, v in self._metrics.items()]
             if report.eta_seconds is not None:
@@ -138,3 +138,14 @@ class Book:
             # dumped when read (once per write interval), not at every report
             out.history = self._history.dump() if history and self._history.points() else None
             return out
+
+
+def _step_of(report: Report, p: Progress, reports: int) -> int:
+    """The step a report's metrics are drawn at: its own step; else, where the total is known, the
+    step its percent says (Trainer's whole percent; a report at 100% is at the last step); else the
+    last step reported; else the count of reports."""
+    if report.step is not None:
+        return report.step
+    if report.percent is not None and p.total:
+        return max(p.step or 0, round(p.total * report.percent / 100))
+    return p.step if p.step is not None else reports

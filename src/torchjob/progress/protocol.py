@@ -97,6 +97,14 @@ def _trainer_status(ts: Any, out: dict[str, Any]) -> None:
                 raise BadReport(f"{where}: must be an object with name and value")
             out["metrics"][_metric_name(m.get("name"), f"{where}.name")] = _metric_text(m.get("value"),
                                                                                        f"{where}.value")
+    # transformers' KubeflowCallback sends the trainer's own step and total as metrics (Trainer's status
+    # has no field for them): they are the report's step and total, so that the history's steps are the
+    # trainer's, not a count of reports
+    for name, key in (("current_step", "step"), ("total_steps", "total")):
+        value = out["metrics"].get(name)
+        if value is not None and value.isdigit() and (key == "step" or int(value) >= 1):
+            out[key] = int(value)
+            del out["metrics"][name]
 
 
 def _own(data: dict[str, Any], out: dict[str, Any]) -> None:

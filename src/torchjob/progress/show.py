@@ -86,6 +86,14 @@ def history_lines(h: MetricHistory | None) -> list[str]:
     out = [head]
     for s in h.series:
         nums = [v for v in s.values if v is not None]
-        ends = f" {nums[0]:.4g} -> {nums[-1]:.4g}" if nums else ""
-        out.append(f"  {s.name}: {sparkline(s.values)}{ends}")
+        if not moves(s.values):  # a constant or a value reported once: the value, not a curve
+            out.append(f"  {s.name}: {nums[0]:.4g}" if nums else f"  {s.name}: -")
+            continue
+        out.append(f"  {s.name}: {sparkline(s.values)} {nums[0]:.4g} -> {nums[-1]:.4g}")
     return out
+
+
+def moves(values: list[float | None]) -> bool:
+    """Whether a metric's values make a curve: more than one value, not all the same (a total, a
+    run's summary such as transformers' train_runtime, is a value to show, not a chart)."""
+    return len({v for v in values if v is not None}) > 1

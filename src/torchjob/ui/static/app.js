@@ -387,6 +387,14 @@
     }
     chartLib.then(() => { if (ui.job && document.getElementById("charts")) drawCharts(ui.job.history); });
   }
+  function showValue(box, name, value) {
+    let values = document.getElementById("metric-values");
+    if (!values) { values = el("dl", { class: "kv", id: "metric-values" }); box.parentNode.insertBefore(values, box); }
+    const text = value === null ? "-" : String(Number(value.toPrecision(6)));
+    const have = values.querySelector('[data-metric="' + CSS.escape(name) + '"]');
+    if (have) { have.querySelector("dd").textContent = text; return; }
+    values.appendChild(el("div", { "data-metric": name }, el("dt", {}, name), el("dd", {}, text)));
+  }
   function drawCharts(h) {
     const box = document.getElementById("charts");
     if (!h) { if (!box.firstChild) box.appendChild(el("p", { class: "muted", id: "no-metrics" }, "no metrics reported")); return; }
@@ -396,6 +404,9 @@
       h.steps.forEach((x, i) => { if (s.values[i] !== null) { xs.push(x); ys.push(s.values[i]); } });
       const data = [xs, ys];
       const have = ui.charts[s.name];
+      // a constant, or a value reported once (a total, a run's summary): shown as its value, not charted
+      if (new Set(ys).size <= 1 && !have) { showValue(box, s.name, ys.length ? ys[0] : null); continue; }
+      document.querySelector('#metric-values [data-metric="' + CSS.escape(s.name) + '"]')?.remove();
       if (have) { have.setData(data); continue; }
       const holder = el("div", { class: "chart", "data-metric": s.name }, el("div", { class: "title" }, s.name));
       box.appendChild(holder);
