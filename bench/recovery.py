@@ -487,7 +487,7 @@ def in_pod(client: Any, ns: str, pod: str, sock: str, job_uid: str,
     trainer = spare = None
     for pid in container_pids(sock, cid) if cid else []:
         args = pids.cmdline(pid)
-        if ("/opt/bench/steps.py" not in args or any(a.endswith("torchjob_inplace.py") for a in args)
+        if ("/opt/bench/steps.py" not in args or any("torchjob_inplace.py" in a for a in args)
                 or not pids.environ_has(pid, f"TORCHJOB_JOB_UID={job_uid}")):
             continue
         if ns_pid(pid) == attempt:

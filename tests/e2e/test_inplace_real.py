@@ -109,7 +109,7 @@ def training_process(node: Client, pod: str, ns: str, uid: str, rank: int) -> tu
     spares: list[int] = []
     for pid in procs:
         args = pids.cmdline(pid)
-        if (not any(a.endswith(inplace.ENTRY) for a in args) and "/opt/train/steps.py" in args
+        if (not any(inplace.ENTRY in a for a in args) and "/opt/train/steps.py" in args
                 and pids.environ_has(pid, f"TORCHJOB_JOB_UID={uid}") and pids.environ_has(pid, f"RANK={rank}")):
             (spares if any(a.endswith(inplace.LAUNCHER) for a in args) else trainers).append(pid)
     assert len(trainers) == 1 and len(spares) <= 1, (pod, trainers, spares, {p: pids.cmdline(p) for p in procs})

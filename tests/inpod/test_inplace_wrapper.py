@@ -238,7 +238,8 @@ class Pod:
     """The wrapper in front of `python probe.py --flag value`, as the operator sets it up."""
 
     def __init__(self, tmp_path: Path, op: Operator | None, plan: str, url: str | None = None,
-                 options: tuple[str, ...] = (), prefix: tuple[str, ...] = (), **env: str) -> None:
+                 options: tuple[str, ...] = (), prefix: tuple[str, ...] = (), front: tuple[str, ...] = (),
+                 **env: str) -> None:
         self.out = tmp_path / "out"
         self.out.mkdir()
         self.script = tmp_path / "probe.py"
@@ -259,7 +260,8 @@ class Pod:
                        **{k: v for k, v in env.items() if not k.startswith("PROBE_")}}
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, str(WRAPPER), sys.executable, *options, str(self.script), "--flag", "value"],
+            [*prefix, *(front or (sys.executable, str(WRAPPER))), sys.executable, *options, str(self.script), "--flag",
+             "value"],
             env={**self.pod_env, **wrapper_env}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
         if op is not None:
@@ -539,4 +541,32 @@ def test_a_waiting_entry_point_sends_its_report_again_until_the_verdict(tmp_path
     assert operator.post_statuses == [200, 422, 200] and len(operator.posts) == 3
     assert operator.posts[0] == operator.posts[1] == operator.posts[2] and operator.posts[0]["exitCode"] == 3
     assert operator.gets >= 2  # the verdict asked in between
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("changed", [False, True])
+@pytest.mark.parametrize("operator", [["release"]], indirect=True)
+def test_the_pod_runs_the_entry_point_only_if_it_is_the_one_its_spec_names(tmp_path: Path, operator: Operator,
+                                                                            changed: bool) -> None:
+    """The container's command as the operator writes it (`python -I -c BOOT COMMAND...`, objects/inplace.
+    boot): the entry point from the ConfigMap's directory runs only if its SHA-256 is the one in the
+    command; one someone changed is not run at all: the command runs in its place, as without it."""
+    import hashlib
+
+    from torchjob.kube.objects import inplace
+
+    entry = tmp_path / "inplace" / inplace.ENTRY
+    entry.parent.mkdir()
+    entry.write_bytes(WRAPPER.read_bytes() + (b"\nimport os; os.system('echo planted')\n" if changed else b""))
+    front = (sys.executable, "-I", "-c", inplace.boot(hashlib.sha256(WRAPPER.read_bytes()).hexdigest(), str(entry)))
+    pod = Pod(tmp_path, operator, "fail", front=front, TORCHJOB_INPLACE_LAUNCHER=str(LAUNCHER))
+    rc, stdout, stderr = pod.finish()
+    assert rc == 3 and stdout == "attempt 0 says hello\n"
+    if changed:
+        assert stderr == (f"torchjob-inplace: {entry} is not the entry point this pod was made with: running the "
+                          "command without restarts in place\n")
+        assert operator.posts == [] and operator.gets == 0 and pod.run(0)["pid"] == pod.proc.pid  # exec'd
+    else:
+        assert stderr == "" and [p["exitCode"] for p in operator.posts] == [3] and pod.run(0)["ppid"] == pod.proc.pid
+    assert pod.run(0)["env"] == pod.expected_env()
     no_leftovers(pod)

@@ -117,12 +117,39 @@ def configmap(namespace: str) -> dict[str, Any]:
             "data": programs()}
 
 
+BOOT_HEAD = "import hashlib, os, sys\n"
+
+
+def boot(sha256: str, path: str = f"{DIR}/{ENTRY}") -> str:
+    """What the container's interpreter runs first (`python -I -c BOOT ARGV...`): the entry point, read
+    once and run only if its SHA-256 is the one the pod's spec carries (whoever may write the ConfigMap
+    is not to run code in the pod); else the command alone, as it would run without the entry point."""
+    return (BOOT_HEAD + f"p = {path!r}\n"
+            "try:\n    b = open(p, 'rb').read()\nexcept OSError:\n    b = b''\n"
+            f"if hashlib.sha256(b).hexdigest() != {sha256!r}:\n"
+            "    sys.stderr.write(f'torchjob-inplace: {p} is not the entry point this pod was made with: '\n"
+            "                     'running the command without restarts in place\\n')\n"
+            "    env = {k: v for k, v in os.environ.items()\n"
+            "           if not k.startswith('TORCHJOB_INPLACE_') and k != 'TORCHJOB_SPARE_AFTER_S'}\n"
+            "    try:\n        os.execvpe(sys.argv[1], sys.argv[1:], env)\n"
+            "    except OSError as e:\n"
+            "        sys.stderr.write(f'torchjob-inplace: cannot start {sys.argv[1]}: {e.strerror or e}\\n')\n"
+            "        sys.exit(127)\n"
+            "sys.argv[0] = p\n"
+            "main = sys.modules['__main__'].__dict__\n"
+            "main['__file__'] = p\n"
+            "exec(compile(b, p, 'exec'), main)\n")
+
+
 def wrap(container: dict[str, Any], argv: list[str], options: int, attempt: int, grace_s: int) -> None:
     """Put the entry point in front of the container's command (`argv`, whose first `options` words
-    after the interpreter are its options): the same interpreter runs it; the kubelet still expands
-    `$(VAR)` in every word. Its settings are variables it takes out of the command's environment; the
-    launcher's hash among them (a launcher that does not match it is not run: no spare)."""
-    container["command"] = [argv[0], "-I", f"{DIR}/{ENTRY}", *argv]  # -I: no PYTHONPATH of the user's shadows it
+    after the interpreter are its options): the same interpreter runs it, behind `boot` (its hash);
+    the kubelet still expands `$(VAR)` in every word. Its settings are variables it takes out of the
+    command's environment; the launcher's hash among them (a launcher that does not match it is not
+    run: no spare)."""
+    entry = hashlib.sha256(programs()[ENTRY].encode()).hexdigest()
+    # -I: no PYTHONPATH of the user's (nor the working directory) shadows what it imports
+    container["command"] = [argv[0], "-I", "-c", boot(entry), *argv]
     container["args"] = []
     launcher = hashlib.sha256(programs()[LAUNCHER].encode()).hexdigest()
     container["env"] = [*container.get("env", []),
@@ -142,13 +169,13 @@ def volume() -> dict[str, Any]:
 
 def kept_spec(pod: dict[str, Any]) -> dict[str, Any]:
     """What the operator's cache keeps of a pod's spec (it keeps little of it) for `first_attempt`: the
-    in-place volume, and each container's first three words and attempt; nothing of any other pod."""
+    in-place volume, and each container's first four words and attempt; nothing of any other pod."""
     spec = pod.get("spec") or {}
     volumes = [v for v in spec.get("volumes") or [] if isinstance(v, dict) and v.get("name") == VOLUME]
     if not volumes:
         return {}
     return {"volumes": volumes,
-            "containers": [{"command": (c.get("command") or [])[:3],
+            "containers": [{"command": (c.get("command") or [])[:4],
                             "env": [e for e in c.get("env") or [] if e.get("name") == ATTEMPT_ENV]}
                            for c in spec.get("containers") or [] if isinstance(c, dict)]}
 
@@ -160,7 +187,8 @@ def first_attempt(pod: dict[str, Any]) -> int | None:
                for v in spec.get("volumes") or [] if isinstance(v, dict)):
         return None
     for c in spec.get("containers") or []:
-        if isinstance(c, dict) and (c.get("command") or [])[1:3] == ["-I", f"{DIR}/{ENTRY}"]:
+        command = (c.get("command") or []) if isinstance(c, dict) else []
+        if command[1:3] == ["-I", "-c"] and len(command) > 3 and str(command[3]).startswith(BOOT_HEAD):
             value = next((e.get("value") for e in c.get("env") or [] if e.get("name") == ATTEMPT_ENV), None)
             return int(value) if isinstance(value, str) and value.isascii() and value.isdecimal() else None
     return None
