@@ -21,7 +21,7 @@ class NotReady(UserError):
 
 @dataclass(frozen=True)
 class InstallOptions:
-    """`torchjob install`'s flags, as its click command receives them (one frozen value, not 16 arguments)."""
+    """`torchjob install`'s flags, as its click command receives them: one frozen value, not an argument a flag."""
 
     dry_run: bool = False
     image: str | None = None
