@@ -110,3 +110,29 @@ def test_follow_on_errors_are_told_from_a_ranks_own() -> None:
         assert rank_errors.follow_on(error), error
     for error in (OWN, "ValueError: no data in /data/shard-3", "torch.OutOfMemoryError: CUDA out of memory."):
         assert not rank_errors.follow_on(error), error
+
+
+def test_the_replica_that_ended_the_job_may_only_have_failed_after_another() -> None:
+    """2x1: rank 0's replica (master-0) may end first with its follow-on error; worker-0 raised its own."""
+    master = "\n".join(traceback(0, PEER))
+    worker = ["step 4", *[line.removeprefix("[rank1]: ") for line in traceback(1, OWN)]]
+    assert rank_errors.first_own(master, [("worker-0", worker)]) == ("worker-0", rank_errors.RankError(None, 1, OWN))
+    assert rank_errors.first_own("\n".join(traceback(1, OWN)), [("worker-0", worker)]) is None  # its own
+    assert rank_errors.first_own(master, [("worker-0", traceback(1, PEER))]) is None  # nobody's own
+    assert rank_errors.first_own("killed", [("worker-0", [*traceback(1, OWN), *REPORT])])[1].rank == 1  # type: ignore[index]
+
+
+def test_a_launchers_report_of_its_child_gives_way_to_the_childs_own_error() -> None:
+    """`accelerate launch` runs the script as a child: the child's traceback (tagged by torch's excepthook
+    or not), then the launcher's CalledProcessError about it: the child's is the failure."""
+    child = ["Traceback (most recent call last):", '  File "/w/acc.py", line 24, in main',
+             "    raise RuntimeError(...)", "RuntimeError: accelerate: injected failure on process 1 at step 5"]
+    launcher = ["Traceback (most recent call last):", '  File "/venv/accelerate/commands/launch.py", line 999, '
+                "in simple_launcher", "    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)",
+                "subprocess.CalledProcessError: Command '['/venv/bin/python', '/w/acc.py']' returned non-zero exit "
+                "status 1."]
+    for lines in ([*child, *launcher], [*["[rank1]: " + line for line in child], *launcher]):
+        block = torch_errors.last_words(lines, 15)
+        assert block[-1] == "    " + ("[rank1]: " if lines[0].startswith("[rank1]") else "") + child[-1], block
+        assert not any("CalledProcessError" in line for line in block), block
+        assert torch_errors.raised_at([b[4:] for b in block[1:]]) == (child[-1], "/w/acc.py, line 24, in main")

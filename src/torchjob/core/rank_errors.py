@@ -42,30 +42,42 @@ def follow_on(error: str) -> bool:
     return bool(_FOLLOW_ON.search(error))
 
 
+# A launcher's own error about the process it ran (accelerate's simple launcher, torchrun's agent): the
+# process's own traceback, printed before it, says why.
+_WRAPPER = re.compile(r"CalledProcessError: Command .* returned non-zero exit status|ChildFailedError")
+
+
 @dataclass(frozen=True)
 class RankError:
     rank: int | None  # None: the lines carry no tag (a replica of one process)
     start: int  # where its first traceback starts in the lines
-    error: str  # its exception's line (its last traceback's)
+    error: str  # its exception's line (its last traceback's, a launcher's report of it aside)
+    end: int | None = None  # where the traceback of that exception ends (None: at the lines' end)
 
     @property
     def follow_on(self) -> bool:
-        return follow_on(self.error)
+        """Not the failure itself: a peer's error seen from this rank, or a launcher's report of its child's."""
+        return follow_on(self.error) or bool(_WRAPPER.search(self.error))
 
 
 def errors(lines: list[str]) -> list[RankError]:
     """Each rank's exception in a replica's lines, in the order their tracebacks start."""
     tagged = [untag(line) for line in lines]
-    starts: dict[int | None, int] = {}
+    starts: dict[int | None, list[int]] = {}
     for i, (rank, bare) in enumerate(tagged):
-        if bare.strip() == _TRACEBACK and rank not in starts:
-            starts[rank] = i
+        if bare.strip() == _TRACEBACK:
+            starts.setdefault(rank, []).append(i)
     out = []
-    for rank, start in starts.items():
-        own = [bare for r, bare in tagged[start:] if r == rank]
-        found = torch_errors.raised_at(own)
-        if found is not None:
-            out.append(RankError(rank, start, found[0]))
+    for rank, at in starts.items():
+        found: list[tuple[str, int | None]] = []  # each traceback's exception, and where the next one starts
+        for k, start in enumerate(at):
+            end = at[k + 1] if k + 1 < len(at) else None
+            raised = torch_errors.raised_at([bare for r, bare in tagged[start:end] if r == rank])
+            if raised is not None:
+                found.append((raised[0], end))
+        if found:
+            error, end = next((e for e in reversed(found) if not _WRAPPER.search(e[0])), found[-1])
+            out.append(RankError(rank, at[0], error, end))
     return sorted(out, key=lambda e: e.start)
 
 
@@ -107,12 +119,33 @@ def quote(lines: list[str], count: int, named: int | None = None, whole: str = "
     told = failing(lines, named)
     rank, found = told if told is not None else (None, [])
     mine = next((e for e in found if e.rank == rank), None)
-    followed = [e for e in found if e.rank != rank and e.follow_on]
+    followed = [e for e in found if e.rank != rank and e.rank is not None and e.follow_on]
     if mine is None:
         last = lines[-count:]
         return Quote(rank, last, f"last {len(last)} lines of {whole}", followed)
-    own = [line for line in lines[mine.start:] if untag(line)[0] == rank]
+    own = [line for line in lines[mine.start:mine.end] if untag(line)[0] == rank]
     if len(own) > traceback_lines:
         own = [own[0], "    ...", *own[-(traceback_lines - 2):]]
     who = f"rank {rank}'s" if rank is not None else "its"
     return Quote(rank, own, f"last {len(own)} lines of {who} own output", followed)
+
+
+def own_error(lines: list[str]) -> RankError | None:
+    """The first error of its own in a replica's lines (torchrun's report left out), None when every
+    rank's is a follow-on one or none raised."""
+    report = torch_errors.torchrun_report(lines)
+    return next((e for e in errors(report[0] if report else lines) if not e.follow_on), None)
+
+
+def first_own(failed: str, others: list[tuple[str, list[str]]]) -> tuple[str, RankError] | None:
+    """Which replica's error was the failure when the replica that ended the job (`failed`'s lines)
+    only failed after it: its own error is a peer's follow-on one (or it has none), and another replica
+    that failed in the same moment (`others`: (name, lines), in the order they ended) raised one of its
+    own. None when the replica that ended the job said its own error, or no other did."""
+    if own_error(failed.splitlines()) is not None:
+        return None
+    for name, lines in others:
+        found = own_error(lines)
+        if found is not None:
+            return name, found
+    return None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from torchjob.core import torch_errors
 from torchjob.core.policy import exit_code_of
+from torchjob.local import ranktag
 from torchjob.local.files import private_dir, private_file
 from torchjob.local.launch import LaunchSpec
 from torchjob.local.quiet import QuietStop
@@ -125,6 +126,7 @@ class ReplicaProcess:
             writing = True
             try:
                 for line in iter(out.readline, b""):
+                    line = ranktag.as_shown(line)  # a progress bar's last state, not every one
                     if writing:
                         try:
                             log.write(line)

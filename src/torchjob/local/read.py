@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core import torch_errors
+from torchjob.core import rank_errors, torch_errors
 from torchjob.core.reconcile import Abandon, DeleteJob, Event, Observed, Phase, World, reconcile
 from torchjob.core.topology import ReplicaId, node_rank, nproc_per_node
 from torchjob.local.prepare import supervisor_alive
@@ -147,6 +147,27 @@ def last_words(log: Path, lines: int) -> list[str]:
     return torch_errors.last_words(tail(log, 2000, 512 * 1024), lines)
 
 
+def _first_own(job: JobView, failed: AttemptView, log: Path, log_lines: int) -> list[str]:
+    """Where the replica that ended the job only failed after another one (a peer's error in a
+    collective, torchrun stopped in the same moment), the other's own error (core.rank_errors)."""
+    others = sorted((a for a in job.attempts if a.replica != failed.replica and a.log and a.exit_code
+                     and a.started is not None and failed.ended is not None and a.started <= failed.ended
+                     and (a.ended is None or failed.started is None or a.ended >= failed.started)),
+                    key=lambda a: a.ended or 0.0)
+    if not others:
+        return []
+    lines = tail(log, 2000, 512 * 1024)
+    found = rank_errors.first_own("\n".join(lines), [(a.replica, tail(Path(a.log or ""), 2000, 512 * 1024))
+                                                     for a in others])
+    if found is None:
+        return []
+    name, error = found
+    other = next(a for a in others if a.replica == name)
+    rank = f", rank {error.rank}" if error.rank is not None else ""
+    return [f"  own error : {name}{rank} raised it; {failed.replica} failed after it, in a collective:",
+            *last_words(Path(other.log or ""), log_lines)]
+
+
 def advice(job: JobView, said: str) -> list[str]:
     """What the root cause can add to a failure it recognises."""
     if "invalid device ordinal" not in said:
@@ -185,7 +206,8 @@ def root_cause(job: JobView, log_lines: int = 15) -> str | None:
                 if trace:
                     out += ["  traceback (from torch's error file):", *("    " + t for t in trace.splitlines())]
                 else:
-                    out += last_words(log, log_lines)
+                    words = last_words(log, log_lines)
+                    out += words + _first_own(job, attempt, log, log_lines)
                 out += advice(job, "\n".join(out))
     out.append(bar)
     return "\n".join(out)

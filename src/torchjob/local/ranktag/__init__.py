@@ -29,3 +29,16 @@ def rank_of(line: str) -> int | None:
     """The rank a tagged line names, else None."""
     m = TAG.match(line)
     return int(m.group(1)) if m else None
+
+
+def as_shown(line: bytes) -> bytes:
+    """A line of output as a terminal leaves it: a progress bar (tqdm) redraws itself with `\r` and
+    the new state, its line ending only when it does; kept whole, the line would hold every state and,
+    printed under a `[master-0] ` prefix, its first `\r` would return over the prefix. Its last state
+    (the last part that is not blank) is the line. A replica of several processes gets this from the
+    hook already, with each state tagged."""
+    body = line.rstrip(b"\r\n")
+    if b"\r" not in body:
+        return line
+    last = next((part for part in reversed(body.split(b"\r")) if part.strip()), b"")
+    return last + line[len(body):]

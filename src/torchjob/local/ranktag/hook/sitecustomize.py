@@ -8,31 +8,59 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from typing import Any, TextIO
 
 
 class _Tagged:
-    """A text stream that writes whole lines, each tagged, to the stream it wraps."""
+    """A text stream that writes whole lines, each tagged, to the stream it wraps.
+
+    A progress bar (tqdm) redraws its line by writing `\r` and the new state, with no newline until it
+    ends: what a terminal would show of such a line (its text after the last `\r`) is written as a
+    whole tagged line, at most once per BAR_EVERY seconds and when the bar ends, so that no bar loses
+    its tag and no other rank's line is glued onto it."""
+
+    BAR_EVERY = 5.0
 
     def __init__(self, inner: TextIO, tag: str) -> None:
         self._inner = inner
         self._tag = tag
         self._pending = ""
         self._at_start = True
+        self._bar_shown = float("-inf")  # when a bar's state was last written (time.monotonic)
+        self._bar_ended = False  # a bar's state was just written as a line: its own newline is not another
         self._lock = threading.Lock()
 
     def _emit(self, text: str) -> str:
-        out = (self._tag if self._at_start else "") + text
+        # torch's excepthook tags a traceback's lines itself (`[rank1]: Traceback ...`): once is enough
+        tagged = self._at_start and not text.startswith(self._tag)
+        out = (self._tag if tagged else "") + text
         self._at_start = text.endswith("\n")
         return out
+
+    @staticmethod
+    def _state(text: str) -> str:
+        """What a terminal shows of a line redrawn with `\r`: its last part that is not empty."""
+        return next((part for part in reversed(text.split("\r")) if part), "")
+
+    def _line(self, line: str) -> str:
+        """A whole line, tagged; a redrawn one as a terminal would leave it, on a line of its own."""
+        bar_ended, self._bar_ended = self._bar_ended, False
+        if "\r" not in line:
+            return "" if bar_ended and not line else self._emit(line + "\n")
+        ended = "" if self._at_start else "\n"  # a partial line written before the bar: ended first
+        self._at_start = True
+        return ended + self._emit(self._state(line) + "\n")
 
     def write(self, s: str) -> int:
         with self._lock:
             self._pending += s
             if "\n" not in self._pending:
+                if "\r" in self._pending:  # a bar redrawn: only its last state is kept
+                    self._pending = "\r" + self._state(self._pending)
                 return len(s)
             head, _, self._pending = self._pending.rpartition("\n")
-            out = "".join(self._emit(line + "\n") for line in head.split("\n"))
+            out = "".join(self._line(line) for line in head.split("\n"))
             self._inner.write(out)
             self._inner.flush()
         return len(s)
@@ -43,8 +71,16 @@ class _Tagged:
 
     def flush(self) -> None:
         with self._lock:
-            if self._pending:
-                self._inner.write(self._emit(self._pending))
+            pending = self._pending
+            if "\r" in pending:  # a bar's state: a line of its own, now and then
+                now = time.monotonic()
+                if self._state(pending).strip() and now - self._bar_shown >= self.BAR_EVERY:
+                    self._bar_shown = now
+                    self._inner.write(self._line(pending))
+                    self._pending = ""
+                    self._bar_ended = True
+            elif pending:
+                self._inner.write(self._emit(pending))
                 self._pending = ""
             self._inner.flush()
 

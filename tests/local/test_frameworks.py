@@ -1,0 +1,129 @@
+"""The frameworks people train with, run as their users run them (issue 47): PyTorch Lightning,
+transformers' Trainer and accelerate (`accelerate launch` as the command), real packages, tiny models
+built from configs, random data, no download. Each: a failure on rank 1 whose root cause quotes rank
+1's own exception (not rank 0's follow-on gloo error), in 1x2 (two ranks in one replica, their lines
+interleaved) and 2x1 (one rank a replica) shapes; a Lightning document of Master and Worker in plain
+mode (`python train.py`, each replica its own rank); the cores shared by one-process replicas; the
+progress bars' lines whole and tagged. Importing these packages is slow (seconds of CPU each): few
+runs, several checks each."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import job_data
+from tests.local.conftest import PROGRAMS, Torchjob, write_job
+from torchjob.local import ranktag
+
+pytestmark = pytest.mark.e2e
+FRAMEWORKS = PROGRAMS / "frameworks"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+
+
+def offline(torchjob: Torchjob) -> Torchjob:
+    torchjob.env.update(OFFLINE)
+    return torchjob
+
+
+def cause_of(stderr: str) -> str:
+    return stderr[stderr.index("Root cause"):]
+
+
+def quoted_block(described: str) -> str:
+    """describe's root cause from its quote of the failing rank's own lines to the end."""
+    return described[described.index("Root cause"):]
+
+
+def test_the_rank_tag_keeps_a_progress_bar_whole_and_tags_once() -> None:
+    """A process of a replica of several (the hook, as torchrun's workers load it): tqdm's redrawn bar is
+    a tagged line of its own, never glued to another line; torch's own `[rank1]: ` is not doubled."""
+    script = ("import sys, time\nfrom tqdm import tqdm\nprint('before', flush=True)\n"
+              "for _ in tqdm(range(3), file=sys.stderr, mininterval=0): time.sleep(0.01)\n"
+              "print('[rank1]: Traceback (most recent call last):')\nprint('after')\n")
+    env = {**os.environ, **ranktag.env(None), "LOCAL_RANK": "1", "RANK": "1"}
+    ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=60)
+    out, err = ran.stdout, ran.stderr
+    assert b"\r" not in err and all(line.startswith(b"[rank1]: ") for line in err.splitlines()), err
+    assert err.splitlines()[-1].startswith(b"[rank1]: 100%|"), err  # the bar's end, tagged
+    assert out.splitlines() == [b"[rank1]: before", b"[rank1]: Traceback (most recent call last):",
+                                b"[rank1]: after"], out
+    # a replica of one process (no hook): its bar's last state is the line, as a terminal leaves it
+    assert ranktag.as_shown(b"\r 10%|#|\r 50%|##|\r    \r{'loss': 1.2}\n") == b"{'loss': 1.2}\n"
+    assert ranktag.as_shown(b"plain\r\n") == b"plain\r\n"
+
+
+def test_lightning_1x2_rank_1_fails_and_the_root_cause_is_its_own(torchjob: Torchjob, tmp_path: Path) -> None:
+    proc = torchjob("run", "-j", "1x2", "--name", "lit", str(FRAMEWORKS / "lightning_train.py"), "--",
+                    "--fail-rank", "1", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    error = "RuntimeError: lightning: injected failure on global rank 1 at step 5"
+    cause = cause_of(proc.stderr)
+    assert f"  error     : {error}" in cause, cause
+    assert re.search(r"  raised at : \S+lightning_train\.py, line \d+, in training_step", cause), cause
+    described = quoted_block(torchjob("describe", "lit", check=True).stdout)
+    quote = described[described.index("lines of rank 1's own output:"):]
+    assert quote.splitlines()[1].endswith("[rank1]: Traceback (most recent call last):"), described
+    assert f"[rank1]: {error}" in quote and "[rank0]" not in quote and "Connection closed" not in quote, quote
+    logged = torchjob("logs", "lit", check=True).stdout
+    assert "[rank1]: [rank1]:" not in logged and "\r" not in logged  # torch's tag and torchjob's: once
+    one = torchjob("logs", "lit", "--ranks-filter", "1", check=True).stdout
+    assert error in one and "[rank0]" not in one, one
+
+
+def test_lightning_document_of_master_and_worker_in_plain_mode(torchjob: Torchjob, tmp_path: Path) -> None:
+    """`python train.py` in each replica, Lightning's defaults: each replica is its own global rank
+    (Lightning reads torchrun's variables torchjob gives a one-process node); nprocPerNode is said to be
+    ignored, and each of the 2 processes gets half the cores."""
+    data = job_data("litdoc", workers=1, command=["python", str(FRAMEWORKS / "lightning_train.py")])
+    data["spec"]["nprocPerNode"] = "2"
+    path = write_job(tmp_path / "litdoc.yaml", data)
+    checked = torchjob("validate", str(path), check=True)
+    assert "warning: spec.nprocPerNode: 2 is ignored: no replica's command starts torchrun" in checked.stderr
+    assert "fix: start the command with torchrun" in checked.stderr
+    proc = torchjob("run", str(path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[master-0] lightning done: global rank 0 of 2, 8 steps" in proc.stdout, proc.stdout
+    assert "[worker-0] lightning done: global rank 1 of 2, 8 steps" in proc.stdout, proc.stdout
+    assert "\r" not in proc.stdout  # its progress bar: the last state of each, a line
+    described = torchjob("describe", "litdoc", check=True).stdout
+    assert "World size:  2 (2 replica(s) x 1 process(es) each)" in described, described
+    rendered = torchjob("render", str(path), "-o", "json", check=True).stdout
+    assert f'"OMP_NUM_THREADS": "{max(1, (os.cpu_count() or 1) // 2)}"' in rendered
+
+
+def test_transformers_2x1_rank_1_fails_with_the_cores_shared(torchjob: Torchjob, tmp_path: Path) -> None:
+    proc = offline(torchjob)("run", "-j", "2x1", "--name", "hf", str(FRAMEWORKS / "hf_train.py"), "--",
+                             "--fail-rank", "1", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    error = "RuntimeError: transformers: injected failure on global rank 1 at step 5"
+    cause = cause_of(proc.stderr)
+    assert error in cause and "Connection closed" not in cause, cause  # worker-0's, or named under master-0's
+    assert re.search(r"raised at : \S+hf_train\.py, line \d+, in on_step_end", cause), cause
+    # one process a replica, two on this machine: each gets half its cores (13 s of training against 0.6 s)
+    assert f"[master-0] threads {max(1, (os.cpu_count() or 1) // 2)}" in proc.stdout, proc.stdout
+    assert "\r" not in proc.stdout and "\r" not in torchjob("logs", "hf", check=True).stdout
+    assert "torchjob: progress: 0%" in proc.stderr  # transformers' own Kubeflow callback, unchanged, reports
+
+
+def test_accelerate_launch_is_found_and_its_rank_1_failure_is_the_root_cause(torchjob: Torchjob,
+                                                                              tmp_path: Path) -> None:
+    """`accelerate launch` from torchjob's environment (not on PATH), one process a replica, 2x1."""
+    env_path = {"PATH": "/usr/bin:/bin"}  # accelerate is only beside torchjob's interpreter
+    torchjob.env.update(env_path)
+    data = job_data("acc", workers=1, command=["accelerate", "launch", "--cpu", "--num_processes", "1",
+                                               str(FRAMEWORKS / "accelerate_train.py"), "--fail-rank", "1"])
+    path = write_job(tmp_path / "acc.yaml", data)
+    proc = torchjob("run", str(path), cwd=tmp_path)
+    assert "cannot start" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    cause = cause_of(proc.stderr)
+    assert "RuntimeError: accelerate: injected failure on process 1 at step 5" in cause, cause
+    described = torchjob("describe", "acc", check=True).stdout
+    assert "World size:  decided by accelerate launch in each replica" in described, described
