@@ -68,12 +68,17 @@ def main() -> None:
 
     w, b = model.module.weight.item(), model.module.bias.item()
     say(f"rank {rank} done: y = {w:.3f}x {b:+.3f}")
-    # Every rank done before any tears its connections down: with torch 2.15's gloo, a rank whose
-    # peers had already destroyed the group and exited was seen to abort in its own teardown
-    # ("terminate called without an active exception") after training had finished.
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # End the process here, without the interpreter's finalization. gloo's worker threads outlive
+    # destroy_process_group (torch 2.15), and one may still hold the last collective's tensor when
+    # the interpreter finalizes; letting go of it then takes the GIL, which a finalizing interpreter
+    # answers by ending the thread inside a noexcept destructor: "terminate called without an active
+    # exception", SIGABRT, exit 134, after the training had finished (docs/explanation/faults.md).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

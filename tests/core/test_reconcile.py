@@ -677,3 +677,50 @@ def test_one_action_per_attempt() -> None:
     plan = d(world(up(M0), up(W0, 0), stop="SIGINT"), 2)
     targets = [(a.replica, a.attempt) for a in plan.actions if isinstance(a, Stop | Forget | Purge | Create)]
     assert len(targets) == len(set(targets)), plan.actions
+
+
+# --- a worker that dies after every rank reported its work complete (issue 43, item 8) -----------
+
+
+def _done(o: Observed) -> Observed:
+    import dataclasses
+
+    return dataclasses.replace(o, reported_done=True)
+
+
+def test_a_worker_dying_after_every_rank_reported_done_waits_for_the_master_whose_success_ends_the_job() -> None:
+    """A worker that aborts in torch's teardown (exit 134) after every rank's last report said 100 %:
+    no restart while the master may still succeed; its success ends the job Succeeded, with a
+    FailedAfterDone warning naming the worker and its exit."""
+    from torchjob.core.reconcile import DONE_GRACE_S
+
+    d, _ = running_job(workers=2, restart_policy="OnFailure", run_policy={"backoffLimit": 3},
+                       restart_scope="Job")
+    held = d(world(_done(up(M0)), _done(ended(W0, 134, 1.0)), _done(up(W1))), 1)
+    assert held.actions == [] and held.status.restartCount == 0 and not held.status.finished
+    assert held.requeue_at == at(1.0 + DONE_GRACE_S)
+    plan = d(world(_done(ended(M0, 0, 1.5)), _done(ended(W0, 134, 1.0)), _done(up(W1))), 1.5)
+    assert reason_of(plan.status, ConditionType.SUCCEEDED) == "Succeeded" and plan.status.restartCount == 0
+    (warning,) = [e for e in plan.events if e.reason == "FailedAfterDone"]
+    assert warning.type == "Warning" and "worker-0 ended with exit code 134 (SIGABRT)" in warning.message
+
+
+@pytest.mark.parametrize("case", ["master fails", "master silent past the grace", "not every rank done",
+                                  "the master itself"])
+def test_a_failure_after_done_is_acted_on_as_any_other_when_the_master_does_not_succeed(case: str) -> None:
+    from torchjob.core.reconcile import DONE_GRACE_S
+
+    d, _ = running_job(workers=2, restart_policy="OnFailure", run_policy={"backoffLimit": 3},
+                       restart_scope="Job")
+    master, w1, t = _done(up(M0)), _done(up(W1)), 1.0
+    failed = _done(ended(W0, 134, 1.0))
+    if case == "master fails":
+        master, t = _done(ended(M0, 1, 1.2)), 1.2
+    elif case == "master silent past the grace":
+        t = 1.0 + DONE_GRACE_S
+    elif case == "not every rank done":
+        w1 = up(W1)
+    else:
+        master, failed = _done(ended(M0, 134, 1.0)), _done(up(W0))
+    plan = d(world(master, failed, w1), t)
+    assert plan.status.restartCount == 1 and not any(e.reason == "FailedAfterDone" for e in plan.events)

@@ -58,6 +58,7 @@ class Reason(StrEnum):
     SUCCEEDED = "Succeeded"  # by the success rules (the master, every worker, an elastic worker)
     COMPLETED = "Completed"  # by a CompleteJob policy
     MIN_SUCCESS = "MinSuccess"
+    FAILED_AFTER_DONE = "FailedAfterDone"  # an event: a replica died after every rank reported its work complete
     # failure, decided from the replicas
     REPLICA_FAILED = "ReplicaFailed"
     NON_RETRYABLE_EXIT_CODE = "NonRetryableExitCode"

@@ -16,8 +16,9 @@ Decisions, in order (each step below; the first that decides the round ends it):
 5. Success: a policy on a completed replica type, or the success rules (the master succeeded; no
    master: every worker; elastic: any worker; minSuccess).
 6. Exits, first exit first (core/lifecycle.py): a lifecycle policy, or restartPolicy within
-   backoffLimit, or the job fails; a gang's lost rank restarts the gang, uncounted. Then stalls
-   (core/stalls.py).
+   backoffLimit, or the job fails; a gang's lost rank restarts the gang, uncounted. A worker that
+   fails after every rank reported its work complete waits for the master first (_died_after_done).
+   Then stalls (core/stalls.py).
 7. Missing replicas are created (after their restart backoff).
 Before all of it, each replica deleted by someone else is decided on (core/facts.py): an eviction,
 a lost rank of a gang, or simply missing.
@@ -73,6 +74,7 @@ __all__ = [
 ]
 
 SUCCESS_SETTLE_S = 10.0
+DONE_GRACE_S = SUCCESS_SETTLE_S  # how long a failure after the work was done waits for the master's end
 
 
 def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
@@ -265,6 +267,12 @@ def _apply_success_rules(r: Round, expected: list[ReplicaId]) -> None:
         master = current.get(ReplicaId(MASTER, 0).name)
         if master is not None and master.phase is Phase.SUCCEEDED:
             finish(r.plan, r.now, True, Reason.SUCCEEDED, "the master replica succeeded")
+            for o in current.values():
+                if o.phase is Phase.FAILED and o.reported_done and o.exit_code is not None:
+                    r.plan.event(EventType.WARNING, Reason.FAILED_AFTER_DONE,
+                                 f"{o.replica.name} ended with {policy.describe_exit(o.exit_code)} after every rank "
+                                 "reported its work complete; the master succeeded, so the job succeeded without "
+                                 "a restart")
     elif workers and all(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
         finish(r.plan, r.now, True, Reason.SUCCEEDED, "every worker succeeded")
     elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
@@ -286,13 +294,35 @@ def _exits_and_stalls(r: Round) -> bool:
             continue
         if obs.phase.active:
             restart_for_lost_rank(r, obs)
-        else:
+        elif not _died_after_done(r, obs):
             act_on_exit(r, obs)
     if not r.status.finished:
         act_on_stalls(r)
     if not r.status.finished:
         return False
     r.plan.stop_active(r.world, r.status.failure.message if r.status.failure else "the job has finished")
+    return True
+
+
+def _died_after_done(r: Round, obs: Observed) -> bool:
+    """Whether this failure waits (issue 43): a worker that failed after every rank's latest progress
+    report said its work was complete died in its teardown (torch's gloo worker threads abort a
+    process whose interpreter is finalizing: docs/explanation/faults.md). The master's end decides,
+    as it decides a job's success: the failure waits for it, DONE_GRACE_S at most; the master's
+    success ends the job Succeeded (step 5, with a FailedAfterDone event), its failure or no end
+    within the grace acts on this failure as on any other. Never for the master itself (what it did
+    after its last report, a save, is unknown), nor for a job whose success is minSuccess's."""
+    job = r.job
+    master = r.current.get(ReplicaId(MASTER, 0).name)
+    if (obs.phase is not Phase.FAILED or not obs.reported_done or job.spec.minSuccess is not None
+            or master is None or master is obs or master.phase is not Phase.RUNNING):
+        return False
+    if not all((o := r.current.get(rid.name)) is not None and o.reported_done for rid in replicas(job)):
+        return False
+    until = (obs.finished_at or r.now) + timedelta(seconds=DONE_GRACE_S)
+    if r.now >= until:
+        return False
+    r.plan.requeue(until)
     return True
 
 

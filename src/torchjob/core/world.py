@@ -36,6 +36,9 @@ class Observed:
     finished_at: datetime | None = None
     stopping: bool = False  # a stop was asked for and is in progress
     last_report: datetime | None = None  # when this attempt last reported progress (None: never)
+    # Its latest progress report said its work is complete (step == total, 100 %): a failure after it
+    # is a death in teardown, which core weighs against the master's outcome (core/reconcile.py).
+    reported_done: bool = False
     # Deleted, by someone other than torchjob as far as the runtime knows (a drain, `kubectl delete
     # pod`): `stopping` while it is still going away, not once it is gone (its last state is kept
     # until core has decided on it). Core decides what it means (core/facts.py): while the job runs

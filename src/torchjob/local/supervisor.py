@@ -243,14 +243,16 @@ class Supervisor:
         seen: dict[str, Observed] = {}
         for name, p in self.procs.items():
             rid = ReplicaId.parse(name)
+            done = self.endpoint.reports.reported_done(name, p.attempt) if self.endpoint else False
             if p.alive:
                 last = self.endpoint.reports.last_report(name, p.attempt) if self.endpoint else None
-                seen[name] = Observed(rid, p.attempt, Phase.RUNNING, stopping=p.stopping, last_report=last)
+                seen[name] = Observed(rid, p.attempt, Phase.RUNNING, stopping=p.stopping, last_report=last,
+                                      reported_done=done)
             else:
                 assert p.exit_code is not None and p.ended_at is not None
                 phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
                 seen[name] = Observed(rid, p.attempt, phase, p.exit_code, _reason(p), p.error,
-                                      finished_at=datetime.fromtimestamp(p.ended_at, UTC))
+                                      finished_at=datetime.fromtimestamp(p.ended_at, UTC), reported_done=done)
         return World(replicas=seen, stop_requested=self.stop_requested)
 
     def _apply(self, plan: Plan) -> bool:

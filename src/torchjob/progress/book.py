@@ -54,6 +54,7 @@ class Book:
                  saved: MetricHistory | None = None) -> None:
         self._lock = threading.Lock()
         self._last: dict[tuple[str, int], datetime] = {}  # (replica, attempt) -> last report
+        self._done: set[tuple[str, int]] = set()  # replica attempts whose latest progress said 100 %
         self._progress = Progress()
         self._steps: deque[tuple[datetime, int]] = deque()  # (when, step) of the recent reports
         self._metrics: dict[str, str] = {}
@@ -84,6 +85,11 @@ class Book:
             first = (replica, attempt) not in self._last
             restart = False
             self._last[(replica, attempt)] = at
+            if report.percent is not None:
+                if report.percent >= 100:
+                    self._done.add((replica, attempt))
+                else:
+                    self._done.discard((replica, attempt))
             self.version += 1
             p = self._progress.model_copy()
             p.lastReportTime, p.reporter = at, replica
@@ -127,6 +133,12 @@ class Book:
     def last_report(self, replica: str, attempt: int) -> datetime | None:
         with self._lock:
             return self._last.get((replica, attempt))
+
+    def reported_done(self, replica: str, attempt: int) -> bool:
+        """Whether this replica attempt's latest report with a progress said its work is complete
+        (step == total, or 100 %): `core` reads it when the attempt fails afterwards."""
+        with self._lock:
+            return (replica, attempt) in self._done
 
     def progress(self, history: bool = True) -> Progress | None:
         """The latest progress (with its metric history unless `history` is False); None before the

@@ -66,7 +66,8 @@ def observe_pod(job: TorchJob, pod: dict[str, Any], seal: inplace.Seal = inplace
 
 def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dict[str, Any]] = (),
              last_report: LastReport | None = None, refused: Refusal | None = None,
-             admission: Admission | None = None, seal: inplace.Seal = inplace.NO_SEAL) -> World:
+             admission: Admission | None = None, seal: inplace.Seal = inplace.NO_SEAL,
+             reported_done: Callable[[str, int], bool] | None = None) -> World:
     """The one place a round's `World` is built: the replicas from the job's pods and those deleted
     since, each running attempt's last progress report, and a refusal the operator learned. A pod
     being deleted that torchjob did not stop, or one of `gone` (deleted since; its last state), is
@@ -84,5 +85,8 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dic
             seen[obs.replica.name] = obs
     if last_report is not None:
         seen = {name: replace(o, last_report=last_report(name, o.attempt)) if o.phase is Phase.RUNNING else o
+                for name, o in seen.items()}
+    if reported_done is not None:  # (replica, attempt) -> its latest report said 100 %: core/reconcile.py
+        seen = {name: replace(o, reported_done=True) if reported_done(name, o.attempt) else o
                 for name, o in seen.items()}
     return World(replicas=seen, refused=refused, admission=admission or Admission())

@@ -151,7 +151,7 @@ class Reconciler:
         pods, stale, foreign, gone = self.index.split(job, key, memory)
         admission = Admission(queue.seen, queue.finished, group.seen, group.awaited)
         world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key),
-                        admission=admission, seal=self.seal)
+                        admission=admission, seal=self.seal, reported_done=self._done(key))
         plan = reconcile(job, world, now)
         self._say_not_in_place(job, plan)
         if plan.admission and plan.admission[0].ends_round:
@@ -177,6 +177,12 @@ class Reconciler:
         note = spares.on_a_cluster(job, endpoint=self.progress is not None)
         if note is not None and any(ev.reason == Reason.CREATED for ev in plan.events):
             plan.event(EventType.WARNING, Reason.WARM_SPARES_NOT_IN_PLACE, note)
+
+    def _done(self, key: Key) -> Callable[[str, int], bool] | None:
+        if self.progress is None:
+            return None
+        books, plural = self.progress.books, self.kind.plural
+        return lambda replica, attempt: books.reported_done(plural, key, replica, attempt)
 
     def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
         if self.progress is None:

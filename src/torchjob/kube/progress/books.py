@@ -37,6 +37,12 @@ class Books:
         book = self.books.get((plural, *key))
         return book.last_report(replica, attempt) if book is not None else None
 
+    def reported_done(self, plural: str, key: Key, replica: str, attempt: int) -> bool:
+        """Whether this replica attempt's latest report said its work is complete (in this operator's
+        memory: one restarted since knows only the reports it received)."""
+        book = self.books.get((plural, *key))
+        return book.reported_done(replica, attempt) if book is not None else False
+
     def forget(self, plural: str, key: Key) -> None:
         self.books.pop((plural, *key), None)
         self.written.pop((plural, *key), None)
