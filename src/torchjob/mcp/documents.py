@@ -41,8 +41,7 @@ def built_from_command(command: str, kube: bool) -> Built:
     by the very parser of `torchjob run` and built by its builder, so that the words mean the same."""
     import click
 
-    from torchjob.cli import quick
-    from torchjob.cli.quick import QuickCommand, quick_options, split_target
+    from torchjob.cli.quick import JobFlags, QuickCommand, job_from_flags, quick_options, split_target
 
     if not isinstance(command, str):
         raise Mistake("command", "the command is not a string", "e.g. command='-j 1x2 train.py -- --steps 10'")
@@ -73,8 +72,7 @@ def built_from_command(command: str, kube: bool) -> Built:
             raise Mistake("command", f"{document} names a document file; this call takes the document's text",
                           "pass the file's text as document instead of command")
         assert entry is not None
-        flags = getattr(quick, "JobFlags", None)  # the flags as one value (cli/quick.py), or as keywords
-        return quick.job_from_flags(entry, kube, flags(**opts)) if flags else quick.job_from_flags(entry, kube, **opts)
+        return job_from_flags(entry, kube, JobFlags(**opts))
     except click.ClickException as e:
         raise Mistake("command", e.format_message(), "the shape is torchjob run's: [-j NxM] SCRIPT [-- ARGS], "
                                                      "-m MODULE [-- ARGS] or -- COMMAND") from None

@@ -167,6 +167,15 @@ class Tools:
         text = f"job {v.name}: {data['state']}"
         if data["progress"]:
             text += f", {progress_text(data['progress'])}"
+        h = data["history"]
+        for metric, values in (h["series"].items() if h else ()):
+            text += f"\n{metric} at steps {h['steps'][-10:][0]}..{h['steps'][-1]}: " + " ".join(
+                "-" if x is None else f"{x:.4g}" for x in values[-10:])
+        text += f"\nworld size {data['world_size']}, {data['replicas']} replica(s), {data['restarts']} restart(s)"
+        for a in data["attempts"]:
+            ended = a["exit_code"] is not None or a["ended"] is not None
+            text += f"\n{a['replica']} attempt {a['attempt']}: " + (
+                f"exit code {a['exit_code']} ({a['reason']})" if ended else "running")
         if data["root_cause"]:
             text += f"\nroot cause:\n{data['root_cause']}"
         return Answer(text, data)
