@@ -127,3 +127,34 @@ def test_accelerate_launch_is_found_and_its_rank_1_failure_is_the_root_cause(tor
     assert "RuntimeError: accelerate: injected failure on process 1 at step 5" in cause, cause
     described = torchjob("describe", "acc", check=True).stdout
     assert "World size:  decided by accelerate launch in each replica" in described, described
+
+
+FIRST_OWN = """\
+import sys, time, traceback
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    try:
+        raise RuntimeError("rank 1 ran out of data")
+    except RuntimeError:
+        traceback.print_exc()
+        sys.stderr.flush()
+    dist.destroy_process_group()  # its peer's all-reduce fails at once; this replica ends later
+    time.sleep(60)
+    sys.exit(1)
+dist.all_reduce(torch.zeros(1))
+"""
+
+
+def test_a_replica_that_failed_after_another_names_the_other_s_own_error(torchjob: Torchjob, tmp_path: Path) -> None:
+    """2x1, plain: rank 1 raises; rank 0's replica (master-0) ends first, with gloo's follow-on error, and
+    ends the job; the root cause quotes worker-0's own exception, not only master-0's."""
+    (tmp_path / "first.py").write_text(FIRST_OWN)
+    path = write_job(tmp_path / "first.yaml", job_data("first", workers=1, command=["python", "first.py"]))
+    proc = torchjob("run", "--grace-period", "2", str(path), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    described = torchjob("describe", "first", check=True).stdout
+    cause = described[described.index("Root cause"):]
+    assert "  replica   : master-0" in cause, cause  # the replica that ended the job
+    assert "  own error : worker-0 raised it; master-0 failed after it, in a collective:" in cause, cause
+    assert cause.rstrip("=\n").endswith("RuntimeError: rank 1 ran out of data"), cause
