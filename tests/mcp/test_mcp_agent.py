@@ -100,7 +100,7 @@ def over_stdio(workdir: Path, *flags: str) -> Callable[[Callable[[ClientSession]
             async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
                 return await scenario(session)
-        return asyncio.run(asyncio.wait_for(main(), 240))
+        return asyncio.run(asyncio.wait_for(main(), 280))  # under pytest-timeout's 300 s: the client's own error
     return run
 
 

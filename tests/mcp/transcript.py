@@ -68,7 +68,7 @@ def main():
 
 main()
 """
-COMMAND = "-j 1x2 --name fit-ddp train.py -- --steps 40 --step-time 0.1"
+COMMAND = "-j 1x2 --name fit-ddp train.py -- --steps 60 --step-time 0.1"
 BROKEN = "-j 1x2 --name nan-hunt fail.py"
 SHOWN = 8  # lines of a long answer shown on the page
 
