@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, Torchjob, write_job
@@ -30,6 +31,31 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 def offline(torchjob: Torchjob) -> Torchjob:
     torchjob.env.update(OFFLINE)
     return torchjob
+
+
+PAGE = "guide/frameworks.md"
+
+
+def from_the_page(test: str, tmp_path: Path, *programs: str) -> list[str]:
+    """The page's blocks this test claims: its scripts are the tests' own programs (copied to `tmp_path`,
+    where the page's commands run them), the rest returned, in page order."""
+    from tests.docs.blocks import tested
+
+    blocks = tested(PAGE, test)
+    scripts = [b for b in blocks if b.startswith('"""')]  # the page's python blocks of this test: whole programs
+    for name in programs:
+        text = (FRAMEWORKS / name).read_text()
+        assert not scripts or text.rstrip("\n") in scripts, f"{PAGE}'s {name} is not the test's"
+        (tmp_path / name).write_text(text)
+    return [b for b in blocks if b not in scripts]
+
+
+def shown_as_run(block: str, printed: str) -> None:
+    """Each line of a page's output block is in what the run printed (numbers aside; `...` elides)."""
+    numbered = re.sub(r"\d+", "N", printed)
+    for line in block.splitlines()[1:]:  # the command's line aside
+        if "..." not in line:
+            assert re.sub(r"\d+", "N", line) in numbered, (line, printed)
 
 
 def cause_of(stderr: str) -> str:
@@ -60,9 +86,13 @@ def test_the_rank_tag_keeps_a_progress_bar_whole_and_tags_once() -> None:
 
 
 def test_lightning_1x2_rank_1_fails_and_the_root_cause_is_its_own(torchjob: Torchjob, tmp_path: Path) -> None:
-    proc = torchjob("run", "-j", "1x2", "--name", "lit", str(FRAMEWORKS / "lightning_train.py"), "--",
-                    "--fail-rank", "1", cwd=tmp_path)
+    (shown,) = from_the_page("test_lightning_1x2_rank_1_fails_and_the_root_cause_is_its_own", tmp_path,
+                             "lightning_train.py")
+    command = shown.splitlines()[0].removeprefix("$ torchjob ").split()
+    assert command == ["run", "-j", "1x2", "--name", "lit", "lightning_train.py", "--", "--fail-rank", "1"]
+    proc = torchjob(*command, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
+    shown_as_run(shown, proc.stderr)
     error = "RuntimeError: lightning: injected failure on global rank 1 at step 5"
     cause = cause_of(proc.stderr)
     assert f"  error     : {error}" in cause, cause
@@ -81,10 +111,13 @@ def test_lightning_document_of_master_and_worker_in_plain_mode(torchjob: Torchjo
     """`python train.py` in each replica, Lightning's defaults: each replica is its own global rank
     (Lightning reads torchrun's variables torchjob gives a one-process node); nprocPerNode is said to be
     ignored, and each of the 2 processes gets half the cores."""
-    data = job_data("litdoc", workers=1, command=["python", str(FRAMEWORKS / "lightning_train.py")])
-    data["spec"]["nprocPerNode"] = "2"
+    (document,) = from_the_page("test_lightning_document_of_master_and_worker_in_plain_mode", tmp_path,
+                                "lightning_train.py")
+    data = yaml.safe_load(document)
     path = write_job(tmp_path / "litdoc.yaml", data)
-    checked = torchjob("validate", str(path), check=True)
+    assert "warning" not in torchjob("validate", str(path), check=True).stderr
+    data["spec"]["nprocPerNode"] = "2"
+    checked = torchjob("validate", str(write_job(tmp_path / "nproc.yaml", data)), check=True)
     assert "warning: spec.nprocPerNode: 2 is ignored: no replica's command starts torchrun" in checked.stderr
     assert "fix: start the command with torchrun" in checked.stderr
     proc = torchjob("run", str(path), cwd=tmp_path)
@@ -92,16 +125,20 @@ def test_lightning_document_of_master_and_worker_in_plain_mode(torchjob: Torchjo
     assert "[master-0] lightning done: global rank 0 of 2, 8 steps" in proc.stdout, proc.stdout
     assert "[worker-0] lightning done: global rank 1 of 2, 8 steps" in proc.stdout, proc.stdout
     assert "\r" not in proc.stdout  # its progress bar: the last state of each, a line
-    described = torchjob("describe", "litdoc", check=True).stdout
+    described = torchjob("describe", "lightning", check=True).stdout
     assert "World size:  2 (2 replica(s) x 1 process(es) each)" in described, described
     rendered = torchjob("render", str(path), "-o", "json", check=True).stdout
     assert f'"OMP_NUM_THREADS": "{max(1, (os.cpu_count() or 1) // 2)}"' in rendered
 
 
 def test_transformers_2x1_rank_1_fails_with_the_cores_shared(torchjob: Torchjob, tmp_path: Path) -> None:
-    proc = offline(torchjob)("run", "-j", "2x1", "--name", "hf", str(FRAMEWORKS / "hf_train.py"), "--",
-                             "--fail-rank", "1", cwd=tmp_path)
+    (shown,) = from_the_page("test_transformers_2x1_rank_1_fails_with_the_cores_shared", tmp_path, "hf_train.py")
+    command = shown.splitlines()[0].removeprefix("$ torchjob ").split()
+    assert command == ["run", "-j", "2x1", "--name", "hf", "hf_train.py", "--", "--fail-rank", "1"]
+    proc = offline(torchjob)(*command, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
+    if "replica   : worker-0" in proc.stderr:  # the page's run; master-0 may end first (its gloo error named too)
+        shown_as_run(shown, proc.stderr)
     error = "RuntimeError: transformers: injected failure on global rank 1 at step 5"
     cause = cause_of(proc.stderr)
     assert error in cause and "Connection closed" not in cause, cause  # worker-0's, or named under master-0's
@@ -117,15 +154,18 @@ def test_accelerate_launch_is_found_and_its_rank_1_failure_is_the_root_cause(tor
     """`accelerate launch` from torchjob's environment (not on PATH), one process a replica, 2x1."""
     env_path = {"PATH": "/usr/bin:/bin"}  # accelerate is only beside torchjob's interpreter
     torchjob.env.update(env_path)
-    data = job_data("acc", workers=1, command=["accelerate", "launch", "--cpu", "--num_processes", "1",
-                                               str(FRAMEWORKS / "accelerate_train.py"), "--fail-rank", "1"])
+    (document,) = from_the_page("test_accelerate_launch_is_found_and_its_rank_1_failure_is_the_root_cause",
+                                tmp_path, "accelerate_train.py")
+    data = yaml.safe_load(document)
+    for spec in data["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["command"] += ["--fail-rank", "1"]
     path = write_job(tmp_path / "acc.yaml", data)
     proc = torchjob("run", str(path), cwd=tmp_path)
     assert "cannot start" not in proc.stderr, proc.stderr
     assert proc.returncode == 1, proc.stdout + proc.stderr
     cause = cause_of(proc.stderr)
     assert "RuntimeError: accelerate: injected failure on process 1 at step 5" in cause, cause
-    described = torchjob("describe", "acc", check=True).stdout
+    described = torchjob("describe", "accelerate", check=True).stdout
     assert "World size:  decided by accelerate launch in each replica" in described, described
 
 
