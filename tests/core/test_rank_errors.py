@@ -136,3 +136,19 @@ def test_a_launchers_report_of_its_child_gives_way_to_the_childs_own_error() -> 
         assert block[-1] == "    " + ("[rank1]: " if lines[0].startswith("[rank1]") else "") + child[-1], block
         assert not any("CalledProcessError" in line for line in block), block
         assert torch_errors.raised_at([b[4:] for b in block[1:]]) == (child[-1], "/w/acc.py, line 24, in main")
+
+
+def test_a_rank_that_died_without_a_traceback_is_quoted_without_its_peers_follow_on_errors() -> None:
+    """torchrun names rank 0, aborted by a C++ exception (no traceback); rank 1 then failed in its barrier:
+    the output's last lines, rank 1's follow-on traceback left out (it is not why the job failed)."""
+    lines = ["[rank0]: rank 0 up", "[rank1]: rank 1 up", *traceback(1, PEER),
+             "[rank0]: terminate called after throwing an instance of 'gloo::EnforceNotMet'"]
+    q = rank_errors.quote(lines, 15, named=0)
+    assert q.rank == 0 and [e.rank for e in q.followed] == [1]
+    assert q.lines == ["[rank0]: rank 0 up", "[rank1]: rank 1 up",
+                       "[rank0]: terminate called after throwing an instance of 'gloo::EnforceNotMet'"]
+    report = [line.replace("rank      : 1 (local_rank: 1)", "rank      : 0 (local_rank: 0)") for line in REPORT]
+    block = torch_errors.last_words([*lines, *report], 15)
+    assert block[:2] == ["  torchrun's root cause: rank 0 (local_rank: 0): exit code 1 (pid: 17575)",
+                         "  rank      : 0 (its own error; rank 1 failed after it, in a collective)"], block
+    assert torch_errors.brief("\n".join(block), "x") == "\n".join(block)  # no traceback left to shorten: whole

@@ -120,8 +120,9 @@ def quote(lines: list[str], count: int, named: int | None = None, whole: str = "
     rank, found = told if told is not None else (None, [])
     mine = next((e for e in found if e.rank == rank), None)
     followed = [e for e in found if e.rank != rank and e.rank is not None and e.follow_on]
-    if mine is None:
-        last = lines[-count:]
+    if mine is None:  # it died without a traceback (a signal, an abort): the output's end, less its peers' errors
+        theirs = {i for e in followed for i in range(e.start, e.end or len(lines)) if untag(lines[i])[0] == e.rank}
+        last = [line for i, line in enumerate(lines) if i not in theirs][-count:]
         return Quote(rank, last, f"last {len(last)} lines of {whole}", followed)
     own = [line for line in lines[mine.start:mine.end] if untag(line)[0] == rank]
     if len(own) > traceback_lines:
