@@ -235,13 +235,14 @@ def replica_env(
         # What torchrun would tell this process, each true of it (a node of one process), so that a
         # framework that recognises torchrun's environment by them reads its rank from it: Lightning's
         # TorchElasticEnvironment (TORCHELASTIC_RUN_ID; GROUP_RANK its node rank), which otherwise
-        # takes every replica for global rank 0. Not TORCHELASTIC_USE_AGENT_STORE: there is no agent.
+        # takes every replica for global rank 0. Not TORCHELASTIC_USE_AGENT_STORE: there is no agent. The run
+        # id is the job's name, not its uid: what `render` shows is what a pod gets.
         GROUP_RANK=str(rank),
         GROUP_WORLD_SIZE=world,
         ROLE_RANK=str(rank),
         ROLE_WORLD_SIZE=world,
         ROLE_NAME="default",
-        TORCHELASTIC_RUN_ID=job.metadata.uid or job.name,
+        TORCHELASTIC_RUN_ID=job.name,
     )
     return ReplicaEnv(env=env, torchrun=False)
 
