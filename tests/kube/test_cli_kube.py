@@ -200,7 +200,11 @@ def test_run_follows_the_job_on_the_cluster_to_its_end(kubeconfig: str, kube: Cl
         assert lines[-1].startswith("torchjob: job rk succeeded in ")
     else:
         assert proc.returncode == 1, err
-        assert lines[-2] == "torchjob: master-0 failed with exit code 3 (restartPolicy Never)"
+        assert "torchjob: master-0 failed with exit code 3 (restartPolicy Never)" in lines
+        # then the root cause's block, as locally, and the end
+        block = lines[lines.index("torchjob: master-0 failed with exit code 3 (restartPolicy Never)") + 1:]
+        assert block[:2] == ["=" * 72, "rk FAILED: ReplicaFailed"] and block[-2] == "=" * 72, block
+        assert "  replica   : master-0 (attempt 0, node rank 0, pod rk-master-0)" in block
         assert lines[-1].startswith("torchjob: job rk failed in ")
         assert "`torchjob describe --kube rk`" in err
 

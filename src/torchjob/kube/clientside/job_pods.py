@@ -6,6 +6,7 @@ kube_runtime.py finds the job, this reads what it made."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx2  # lightkube's HTTP client: a followed log's read timeout
@@ -94,9 +95,14 @@ def pod_logs(kube: Client, name: str, every: list[Any], replica: str | None = No
         if not targets:
             raise no_output(name, replica, [str(replica_name(p.metadata.labels)) for p in every])
         if attempt is not None:
+            there = sorted({pod_attempt(to_dict(p)) for p in targets})
             targets = [p for p in targets if pod_attempt(to_dict(p)) == attempt]
             if not targets:  # a pod is made again for each attempt (or runs the next in place): only the current one
-                raise UserError(f"{replica} has no attempt {attempt}")
+                raise UserError(
+                    f"{replica} has no attempt {attempt} on the cluster: its pod is gone, and its logs with it (a "
+                    "restart, a suspend or the job's end deletes a replica's pod; the next attempt is a new pod)",
+                    fix=f"its attempts there: {', '.join(map(str, there))} "
+                        f"(torchjob logs --kube {name} --replica {replica} --attempt {there[-1]})")
     for p in targets:
         prefix = f"[{replica_name(p.metadata.labels)}] "
         follows = follow_ and len(targets) == 1
@@ -133,6 +139,15 @@ def _tail(kube: Client, pod: str, namespace: str, lines: int, limit_bytes: int, 
         response.close()
 
 
+def last_lines(kube: Client, pod: str, namespace: str, lines: int, limit_bytes: int) -> list[str] | None:
+    """A pod's last `lines` lines (at most `limit_bytes`), or None when they cannot be read (the pod
+    or its container gone, its node not answering)."""
+    try:
+        return [line.rstrip("\n") for line in _tail(kube, pod, namespace, lines, limit_bytes, False)]
+    except (ApiError, httpx2.HTTPError):
+        return None
+
+
 def attempt_of(pod: Any) -> AttemptView:
     """A pod as one replica attempt: its phase, times, and the training container's exit code."""
     data = to_dict(pod)
@@ -152,6 +167,33 @@ def attempt_of(pod: Any) -> AttemptView:
         started=timestamp(since or status.get("startTime")), ended=timestamp(ended.get("finishedAt")),
         exit_code=ended.get("exitCode"), reason=phase, pod=data["metadata"]["name"], waiting=waiting(pod),
     )
+
+
+def attempts(found: list[Any], status: Any) -> list[AttemptView]:
+    """The attempts table of a job on a cluster: each pod's attempt (one being deleted while it ran:
+    Stopping, as the job's end or restart stops it), and a row for each replica whose pod is gone
+    (deleted by the job's end, a restart or a suspend), at its attempt the status keeps: the root
+    cause's replica with its exit code, the others Deleted."""
+    rows = [attempt_of(p) for p in found]
+    for i, p in enumerate(found):
+        if p.metadata.deletionTimestamp and rows[i].reason in ("Pending", "Running"):
+            rows[i] = replace(rows[i], reason="Stopping")
+    have = {a.replica for a in rows}
+    f = status.failure
+    for name, state in status.replicas.items():
+        if name in have:
+            continue
+        if f is not None and f.replica == name:
+            rows.append(AttemptView(replica=name, attempt=f.attempt if f.attempt is not None else state.attempt,
+                                    exit_code=f.exitCode, reason="Failed (its pod is gone)"))
+        else:
+            rows.append(AttemptView(replica=name, attempt=state.attempt, reason="Deleted (its pod is gone)"))
+
+    def order(a: AttemptView) -> tuple[bool, str, int]:
+        rtype, _, index = a.replica.rpartition("-")
+        return rtype != "master", rtype, int(index) if index.isdecimal() else 1 << 62
+
+    return sorted(rows, key=order)
 
 
 def timestamp(value: Any) -> float | None:

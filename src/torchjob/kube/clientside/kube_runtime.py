@@ -18,19 +18,20 @@ from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.status import ConditionType, EventType
 from torchjob.dialects.convert import explicit
-from torchjob.kube.clientside import served_jobs
+from torchjob.kube.clientside import root_cause, served_jobs
 from torchjob.kube.clientside.code import with_code
 from torchjob.kube.clientside.job_pods import (
     TAIL_BYTES,
-    attempt_of,
+    attempts,
     events,
+    last_lines,
     pod_logs,
     pods,
     served,
     timestamp,
     waiting,
 )
-from torchjob.kube.clientside.plan import KubePlan
+from torchjob.kube.clientside.plan import KubePlan, refuse_without_image
 from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, status_code, to_dict
 from torchjob.kube.objects import kueue
 from torchjob.kube.objects.labels import replica_name
@@ -143,15 +144,98 @@ def find(kube: Client, ref: str, namespace: str | None) -> dict[str, Any]:
 
 
 FINAL_EVENT_WAIT_S = 10.0  # at most this long for the end's event after the status says it ended
+# A pod whose image cannot be pulled (ErrImagePull, ImagePullBackOff) for this long ends `run --kube`:
+# the kubelet retries for ever, and a name that does not resolve or a registry the node cannot reach
+# does not mend on its own. The job stays on the cluster (its pods wait), as `run` says.
+PULL_BOUND_S = 60.0
+PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+STREAM_DRAIN_S = 5.0  # at most this long, once the job ended, for the replicas' last lines to arrive
+
+Stream = Callable[[str, str], None]  # (replica, one line of its output)
+
+
+class Interrupted(UserError):
+    """Ctrl-C in `run --kube`: the job goes on on the cluster."""
+
+    exit_code = 130
+
+
+def unpullable(pod: Any) -> tuple[str, str, str] | None:
+    """(container, image, the kubelet's words) of a container of the pod whose image cannot be pulled."""
+    status = pod.status
+    if status is None:
+        return None
+    for cs in [*(status.initContainerStatuses or []), *(status.containerStatuses or [])]:
+        w = cs.state.waiting if cs.state else None
+        if w is not None and w.reason in PULL_REASONS:
+            return cs.name, cs.image, f"{w.reason}: {w.message}" if w.message else str(w.reason)
+    return None
+
+
+def pull_refusal(name: str, replica: str, found: tuple[str, str, str], waited_s: float) -> UserError:
+    container, image, why = found
+    return UserError(
+        f"job {name}: {replica}'s image {image} (container {container}) cannot be pulled ({why}); "
+        f"gave up after {waited_s:.0f} s. The job is still on the cluster, its pods waiting",
+        fix=f"name an image the nodes can pull (its name and tag; a private registry's imagePullSecrets); on "
+            f"the dev cluster nothing is pulled: scripts/dev-cluster.sh example-images loads the docs' examples' "
+            f"images, scripts/dev-cluster.sh image SPEC.json yours; then delete the job "
+            f"(torchjob delete --kube {name}) and run it again")
+
+
+class _Streams:
+    """The replicas' output as it comes: each started pod's log followed on a thread of its own, each
+    line told to `say` with its replica; a pod once (its attempt: a pod is made again per attempt)."""
+
+    def __init__(self, kube: Client, say: Stream) -> None:
+        import threading
+
+        self.kube, self.say = kube, say
+        self.threads: dict[str, threading.Thread] = {}
+
+    def watch(self, pods_: list[Any]) -> None:
+        import threading
+
+        from torchjob.api.pod import training_index
+
+        for p in pods_:
+            uid = p.metadata.uid or p.metadata.name
+            phase = p.status.phase if p.status else None
+            if uid in self.threads or phase not in ("Running", "Succeeded", "Failed"):
+                continue
+            names = [c.name for c in p.spec.containers]
+            container = names[training_index(names)]
+            t = threading.Thread(target=self._follow, daemon=True, name=f"log-{p.metadata.name}",
+                                 args=(p.metadata.name, p.metadata.namespace, container,
+                                       str(replica_name(p.metadata.labels))))
+            self.threads[uid] = t
+            t.start()
+
+    def _follow(self, pod: str, namespace: str, container: str, replica: str) -> None:
+        try:
+            for line in self.kube.log(pod, namespace=namespace, container=container, follow=True):
+                self.say(replica, line.rstrip("\n"))
+        except Exception:  # the pod deleted, its node gone: its lines end here (logs --kube reads them)
+            return
+
+    def drain(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for t in self.threads.values():
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: float = 1.0,
-           on_progress: Callable[[Progress], None] | None = None) -> JobStatus:
+           on_progress: Callable[[Progress], None] | None = None, stream: Stream | None = None,
+           pull_bound_s: float = PULL_BOUND_S) -> JobStatus:
     """Print each new event of the job, and why a pod waits, until it finishes, and tell
-    `on_progress` of each new status.progress; returns its final status."""
+    `on_progress` of each new status.progress; returns its final status. With `stream`, the
+    replicas' lines as they come. A pod whose image cannot be pulled for `pull_bound_s` ends it
+    (pull_refusal)."""
     seen: set[object] = set()
     said: set[tuple[str, str]] = set()  # (reason, message) of the events said
     last_report: object = None
+    pulls: dict[str, float] = {}  # pod -> since when its image cannot be pulled
+    streams = _Streams(kube, stream) if stream is not None else None
 
     def new_events(data: dict[str, Any]) -> None:
         for ev in events(kube, data):
@@ -160,11 +244,21 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
                 seen.add(uid)
                 said.add((ev.reason or "", ev.message or ""))
                 say(ev.message or "")
-        for p in pods(kube, data):
+        found = pods(kube, data)
+        for p in found:
             why = waiting(p)
             if why and (p.metadata.name, why) not in seen:
                 seen.add((p.metadata.name, why))
                 say(f"{replica_name(p.metadata.labels)} waits: {why}")
+            bad = unpullable(p)
+            if bad is None:
+                pulls.pop(p.metadata.name, None)
+                continue
+            since = pulls.setdefault(p.metadata.name, time.monotonic())
+            if time.monotonic() - since >= pull_bound_s:
+                raise pull_refusal(name, str(replica_name(p.metadata.labels)), bad, time.monotonic() - since)
+        if streams is not None:
+            streams.watch(found)
 
     while True:
         data = get(kube, name, namespace)
@@ -174,6 +268,8 @@ def follow(kube: Client, name: str, namespace: str | None, say: Say, poll_s: flo
             last_report = st.progress.lastReportTime
             on_progress(st.progress)
         if st.finished:
+            if streams is not None:  # the last lines before the end's words
+                streams.drain(STREAM_DRAIN_S)
             # The operator records the job's last event (its end's reason and words) just after the
             # status, on a task of its own: wait for it, bounded, so the end is said here too.
             end = next(((c.reason or "", c.message or "") for c in st.conditions
@@ -255,12 +351,17 @@ def view_of(data: dict[str, Any], kube: Client | None = None, reader: served_job
     if kube is not None:
         found = pods(kube, data)
         evs = events(kube, data)
-        out.attempts = [attempt_of(p) for p in found]
+        out.attempts = attempts(found, out.status)
         out.events = [EventView(e.type or EventType.NORMAL, e.reason or "", e.message or "",
                                 timestamp(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
                       for e in evs]
-        f = out.status.failure
-        out.root_cause = f"{f.reason}: {f.message}" if f else None
+        ns = meta.get("namespace") or "default"
+        out.root_cause = root_cause.text(
+            out.name, job, out.status, found,
+            lambda pod: last_lines(kube, pod, ns, root_cause.READ_LINES, root_cause.READ_BYTES))
+        if out.root_cause is None and out.status.failure is not None:  # ended otherwise (a refusal...)
+            f = out.status.failure
+            out.root_cause = f"{f.reason}: {f.message}"
         out.raw = {"job": data, "pods": [p.to_dict() for p in found],
                    "events": [{"type": e.type, "reason": e.reason, "message": e.message} for e in evs]}
     return out
@@ -286,8 +387,10 @@ class KubeRuntime:
         return KubePlan(job, code)
 
     def schedule(self, plan: KubePlan) -> str:
+        refuse_without_image(plan.job)
         ns = submit(self.kube, plan.job, self.namespace, plan.configmap)
-        return f"job {plan.job.name} submitted to {ns}; follow it with: torchjob describe --kube {plan.job.name}"
+        return (f"job {plan.job.name} submitted to {ns}; follow its output: torchjob logs --kube {plan.job.name} -f; "
+                f"its state: torchjob describe --kube {plan.job.name}")
 
     def run(self, plan: KubePlan, quiet: bool = False, console: Show | None = None) -> JobView:
         """Submit, then show the job's events (its failure's among them) as they come and its
@@ -297,14 +400,20 @@ class KubeRuntime:
         from torchjob.console import Console
 
         name = plan.job.name
+        refuse_without_image(plan.job)
         ns = submit(self.kube, plan.job, self.namespace, plan.configmap)
         print(f"torchjob: job {name} created in {ns}", file=sys.stderr, flush=True)
         shown = console(None) if console is not None else Console(None)
+        stream = None if quiet else (lambda replica, line: shown.line(replica, line.encode()))
         try:
-            follow(self.kube, name, ns, shown.note, on_progress=lambda p: shown.progress(p, name))
+            follow(self.kube, name, ns, shown.note, on_progress=lambda p: shown.progress(p, name), stream=stream)
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted: job {name} still runs on the cluster (in {ns})",
+                              fix=f"follow it again: torchjob logs --kube {name} -f; "
+                                  f"delete it: torchjob delete --kube {name}") from None
         finally:
             shown.close()
-        return view_of(get(self.kube, name, ns))
+        return view_of(get(self.kube, name, ns), self.kube)
 
     def describe(self, name: str) -> JobView:
         return view_of(find(self.kube, name, self.namespace), self.kube)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.core.spares import on_a_cluster
 from torchjob.dialects.convert import explicit
@@ -42,3 +43,20 @@ class KubePlan:
 
     def documents(self) -> list[dict[str, Any]]:
         return [*([self.configmap] if self.configmap is not None else []), explicit(self.job)]
+
+
+def refuse_without_image(job: TorchJob) -> None:
+    """A container without `image` makes pods the API server refuses after the job is created: refused
+    here, before anything is, naming the field (a job built from flags is refused earlier: --image)."""
+    from torchjob.api.build import EXAMPLE_IMAGE
+
+    for rtype, rspec in job.spec.pytorchReplicaSpecs.items():
+        pod = rspec.template.spec
+        for field, containers in (("initContainers", pod.initContainers or []), ("containers", pod.containers)):
+            for i, c in enumerate(containers):
+                if not c.image:
+                    raise UserError(
+                        f"job {job.name}: spec.pytorchReplicaSpecs.{rtype}.template.spec.{field}[{i}] ({c.name}) "
+                        "has no image: a pod on a cluster runs an image",
+                        fix=f"set its image: (e.g. image: {EXAMPLE_IMAGE}, with python, torch and your script in "
+                            "it), or run the document locally (without --kube), where no image is needed")

@@ -134,6 +134,9 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
         c["volumeMounts"] = [*[m for m in c.get("volumeMounts", []) if m.get("name") != PROGRESS_VOLUME], pmount]
     if "terminationMessagePath" not in c:
         ours["TORCHELASTIC_ERROR_FILE"] = TERMINATION_LOG  # the traceback shows in the pod's status
+    # Without torch's error file (a script without @record, an argparse error), the end of its log is
+    # the termination message: the status's root cause says what the script said, after its pod goes.
+    c.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     defaults = dict(renv.defaults)
     if topology.tags_ranks(job, renv.torchrun):
         defaults.update(RANK_TAG_ENV)

@@ -109,7 +109,23 @@ def _failed_replicas(status: JobStatus, hint: str | None) -> tuple[int, str | No
     return max(counted, 1), rtype
 
 
+def _said(status: JobStatus, c: Condition) -> str:
+    """What the failing replica itself said (the end of its termination message: the script's own
+    error line), appended to Kubeflow's words for a failure (which name no replica's words), or ''."""
+    f = status.failure
+    if f is None or not f.message.startswith(c.message + ": ") or not f.replica:
+        return ""
+    return f" {f.replica}: {f.message[len(c.message) + 2:]}"
+
+
 def _wording(job: TorchJob, status: JobStatus, c: Condition) -> tuple[str, str]:
+    reason, message = _kubeflow_wording(job, status, c)
+    if c.type == "Failed":
+        message += _said(status, c)
+    return reason, message
+
+
+def _kubeflow_wording(job: TorchJob, status: JobStatus, c: Condition) -> tuple[str, str]:
     """Kubeflow's reason (without the PyTorchJob prefix) and message for one torchjob condition."""
     name = job.name
     full = f"{job.metadata.namespace or 'default'}/{name}"

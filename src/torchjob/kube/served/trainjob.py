@@ -126,7 +126,10 @@ def conditions(status: JobStatus, now: datetime, generation: int | None = None) 
     failed = status.condition(ConditionType.FAILED)
     if failed is not None and failed.status == "True":
         reason = (status.failure.reason if status.failure is not None else failed.reason) or "Failed"
-        add("Failed", True, reason, failed.message or reason, failed.lastTransitionTime)
+        # the root cause's words where the replica left some (the script's own error line), as the SDK shows it
+        said = status.failure.message if status.failure is not None and \
+            status.failure.message.startswith(failed.message) else failed.message
+        add("Failed", True, reason, said or reason, failed.lastTransitionTime)
     return out
 
 
