@@ -237,7 +237,7 @@ def test_the_printer_columns_and_the_scale_subresource_read_typed_status_fields(
     version = crd()["spec"]["versions"][0]
     schema = version["schema"]["openAPIV3Schema"]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    for name in ("State", "Restarts", "Progress", "ETA"):
+    for name in ("State", "Master", "Workers", "Restarts", "Progress%", "ETA"):
         column = columns[name]
         assert _at(schema, column["jsonPath"])["type"] == column["type"], name
     scale = version["subresources"]["scale"]
@@ -280,9 +280,9 @@ def test_the_api_server_keeps_every_status_the_operator_writes_whole(kube: Clien
     stored = kube.patch(TorchJobRes.Status, "bad", {"status": patch}, namespace=namespace, patch_type=PatchType.MERGE)
     assert dict(stored.status or {}) == merged({}, patch)
     table = [line.split() for line in kubectl(kubeconfig, "get", "tj", "-n", namespace, "-o", "wide").splitlines()]
-    assert table[0][:6] == ["NAME", "STATE", "WORKERS", "RESTARTS", "PROGRESS", "ETA"]
-    assert table[1][:4] == ["bad", "Failed", "1", "0"]  # no progress: empty cells
-    assert table[2][:5] == ["llm", "Failed", "2", "2", "10"] and int(table[2][5]) > 0  # the writer's ETA
+    assert table[0][:7] == ["NAME", "STATE", "MASTER", "WORKERS", "RESTARTS", "PROGRESS%", "ETA"]
+    assert table[1][:5] == ["bad", "Failed", "1", "1", "0"]  # no progress: empty cells
+    assert table[2][:6] == ["llm", "Failed", "1", "2", "2", "10"] and int(table[2][6]) > 0  # the writer's ETA
     explained = kubectl(kubeconfig, "explain", "torchjob.status.failure")
     assert "Why the job failed: its root cause." in explained and "exitCode" in explained
     assert "Its exit code." in kubectl(kubeconfig, "explain", "torchjob.status.failure.exitCode")

@@ -44,7 +44,7 @@ def test_install_has_what_the_endpoint_needs() -> None:
     service = next(o for o in objs if o["kind"] == "Service")
     assert service["spec"]["ports"][0]["port"] == 8443 and DEFAULT_PROGRESS_URL.endswith(".svc:8443")
     columns = crd()["spec"]["versions"][0]["additionalPrinterColumns"]
-    assert {"name": "Progress", "type": "number", "jsonPath": ".status.progress.percent"} in columns
+    assert {"name": "Progress%", "type": "number", "jsonPath": ".status.progress.percent"} in columns
 
 
 def test_the_generated_certificate_is_valid_for_the_service() -> None:

@@ -173,9 +173,12 @@ def crd() -> dict[str, Any]:
                     },
                     "additionalPrinterColumns": [
                         {"name": "State", "type": "string", "jsonPath": ".status.state"},
+                        # a job of one replica (`-j 1x2`) has a master and no Worker: both said
+                        {"name": "Master", "type": "integer", "jsonPath": ".spec.pytorchReplicaSpecs.Master.replicas"},
                         {"name": "Workers", "type": "integer", "jsonPath": ".spec.pytorchReplicaSpecs.Worker.replicas"},
                         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restartCount"},
-                        {"name": "Progress", "type": "number", "jsonPath": ".status.progress.percent"},
+                        # kubectl prints a number as it is: the unit in the name
+                        {"name": "Progress%", "type": "number", "jsonPath": ".status.progress.percent"},
                         {"name": "ETA", "type": "integer", "jsonPath": ".status.progress.etaSeconds",
                          "priority": 1},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
