@@ -114,12 +114,12 @@ def test_follow_on_errors_are_told_from_a_ranks_own() -> None:
 
 def test_the_replica_that_ended_the_job_may_only_have_failed_after_another() -> None:
     """2x1: rank 0's replica (master-0) may end first with its follow-on error; worker-0 raised its own."""
-    master = "\n".join(traceback(0, PEER))
+    master = traceback(0, PEER)
     worker = ["step 4", *[line.removeprefix("[rank1]: ") for line in traceback(1, OWN)]]
     assert rank_errors.first_own(master, [("worker-0", worker)]) == ("worker-0", rank_errors.RankError(None, 1, OWN))
-    assert rank_errors.first_own("\n".join(traceback(1, OWN)), [("worker-0", worker)]) is None  # its own
+    assert rank_errors.first_own(traceback(1, OWN), [("worker-0", worker)]) is None  # its own
     assert rank_errors.first_own(master, [("worker-0", traceback(1, PEER))]) is None  # nobody's own
-    assert rank_errors.first_own("killed", [("worker-0", [*traceback(1, OWN), *REPORT])])[1].rank == 1  # type: ignore[index]
+    assert rank_errors.first_own(["killed"], [("worker-0", traceback(1, OWN))])[1].rank == 1  # type: ignore[index]
 
 
 def test_a_launchers_report_of_its_child_gives_way_to_the_childs_own_error() -> None:

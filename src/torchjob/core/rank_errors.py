@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from torchjob.core import torch_errors
+from torchjob.core.tracebacks import raised_at
 
 _TAG = re.compile(r"^\[rank(\d+)\]: ?")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -72,7 +72,7 @@ def errors(lines: list[str]) -> list[RankError]:
         found: list[tuple[str, int | None]] = []  # each traceback's exception, and where the next one starts
         for k, start in enumerate(at):
             end = at[k + 1] if k + 1 < len(at) else None
-            raised = torch_errors.raised_at([bare for r, bare in tagged[start:end] if r == rank])
+            raised = raised_at([bare for r, bare in tagged[start:end] if r == rank])
             if raised is not None:
                 found.append((raised[0], end))
         if found:
@@ -132,18 +132,18 @@ def quote(lines: list[str], count: int, named: int | None = None, whole: str = "
 
 
 def own_error(lines: list[str]) -> RankError | None:
-    """The first error of its own in a replica's lines (torchrun's report left out), None when every
-    rank's is a follow-on one or none raised."""
-    report = torch_errors.torchrun_report(lines)
-    return next((e for e in errors(report[0] if report else lines) if not e.follow_on), None)
+    """The first error of its own in a replica's lines (torchrun's report left out by the caller), None
+    when every rank's is a follow-on one or none raised."""
+    return next((e for e in errors(lines) if not e.follow_on), None)
 
 
-def first_own(failed: str, others: list[tuple[str, list[str]]]) -> tuple[str, RankError] | None:
-    """Which replica's error was the failure when the replica that ended the job (`failed`'s lines)
+def first_own(failed: list[str], others: list[tuple[str, list[str]]]) -> tuple[str, RankError] | None:
+    """Which replica's error was the failure when the replica that ended the job (`failed`: its lines)
     only failed after it: its own error is a peer's follow-on one (or it has none), and another replica
     that failed in the same moment (`others`: (name, lines), in the order they ended) raised one of its
-    own. None when the replica that ended the job said its own error, or no other did."""
-    if own_error(failed.splitlines()) is not None:
+    own. None when the replica that ended the job said its own error, or no other did. Each replica's
+    lines without torchrun's report (torch_errors.torchrun_report)."""
+    if own_error(failed) is not None:
         return None
     for name, lines in others:
         found = own_error(lines)

@@ -8,6 +8,11 @@ import json
 import re
 from collections.abc import Callable
 
+from torchjob.core import rank_errors
+from torchjob.core.tracebacks import raised_at
+
+__all__ = ["brief", "headline", "last_words", "raised_at", "said", "torchrun_report", "traceback"]
+
 
 def traceback(text: str) -> str | None:
     """The traceback in an error file's text, else its message; None if it is not torch's."""
@@ -70,41 +75,8 @@ def torchrun_report(lines: list[str]) -> tuple[list[str], str] | None:
 
 # --- a root cause told under the output that already showed its traceback ------------------------
 
-_RANK_TAG = re.compile(r"^\[rank(\d+)\]: ?")  # a process's line of a replica of several (local/ranktag, the pod's tee)
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<fn>.+))?$')
-_TRACEBACK = "Traceback (most recent call last):"
 # the root cause's blocks of quoted output (local/read.py's root_cause): a head line, then lines indented by 4
 _QUOTES = ("  traceback (from torch's error file):", "  last ")
-
-
-def raised_at(lines: list[str]) -> tuple[str, str | None] | None:
-    """(the exception's line, the innermost frame as `FILE, line N, in FUNCTION`) of the Python
-    traceback in a replica's lines (each maybe tagged `[rankN]: `): of the rank whose traceback starts
-    first, its last one, read from its own lines; None when they hold no traceback."""
-    tags = [_RANK_TAG.match(line) for line in lines]
-    bare = [line[m.end():] if m else line for line, m in zip(lines, tags, strict=True)]
-    starts = [i for i, line in enumerate(bare) if line.strip() == _TRACEBACK]
-    if not starts:
-        return None
-    def rank_of(i: int) -> str | None:
-        m = tags[i]
-        return m.group(1) if m else None
-
-    rank = rank_of(starts[0])  # the rank that failed first; its last traceback (a chained one's end)
-    start = [i for i in starts if rank_of(i) == rank][-1]
-    own = [bare[i] for i in range(start + 1, len(lines)) if rank_of(i) == rank]
-    frames = [i for i, line in enumerate(own) if _FRAME.match(line)]
-    after = own[frames[-1] + 1:] if frames else own
-    # the exception's line: the first one not indented after the innermost frame (its code and carets are)
-    error = next((line.strip() for line in after if line.strip() and not line[:1].isspace()), None)
-    if error is None:
-        return None
-    where = None
-    if frames:
-        f = _FRAME.match(own[frames[-1]])
-        assert f is not None
-        where = f"{f['file']}, line {f['line']}" + (f", in {f['fn']}" if f["fn"] else "")
-    return error, where
 
 
 def brief(root_cause: str, again: str, shown: Callable[[str], bool] | None = None) -> str:
@@ -150,8 +122,6 @@ def said(text: str, limit: int = 300) -> str | None:
     or with `terminationMessagePolicy: FallbackToLogsOnError` the end of its log) or a log's tail."""
     if traceback(text) is not None:
         return headline(text, limit)
-    from torchjob.core import rank_errors
-
     lines = text.splitlines()
     report = torchrun_report(lines)
     own = report[0] if report is not None else lines
@@ -169,8 +139,6 @@ def last_words(lines: list[str], count: int) -> list[str]:
     else its last `count` lines; when torchrun ended it with its failure report, the ranks' own lines
     before the report instead, and the report's root cause in one line. Each head line is indented
     by 2, each quoted line by 4."""
-    from torchjob.core import rank_errors  # it reads tracebacks with raised_at, above
-
     report = torchrun_report(lines)
     own, cause = report if report is not None else (lines, None)
     q = rank_errors.quote(own, count, rank_errors.named_rank(cause),

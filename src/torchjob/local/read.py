@@ -156,9 +156,12 @@ def _first_own(job: JobView, failed: AttemptView, log: Path, log_lines: int) -> 
                     key=lambda a: a.ended or 0.0)
     if not others:
         return []
-    lines = tail(log, 2000, 512 * 1024)
-    found = rank_errors.first_own("\n".join(lines), [(a.replica, tail(Path(a.log or ""), 2000, 512 * 1024))
-                                                     for a in others])
+    def own(path: Path) -> list[str]:  # its lines before torchrun's report, where it ends with one
+        lines = tail(path, 2000, 512 * 1024)
+        report = torch_errors.torchrun_report(lines)
+        return report[0] if report is not None else lines
+
+    found = rank_errors.first_own(own(log), [(a.replica, own(Path(a.log or ""))) for a in others])
     if found is None:
         return []
     name, error = found
