@@ -102,7 +102,7 @@ def play(kube: Client, namespace: str, sc: Scenario, operator: Operator, tmp_pat
                         if attempt == 0:  # from the first attempts' common start, once all have started
                             starts = [started.get((n, 0)) for n in first]
                             since = -1.0 if None in starts else time.monotonic() - max(s for s in starts if s)
-                        if since >= delay and entry is not None and code != 0 and inplace.in_place(pod.to_dict()):
+                        if since >= delay and entry is not None and code != 0 and inplace.in_place(pod.to_dict(), None):
                             entry.report(pod, attempt, code)
                         elif since >= delay:
                             kubelet_says(kube, pod, "Succeeded" if code == 0 else "Failed", code)
@@ -155,7 +155,7 @@ class EntryPoint:
     def ended(self, pod: Pod, attempt: int) -> bool:
         """Whether the pod's attempt has ended (what is left is the entry point's to do: stop an
         attempt asked to, end a released pod with its last code)."""
-        here = inplace.in_place(pod.to_dict())
+        here = inplace.in_place(pod.to_dict(), None)
         if here is None:
             return False
         if here.release and here.ended is not None:

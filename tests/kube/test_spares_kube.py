@@ -19,10 +19,10 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event, Pod
 
 from tests.jobs import job_data
-from tests.kube.conftest import Operator, wait_job
+from tests.kube.conftest import Operator, now_iso, set_pod, wait_job
 from tests.kube.kubelet import MARK, Kubelet
 from tests.kube.reporting import SERVICE_ACCOUNT, make_service_account
-from tests.kube.test_operator import create
+from tests.kube.test_operator import create, wait_pods
 from torchjob.api.status import Reason
 from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB
@@ -149,3 +149,19 @@ def ticks(at: float) -> int:
     with open("/proc/uptime") as f:
         uptime = float(f.read().split()[0])
     return int((at - (time.time() - uptime)) * os.sysconf("SC_CLK_TCK")) + 1
+
+
+def test_two_annotations_on_the_running_master_of_a_job_without_warm_spares_do_not_end_it(
+        kube: Client, namespace: str, operator: Operator) -> None:
+    """Issue 43, item 1, as it was reproduced: whoever may patch pods writes `torchjob.dev/in-place` and an
+    attempt's end (exit code 0) on the master of a job without warmSpares; the operator, reading the pod
+    once it runs, keeps the job Running (its pods do not run the entry point: their spec says so)."""
+    create(kube, job_data("forged", workers=1, run_policy={"backoffLimit": 3}), namespace)
+    master, worker = sorted(wait_pods(kube, "forged", namespace, 2), key=lambda p: p.metadata.name)
+    set_pod(kube, worker, "Running")
+    forged = {"attempt": 0, "exitCode": 0, "message": None, "finishedAt": now_iso()}
+    kube.patch(Pod, master.metadata.name, {"metadata": {"annotations": {
+        inplace.ANNOTATION_IN_PLACE: "true", inplace.ANNOTATION_EXIT: json.dumps(forged)}}}, namespace=namespace)
+    set_pod(kube, master, "Running")  # the round that sees the master run sees the annotations too
+    status = wait_job(kube, "forged", namespace, lambda s: s.get("state") in ("Running", "Succeeded", "Failed"))
+    assert status["state"] == "Running" and status["replicaStatuses"]["Master"]["succeeded"] == 0, status
