@@ -147,3 +147,36 @@ def test_bad_reports_are_refused_without_harm(kube: Client, namespace: str, oper
     assert status["progress"]["percent"] == 50.0 and status["progress"]["reporter"] == "master-0"
     assert status["conditions"][-1]["type"] == "Running" and not finished(status)
     assert "progress" not in job_status(kube, "other", namespace)
+
+
+def _reviews(operator: Operator) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in operator.scrape().splitlines()
+               if line.startswith("torchjob_progress_token_reviews_total{"))
+
+
+def test_a_pods_first_report_gets_through_a_flood_of_made_up_tokens_from_its_own_address(
+        kube: Client, namespace: str, operator: Operator, tmp_path: Path) -> None:
+    """Issue 43, item 6, on the operator's endpoint: 200 made-up tokens from the address a pod reports
+    from (not JWTs, JWT-shaped with made-up claims, another job's real token) are each refused 403
+    without a TokenReview and spend no budget, so the pod's first report, a token never reviewed,
+    lands at once (a budget per address answered it 429)."""
+    import base64
+    from concurrent.futures import ThreadPoolExecutor
+
+    make_service_account(kube, namespace)
+    for name in ("flooded", "bystander"):
+        create_job(kube, namespace, name, run_policy={"progressDeadlineSeconds": 60})
+    flooded, bystander = (start_pods(kube, namespace, name, 0) for name in ("flooded", "bystander"))
+    ca = ca_file(kube, namespace, tmp_path)
+    endpoint = url(operator.progress_url, namespace, "flooded")
+    claims = base64.urlsafe_b64encode(json.dumps({"aud": [audience(namespace, "flooded")], "kubernetes.io": {
+        "namespace": namespace, "pod": {"name": "flooded-master-0", "uid": "made-up"}}}).encode()).decode()
+    made_up = ["not-a-token", f"eyJhbGciOiJSUzI1NiJ9.{claims.rstrip('=')}.forged",
+               pod_token(kube, bystander[0], "bystander")]
+    good = json.dumps({"step": 1, "total": 10}).encode()
+    before = _reviews(operator)
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda i: post(endpoint, good, made_up[i % 3], ca)[0], range(200)))
+    assert set(codes) == {403}, set(codes)
+    assert _reviews(operator) == before  # not one TokenReview for them
+    assert post(endpoint, good, pod_token(kube, flooded[0], "flooded"), ca)[0] == 200
