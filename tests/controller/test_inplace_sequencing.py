@@ -333,3 +333,24 @@ def test_a_configmap_someone_changed_is_replaced_whole_before_the_pods_and_only_
                                                     {"key": inplace.LAUNCHER, "path": inplace.LAUNCHER}]
 
     run(scenario)
+
+
+def test_a_made_up_attempt_on_a_pod_that_restarted_in_place_costs_a_new_pod_never_a_restart() -> None:
+    """Without the operator's seal the pod is at the attempt its spec names, older than its replica's:
+    core retires it as stale; the replica's attempt is made again as a new pod, nothing counted."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(spared())
+        async with running_with(api, link()) as c:
+            await master_failed(api, c)
+            await ended(api, WORKER, 0, 143)
+            await one_round(api, c)  # both pods run attempt 1, in place
+            await api.patch_annotations("Pod", MASTER, NS, {ANNOTATION_ATTEMPT: "7"})
+            start = len(api.calls)
+            await one_round(api, c)
+            await one_round(api, c)
+            assert [(verb, pod) for verb, pod, _ in acts(api, start)] == [("delete", MASTER), ("create", MASTER)]
+            assert notes(api, MASTER)[ANNOTATION_ATTEMPT] == "1" and status_of(api)["restartCount"] == 1
+            assert condition(api, "Failed") is None and condition(api, "Succeeded") is None
+
+    run(scenario)

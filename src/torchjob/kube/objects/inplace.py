@@ -3,7 +3,8 @@ pod, the ConfigMap that carries its entry point, and what the pod's annotations 
 reading the two programs shipped from torchjob's own package.
 
 The pod's training container runs `kube/inpod/torchjob_inplace.py` (standard library only: the user's
-image has no torchjob) in front of the user's command: it runs the command, keeps a warm spare (the
+image has no torchjob; behind `boot`, which runs it only if it is the file the pod was made with) in
+front of the user's command: it runs the command, keeps a warm spare (the
 local runtime's launcher, `local/spare_launcher/torchjob_spare.py`), reports an attempt that failed to
 the operator's progress endpoint, and when the operator decides the restart, the spare becomes the next
 attempt in the same pod: no pod deleted, scheduled, pulled or started again. Everything the operator
