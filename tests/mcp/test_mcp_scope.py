@@ -72,6 +72,16 @@ def test_a_document_s_mistakes_name_their_field_and_line() -> None:
     assert e.value.field == "document" and "torchjob reads" in (e.value.problems[0]["fix"] or "")
 
 
+def test_a_submit_names_what_is_wrong_with_its_plan() -> None:
+    tools = Tools()
+    for args, field, words in (((None, "-j 1x1 a.py", None), "plan_id", "preview_job"),
+                               ((None, "-j 1x1 a.py", "0123abcd"), "plan_id", "no plan"),
+                               (("kind: TorchJob", "-j 1x1 a.py", "0123abcd"), "command", "not both")):
+        with pytest.raises(Mistake) as e:
+            tools.submit(*args, Where())
+        assert e.value.field == field and words in f"{e.value.reason} {e.value.fix}", (args, e.value)
+
+
 def test_without_the_sdk_the_command_says_what_to_install() -> None:
     code = "import sys; sys.modules['mcp'] = None; sys.argv = ['torchjob', 'mcp']\n" \
            "from torchjob.cli.main import main; main()"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -200,12 +199,7 @@ class Tools:
                 lines = [line for line in lines if keep_logged(keep, replica, line)]
             return lines[-tail:]
 
-        try:
-            lines = self._call(t, "replica" if replica else "name", read)
-        except Mistake as m:
-            if m.field == "ranks_filter":
-                m.field = "ranks"
-            raise
+        lines = self._call(t, "replica" if replica else "name", read)
         text, truncated = "\n".join(lines), False
         if len(text) > MAX_LOG_CHARS:
             text, truncated = text[-MAX_LOG_CHARS:].split("\n", 1)[-1], True
@@ -298,6 +292,9 @@ class Tools:
 
     def submit(self, document: str | None, command: str | None, plan_id: str | None, where: Where) -> Answer:
         what = "document" if document is not None else "command"
+        if document is not None and command is not None:
+            raise Mistake("command", "give the job as a document or as a command, not both",
+                          "pass the one you passed to preview_job")
         t = self.target(where)
         if not plan_id:
             raise Mistake("plan_id", "submit_job starts only a plan the agent has seen",
@@ -367,7 +364,7 @@ def _ref(name: str, t: Target) -> str:
 
 
 def _key(document: str | None, command: str | None, t: Target) -> str:
-    what = f"document\0{document}" if document is not None else f"command\0{shlex.split(command or '')}"
+    what = f"document\0{document}" if document is not None else f"command\0{' '.join((command or '').split())}"
     return hashlib.sha256(f"{what}\0{t}".encode()).hexdigest()
 
 
