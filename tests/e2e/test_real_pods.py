@@ -59,6 +59,9 @@ def test_the_example_ddp_job_trains_as_real_pods(node_kubeconfig: str, node: Cli
     run = torchjob(node_kubeconfig, "run", str(REPO / "examples" / "ddp" / "job.yaml"), "-n", ns)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "torchjob: job ddp-example succeeded" in run.stderr
+    # the replicas' lines streamed as they came, each tagged with its replica, as a local run shows them
+    for rank, replica in enumerate(("master-0", "worker-0", "worker-1")):
+        assert re.search(rf"^\[{replica}\] rank {rank} epoch 5/5 loss 0\.0\d+$", run.stdout, re.M), run.stdout
     logs = torchjob(node_kubeconfig, "logs", "ddp-example", "-n", ns)
     assert logs.returncode == 0, logs.stderr
     assert "world size 3, master ddp-example-master-0.ddp-example:23456" in logs.stdout
