@@ -214,12 +214,20 @@ def test_an_agent_runs_watches_debugs_and_cleans_up_local_jobs_over_stdio(workdi
 
 
 def test_an_agent_runs_a_job_over_streamable_http_with_the_token(http_server: str, workdir: Path) -> None:
-    base = http_server.partition("?token=")[0]
+    base, _, token = http_server.partition("?token=")
     for headers in ({}, {"Authorization": "Bearer not-the-token"}):  # no token, a wrong one: refused
         req = urllib.request.Request(base, data=b"{}", headers={"Content-Type": "application/json", **headers})
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(req, timeout=30)
         assert e.value.code == 401
+    # the token as a header (what an agent's configuration sends) is let through to the SDK: it answers
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "curl-like", "version": "0"}}}
+    req = urllib.request.Request(base, data=json.dumps(initialize).encode(), headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as answer:
+        assert answer.status == 200 and b'"torchjob"' in answer.read()
     document = (REPO / "examples" / "torchrun" / "job.yaml").read_text()
 
     async def scenario(s: ClientSession) -> None:
