@@ -217,8 +217,7 @@ def _refuse_another_install(made: Manifests, opts: InstallOptions, kubeconfig: s
 
 def _found(kube: Any, obj: dict[str, Any]) -> dict[str, Any] | None:
     """`obj`'s copy on the cluster, or None (none; or its kind is not served, as a CRD's kind before
-    the CRD is made)."""
-    from lightkube.core.exceptions import ApiError
+    the CRD is made: a 404 without a Status, not an ApiError)."""
     from lightkube.core.resource_registry import resource_registry
 
     import torchjob.kube.machinery.client  # noqa: F401 (registers the generic kinds, ClusterTrainingRuntime's)
@@ -230,7 +229,7 @@ def _found(kube: Any, obj: dict[str, Any]) -> dict[str, Any] | None:
         raise ValueError(f"{obj['apiVersion']} {obj['kind']}: a kind the client does not know")
     try:
         there = kube.get(res, meta["name"], namespace=meta.get("namespace"))
-    except ApiError as e:
+    except Exception as e:
         if status_code(e) == 404:
             return None
         raise
