@@ -324,6 +324,29 @@ def logs(name: str, follow: bool, replica: str | None, attempt: int | None, rank
 
 @cli.command()
 @click.argument("name")
+@click.option("--all-threads", is_flag=True, help="Every thread's stack, not only each process's main thread.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format (json is for scripts: every frame, each marked as the user's or not).")
+@kube_options
+def stacks(name: str, all_threads: bool, output: str, **where: Any) -> None:
+    """Where a running job's ranks are: the Python stack of every process of every replica (torchrun's
+    workers too), identical stacks grouped, innermost call first: `ranks 0-2: all_reduce (...) <- step
+    (train.py:41)`. Local jobs for now."""
+    from torchjob.core import stacks as core_stacks
+
+    take = getattr(_runtime(**where), "stacks", None)  # the local runtime's, for now
+    if take is None:
+        raise UserError("torchjob stacks --kube is not there yet: stacks are taken from local jobs only",
+                        fix="run the job locally to take its stacks, or read its pods' logs (logs --kube)")
+    taken = take(name)
+    if output == "json":
+        _dump(core_stacks.as_data(taken, all_threads=True), "json")
+    else:
+        click.echo(core_stacks.text(taken, all_threads))
+
+
+@cli.command()
+@click.argument("name")
 @kube_options
 def delete(name: str, **where: Any) -> None:
     """Stop a job if it runs, then remove its record and logs."""

@@ -49,6 +49,8 @@ def act_on_stalls(r: Round) -> None:
     assert limit is not None
     names = ", ".join(o.replica.name for o in quiet)
     why = f"{names} sent no progress report for {limit}s (runPolicy.progressDeadlineSeconds)"
+    if r.world.stacks:
+        why += f"; where the ranks were: {r.world.stacks}"
     told = False
     for obs in quiet:
         if r.status.finished:

@@ -93,3 +93,7 @@ class World:
     # SupervisorLost and every open attempt is ended (Abandon: nothing is left to stop them).
     runner_lost: str | None = None
     admission: Admission = field(default_factory=Admission)
+    # Where each rank was when replicas went quiet (core.stacks.short: `ranks 0-2 in step (train.py:41);
+    # rank 3 in recv (train.py:33)`), taken by the runtime before a stall's replicas are stopped; the
+    # stall's message carries it.
+    stacks: str | None = None

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.console import Console
+from torchjob.core.stacks import Stacks
 from torchjob.local import pids, read
 from torchjob.local.files import private_dir, private_file
 from torchjob.local.launch import LaunchSpec, LocalOptions
@@ -244,6 +245,20 @@ class LocalRuntime:
         if not chosen.log or not Path(chosen.log).exists():
             raise OutputGone(f"the output of {replica} attempt {chosen.attempt} was removed (cleanPodPolicy: All)")
         return Path(chosen.log)
+
+    def stacks(self, name: str, wait_s: float | None = None) -> Stacks:
+        """Every live process's Python stacks (all threads) of the job's current attempts
+        (torchjob.local.stacks: faulthandler on SIGUSR2, registered by torchjob's start-up hook)."""
+        from torchjob.local import stacks
+
+        name = local_name(name)
+        _, v = self._find(name)
+        if v.status.finished:
+            raise UserError(f"job {name} is {v.status.state.lower()}: it has no process to take stacks from",
+                            fix=f"a stalled attempt's stacks are kept: `torchjob describe {name}` says where")
+        running = {a.replica: Path(a.log).parent for a in self.store.attempts(name)
+                   if a.current and a.ended is None and a.log}
+        return stacks.collect(running, stacks.WAIT_S if wait_s is None else wait_s)
 
     # --- writers ---
 

@@ -190,6 +190,21 @@ class JobHandle:
                 print(line, flush=True)
         return "\n".join(lines) + ("\n" if lines else "")
 
+    def stacks(self, *, all_threads: bool = True) -> dict[str, Any]:
+        """Where the running job's ranks are (what `torchjob stacks -o json` prints): `groups`, each
+        with its `ranks`, `processes`, `frames` (innermost first: `file`, `line`, `function`, `user`:
+        the user's own code or a library's) and a one-line `summary`; `short` (for each group the
+        innermost frame of the user's code), `missing` (processes that did not answer), `seconds`.
+        Local jobs only, for now."""
+        from torchjob.core import stacks as core_stacks
+
+        take = getattr(self._rt, "stacks", None)  # the local runtime's, for now
+        if self.kube or take is None:
+            raise UserError("stacks() of a job on a cluster is not there yet: stacks are taken from local "
+                            "jobs only", fix="run the job locally to take its stacks")
+        taken: core_stacks.Stacks = take(self._ref)
+        return core_stacks.as_data(taken, all_threads=all_threads)
+
     def suspend(self, *, wait: bool = True, timeout: float = 120) -> None:
         """Stop every replica; `resume` starts them again. Returns once the job is suspended (its state
         `Suspended`, every replica stopped); `wait=False` returns at once, the change under way."""

@@ -98,6 +98,36 @@ def _install() -> None:
             setattr(sys, name, _Tagged(stream, tag))
 
 
+_stacks_file: Any = None  # kept open: faulthandler writes to its descriptor when the signal comes
+
+
+def _register_stacks() -> None:
+    """`torchjob stacks` and a stall's stacks (torchjob.local.stacks): on SIGUSR2 faulthandler writes
+    every thread's Python stack to a file of this process under the attempt's folder, from its C signal
+    handler, so a rank blocked in a collective answers too. Only a rank's process (LOCAL_RANK set; not
+    torchrun's agent). SIGUSR2: neither torch nor torchrun uses it (torchrun only with
+    --signals-to-handle); a script that registers it itself takes it over, and then it has no stacks."""
+    global _stacks_file
+    where = os.environ.get("TORCHJOB_STACKS_DIR")
+    if not where or "LOCAL_RANK" not in os.environ:
+        return
+    try:
+        import faulthandler
+        import signal
+
+        rank = os.environ.get("RANK", os.environ["LOCAL_RANK"])
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        pid = str(os.getpid())
+        f = open(os.path.join(where, "rank-" + rank + "-pid-" + pid + ".txt"), "a")  # noqa: SIM115
+        main = format(threading.main_thread().ident or 0, "016x")  # as faulthandler writes a thread's id
+        f.write("# torchjob stacks: rank=" + rank + " pid=" + pid + " main=0x" + main + "\n")
+        f.flush()
+        faulthandler.register(signal.SIGUSR2, file=f, all_threads=True, chain=False)
+        _stacks_file = f
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        pass  # no stacks for this process; the run goes on as it would have
+
+
 def _chain() -> None:
     """The next sitecustomize on the path (a user's own, or the environment's), as if this one were not."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -115,4 +145,5 @@ def _chain() -> None:
 
 sys.modules["_torchjob_rank_tag"] = sys.modules[__name__]  # a warm spare tags once its rank is known
 _install()
+_register_stacks()
 _chain()

@@ -1,0 +1,97 @@
+"""Taking a local job's stacks: every rank's process registered faulthandler on SIGUSR2 at start-up
+(torchjob's hook, local/ranktag/hook/sitecustomize.py) with a file of its own in its attempt's
+`stacks/` folder; each is signalled (checked by its environment through its pidfd, so a reused pid is
+never signalled), and what it appends is read back. core.stacks reads and groups them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sysconfig
+import time
+from pathlib import Path
+
+from torchjob.core.stacks import ProcessStacks, Stacks, parse
+from torchjob.local import pids
+from torchjob.local.ranktag import HOOK_DIR
+
+SIGNAL = signal.SIGUSR2
+ENV = "TORCHJOB_STACKS_DIR"
+WAIT_S = 3.0  # how long the processes get to answer, all together
+SETTLE_S = 0.05  # a dump is whole once its file stopped growing this long
+
+
+def stacks_dir(attempt_dir: Path) -> Path:
+    return attempt_dir / "stacks"
+
+
+def env(attempt_dir: Path, pythonpath: str | None) -> dict[str, str]:
+    """What a replica attempt's processes get: the hook on their path (first, once) and their folder."""
+    parts = [HOOK_DIR, *(p for p in (pythonpath or "").split(os.pathsep) if p and p != HOOK_DIR)]
+    return {"PYTHONPATH": os.pathsep.join(parts), ENV: str(stacks_dir(attempt_dir))}
+
+
+def library_dirs() -> tuple[str, ...]:
+    """The standard library's folders: frames there are not the user's own."""
+    return tuple(sorted({p for k in ("stdlib", "platstdlib") if (p := sysconfig.get_paths().get(k))}))
+
+
+def collect(attempts: dict[str, Path], wait_s: float = WAIT_S) -> Stacks:
+    """The stacks of every live process of these attempts (replica -> its attempt's folder)."""
+    t0 = time.monotonic()
+    sent: dict[Path, tuple[str, int, int]] = {}  # file -> (replica, pid, its size before)
+    missing: list[str] = []
+    for replica, adir in sorted(attempts.items()):
+        folder = stacks_dir(adir)
+        try:
+            files = sorted(folder.iterdir())
+        except OSError:
+            continue
+        check = pids.with_env(f"{ENV}={folder}")
+        for f in files:
+            pid = _pid_of(f.name)
+            if pid is None:
+                continue
+            try:
+                size = f.stat().st_size
+            except OSError:
+                continue
+            if pids.send(pid, SIGNAL, check):
+                sent[f] = (replica, pid, size)
+    # faulthandler writes from its signal handler at once; wait until every file grew and settled
+    end = t0 + wait_s
+    done: dict[Path, str] = {}
+    last: dict[Path, tuple[int, float]] = {}
+    while len(done) < len(sent) and time.monotonic() < end:
+        for f, (_, _, before) in sent.items():
+            if f in done:
+                continue
+            try:
+                size = f.stat().st_size
+            except OSError:
+                continue
+            now = time.monotonic()
+            seen = last.get(f)
+            if size > before and seen is not None and seen[0] == size and now - seen[1] >= SETTLE_S:
+                with f.open("rb") as fh:
+                    head = fh.readline()  # the hook's header line names the rank and the main thread
+                    fh.seek(before)
+                    done[f] = (head + fh.read()).decode(errors="replace")
+            elif seen is None or seen[0] != size:
+                last[f] = (size, now)
+        time.sleep(0.01)
+    procs: list[ProcessStacks] = []
+    for f, (replica, pid, _) in sent.items():
+        if f not in done:
+            missing.append(f"{replica} pid {pid}")
+            continue
+        rank, _, threads = parse(done[f])
+        procs.append(ProcessStacks(replica, rank, pid, tuple(threads)))
+    return Stacks(procs, missing, library_dirs(), time.monotonic() - t0)
+
+
+def _pid_of(name: str) -> int | None:
+    # rank-<RANK>-pid-<PID>.txt
+    stem = name.removesuffix(".txt")
+    _, sep, pid = stem.rpartition("-pid-")
+    return int(pid) if sep and pid.isdigit() else None
