@@ -22,6 +22,18 @@ request: it rotates), and each body carries both torchjob's fields (step, total,
 Trainer's `trainerStatus`, so the same script reports to a Kubeflow Trainer (v2.2+, TrainJobStatus
 gate) as well. This file needs nothing but the standard library: copy it into an image that does
 not have torchjob.
+
+`stopping()` tells the loop that the replica is about to be stopped with a grace period (its pod
+deleted or evicted, a node drained, `torchjob suspend`): the notice is SIGTERM, and the loop saves a
+checkpoint and exits with 143 before the grace ends:
+
+    from torchjob.report import stopping
+
+    for step in range(start, steps):
+        train_one_step()
+        if stopping():
+            save(step + 1)
+            sys.exit(143)
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ import atexit
 import http.client
 import json
 import os
+import signal
 import ssl
 import sys
 import threading
@@ -39,7 +52,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["Reporter", "report"]
+__all__ = ["Reporter", "report", "stopping"]
 
 URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -224,3 +237,38 @@ def report(step: int | None = None, total: int | None = None, **metrics: Any) ->
     if _default is None:
         _default = Reporter()
     _default.report(step, total, **metrics)
+
+
+# --- the notice to stop ---
+# SIGTERM is the notice everywhere: the kubelet sends it to a container's PID 1 when its pod is
+# deleted or evicted, torchrun's agent passes it on to its workers, and the local runtime sends it to
+# the replica's process group. The handler is installed by the first call of stopping(), not at
+# import: a script that imports report() but never asks whether it is stopping keeps SIGTERM's
+# default (it ends at once, 143) instead of running on, deaf, until the grace's SIGKILL.
+_notice = threading.Event()
+_previous: Any = None
+_installed = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _notice.set()
+    if callable(_previous):  # the script's own handler still runs
+        _previous(signum, frame)
+
+
+def stopping() -> bool:
+    """True once this process has been told to stop (SIGTERM): save a checkpoint and exit (143)
+    before the grace period ends. The first call takes SIGTERM over (a handler the script had set
+    runs too); before it, SIGTERM ends the process as usual. Make the first call from the main
+    thread (the training loop), where Python lets a signal handler be set."""
+    global _installed, _previous
+    if not _installed:
+        _installed = True
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            _previous = previous
+        except ValueError:  # not the main thread: the default stays, the process ends at the notice
+            print("torchjob.report: stopping() was first called outside the main thread; SIGTERM keeps its "
+                  "default (the process ends at once)", file=sys.stderr, flush=True)
+    return _notice.is_set()
