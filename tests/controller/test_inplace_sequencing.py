@@ -12,7 +12,7 @@ from typing import Any
 from tests.controller.fakeapi import FakeApi
 from tests.controller.test_sequencing import NS, condition, one_round, run, status_of, torchjob
 from tests.controller.test_tls_renewal import NOW, OPS, running_with
-from torchjob.kube.controller.reconciler import ProgressLink
+from torchjob.kube.controller.round_parts import ProgressLink
 from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT
 from torchjob.kube.progress import tls

@@ -22,7 +22,7 @@ from torchjob.kube.controller import configmaps as configmaps_module
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
 from torchjob.kube.controller.operator import _swap_in
-from torchjob.kube.controller.reconciler import ProgressLink
+from torchjob.kube.controller.round_parts import ProgressLink
 from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY
 from torchjob.kube.progress import tls
 from torchjob.kube.progress.books import Books

@@ -20,7 +20,8 @@ from torchjob.kube.controller.gates import KueueGate, PodGroupGate, ThirdPartyWa
 from torchjob.kube.controller.memory import Memories
 from torchjob.kube.controller.outcome import Result
 from torchjob.kube.controller.pod_index import PodIndex
-from torchjob.kube.controller.reconciler import JobCaches, ProgressLink, Reconciler
+from torchjob.kube.controller.reconciler import Reconciler
+from torchjob.kube.controller.round_parts import JobCaches, ProgressLink
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from torchjob.api.errors import UserError
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.controller import Controller
-from torchjob.kube.controller.reconciler import ProgressLink
+from torchjob.kube.controller.round_parts import ProgressLink
 from torchjob.kube.machinery.client import Api, connect, outlasting
 from torchjob.kube.machinery.health import GuardedHttp, Health, serve_health, serve_metrics
 from torchjob.kube.machinery.leader import LeaderElector, LeaderMark, LostLease

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, assert_never
 
@@ -58,19 +56,17 @@ from torchjob.kube.controller.memory import JobMemory, Memories
 from torchjob.kube.controller.names import check_taken
 from torchjob.kube.controller.observe import observe
 from torchjob.kube.controller.outcome import DONE, GONE, Result
-from torchjob.kube.controller.pod_index import PodIndex
 from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
+from torchjob.kube.controller.round_parts import Decision, JobCaches, ProgressLink
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
-from torchjob.kube.machinery.informer import Informer, Key, only_status_changed
+from torchjob.kube.machinery.informer import Key, only_status_changed
 from torchjob.kube.objects import gang, inplace, ownership, tensorboard
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.labels import LABEL_JOB, pod_name
 from torchjob.kube.objects.ownership import owner_reference
 from torchjob.kube.objects.pods import RESTART_GRACE_S
 from torchjob.kube.objects.reporting import ca_configmap
-from torchjob.kube.progress.books import Books
-from torchjob.kube.progress.tls import Trust
 from torchjob.kube.served.kinds import ServedKind
 from torchjob.kube.served.reading import Unreadable
 
@@ -78,40 +74,6 @@ log = logging.getLogger("torchjob.kube")
 # How long past its grace an attempt asked to stop in place may go unreported before its pod is deleted.
 STOP_PATIENCE_S = 30
 STALE_RECHECK_S = 1.0  # how soon a job looks again whether an earlier job's pods have freed its names
-
-
-@dataclass(frozen=True)
-class JobCaches:
-    """A kind's informers, and its pods indexed by job."""
-
-    jobs: Informer
-    pods: Informer
-    services: Informer
-    index: PodIndex
-
-
-@dataclass(frozen=True)
-class ProgressLink:
-    """What a round needs of progress: the reports' books (for stalls), the endpoint's CAs as the pods
-    must trust them now (renewed in place: tls.keep), published in each namespace where pods are made,
-    and the seal of what the operator writes on pods restarting in place (objects/inplace.py; the
-    receiver seals what it records with the same)."""
-
-    books: Books
-    trust: Trust
-    seal: inplace.Seal = field(default_factory=lambda: inplace.Seal(secrets.token_bytes(32)))
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What a round decided, and on what: handed to the steps that carry it out."""
-
-    raw: dict[str, Any]
-    job: TorchJob
-    key: Key
-    memory: JobMemory
-    plan: Plan
-    now: datetime
 
 
 class Reconciler:

@@ -1,36 +1,30 @@
-"""The entry point of a pod that restarts its replica in place (runPolicy.warmSpares on a cluster): a
-program run inside the pod, not a module of torchjob. The operator ships it in a ConfigMap, with the
-local spare launcher (torchjob_spare.py) beside it, in front of the training container's command:
-
-    ARGV0 /var/run/torchjob/inplace/torchjob_inplace.py ARGV...
-
-It runs ARGV as a child (a session of its own; the pod's environment less TORCHJOB_INPLACE_* and
-TORCHJOB_SPARE_AFTER_S; its output is the container's log) and, SPARE_AFTER_S after an attempt starts,
-a warm spare (ARGV's interpreter and options, the launcher, the rest of ARGV) that imports torch and
-waits. While the attempt runs it asks the operator every second whether to stop it (SIGTERM to its
-group, SIGKILL after GRACE_S). An attempt that exits 0 ends the pod. One that fails (its code, 128+N
-for signal N), or that the operator stopped, is reported with the last 4096 bytes of its
-TORCHELASTIC_ERROR_FILE, and the wrapper waits for the verdict: a newer attempt (the error file is
-truncated; the spare is handed the environment and becomes it, or ARGV starts cold), or release (it
-exits with the attempt's code, the error file left as the termination message). An endpoint that fails
-for PATIENCE_S in a row meanwhile: it exits with that code, as the pod would have without it. SIGTERM
-or SIGINT goes to the running attempt's group (whose code is then the wrapper's), or ends a waiting
-wrapper at once. As PID 1 it reaps every orphan; what is left of an ended attempt's group is killed.
-Nothing on stdout; on trouble one line `torchjob-inplace: ...` on stderr. Standard library only.
+"""The entry point of a pod that restarts its replica in place (runPolicy.warmSpares on a cluster): a program run
+inside the pod, not a module of torchjob. The operator ships it in a ConfigMap, with the local spare launcher
+(torchjob_spare.py) beside it, in front of the training container's command (`ARGV0 -I -c BOOT ARGV...`:
+kube/objects/inplace.boot runs this file if its hash is the pod's). It runs ARGV as a child (a session of its own;
+the pod's environment less TORCHJOB_INPLACE_* and TORCHJOB_SPARE_AFTER_S; its output is the container's log) and,
+SPARE_AFTER_S after an attempt starts, a warm spare (ARGV's interpreter and options, the launcher, the rest of ARGV)
+that imports torch and waits. While the attempt runs it asks the operator every second whether to stop it (SIGTERM
+to its group, SIGKILL after GRACE_S). An attempt that exits 0 ends the pod. One that fails (its code, 128+N for
+signal N), or that the operator stopped, is reported with the last 4096 bytes of its TORCHELASTIC_ERROR_FILE (sent
+again every REPORT_AGAIN_S), and it waits for the verdict: a newer attempt (the error file is truncated; the spare
+is handed the environment and becomes it, or ARGV starts cold), or release (it exits with the attempt's code, the
+error file left as the termination message). An endpoint that fails for PATIENCE_S in a row meanwhile: it exits with
+that code, as the pod would have without it. SIGTERM or SIGINT goes to the running attempt's group (whose code is
+then the wrapper's), or ends a waiting wrapper at once. As PID 1 it reaps every orphan; what is left of an ended
+attempt's group is killed. Nothing on stdout; on trouble one line `torchjob-inplace: ...` on stderr. Standard
+library only.
 
 Protocol (JSON, `Authorization: Bearer <token>`) at KUBEFLOW_TRAINER_SERVER_URL, `/status` -> `/inplace`:
     GET  -> 200 {"attempt": A, "stop": S|null, "release": bool}
     POST {"attempt", "exitCode", "message", "finishedAt"} -> 200 as GET; 409: not the pod's current
          attempt (then GET); 429/503: again after Retry-After (or 1 s); anything else: again soon.
 
-Environment: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: no spare, for a command
-that is not python), _ATTEMPT (the pod's first attempt), _GRACE_S (3), _PATIENCE_S (120),
-_LAUNCHER_SHA256 (the launcher the pod was made for: one that differs is not run, every attempt starts cold),
-TORCHJOB_SPARE_AFTER_S (5), KUBEFLOW_TRAINER_SERVER_URL, _TOKEN (a file, read for each request),
-_CA_CERT; TORCHELASTIC_ERROR_FILE. Test knobs: TORCHJOB_INPLACE_POLL_S (1), _LAUNCHER, _WARM (torch),
-_REPORT_AGAIN_S (10: while it waits for the verdict, its report is sent again that often, so that an
-end the operator's record lost, or someone removed from the pod, is recorded again).
-Without a URL, or with a setting it cannot read, it says so and runs ARGV in its own place (exec).
+Environment: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: no spare, for a command that is not
+python), _ATTEMPT (the pod's first attempt), _GRACE_S (3), _PATIENCE_S (120), _LAUNCHER_SHA256 (one that differs is
+not run: no spare), TORCHJOB_SPARE_AFTER_S (5), KUBEFLOW_TRAINER_SERVER_URL, _TOKEN (a file, read for each request),
+_CA_CERT; TORCHELASTIC_ERROR_FILE. Test knobs: TORCHJOB_INPLACE_POLL_S (1), _LAUNCHER, _WARM (torch), _REPORT_AGAIN_S
+(10). Without a URL, or with a setting it cannot read, it says so and runs ARGV in its own place (exec).
 """
 
 from __future__ import annotations
@@ -114,23 +108,12 @@ class Endpoint:
                 self.conn = None
                 if fresh:  # a kept-alive connection the server had closed is tried once more
                     raise OSError(f"{method} {self.path}: {e or type(e).__name__}") from None
-        try:
+        answer, retry = None, 1.0
+        with contextlib.suppress(ValueError):
             answer = json.loads(raw) if raw else None
-        except ValueError:
-            answer = None
-        try:
+        with contextlib.suppress(ValueError):
             retry = max(0.0, float(resp.getheader("Retry-After") or 1))
-        except ValueError:
-            retry = 1.0
         return resp.status, answer, retry
-
-
-def launcher_sha256(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return ""
 
 
 def verdict_of(answer: Any) -> tuple[int, int | None, bool] | None:
@@ -165,10 +148,11 @@ class Wrapper:
             say(f"no spare launcher at {self.launcher}: every attempt starts cold")
             self.options = None
         sha256 = environ.get(PREFIX + "LAUNCHER_SHA256", "")
-        if self.options is not None and sha256 and launcher_sha256(self.launcher) != sha256:
-            # whoever may write the ConfigMap is not to run code in the pod
-            say(f"{self.launcher} is not the launcher this pod was made with: every attempt starts cold")
-            self.options = None
+        if self.options is not None and sha256:  # whoever may write the ConfigMap is not to run code in the pod
+            with open(self.launcher, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != sha256:
+                    say(f"{self.launcher} is not the launcher this pod was made with: every attempt starts cold")
+                    self.options = None
         self.phase = "starting"  # starting | running | parked | exiting
         self.child: subprocess.Popen[bytes] | None = None  # the attempt's process (a spare, or cold)
         self.spare: subprocess.Popen[bytes] | None = None
@@ -324,12 +308,13 @@ class Wrapper:
             raise _Stop()
         report = {"attempt": ended, "exitCode": code, "message": message, "finishedAt": finished}
         reported, failing_since, failures, why, delay = False, None, 0, "", 0.0
-        again = 0.0  # when the report is sent again (the operator records it once; one removed since is back)
+        again = 0.0  # when the report is sent again (an end lost or removed since is recorded again)
         while True:
             if delay:
                 time.sleep(delay)
             self.reap()
             post = not reported or time.monotonic() >= again
+            again = time.monotonic() + self.report_again_s if post else again
             try:
                 status, answer, retry = self.endpoint.call("POST" if post else "GET", report if post else None)
                 why = f"HTTP {status}"
@@ -338,7 +323,6 @@ class Wrapper:
             verdict = verdict_of(answer) if status == 200 else None
             if verdict is not None:
                 reported, failing_since, failures, delay = True, None, 0, PARKED_POLL_S
-                again = time.monotonic() + self.report_again_s if post else again
                 if verdict[0] > ended:
                     return verdict[0]
                 if verdict[2]:
@@ -346,7 +330,6 @@ class Wrapper:
                 continue
             if status == 409 or (reported and post):  # the attempt moved on, or a report sent again not taken:
                 reported, delay = True, 0.0 if status == 409 else PARKED_POLL_S  # the verdict decides
-                again = time.monotonic() + self.report_again_s
                 continue
             now = time.monotonic()
             failing_since = now if failing_since is None else failing_since
@@ -359,12 +342,10 @@ class Wrapper:
             delay = min(delay, max(0.05, self.patience_s - (now - failing_since)))
 
     def message(self) -> str | None:
-        try:
-            with open(self.error_file or "", "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - MESSAGE_BYTES))
-                return f.read().decode("utf-8", "replace") or None
-        except OSError:
-            return None
+        with contextlib.suppress(OSError), open(self.error_file or "", "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - MESSAGE_BYTES))
+            return f.read().decode("utf-8", "replace") or None
+        return None
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
