@@ -237,7 +237,10 @@ def test_both_runtimes_give_the_same_answer_to_the_same_request(kubeconfig: str,
     set_pod(kube, wait_pods(kube, "live", namespace, 1)[0], "Running")
     wait_job(kube, "live", namespace, lambda s: s.get("state") == "Running")
     path = tmp_path / "live.yaml"
-    path.write_text(json.dumps(job_data("live", workers=0, command=("python", "-c", "import time; time.sleep(60)"))))
+    live = job_data("live", workers=0, command=("python", "-c", "import time; time.sleep(60)"))
+    # an image, or the cluster's side refuses the document before it asks whether the name is taken
+    live["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] = "example/trainer:1"
+    path.write_text(json.dumps(live))
     assert local(home, "submit", "--grace-period", "2", str(path)).returncode == 0
     try:
         end = time.monotonic() + 30

@@ -22,6 +22,7 @@ from torchjob.kube.clientside import root_cause, served_jobs
 from torchjob.kube.clientside.code import with_code
 from torchjob.kube.clientside.job_pods import (
     TAIL_BYTES,
+    attempt_of,  # noqa: F401  (re-exported: a pod as one attempt, as describe shows it)
     attempts,
     events,
     last_lines,
