@@ -305,3 +305,8 @@ def test_the_runtime_readers_flag_is_in_the_manifests() -> None:
             binding(bad)
     with pytest.raises(UserError, match="none: no binding"):
         binding("none", "group:x")
+    # the new flags mean nothing without the API they are about: refused, not ignored
+    with pytest.raises(UserError, match="--trainer-runtime-reader: the runtimes' readers are bound only with"):
+        manifests_of(InstallOptions(namespace=OWNER, trainer_runtime_readers=("group:x",)))
+    with pytest.raises(UserError, match="--take-over: nothing to take over without --trainer-api or --t9k-api"):
+        manifests_of(InstallOptions(namespace=OWNER, take_over=True))

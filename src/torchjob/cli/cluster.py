@@ -124,8 +124,14 @@ def manifests_of(opts: InstallOptions) -> Manifests:
     from torchjob.kube.objects import install
     from torchjob.kube.objects.install import DEFAULT_IMAGE, manifests
 
+    if opts.take_over and not (opts.trainer_api or opts.t9k_api):
+        raise UserError("--take-over: nothing to take over without --trainer-api or --t9k-api",
+                        fix="add the flag of the API whose objects another install made, or drop --take-over")
+    if opts.trainer_runtime_readers and not opts.trainer_api:
+        raise UserError("--trainer-runtime-reader: the runtimes' readers are bound only with --trainer-api",
+                        fix="add --trainer-api, or drop --trainer-runtime-reader")
     watched = tuple(dict.fromkeys(opts.watch_namespaces))
-    readers = _readers(opts.trainer_runtime_readers)  # refused before anything, also without --trainer-api
+    readers = _readers(opts.trainer_runtime_readers)
     objs = manifests(opts.image or DEFAULT_IMAGE, opts.namespace, replicas=opts.replicas,
                      args=list(opts.operator_args), kubeflow_api=opts.kubeflow_api, crd_only=opts.crd_only,
                      watch_namespaces=watched, flags={"initImage": opts.init_image} if opts.init_image else None)
