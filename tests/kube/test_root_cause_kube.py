@@ -123,3 +123,29 @@ def test_ctrl_c_says_the_job_runs_on_and_an_image_that_cannot_be_pulled_ends_the
     assert "scripts/dev-cluster.sh" in (refused.value.fix or "") and "torchjob delete --kube pull" in (
         refused.value.fix or "")
     assert "job pull created with 2 replicas" in said  # the events said on the way
+
+
+def test_the_attempts_table_after_a_suspend_and_a_resume(kubeconfig: str, kube: Client, namespace: str,
+                                                         operator: Operator) -> None:
+    from tests.kube.test_operator import create
+
+    create(kube, job_data("sr", workers=1), namespace)
+    for p in wait_pods(kube, "sr", namespace, 2):
+        set_pod(kube, p, "Running")
+    wait_job(kube, "sr", namespace, lambda s: s.get("state") == "Running")
+    assert torchjob(kubeconfig, "suspend", "sr", "-n", namespace).returncode == 0
+    wait_job(kube, "sr", namespace, lambda s: s.get("state") == "Suspended")
+    wait_pods(kube, "sr", namespace, 0)
+    suspended = torchjob(kubeconfig, "describe", "sr", "-n", namespace).stdout
+    # each replica's next attempt, which the resume starts (its pods are gone, not missing)
+    for replica in ("master-0", "worker-0"):
+        assert f"  {replica:<12}1        -" in suspended and "Suspended (starts when resumed)" in suspended, suspended
+    assert torchjob(kubeconfig, "resume", "sr", "-n", namespace).returncode == 0
+    pods = wait_pods(kube, "sr", namespace, 2)
+    assert sorted(p.metadata.annotations["torchjob.dev/attempt"] for p in pods) == ["1", "1"]
+    resumed = torchjob(kubeconfig, "describe", "sr", "-n", namespace).stdout
+    assert "  master-0    1        sr-master-0" in resumed and "  worker-0    1        sr-worker-0" in resumed, resumed
+    logs = torchjob(kubeconfig, "logs", "sr", "--replica", "worker-0", "--attempt", "0", "-n", namespace)
+    assert logs.returncode == 2 and logs.stderr.startswith(
+        "error: worker-0 has no attempt 0 on the cluster: its pod is gone, and its logs with it"), logs.stderr
+    assert "its attempts there: 1 (torchjob logs --kube sr --replica worker-0 --attempt 1)" in logs.stderr

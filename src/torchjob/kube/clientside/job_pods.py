@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import Event, Pod, PodLog
 
 from torchjob.api.errors import UserError
 from torchjob.api.pod import training_index
+from torchjob.api.status import ConditionType
 from torchjob.kube.machinery.client import parse_time, status_code, to_dict
 from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
@@ -186,6 +187,8 @@ def attempts(found: list[Any], status: Any) -> list[AttemptView]:
         if f is not None and f.replica == name:
             rows.append(AttemptView(replica=name, attempt=f.attempt if f.attempt is not None else state.attempt,
                                     exit_code=f.exitCode, reason="Failed (its pod is gone)"))
+        elif status.is_true(ConditionType.SUSPENDED):  # its next attempt, made when the job is resumed
+            rows.append(AttemptView(replica=name, attempt=state.attempt, reason="Suspended (starts when resumed)"))
         else:
             rows.append(AttemptView(replica=name, attempt=state.attempt, reason="Deleted (its pod is gone)"))
 
