@@ -39,3 +39,23 @@ def test_without_the_replicas_words_the_wording_is_the_kinds_own() -> None:
     assert kf["message"] == "PyTorchJob demo is failed because 1 Worker replica(s) failed."
     tj = next(c for c in trainjob.conditions(status, NOW) if c["type"] == "Failed")
     assert tj["message"] == "worker-0 failed with exit code 2 (restartPolicy Never)"
+
+
+def test_the_operator_reads_the_rank_s_own_line_from_a_termination_message_that_is_the_log_s_end() -> None:
+    """With FallbackToLogsOnError a torchrun replica's termination message ends in torchrun's report:
+    the status's line is what the rank said before it, not the report's last rule."""
+    from tests.core.test_torch_errors import TORCHRUN_OUTPUT
+    from torchjob.kube.controller.observe import observe_pod
+
+    job = make_job("demo", workers=1, restart_policy="Never")
+    message = "".join(TORCHRUN_OUTPUT.splitlines(keepends=True)[-80:])[-2048:]  # as the kubelet keeps it
+    pod = {"metadata": {"name": "demo-worker-0", "labels": {"torchjob.dev/job-name": "demo",
+                                                             "torchjob.dev/replica-type": "worker",
+                                                             "torchjob.dev/replica-index": "0"},
+                        "annotations": {"torchjob.dev/attempt": "0"}},
+           "status": {"phase": "Failed", "containerStatuses": [{"name": "pytorch", "state": {"terminated": {
+               "exitCode": 1, "reason": "Error", "finishedAt": "2026-11-29T00:00:00Z", "message": message}}}]}}
+    seen = observe_pod(job, pod)
+    assert seen is not None and seen.exit_code == 1
+    assert seen.message == ("what():  [enforce fail at gloo/transport/tcp/address.cc:131] rv != -1. getpeername: "
+                            "Transport endpoint is not connected")
