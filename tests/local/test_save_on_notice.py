@@ -1,0 +1,66 @@
+"""Checkpoint on notice (issue 41), locally: `torchjob suspend` sends each replica SIGTERM and gives
+it the template's terminationGracePeriodSeconds; ranks that ask `torchjob.report.stopping()` agree on
+the step, rank 0 saves it, each exits 143; `resume` starts from that checkpoint and no step is lost.
+For `python` replicas (a Master and a Worker) and for one torchrun replica of two workers (torchrun
+passes the notice on). Real processes, real gloo."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import job_data
+from tests.local.conftest import PROGRAMS, Torchjob, state_of, write_job
+
+pytestmark = pytest.mark.e2e
+STEPS, STEP_S = 60, 0.05
+
+
+def trace(tmp_path: Path, rank: int) -> list[str]:
+    path = tmp_path / f"trace-{rank}"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize("launcher", ["python", "torchrun"])
+def test_suspend_saves_on_notice_and_resume_loses_no_step(torchjob: Torchjob, tmp_path: Path,
+                                                          launcher: str) -> None:
+    ckpt = tmp_path / "ckpt.json"
+    args = [str(PROGRAMS / "save_on_notice.py"), str(ckpt), str(tmp_path / "trace"), str(STEPS), str(STEP_S)]
+    if launcher == "python":
+        data = job_data("notice", workers=1, command=["python", *args])
+    else:
+        data = job_data("notice", workers=0, nproc_per_node="2", command=["torchrun", *args])
+    for spec in data["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["terminationGracePeriodSeconds"] = 60  # what a SIGKILL would cut short
+    torchjob("submit", str(write_job(tmp_path / "notice.yaml", data)), check=True)
+
+    end = time.monotonic() + 90
+    while not all(sum(ln.startswith("step") for ln in trace(tmp_path, r)) >= 5 for r in (0, 1)):
+        assert time.monotonic() < end, (trace(tmp_path, 0), torchjob("logs", "notice").stdout)
+        time.sleep(0.1)
+    asked = time.monotonic()
+    torchjob("suspend", "notice", check=True)
+    desc = torchjob.wait_for("notice", lambda d: state_of(d) == "Suspended" and all(
+        a["exit_code"] is not None for a in d["attempts"]), timeout=60)
+    stopped_s = time.monotonic() - asked
+
+    saved = json.loads(ckpt.read_text())["step"]
+    for rank in (0, 1):
+        lines = trace(tmp_path, rank)
+        last = max(int(ln.split()[1]) for ln in lines if ln.startswith("step"))
+        assert lines[-1] == f"saved {saved}" and last == saved, lines  # the step it was at, no later one
+    assert 5 <= saved < STEPS and stopped_s < 30, (saved, stopped_s)  # at the notice, not the grace's SIGKILL
+    if launcher == "python":  # each replica's own exit: 143, what a process stopped by SIGTERM gives
+        assert [a["exit_code"] for a in desc["attempts"]] == [143, 143], desc["attempts"]
+
+    torchjob("resume", "notice", check=True)
+    torchjob.wait_for("notice", lambda d: state_of(d) == "Succeeded", timeout=120)
+    for rank in (0, 1):
+        lines = trace(tmp_path, rank)
+        resumed = lines[lines.index(f"saved {saved}") + 1:]
+        assert resumed[0] == f"start {saved}" and resumed[1] == f"step {saved + 1}", lines  # steps lost: 0
+        assert resumed[-1] == f"done {STEPS} {float(sum(2 * s for s in range(1, STEPS + 1)))}", lines
+    torchjob("delete", "notice", check=True)
