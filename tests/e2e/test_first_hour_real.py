@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from lightkube import Client
+from lightkube.resources.core_v1 import Pod
 
 from tests.e2e.conftest import status_of, torchjob
 from tests.e2e.test_real_pods import job_file
@@ -35,3 +36,19 @@ def test_a_scripts_own_error_is_streamed_and_is_the_root_cause(node_kubeconfig: 
     assert f"    {ERROR}" in described.stdout.splitlines(), described.stdout
     logs = torchjob(node_kubeconfig, "logs", "badargs", "--replica", "master-0", "--attempt", "0", "-n", ns)
     assert f"[master-0] {ERROR}" in logs.stdout.splitlines(), logs.stdout + logs.stderr
+
+
+def test_example_images_give_the_node_the_docs_image_names(node_kubeconfig: str, node: Client, ns: str,
+                                                           tmp_path: Path) -> None:
+    """`scripts/dev-cluster.sh example-images` (docs/how-to/dev-cluster.md): busybox:1.36, the operator's
+    default wait-for-master init image, runs as a stand-in with sh and `nc -z` (nothing is pulled)."""
+    from tests.e2e.conftest import devcluster
+
+    loaded = devcluster("example-images", timeout=600)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    data = job_data("busy", workers=1, restart_policy="Never", command=("python", "/opt/tests/ddp_step.py"))
+    data["spec"]["waitForMaster"] = {"image": "busybox:1.36"}
+    run = torchjob(node_kubeconfig, "run", str(job_file(tmp_path, data)), "-n", ns, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    worker = node.get(Pod, "busy-worker-0", namespace=ns)
+    assert [c.image for c in worker.spec.initContainers] == ["busybox:1.36"]
