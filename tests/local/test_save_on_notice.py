@@ -7,16 +7,20 @@ passes the notice on). Real processes, real gloo."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.docs import blocks
 from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, Torchjob, state_of, write_job
 
 pytestmark = pytest.mark.e2e
 STEPS, STEP_S = 60, 0.05
+PAGE, TEST = "how-to/preemption.md", "test_suspend_saves_on_notice_and_resume_loses_no_step"
 
 
 def trace(tmp_path: Path, rank: int) -> list[str]:
@@ -35,11 +39,28 @@ def test_suspend_saves_on_notice_and_resume_loses_no_step(torchjob: Torchjob, tm
         data = job_data("notice", workers=0, nproc_per_node="2", command=["torchrun", *args])
     for spec in data["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["terminationGracePeriodSeconds"] = 60  # what a SIGKILL would cut short
-    torchjob("submit", str(write_job(tmp_path / "notice.yaml", data)), check=True)
+    run = torchjob.popen("run", str(write_job(tmp_path / "notice.yaml", data)))
+    try:
+        said = suspend_and_resume(torchjob, tmp_path, run, launcher)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    if launcher == "torchrun":  # docs/how-to/preemption.md shows this run's lines (numbers aside), and its code
+        (code,) = blocks.tested(PAGE, TEST, "python")
+        assert code in (PROGRAMS / "save_on_notice.py").read_text()
+        (shown,) = blocks.tested(PAGE, TEST, "text")
+        printed = re.sub(r"\d+", "N", said)
+        for line in shown.splitlines():
+            assert "..." in line or re.sub(r"\d+", "N", line) in printed, (line, said)
 
+
+def suspend_and_resume(torchjob: Torchjob, tmp_path: Path, run: subprocess.Popen[str], launcher: str) -> str:
+    """Suspend the running job once each rank finished 5 steps, check the save, resume it until it
+    succeeds; what `torchjob run` said."""
+    ckpt = tmp_path / "ckpt.json"
     end = time.monotonic() + 90
     while not all(sum(ln.startswith("step") for ln in trace(tmp_path, r)) >= 5 for r in (0, 1)):
-        assert time.monotonic() < end, (trace(tmp_path, 0), torchjob("logs", "notice").stdout)
+        assert time.monotonic() < end and run.poll() is None, (trace(tmp_path, 0), run.poll())
         time.sleep(0.1)
     asked = time.monotonic()
     torchjob("suspend", "notice", check=True)
@@ -55,6 +76,8 @@ def test_suspend_saves_on_notice_and_resume_loses_no_step(torchjob: Torchjob, tm
     assert 5 <= saved < STEPS and stopped_s < 30, (saved, stopped_s)  # at the notice, not the grace's SIGKILL
     if launcher == "python":  # each replica's own exit: 143, what a process stopped by SIGTERM gives
         assert [a["exit_code"] for a in desc["attempts"]] == [143, 143], desc["attempts"]
+    else:  # torchrun itself exits 1 (its SignalException) after its workers' 143: still torchjob's stop
+        assert [(a["exit_code"], a["reason"]) for a in desc["attempts"]] == [(1, "Stopped")], desc["attempts"]
 
     torchjob("resume", "notice", check=True)
     torchjob.wait_for("notice", lambda d: state_of(d) == "Succeeded", timeout=120)
@@ -63,4 +86,6 @@ def test_suspend_saves_on_notice_and_resume_loses_no_step(torchjob: Torchjob, tm
         resumed = lines[lines.index(f"saved {saved}") + 1:]
         assert resumed[0] == f"start {saved}" and resumed[1] == f"step {saved + 1}", lines  # steps lost: 0
         assert resumed[-1] == f"done {STEPS} {float(sum(2 * s for s in range(1, STEPS + 1)))}", lines
-    torchjob("delete", "notice", check=True)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, out + err
+    return out + err

@@ -26,7 +26,10 @@ print("never told", flush=True)
 def notice(setup: str = "", check: str = "stopping()") -> tuple[int, str]:
     """Start the loop, SIGTERM it once it is ready; its exit status (negative: killed by that
     signal) and its output."""
-    src = LOOP.format(setup=textwrap.dedent(setup), check=check)
+    return signalled(LOOP.format(setup=textwrap.dedent(setup), check=check))
+
+
+def signalled(src: str) -> tuple[int, str]:
     proc = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     assert proc.stdout is not None
@@ -67,3 +70,24 @@ def test_outside_the_main_thread_sigterm_keeps_its_default() -> None:
     """
     rc, out = notice(setup=setup)
     assert rc == -signal.SIGTERM and "outside the main thread" in out, (rc, out)
+
+
+def test_the_docs_handler_without_torchjob() -> None:
+    """docs/how-to/preemption.md's handler for a script that does not import torchjob: the loop reads
+    the flag, saves and exits 143."""
+    from tests.docs.blocks import tested
+
+    (handler,) = tested("how-to/preemption.md", "test_the_docs_handler_without_torchjob", "python")
+    rc, out = notice(setup=handler, check="told")
+    assert rc == 143 and out.startswith("saved at "), (rc, out)
+
+
+def test_the_docs_loop_saves_on_notice() -> None:
+    """docs/how-to/preemption.md's loop, with a step and a save of its own."""
+    from tests.docs.blocks import tested
+
+    (loop,) = tested("how-to/preemption.md", "test_the_docs_loop_saves_on_notice", "python")
+    prelude = ("import time\nstart, steps = 0, 100000\ndef train_one_step(): time.sleep(0.005)\n"
+               "def save(step): print('saved at', step, flush=True)\n")
+    rc, out = signalled(prelude + loop.replace("for step", "print('ready', flush=True)\nfor step", 1))
+    assert rc == 143 and out.startswith("saved at "), (rc, out)
