@@ -332,3 +332,23 @@ def test_merge_env_upserts_ours_in_the_users_place() -> None:
                       ("PYTHONUNBUFFERED", "1", False), ("X", "x", False)]
     names = [name for name, _, _ in merged]
     assert len(names) == len(set(names))
+
+
+def test_torchrun_gives_its_workers_the_replicas_grace() -> None:
+    """torchrun's agent SIGKILLs its workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT (30 s) after the notice:
+    a template's terminationGracePeriodSeconds is that timeout (a default: the user's wins), so a
+    worker saving on notice has the whole grace; nothing where the template sets no grace, nor in
+    plain mode."""
+    job = make_job(workers=1, command=TORCHRUN)
+    for spec in job.spec.pytorchReplicaSpecs.values():
+        spec.template.spec.terminationGracePeriodSeconds = 120
+    assert replica_env(job, W0, TORCHRUN, WHERE).defaults["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "120"
+    plain = make_job(workers=1, command=PLAIN)
+    for spec in plain.spec.pytorchReplicaSpecs.values():
+        spec.template.spec.terminationGracePeriodSeconds = 120
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in replica_env(plain, W0, PLAIN, WHERE).defaults
+    bare = make_job(workers=1, command=TORCHRUN)
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in replica_env(bare, W0, TORCHRUN, WHERE).defaults
+    env = dict((n, v) for n, v, _ in merge_env([("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5")], {},
+                                               replica_env(job, W0, TORCHRUN, WHERE).defaults))
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "5"

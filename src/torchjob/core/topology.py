@@ -15,6 +15,7 @@ A job in torchrun mode also gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless its
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -137,6 +138,14 @@ def world_size(job: TorchJob, nproc: int) -> int:
 # in 3 of 3 without it (issue 22), so every job in torchrun mode gets it. A user's own value wins.
 TORCHRUN_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 ALWAYS_DEFAULTS = {"PYTHONUNBUFFERED": "1"}  # a replica's output reaches its log as it is printed
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+
+def shutdown_timeout(grace_s: float) -> str:
+    """torchrun's agent, told to stop (SIGTERM), gives its workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+    (30 s) before SIGKILL: the replica's grace instead, so that a worker saving a checkpoint on the
+    notice has all of it (the kubelet's SIGKILL at its end bounds everything anyway)."""
+    return str(max(1, math.ceil(grace_s)))
 
 
 @dataclass(frozen=True)
@@ -222,6 +231,9 @@ def replica_env(
             # machine's cores instead: local.render.threads_per_process). A user's own value wins. With
             # `auto`/`gpu`/`cpu` the count is torchrun's (one process on a one-GPU node keeps its threads).
             defaults["OMP_NUM_THREADS"] = "1"
+        grace = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec.terminationGracePeriodSeconds
+        if grace is not None:  # a user's own value wins (a default)
+            defaults[SHUTDOWN_TIMEOUT_ENV] = shutdown_timeout(grace)
         return ReplicaEnv(env=env, torchrun=True, defaults=defaults)
     # Plain mode: one process per replica.
     world = str(world_size(job, 1))

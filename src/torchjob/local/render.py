@@ -25,6 +25,7 @@ from torchjob.api.validate import config_key_problem, training_container
 from torchjob.core.expand import expand_argv, expand_env
 from torchjob.core.spares import warm_workers
 from torchjob.core.topology import (
+    SHUTDOWN_TIMEOUT_ENV,
     Placement,
     ReplicaId,
     debug_command,
@@ -34,6 +35,7 @@ from torchjob.core.topology import (
     replica_env,
     replica_total,
     replicas,
+    shutdown_timeout,
     tags_ranks,
 )
 from torchjob.local import ranktag
@@ -288,6 +290,8 @@ def render(
             argv = debug
         ours["TORCHJOB_JOB_UID"] = job.metadata.uid or ""
         defaults = dict(renv.defaults)
+        if renv.torchrun and opts.grace_period_s is not None:  # --grace-period is the grace here
+            defaults[SHUTDOWN_TIMEOUT_ENV] = shutdown_timeout(opts.grace_period_s)
         processes = local_processes(job, renv.torchrun)
         if processes is not None and processes > 1:
             # all of them share this machine's cores (also one-process replicas: `-j 2x1`, plain mode)
