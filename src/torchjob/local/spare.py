@@ -35,7 +35,8 @@ FD_ENV = "TORCHJOB_SPARE_FD"
 WARM_ENV = "TORCHJOB_SPARE_WARM"
 # What only an attempt knows (its error file, its progress token): the rest of a replica's
 # environment is the same for each of its attempts, and a spare starts with it.
-ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN"})
+ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN",
+                         "TORCHJOB_STACKS_DIR"})  # the last: local/stacks.py
 # torchrun's agent, as a local replica runs it, and what it imports itself before its rendezvous
 # (loopback_torchrun.install patches what these hold, as it does when it imports them itself).
 TORCHRUN_AGENT = "torchjob.local.loopback_torchrun"

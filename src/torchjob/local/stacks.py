@@ -25,10 +25,15 @@ def stacks_dir(attempt_dir: Path) -> Path:
     return attempt_dir / "stacks"
 
 
-def env(attempt_dir: Path, pythonpath: str | None) -> dict[str, str]:
-    """What a replica attempt's processes get: the hook on their path (first, once) and their folder."""
-    parts = [HOOK_DIR, *(p for p in (pythonpath or "").split(os.pathsep) if p and p != HOOK_DIR)]
-    return {"PYTHONPATH": os.pathsep.join(parts), ENV: str(stacks_dir(attempt_dir))}
+def hook_path(pythonpath: str | None) -> str:
+    """A replica's PYTHONPATH with torchjob's start-up hook first (once): the same for each of its
+    attempts, so that a warm spare started with it can take one."""
+    return os.pathsep.join([HOOK_DIR, *(p for p in (pythonpath or "").split(os.pathsep) if p and p != HOOK_DIR)])
+
+
+def env(attempt_dir: Path) -> dict[str, str]:
+    """What only an attempt's processes get: the folder of their stacks (local/spare.py's ATTEMPT_ENV)."""
+    return {ENV: str(stacks_dir(attempt_dir))}
 
 
 def library_dirs() -> tuple[str, ...]:

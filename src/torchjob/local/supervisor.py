@@ -102,6 +102,9 @@ class Supervisor:
         self._install_signals()
         try:
             specs = render(self.job, placement(self.job, self.opts), self.opts, self.dir)
+            # every rank's process answers SIGUSR2 with its stacks (torchjob stacks, a stall's root cause)
+            specs = [dataclasses.replace(s, env={**s.env, "PYTHONPATH": stacks.hook_path(
+                s.env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))}) for s in specs]
             self.specs = {s.name: s for s in specs}
             self._start_watchdog()
             saved = self.job.status.progress if self.job.status else None  # its history goes on
@@ -327,9 +330,7 @@ class Supervisor:
         adir = self.dir / "replicas" / name / f"attempt-{attempt}"
         if self.endpoint is not None:
             spec = dataclasses.replace(spec, env={**spec.env, **self.endpoint.env(name, attempt, adir)})
-        # every rank's process answers SIGUSR2 with its stacks (torchjob stacks, a stall's root cause)
-        pythonpath = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
-        spec = dataclasses.replace(spec, env={**spec.env, **stacks.env(adir, pythonpath)})
+        spec = dataclasses.replace(spec, env={**spec.env, **stacks.env(adir)})  # where its stacks go
         p = ReplicaProcess(spec, attempt, adir / "output.log", adir / "error.json")
         spare = self.spares.take(name)
         try:

@@ -278,6 +278,7 @@ def main() -> None:
     tag = sys.modules.get("_torchjob_rank_tag")  # torchjob's rank tag (local/ranktag), now that RANK is known
     if tag is not None:
         tag._install()
+        getattr(tag, "_register_stacks", lambda: None)()  # its stacks on SIGUSR2, now that its folder is known
     head = sys.orig_argv[:len(sys.orig_argv) - len(argv) - 1]  # the interpreter and its options
     sys.orig_argv = [*head, *argv]
     try:

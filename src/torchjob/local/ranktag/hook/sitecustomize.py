@@ -123,7 +123,10 @@ def _register_stacks() -> None:
         f.write("# torchjob stacks: rank=" + rank + " pid=" + pid + " main=0x" + main + "\n")
         f.flush()
         faulthandler.register(signal.SIGUSR2, file=f, all_threads=True, chain=False)
-        _stacks_file = f
+        old, _stacks_file = _stacks_file, f
+        if old is not None:  # a warm spare's, registered before it took its attempt: that one answers now
+            os.unlink(old.name)
+            old.close()
     except (OSError, ValueError, RuntimeError, AttributeError):
         pass  # no stacks for this process; the run goes on as it would have
 
