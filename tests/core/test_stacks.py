@@ -107,6 +107,11 @@ def test_no_process_and_a_process_without_a_rank() -> None:
     assert text(st).startswith("master-0 (pid 5): all_reduce")
 
 
+def test_a_warm_spares_launcher_is_not_the_users_code() -> None:
+    launcher = Frame("/work/src/torchjob/local/spare_launcher/torchjob_spare.py", 193, "_run_script")
+    assert not launcher.user() and Frame("/work/sleeper.py", 3, "idle").user()
+
+
 def test_ranges() -> None:
     assert ranges([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
     assert ranges([]) == ""

@@ -17,8 +17,8 @@ HEADER = re.compile(r"^# torchjob stacks: rank=(?P<rank>-?\d+) pid=(?P<pid>\d+) 
 THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-f]+) \(most recent call first\):\s*$")
 FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>.*?)\s*$')
 # Where a frame is library code rather than the user's own: an installed package, the standard library
-# (the runtime names its folder), an interpreter-internal module, torchjob's own hook.
-_LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen ", "/torchjob/local/ranktag/hook/")
+# (the runtime names its folder), an interpreter-internal module, torchjob's own hook and warm spare's launcher.
+_LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen ", "/torchjob/local/ranktag/hook/", "/torchjob_spare.py")
 
 
 @dataclass(frozen=True)

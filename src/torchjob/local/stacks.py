@@ -1,6 +1,6 @@
 """Taking a local job's stacks: every rank's process registered faulthandler on SIGUSR2 at start-up
 (torchjob's hook, local/ranktag/hook/sitecustomize.py) with a file of its own in its attempt's
-`stacks/` folder; each is signalled (checked by its environment through its pidfd, so a reused pid is
+`stacks/` folder; each is signalled (checked through its pidfd to hold that file open, so a reused pid is
 never signalled), and what it appends is read back. core.stacks reads and groups them."""
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ def collect(attempts: dict[str, Path], wait_s: float = WAIT_S) -> Stacks:
             files = sorted(folder.iterdir())
         except OSError:
             continue
-        check = pids.with_env(f"{ENV}={folder}")
         for f in files:
             pid = _pid_of(f.name)
             if pid is None:
@@ -61,7 +60,7 @@ def collect(attempts: dict[str, Path], wait_s: float = WAIT_S) -> Stacks:
                 size = f.stat().st_size
             except OSError:
                 continue
-            if pids.send(pid, SIGNAL, check):
+            if pids.send(pid, SIGNAL, _holds(f)):
                 sent[f] = (replica, pid, size)
     # faulthandler writes from its signal handler at once; wait until every file grew and settled
     end = t0 + wait_s
@@ -93,6 +92,27 @@ def collect(attempts: dict[str, Path], wait_s: float = WAIT_S) -> Stacks:
         rank, _, threads = parse(done[f])
         procs.append(ProcessStacks(replica, rank, pid, tuple(threads)))
     return Stacks(procs, missing, library_dirs(), time.monotonic() - t0)
+
+
+def _holds(path: Path) -> pids.Check:
+    """The process has this very file open: the one that registered it (not another that got its pid
+    since; a warm spare's environment as /proc shows it is the one it started with, not its attempt's)."""
+    target = str(path)
+
+    def check(pid: int) -> bool:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            return False
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return True
+            except OSError:
+                continue
+        return False
+
+    return check
 
 
 def _pid_of(name: str) -> int | None:
