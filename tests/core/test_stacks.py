@@ -115,3 +115,23 @@ def test_a_warm_spares_launcher_is_not_the_users_code() -> None:
 def test_ranges() -> None:
     assert ranges([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
     assert ranges([]) == ""
+
+
+def test_a_stalls_message_carries_where_the_ranks_were() -> None:
+    from dataclasses import replace
+
+    from tests.core.sim import at, running
+    from tests.jobs import make_job
+    from torchjob.core.reconcile import World
+
+    job = make_job("j", workers=1, run_policy={"progressDeadlineSeconds": 5})
+    d, w = running(job)
+    obs = {n: replace(o, last_report=at(0)) for n, o in w.replicas.items()}
+    where = "rank 0 in step (train.py:41); rank 1 in recv_from (train.py:33)"
+    plan = d(World(replicas=obs, stacks=where), 5)
+    failure = plan.status.failure
+    assert failure is not None and failure.reason == "ProgressDeadlineExceeded"
+    assert failure.message == ("master-0, worker-0 sent no progress report for 5s (runPolicy.progressDeadlineSeconds); "
+                               f"where the ranks were: {where}: the job is stalled")
+    stalled = [e.message for e in plan.events if e.reason == "Stalled"]
+    assert stalled == [failure.message.removesuffix(": the job is stalled")]
