@@ -96,3 +96,7 @@ def test_a_stalled_jobs_root_cause_says_where_each_rank_was(torchjob: Torchjob, 
     logs = torchjob("logs", "stall", check=True).stdout
     assert "where the ranks were (torchjob stacks)" in logs and f"wait_for_peer ({PROGRAM}:" in logs
     assert job_processes(desc["job"]["metadata"]["uid"]) == []
+    # an ended job has no process to ask: said, with where its stacks are kept
+    ended = torchjob("stacks", "stall")
+    assert ended.returncode == 2 and "job stall has ended (Failed): it has no process to take stacks from" in \
+        ended.stderr and "torchjob describe stall" in ended.stderr, ended.stderr

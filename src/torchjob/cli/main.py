@@ -20,6 +20,7 @@ from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
 from torchjob.cli.cluster import install, operator
 from torchjob.cli.quick import QuickCommand, examples, quick_options
+from torchjob.cli.stacks import stacks_command
 from torchjob.cli.version import version
 from torchjob.connect import HERE, Target, connect
 from torchjob.dialects.convert import TARGETS
@@ -324,29 +325,6 @@ def logs(name: str, follow: bool, replica: str | None, attempt: int | None, rank
 
 @cli.command()
 @click.argument("name")
-@click.option("--all-threads", is_flag=True, help="Every thread's stack, not only each process's main thread.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Output format (json is for scripts: every frame, each marked as the user's or not).")
-@kube_options
-def stacks(name: str, all_threads: bool, output: str, **where: Any) -> None:
-    """Where a running job's ranks are: the Python stack of every process of every replica (torchrun's
-    workers too), identical stacks grouped, innermost call first: `ranks 0-2: all_reduce (...) <- step
-    (train.py:41)`. Local jobs for now."""
-    from torchjob.core import stacks as core_stacks
-
-    take = getattr(_runtime(**where), "stacks", None)  # the local runtime's, for now
-    if take is None:
-        raise UserError("torchjob stacks --kube is not there yet: stacks are taken from local jobs only",
-                        fix="run the job locally to take its stacks, or read its pods' logs (logs --kube)")
-    taken = take(name)
-    if output == "json":
-        _dump(core_stacks.as_data(taken, all_threads=True), "json")
-    else:
-        click.echo(core_stacks.text(taken, all_threads))
-
-
-@cli.command()
-@click.argument("name")
 @kube_options
 def delete(name: str, **where: Any) -> None:
     """Stop a job if it runs, then remove its record and logs."""
@@ -376,6 +354,7 @@ def resume(name: str, **where: Any) -> None:
 cli.add_command(install)  # the platform engineer's commands (cli/cluster.py)
 cli.add_command(operator)
 cli.add_command(version)  # torchjob version [--kube] (cli/version.py)
+cli.add_command(stacks_command(kube_options, _runtime))  # torchjob stacks NAME (cli/stacks.py)
 cli.add_command(ui_command(kube_options, target_of))  # torchjob ui: the web dashboard (src/torchjob/ui/)
 cli.add_command(mcp_command(kube_options, target_of))  # torchjob mcp: the agents' tools (src/torchjob/mcp/)
 

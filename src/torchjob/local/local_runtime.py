@@ -254,7 +254,7 @@ class LocalRuntime:
         name = local_name(name)
         _, v = self._find(name)
         if v.status.finished:
-            raise UserError(f"job {name} is {v.status.state.lower()}: it has no process to take stacks from",
+            raise UserError(f"job {name} has ended ({v.status.state}): it has no process to take stacks from",
                             fix=f"a stalled attempt's stacks are kept: `torchjob describe {name}` says where")
         running = {a.replica: Path(a.log).parent for a in self.store.attempts(name)
                    if a.current and a.ended is None and a.log}

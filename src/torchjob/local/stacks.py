@@ -5,14 +5,21 @@ never signalled), and what it appends is read back. core.stacks reads and groups
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sysconfig
 import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 
-from torchjob.core.stacks import ProcessStacks, Stacks, parse
+from torchjob.api.model import TorchJob
+from torchjob.core.stacks import ProcessStacks, Stacks, full, parse, short
+from torchjob.core.stalls import quiet_replicas
+from torchjob.core.world import Observed
 from torchjob.local import pids
+from torchjob.local.launch import LaunchSpec
 from torchjob.local.ranktag import HOOK_DIR
 
 SIGNAL = signal.SIGUSR2
@@ -29,6 +36,12 @@ def hook_path(pythonpath: str | None) -> str:
     """A replica's PYTHONPATH with torchjob's start-up hook first (once): the same for each of its
     attempts, so that a warm spare started with it can take one."""
     return os.pathsep.join([HOOK_DIR, *(p for p in (pythonpath or "").split(os.pathsep) if p and p != HOOK_DIR)])
+
+
+def with_hook(specs: list[LaunchSpec]) -> list[LaunchSpec]:
+    """Each replica's spec with the hook on its PYTHONPATH (the one it gets, else this process's)."""
+    return [dataclasses.replace(s, env={**s.env, "PYTHONPATH": hook_path(
+        s.env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))}) for s in specs]
 
 
 def env(attempt_dir: Path) -> dict[str, str]:
@@ -120,3 +133,46 @@ def _pid_of(name: str) -> int | None:
     stem = name.removesuffix(".txt")
     _, sep, pid = stem.rpartition("-pid-")
     return int(pid) if sep and pid.isdigit() else None
+
+
+def for_stall(live: dict[str, Path], quiet: dict[str, Path]) -> tuple[str, str, str | None]:
+    """A stalled job's stacks, before its replicas are stopped: every live attempt's (replica -> its
+    folder), the full form kept in each quiet attempt's folder (stacks.txt). Returns the StacksTaken
+    event's message, the block for the job's log, and the short form for the stall's message."""
+    taken = collect(live)
+    brief = short(taken) or None
+    body = full(taken)
+    for adir in quiet.values():
+        try:
+            (adir / "stacks.txt").write_text(body)
+        except OSError:
+            pass
+    where = ", ".join(f"{name}: {adir / 'stacks.txt'}" for name, adir in sorted(quiet.items()))
+    event = (f"stacks taken in {taken.seconds:.2f} s before stopping the stalled job "
+             f"({len(taken.processes)} process(es)): {brief}; in full: {where}")
+    block = "where the ranks were (torchjob stacks), most recent call first (. marks a library frame):\n" + body
+    return event, block, brief
+
+
+class StallStacks:
+    """A stalled job's stacks, taken once per set of quiet attempts (a policy that waits sees the same
+    set again at each round), before core stops them."""
+
+    def __init__(self) -> None:
+        self._for: tuple[tuple[str, int], ...] = ()
+        self._brief: str | None = None
+
+    def take(self, job: TorchJob, seen: Mapping[str, Observed], now: datetime, live: dict[str, Path],
+             record: Callable[[str], None], show: Callable[[str], None]) -> str | None:
+        """The short form for the stall's message (None when no replica is quiet); when taken now, the
+        StacksTaken event's message is recorded and the full form shown (the job's log)."""
+        quiet, _ = quiet_replicas(job, seen, now)
+        if not quiet:
+            return None
+        key = tuple(sorted((o.replica.name, o.attempt) for o in quiet))
+        if key != self._for:
+            self._for = key
+            event, block, self._brief = for_stall(live, {n: live[n] for n, _ in key if n in live})
+            record(event)
+            show(block)
+        return self._brief

@@ -23,7 +23,6 @@ from torchjob.api.model import JobStatus
 from torchjob.api.status import EventType, ExitReason, Reason
 from torchjob.console import Console
 from torchjob.core import policy
-from torchjob.core import stacks as core_stacks
 from torchjob.core.reconcile import (
     Abandon,
     Create,
@@ -38,7 +37,6 @@ from torchjob.core.reconcile import (
     World,
     reconcile,
 )
-from torchjob.core.stalls import quiet_replicas
 from torchjob.core.topology import ReplicaId
 from torchjob.local import stacks, tensorboard, volumes, watchdog
 from torchjob.local.launch import LaunchSpec, LocalOptions
@@ -90,8 +88,7 @@ class Supervisor:
         self._progress_version = 0  # the endpoint's book version last merged into the status
         self._progress_at = 0.0  # monotonic time of that merge
         self._progress_wake = False  # a wake-up for new progress is queued
-        self._stacks_for: tuple[tuple[str, int], ...] = ()  # the quiet attempts whose stacks were taken
-        self._stacks_short: str | None = None
+        self._stall = stacks.StallStacks()
         self.spares = SpareKeeper(self.events, lambda line: self.console.note(line, warning=True),
                                   self._tell_watchdog)
 
@@ -102,9 +99,7 @@ class Supervisor:
         self._install_signals()
         try:
             specs = render(self.job, placement(self.job, self.opts), self.opts, self.dir)
-            # every rank's process answers SIGUSR2 with its stacks (torchjob stacks, a stall's root cause)
-            specs = [dataclasses.replace(s, env={**s.env, "PYTHONPATH": stacks.hook_path(
-                s.env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))}) for s in specs]
+            specs = stacks.with_hook(specs)  # every rank answers SIGUSR2 with its stacks
             self.specs = {s.name: s for s in specs}
             self._start_watchdog()
             saved = self.job.status.progress if self.job.status else None  # its history goes on
@@ -263,34 +258,10 @@ class Supervisor:
         return World(replicas=seen, stop_requested=self.stop_requested, stacks=self._stall_stacks(seen))
 
     def _stall_stacks(self, seen: dict[str, Observed]) -> str | None:
-        """Before core stops a stalled job's replicas: every live process's stacks, once per set of
-        quiet attempts, kept in each quiet attempt's folder (stacks.txt, the full form) and told in an
-        event and on the console; the short form goes to core, into the stall's message."""
-        quiet, _ = quiet_replicas(self.job, seen, now())
-        if not quiet:
-            return None
-        key = tuple(sorted((o.replica.name, o.attempt) for o in quiet))
-        if key != self._stacks_for:
-            self._stacks_for = key
-            live = {n: p.log_path.parent for n, p in self.procs.items() if p.alive}
-            taken = stacks.collect(live)
-            self._stacks_short = core_stacks.short(taken) or None
-            body = core_stacks.full(taken)
-            for o in quiet:
-                p = self.procs.get(o.replica.name)
-                if p is not None:
-                    try:
-                        (p.log_path.parent / "stacks.txt").write_text(body)
-                    except OSError:
-                        pass
-            where = ", ".join(f"{o.replica.name}: {self.dir / 'replicas' / o.replica.name}/attempt-{o.attempt}"
-                              f"/stacks.txt" for o in quiet)
-            msg = (f"stacks taken in {taken.seconds:.2f} s before stopping the stalled job "
-                   f"({len(taken.processes)} process(es)): {self._stacks_short}; in full: {where}")
-            self.store.add_event(self.name, "Warning", "StacksTaken", msg)
-            self.console.block("where the ranks were (torchjob stacks), most recent call first "
-                               "(. marks a library frame):\n" + core_stacks.full(taken))
-        return self._stacks_short
+        """Before core stops a stalled job's replicas, their stacks (local/stacks.py): the short form is a fact."""
+        return self._stall.take(self.job, seen, now(), {n: p.log_path.parent for n, p in self.procs.items() if p.alive},
+                                lambda msg: self.store.add_event(self.name, "Warning", "StacksTaken", msg),
+                                self.console.block)
 
     def _apply(self, plan: Plan) -> bool:
         """Carry the plan out; returns whether the world changed (then core looks again at once)."""
@@ -328,9 +299,8 @@ class Supervisor:
     def _create(self, name: str, attempt: int) -> None:
         spec = self.specs[name]
         adir = self.dir / "replicas" / name / f"attempt-{attempt}"
-        if self.endpoint is not None:
-            spec = dataclasses.replace(spec, env={**spec.env, **self.endpoint.env(name, attempt, adir)})
-        spec = dataclasses.replace(spec, env={**spec.env, **stacks.env(adir)})  # where its stacks go
+        progress = self.endpoint.env(name, attempt, adir) if self.endpoint is not None else {}
+        spec = dataclasses.replace(spec, env={**spec.env, **progress, **stacks.env(adir)})  # stacks.env: where they go
         p = ReplicaProcess(spec, attempt, adir / "output.log", adir / "error.json")
         spare = self.spares.take(name)
         try:
