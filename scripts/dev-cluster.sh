@@ -14,6 +14,11 @@
 #   scripts/dev-cluster.sh up --real-node
 #                                  the same plus a real kubelet node (root; kube-controller-
 #                                  manager on); `build --real-node` builds its parts only
+#   scripts/dev-cluster.sh up --real-nodes N
+#                                  the same with N real nodes real-node-0..N-1 on this machine (each a
+#                                  kubelet with its own containerd and pod /24; pods reach each other
+#                                  across them through the host, unNATed; one CoreDNS, on node 0's
+#                                  address); `--real-node` is `--real-nodes 1`
 #   scripts/dev-cluster.sh up --real-node --registry
 #                                  the same plus a real OCI registry (the CNCF distribution registry, built
 #                                  from the Go module proxy) at localhost:5000, which the node's containerd
@@ -94,6 +99,7 @@
 #                             (kwok.x-k8s.io/v1alpha1) for pods not owned by a Job
 #   DEVCLUSTER_KWOK_VERSION   sigs.k8s.io/kwok version to go-install (default v0.8.0)
 #   DEVCLUSTER_REAL_NODE      1: a real node, as `--real-node` (more settings: scripts/real-node.sh)
+#   DEVCLUSTER_REAL_NODES     N: N real nodes, as `--real-nodes N`
 #   DEVCLUSTER_REGISTRY       1: the registry, as `--registry` (with a real node)
 #   DEVCLUSTER_REGISTRY_PORT  its port on 127.0.0.1 (default 5000; the node pulls from localhost:PORT)
 #   DEVCLUSTER_REGISTRY_VERSION  github.com/distribution/distribution/v3 version to go-install (default v3.1.2)
@@ -128,12 +134,19 @@ TIMEOUT="${DEVCLUSTER_TIMEOUT:-90}"
 
 # shellcheck source=real-node.sh
 source "$ROOT/scripts/real-node.sh"
-for arg in "${@:2}"; do
-    case "$arg" in
+args=("${@:2}")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
         --real-node) DEVCLUSTER_REAL_NODE=1 ;;
+        --real-nodes) DEVCLUSTER_REAL_NODES=${args[i + 1]:-(none)}; i=$((i + 1)) ;;
+        --real-nodes=*) DEVCLUSTER_REAL_NODES=${args[i]#--real-nodes=} ;;
         --registry) DEVCLUSTER_REGISTRY=1 ;;
     esac
 done
+if [[ -n "${DEVCLUSTER_REAL_NODES:-}" ]]; then
+    [[ "$DEVCLUSTER_REAL_NODES" =~ ^[1-9][0-9]?$ ]] || die "--real-nodes (DEVCLUSTER_REAL_NODES) takes a number of nodes from 1 to 99, not '$DEVCLUSTER_REAL_NODES'"
+    DEVCLUSTER_REAL_NODE=1
+fi
 registry_on() { [[ "${DEVCLUSTER_REGISTRY:-0}" == 1 ]]; }
 # EndpointSlices (which CoreDNS answers headless names from) come from kube-controller-manager.
 if real_node; then DEVCLUSTER_CONTROLLER_MANAGER=1; fi
@@ -474,7 +487,7 @@ components() {
     [[ "${DEVCLUSTER_CONTROLLER_MANAGER:-0}" == 1 ]] && echo kube-controller-manager
     [[ "${DEVCLUSTER_KWOK:-1}" == 1 ]] && echo kwok
     registry_on && echo registry
-    real_node && echo containerd coredns kubelet
+    real_node && rn_components
     return 0
 }
 
@@ -526,6 +539,9 @@ cmd_up() {
     if is_up; then
         if real_node && ! grep -qx kubelet <(tr ' ' '\n' <"$STATE/components"); then
             die "a dev cluster without a real node is up in $STATE: run '$0 down' first"
+        fi
+        if real_node && [[ $(tr ' ' '\n' <"$STATE/components" | grep -cx 'kubelet\(-[0-9]*\)\?') != "$(rn_count)" ]]; then
+            die "a dev cluster with another number of real nodes is up in $STATE: run '$0 down' first"
         fi
         log "already up ($STATE)"
         export_line
@@ -712,7 +728,7 @@ EOF
     fi
 
     if registry_on; then registry_up; fi
-    if real_node; then rn_up; fi
+    if real_node; then rn_up_all; fi
 
     touch "$STATE/up"
     disarm
@@ -792,6 +808,7 @@ stop_strays() { # components run from $STATE whose pid file is gone (an `up` kil
         fi
         case "${exe##*/}" in
             etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kwok | registry | containerd | coredns | kubelet) ;;
+            containerd-[0-9]* | kubelet-[0-9]*) ;; # node i's (real-node.sh)
             *) continue ;;
         esac
         [[ "$args" == *"$STATE/"* ]] || continue
@@ -818,7 +835,7 @@ stop_all() {
     local c
     # Reverse start order: clients first, etcd last. The real node's pods are deleted through
     # the API server, so it goes before it.
-    try rn_down
+    try rn_down_all
     for c in registry kwok kube-controller-manager kube-scheduler kube-apiserver etcd; do try stop_proc "$c"; done
     try stop_strays
 }
@@ -855,6 +872,11 @@ cmd_status() {
         fi
         log "$c: $state$([[ -f "$STATE/$c.port" ]] && echo ", port $(cat "$STATE/$c.port")"), restarts $restarts$last, log $STATE/$c.log"
     done
+    local i d
+    for i in $(rn_nodes_up | sort -n); do # each real node: its name, network and components
+        d="$STATE/realnode$( ((i == 0)) || echo "-$i")"
+        log "real node $(cat "$d/name" 2>/dev/null): pods on $(cat "$d/subnet" 2>/dev/null), $( ((i == 0)) && echo "containerd, coredns, kubelet" || echo "containerd-$i, kubelet-$i"), state $d"
+    done
     ((down == 0)) || die "a component is down (see above)"
     is_up || die "dev cluster is not up (state dir $STATE)"
     export_line
@@ -883,10 +905,20 @@ cmd_check() {
         for c in "${problems[@]}"; do log "NOT OK: $c"; done
         exit 1
     fi
-    log "ok: every component running, the API server ready, every node Ready$(real_node_up && echo ", CoreDNS answering"), a pod schedulable"
+    log "ok: every component running, the API server ready, every node Ready$(real_node_up && echo " (real: $(rn_recorded_names | tr '\n' ' ' | sed 's/ $//')), CoreDNS answering"), a pod schedulable"
 }
 
 real_node_up() { grep -qw kubelet "$STATE/components" 2>/dev/null; }
+rn_recorded_names() { # the real nodes this state started, node 0 first
+    local i
+    for i in $(rn_nodes_up | sort -n); do cat "$STATE/realnode$( ((i == 0)) || echo "-$i")/name" 2>/dev/null; done
+}
+rn_comp_of() { # <node name>: its kubelet's component name
+    local i
+    for i in $(rn_nodes_up); do
+        [[ "$(cat "$STATE/realnode$( ((i == 0)) || echo "-$i")/name" 2>/dev/null)" != "$1" ]] || { ((i == 0)) && echo kubelet || echo "kubelet-$i"; return; }
+    done
+}
 
 check_usable() { # <array name>: appends what is wrong
     local -n out=$1
@@ -900,6 +932,11 @@ import json, sys
 for n in json.load(sys.stdin)["items"]:
     if not any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])):
         print(n["metadata"]["name"])' <<<"$body")
+    for name in $(rn_recorded_names); do # a real node whose kubelet never registered is in no list
+        python3 -c 'import json, sys
+sys.exit(sys.argv[1] not in {n["metadata"]["name"] for n in json.load(sys.stdin)["items"]})' "$name" <<<"$body" \
+            || out+=("real node $name is not registered with the API server (its kubelet's log: $STATE/$(rn_comp_of "$name").log)")
+    done
     if real_node_up && ! dns_answers; then out+=("CoreDNS at $RN_HOST does not answer kubernetes.default.svc.cluster.local"); fi
     if grep -qw kube-scheduler "$STATE/components"; then
         pod_schedulable || out+=("a pod was not scheduled within 20 s (kube-scheduler's last line: $(tail -n1 "$STATE/kube-scheduler.log" 2>/dev/null | cut -c1-200))")

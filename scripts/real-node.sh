@@ -20,20 +20,29 @@
 #
 # Environment:
 #   DEVCLUSTER_REAL_NODE        1: run the real node (same as `up --real-node`)
-#   DEVCLUSTER_REAL_NODE_NAME   the node's name (default real-node-0)
+#   DEVCLUSTER_REAL_NODES       N: run N real nodes (same as `up --real-nodes N`), real-node-0..N-1,
+#                               each a kubelet with its own containerd, state dir, cgroups and pod /24
+#                               on this machine; CoreDNS runs once, on node 0's address
+#   DEVCLUSTER_REAL_NODE_NAME   the node's name (default real-node-0; node i of N: ...-i)
 #   DEVCLUSTER_PYTHON_ENV       the virtualenv containers see (default: the repo's .venv)
-#   DEVCLUSTER_POD_SUBNET       the pods' /24 (default 10.250.0.0/24; the host is its .1)
+#   DEVCLUSTER_POD_SUBNET       the pods' /24 (default 10.250.0.0/24; the host is its .1); with N
+#                               nodes, node i's is the /24 i after it (10.250.1.0/24, ...)
+#   DEVCLUSTER_POD_SUBNETS      N nodes' /24s, space-separated, one per node, instead
 #   DEVCLUSTER_DEBIAN_MIRROR    where debootstrap gets bookworm (default: the mirror this machine's
 #                               apt sources name for bookworm; there is no built-in one)
 
-RN_NAME="${DEVCLUSTER_REAL_NODE_NAME:-real-node-0}"
+RN_NAME0="${DEVCLUSTER_REAL_NODE_NAME:-real-node-0}"
+RN_NAME=$RN_NAME0
+RN_I=0 # the node the functions below act on: 0 keeps the one-node names (realnode/, kubelet, ...)
 rn_use_subnet() { # <a.b.c.0/24>: the node's network, and the names derived from it
     RN_SUBNET=$1
     RN_NET="${RN_SUBNET%.*/*}"     # 10.250.0
     RN_HOST="$RN_NET.1"            # the bridge's address: node IP, DNS, what pods reach the host by
     RN_BRIDGE="tj${RN_NET//./-}"  # tj10-250-0 (also its cgroups): real nodes on other subnets coexist
 }
-rn_use_subnet "${DEVCLUSTER_POD_SUBNET:-10.250.0.0/24}"
+RN_SUBNETS=(${DEVCLUSTER_POD_SUBNETS:-}) # word-split: one /24 a word
+rn_use_subnet "${RN_SUBNETS[0]:-${DEVCLUSTER_POD_SUBNET:-10.250.0.0/24}}"
+RN_SUBNET0=$RN_SUBNET RN_HOST0=$RN_HOST # node 0's: CoreDNS and every node's cluster DNS
 RN_COMMENT="torchjob-devcluster"   # marks our iptables rule
 RN_CACHE="${TORCHJOB_CACHE:-$HOME/.cache/torchjob}/realnode"
 [[ "$RN_CACHE" == /* ]] || RN_CACHE="$PWD/$RN_CACHE"
@@ -45,7 +54,37 @@ RN_SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops) # kubelet se
 VENV_IN_CONTAINER=/opt/torchjob/venv
 
 real_node() { [[ "${DEVCLUSTER_REAL_NODE:-0}" == 1 ]]; }
-rn_state() { echo "$STATE/realnode"; }
+rn_count() { echo "${DEVCLUSTER_REAL_NODES:-1}"; }
+rn_suffix() { ((RN_I == 0)) || echo "-$RN_I"; }
+rn_state() { echo "$STATE/realnode$(rn_suffix)"; }
+rn_comp() { echo "$1$(rn_suffix)"; } # <containerd|kubelet>: node RN_I's component name
+rn_subnet_of() { # <i>: node i's /24 (DEVCLUSTER_POD_SUBNETS, or node 0's /24 plus i)
+    local net a b c
+    if ((${#RN_SUBNETS[@]})); then echo "${RN_SUBNETS[$1]:-}"; return; fi
+    net=${RN_SUBNET0%.*/*}; IFS=. read -r a b c <<<"$net"
+    echo "$a.$b.$((c + $1)).0/24"
+}
+rn_name_of() { # <i>: node i's name (real-node-0, real-node-1, ...)
+    if (($1 == 0)); then echo "$RN_NAME0"; elif [[ "$RN_NAME0" == *-0 ]]; then echo "${RN_NAME0%-0}-$1"; else echo "$RN_NAME0-$1"; fi
+}
+rn_select() { # <i>: the functions below act on node i
+    RN_I=$1
+    RN_NAME=$(rn_name_of "$1")
+    rn_use_subnet "$(rn_subnet_of "$1")"
+}
+rn_bin() { # <command>: as node RN_I's component runs it (dev-cluster.sh knows a component by the
+    # name its command ends with: node i's are links named containerd-i, kubelet-i)
+    if ((RN_I == 0)); then echo "$1"; return; fi
+    local link; link="$(rn_state)/bin/$(basename "$1")-$RN_I"
+    mkdir -p "$(rn_state)/bin"
+    ln -sf "$(command -v "$1")" "$link"
+    echo "$link"
+}
+rn_nodes_up() { # the indexes of the nodes with a state in $STATE, node 0 last (teardown order)
+    local d
+    for d in "$STATE"/realnode-*; do [[ -d "$d" ]] && echo "${d##*-}"; done | sort -rn
+    [[ ! -d "$STATE/realnode" ]] || echo 0
+}
 rn_sock() { echo "$(rn_state)/containerd/containerd.sock"; }
 ctr_() { ctr --address "$(rn_sock)" -n k8s.io "$@"; }
 
@@ -166,13 +205,21 @@ rn_network_up() {
     ip link set "$RN_BRIDGE" up
     # Pods reach each other and the host, nothing beyond (nothing can be reached anyway).
     iptables -w -I FORWARD -s "$RN_SUBNET" ! -d "$RN_SUBNET" -j DROP -m comment --comment "$RN_COMMENT"
+    # N nodes: pods reach the other nodes' pods through the host, as they are (no NAT), ahead of the DROP.
+    local i other routes="{\"dst\": \"$RN_API_IP/32\", \"gw\": \"$RN_HOST\"}"
+    for ((i = 0; i < $(rn_count); i++)); do
+        ((i == RN_I)) && continue
+        other=$(rn_subnet_of "$i")
+        iptables -w -I FORWARD -s "$RN_SUBNET" -d "$other" -j ACCEPT -m comment --comment "$RN_COMMENT"
+        routes+=", {\"dst\": \"$other\", \"gw\": \"$RN_HOST\"}"
+    done
     mkdir -p "$(rn_state)/cni/net.d" "$(rn_state)/cni/ipam"
     cat >"$(rn_state)/cni/net.d/10-torchjob.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "torchjob-dev",
  "plugins": [{"type": "bridge", "bridge": "$RN_BRIDGE", "isGateway": false, "ipMasq": false, "hairpinMode": true,
               "ipam": {"type": "host-local", "dataDir": "$(rn_state)/cni/ipam",
                        "ranges": [[{"subnet": "$RN_SUBNET", "rangeStart": "$RN_NET.10", "gateway": "$RN_HOST"}]],
-                       "routes": [{"dst": "$RN_API_IP/32", "gw": "$RN_HOST"}]}}]}
+                       "routes": [$routes]}}]}
 EOF
     rn_api_service_up
 }
@@ -241,8 +288,8 @@ server = "http://localhost:$REGISTRY_PORT"
   capabilities = ["pull", "resolve"]
 EOF
     fi
-    start_proc containerd containerd --config "$d/config.toml"
-    wait_for containerd "containerd's socket" ctr_ version
+    start_proc "$(rn_comp containerd)" "$(rn_bin containerd)" --config "$d/config.toml"
+    wait_for "$(rn_comp containerd)" "containerd's socket" ctr_ version
 }
 
 rn_import() { # <spec.json> <archive name>: build the spec's images (cached by content), import them
@@ -266,7 +313,7 @@ print("\n".join(f["source"] for i in json.load(open(sys.argv[1])) for f in i.get
     flock -u 7
     local t0=$SECONDS
     ctr_ images import "$archive" >/dev/null || die "importing $archive into containerd failed"
-    log "imported $2 in $((SECONDS - t0))s"
+    log "imported $2 into $RN_NAME in $((SECONDS - t0))s"
 }
 
 rn_import_images() {
@@ -291,14 +338,16 @@ EOF
 cmd_example_images() {
     [[ -S "$(rn_sock)" ]] || die "no real node is up in $STATE: run '$0 up --real-node' first"
     rn_example_images_spec >"$(rn_state)/example-images.json"
-    rn_import "$(rn_state)/example-images.json" example-images
+    local i
+    for i in $(rn_nodes_up); do (rn_select "$i" && rn_import "$STATE/realnode/example-images.json" example-images); done
 }
 
 # `dev-cluster.sh image SPEC.json`: more local images for the node (see hack/realnode/images.py).
 cmd_image() {
     [[ -f "${1:-}" ]] || die "usage: $0 image SPEC.json (a JSON list of images: see hack/realnode/images.py)"
     [[ -S "$(rn_sock)" ]] || die "no real node is up in $STATE: run '$0 up --real-node' first"
-    rn_import "$(realpath "$1")" "images-$(basename "$1" .json)"
+    local i spec; spec=$(realpath "$1")
+    for i in $(rn_nodes_up); do (rn_select "$i" && rn_import "$spec" "images-$(basename "$1" .json)"); done
 }
 
 rn_coredns_up() {
@@ -358,7 +407,7 @@ rn_kubelet_up() {
             cat "$c/../cpuset.cpus" >"$c/cpuset.cpus"; cat "$c/../cpuset.mems" >"$c/cpuset.mems"
         fi
     done
-    echo "nameserver $RN_HOST" >"$d/resolv.conf"
+    echo "nameserver $RN_HOST0" >"$d/resolv.conf"
     local port hport
     port=$(free_port); hport=$(free_port)
     cp "$KUBECONFIG_PATH" "$d/kubeconfig"
@@ -380,7 +429,7 @@ authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
-clusterDNS: [$RN_HOST]
+clusterDNS: [$RN_HOST0]
 clusterDomain: cluster.local
 resolvConf: $d/resolv.conf
 podLogsDir: $d/pod-logs
@@ -394,35 +443,53 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available:
 nodeStatusReportFrequency: 10s
 syncFrequency: 10s
 EOF
-    start_proc kubelet "$BIN/kubelet" \
+    start_proc "$(rn_comp kubelet)" "$(rn_bin "$BIN/kubelet")" \
         --config="$d/config.yaml" --kubeconfig="$d/kubeconfig" \
         --container-runtime-endpoint="unix://$(rn_sock)" \
         --hostname-override="$RN_NAME" --node-ip="$RN_HOST" \
         --root-dir="$d/root" --cert-dir="$d/pki" \
         --v=1
-    wait_for kubelet "node $RN_NAME Ready" rn_node_ready
+    wait_for "$(rn_comp kubelet)" "node $RN_NAME Ready" rn_node_ready
 }
 
 rn_node_ready() {
     api GET "/api/v1/nodes/$RN_NAME" | tr -d ' \n' | grep -q '"type":"Ready","status":"True"'
 }
 
-rn_up() {
+rn_up() { # node RN_I; CoreDNS with node 0
     rn_need_root
     mkdir -p "$(rn_state)"
     echo "$RN_NAME" >"$(rn_state)/name"
     rn_network_up
     rn_containerd_up
     rn_import_images
-    rn_coredns_up
+    ((RN_I > 0)) || rn_coredns_up
     rn_kubelet_up
-    log "real node $RN_NAME Ready (pods on $RN_SUBNET, DNS and host at $RN_HOST)"
+    log "real node $RN_NAME Ready (pods on $RN_SUBNET, host at $RN_HOST, DNS at $RN_HOST0)"
+}
+
+rn_components() { # what dev-cluster.sh starts for the real nodes, in order
+    local i
+    for ((i = 0; i < $(rn_count); i++)); do
+        if ((i == 0)); then echo containerd coredns kubelet; else echo "containerd-$i kubelet-$i"; fi
+    done
+}
+
+rn_up_all() {
+    local i
+    if (($(rn_count) > 1)); then # pods of one node reach another's through the host: it forwards
+        mkdir -p "$STATE/realnode"
+        sysctl -n net.ipv4.ip_forward >"$STATE/realnode/ip_forward.orig"
+        sysctl -q -w net.ipv4.ip_forward=1 >/dev/null
+    fi
+    for ((i = 0; i < $(rn_count); i++)); do rn_select "$i"; rn_up; done
+    rn_select 0
 }
 
 # ---------------------------------------------------------------------------------------- down
 
 rn_delete_pods() { # through the API, so that the kubelet tears each pod's network down (CNI DEL)
-    [[ -f "$STATE/kube-apiserver.port" ]] && pid_alive kube-apiserver && pid_alive kubelet || return 0
+    [[ -f "$STATE/kube-apiserver.port" ]] && pid_alive kube-apiserver && pid_alive "$(rn_comp kubelet)" || return 0
     local pods
     pods=$(api GET "/api/v1/pods?fieldSelector=spec.nodeName%3D$RN_NAME" 2>/dev/null | python3 -c '
 import json, sys
@@ -466,10 +533,17 @@ rn_unmount_all() { # everything mounted under the state dir, deepest first (noth
 
 rn_network_down() {
     ip link del "$RN_BRIDGE" 2>/dev/null || true
+    rn_network_down_accepts
     local rule
     iptables -w -t nat -S PREROUTING 2>/dev/null | grep -- "-i $RN_BRIDGE " | grep -- "$RN_COMMENT" \
         | while read -r rule; do eval "iptables -w -t nat ${rule/-A/-D}" 2>/dev/null || true; done
     while iptables -w -D FORWARD -s "$RN_SUBNET" ! -d "$RN_SUBNET" -j DROP -m comment --comment "$RN_COMMENT" 2>/dev/null; do :; done
+}
+
+rn_network_down_accepts() { # the ACCEPT rules from this node's subnet to the other nodes'
+    local rule
+    iptables -w -S FORWARD 2>/dev/null | grep -- "-s $RN_SUBNET -d " | grep -- "-j ACCEPT" | grep -- "$RN_COMMENT" \
+        | while read -r rule; do eval "iptables -w ${rule/-A/-D}" 2>/dev/null || true; done
 }
 
 rn_restore_sysctls() {
@@ -499,14 +573,27 @@ rn_down() {
     [[ ! -f "$(rn_state)/name" ]] || RN_NAME=$(cat "$(rn_state)/name")
     [[ -z "$subnet" ]] || rn_use_subnet "$subnet"
     try rn_delete_pods
-    try stop_proc kubelet
-    try stop_proc coredns
+    try stop_proc "$(rn_comp kubelet)"
+    ((RN_I > 0)) || try stop_proc coredns
     try rn_kill_shims
     # The bridge's name is its cgroups' name: only a node that made the bridge has pods in them.
     [[ -z "$subnet" ]] || try rn_kill_cgroups
-    try stop_proc containerd
+    try stop_proc "$(rn_comp containerd)"
     try rn_unmount_all
     [[ -z "$subnet" ]] || try rn_network_down
     try rn_restore_sysctls
+    ((RN_I > 0)) || try rn_restore_ip_forward
     rm -rf --one-file-system "$(rn_state)" 2>/dev/null || log "WARNING: could not remove all of $(rn_state)"
+}
+
+rn_restore_ip_forward() { # as it was before N nodes, unless another N-node dev cluster still forwards
+    [[ -f "$(rn_state)/ip_forward.orig" ]] || return 0
+    iptables -w -S FORWARD 2>/dev/null | grep -- "-j ACCEPT" | grep -q -- "$RN_COMMENT" && return 0
+    sysctl -q -w "net.ipv4.ip_forward=$(cat "$(rn_state)/ip_forward.orig")" >/dev/null
+}
+
+rn_down_all() { # every node with a state here, node 0 (CoreDNS, the sysctls' first values) last
+    local i
+    for i in $(rn_nodes_up); do RN_I=$i; rn_down; done
+    RN_I=0
 }

@@ -86,3 +86,19 @@ def test_down_stops_a_component_whose_pid_file_is_lost(
     assert neighbour.poll() is None, "`down` stopped a process of another state dir"
     assert out.returncode == 0, out.stderr
     assert not state.exists()
+
+
+def test_down_stops_every_real_node_of_an_n_node_cluster(
+        tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    """`up --real-nodes N` names node i's components containerd-i and kubelet-i and keeps its state in
+    realnode-i/: `down` stops them, a stray one of them included (its pid file lost), and removes it all."""
+    state = tmp_path / "state"
+    for node in ("realnode", "realnode-1", "realnode-2"):
+        (state / node / "cni" / "net.d").mkdir(parents=True)
+    for name in (*CONTROL_PLANE, "containerd", "kubelet", "containerd-1", "kubelet-1", "containerd-2"):
+        stand_in(state, name, started)
+    stand_in(state, "kubelet-2", started, pid_file=False)  # an `up` killed as it started node 2's kubelet
+    out = down(state, unused_subnet())
+    assert_stopped(started, out)
+    assert out.returncode == 0, out.stderr
+    assert not state.exists(), f"`down` left {sorted(p.name for p in state.rglob('*'))}"
