@@ -11,8 +11,9 @@ import pytest
 
 CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
 # Suites that share one cluster, by the group whose tests one worker runs in order: tests/kube shares
-# the session's control plane; tests/incluster has a real node of its own; tests/e2e is two groups,
-# each on a real node of its worker's own (pytest_configure), balanced by what they took here.
+# the session's control plane; tests/incluster has a real node of its own; tests/e2e is three groups:
+# two each on a real node of its worker's own (pytest_configure), balanced by what they took here, and
+# one on two real nodes of its own.
 SHARED_CLUSTER = {
     "tests/kube/": "control-plane",
     # not a cluster: a wheel built and installed into a fresh venv once, by its module's fixtures, on one worker
@@ -25,6 +26,8 @@ SHARED_CLUSTER = {
     "tests/incluster/": "in-cluster",
     **{f"tests/e2e/{m}.py": "real-node-a" for m in ("test_scenarios_real", "test_chaos_real", "test_node_lost_real",
                                                     "test_kubeflow_real")},
+    # two real nodes of its own (scripts/dev-cluster.sh up --real-nodes 2, on 10.246.2n and 2n+1)
+    "tests/e2e/test_two_nodes_real.py": "real-nodes-two",
     "tests/e2e/": "real-node-b",
 }
 _skipped: list[str] = []
