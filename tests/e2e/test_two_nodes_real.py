@@ -20,7 +20,7 @@ import pytest
 import yaml
 from lightkube import Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node
+from lightkube.resources.core_v1 import Namespace
 
 from tests.e2e.conftest import INIT_IMAGE, STATE, pods, torchjob
 from tests.e2e.images import STANDINS, TESTS_IMAGE
@@ -106,10 +106,24 @@ def ns(node: Client, node_operator: Operator) -> Iterator[str]:
     node.delete(Namespace, name)
 
 
-def test_both_nodes_are_ready(node: Client) -> None:
-    ready = {n.metadata.name for n in node.list(Node)
-             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
-    assert set(NODES) <= ready, ready
+def test_both_nodes_are_ready_and_reported(node_kubeconfig: str) -> None:
+    """What docs/how-to/dev-cluster.md shows: `kubectl get nodes` lists both Ready, each at its bridge's
+    address; `status` and `check` report each node."""
+    kubectl = Path(devcluster("bin").stdout.strip()) / "kubectl"
+    out = subprocess.run([str(kubectl), "--kubeconfig", node_kubeconfig, "get", "nodes", "-o", "wide"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    for name, subnet in zip(NODES, SUBNETS.split(), strict=True):
+        assert rows[name][1] == "Ready", out
+        assert subnet.rsplit(".", 1)[0] + ".1" in rows[name], out  # INTERNAL-IP: the node's bridge address
+    status = devcluster("status")
+    assert status.returncode == 0, status.stderr
+    for i, (name, subnet) in enumerate(zip(NODES, SUBNETS.split(), strict=True)):
+        assert f"real node {name}: pods on {subnet}" in status.stderr, status.stderr
+        assert f"kubelet{f'-{i}' if i else ''}: running" in status.stderr, status.stderr
+    check = devcluster("check")
+    assert check.returncode == 0, check.stderr
+    assert f"(real: {' '.join(NODES)})" in check.stderr, check.stderr
 
 
 def test_a_ddp_job_trains_with_its_ranks_on_both_nodes(node_kubeconfig: str, node: Client, ns: str,
