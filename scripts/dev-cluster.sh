@@ -548,7 +548,7 @@ cmd_up() {
         return 0
     fi
     # the real node's images run the repository's virtualenv: said before anything starts
-    if real_node; then rn_python_env >/dev/null || exit 1; fi
+    if real_node; then rn_python_env >/dev/null || exit 1; rn_check_subnets; fi
     if [[ -e "$STATE" ]]; then
         log "found a stale or partial cluster in $STATE: cleaning it up first"
         do_down

@@ -475,6 +475,16 @@ rn_components() { # what dev-cluster.sh starts for the real nodes, in order
     done
 }
 
+rn_check_subnets() { # N nodes: a /24 each, said before anything starts (one node: as it always was)
+    (($(rn_count) > 1)) || return 0
+    local i sub
+    for ((i = 0; i < $(rn_count); i++)); do
+        sub=$(rn_subnet_of "$i")
+        [[ "$sub" =~ ^[0-9]+\.[0-9]+\.([0-9]+)\.0/24$ ]] && ((BASH_REMATCH[1] <= 255)) \
+            || die "real node $i of $(rn_count) has no pod /24 (got '$sub'): DEVCLUSTER_POD_SUBNETS names one a.b.c.0/24 per node (it names ${#RN_SUBNETS[@]}), or leave it out and node i takes DEVCLUSTER_POD_SUBNET's third number plus i"
+    done
+}
+
 rn_up_all() {
     local i
     if (($(rn_count) > 1)); then # pods of one node reach another's through the host: it forwards
