@@ -54,6 +54,10 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if os.geteuid() != 0:
         pytest.skip("the real nodes (containerd, kubelets, bridges) need root")
     up = devcluster("up", "--real-nodes", "2")
+    if up.returncode != 0:  # once more from scratch, as the one-node clusters' fixture does
+        print(f"dev-cluster.sh up --real-nodes 2 failed, trying again:\n{up.stderr[-3000:]}")
+        devcluster("down", timeout=300)
+        up = devcluster("up", "--real-nodes", "2")
     if up.returncode != 0:
         raise RuntimeError(f"dev-cluster.sh up --real-nodes 2 failed:\n{up.stderr[-6000:]}")
     path = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
