@@ -122,7 +122,6 @@ class Receiver(Protocol):
         refused by its shape): no budget is consulted or charged. Else what its refused checks are
         counted under, beside the source address (the pod the token names)."""
 
-
     def book(self, reporter: Reporter) -> Book | None:
         """The job's book; None when there is no such job (404)."""
 
