@@ -1,7 +1,7 @@
 """What the dashboard shows of each job, seen in a real browser (Debian's chromium through Playwright)
 as issue 31 found it wanting: the list newest first, the ETA whole at any width, a bar in its
 state's colour, processes per replica and the world size, no root-cause card for a job that did not
-fail, a flat lr curve whose ticks read apart, and a page that asks for nothing it does not have (no
+fail, a flat lr read as its value, and a page that asks for nothing it does not have (no
 404 in the console). The jobs are written through the store and the progress book, as the runtime
 writes them."""
 
@@ -109,23 +109,23 @@ def test_the_jobs_page_newest_first_whole_etas_state_colours_and_world_sizes(
     assert w.bad == [], w.bad
 
 
-def test_the_job_page_no_cause_without_a_failure_and_a_flat_lr_read_apart(
+def test_the_job_page_no_cause_without_a_failure_and_a_flat_lr_a_value(
         tmp_path: Path, page: Page, artifacts: Path, dashboard: Callable[..., Dashboard]) -> None:
     seed(tmp_path)
     d = dashboard(tmp_path)
     w = Watched(page)
     p = w.page
     p.goto(d.job_url("done"))
-    p.locator('.chart[data-metric="lr"] canvas').first.wait_for()
-    wait(lambda: p.evaluate("tj.yLabels.lr && tj.yLabels.lr.length"), what="the lr axis drawn")
+    p.locator('.chart[data-metric="loss"] canvas').first.wait_for()
+    wait(lambda: p.evaluate("tj.yLabels.loss && tj.yLabels.loss.length"), what="the loss axis drawn")
     assert not p.locator("#root-cause").is_visible()  # a succeeded job: no "Root cause" card
     assert p.locator("#root-cause").count() == 1 and p.locator('[data-testid="root-cause"]').count() == 0
-    for metric in ("lr", "loss"):
-        labels = p.evaluate(f"tj.yLabels[{metric!r}]")
-        assert len(labels) >= 2 and len(set(labels)) == len(labels), (metric, labels)
-    lr = [float(x) for x in p.evaluate("tj.yLabels.lr")]
-    assert min(lr) < 0.01 < max(lr), lr  # the flat curve sits inside its axis
-    assert p.evaluate("tj.charts.lr.data[0].length") == 100  # every step kept
+    labels = p.evaluate("tj.yLabels.loss")
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    assert p.evaluate("tj.charts.loss.data[0].length") == 100  # every step kept
+    # a flat lr (0.01 at every step) is read as its value, not drawn as a curve (issue 47)
+    assert p.locator('.chart[data-metric="lr"]').count() == 0
+    assert p.locator('#metric-values [data-metric="lr"] dd').inner_text() == "0.01"
     p.screenshot(path=str(artifacts / "job-page-succeeded.png"), full_page=True)
     p.goto(d.job_url("broken"))
     cause = p.locator('[data-testid="root-cause"]')

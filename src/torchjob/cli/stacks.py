@@ -22,8 +22,8 @@ def stacks_command(kube_options: Callable[[Any], Any], runtime: Callable[..., An
     @kube_options
     def stacks(name: str, all_threads: bool, output: str, **where: Any) -> None:
         """Where a running job's ranks are: the Python stack of every process of every replica (torchrun's
-        workers too), identical stacks grouped, innermost call first: `ranks 0-2: all_reduce (...) <- step
-        (train.py:41)`. Local jobs for now."""
+        workers too), identical stacks grouped, innermost call first: `ranks 0-2: all_reduce <- step (train.py:41)`.
+        Local jobs for now."""
         take = getattr(runtime(**where), "stacks", None)  # the local runtime's, for now
         if take is None:
             raise UserError("torchjob stacks --kube is not there yet: stacks are taken from local jobs only",

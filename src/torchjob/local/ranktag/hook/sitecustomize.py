@@ -118,7 +118,10 @@ def _register_stacks() -> None:
         rank = os.environ.get("RANK", os.environ["LOCAL_RANK"])
         os.makedirs(where, mode=0o700, exist_ok=True)
         pid = str(os.getpid())
-        f = open(os.path.join(where, "rank-" + rank + "-pid-" + pid + ".txt"), "a")  # noqa: SIM115
+        # the user's alone, as every file under TORCHJOB_HOME (a stack names the user's paths)
+        fd = os.open(os.path.join(where, "rank-" + rank + "-pid-" + pid + ".txt"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        f = os.fdopen(fd, "a")
         main = format(threading.main_thread().ident or 0, "016x")  # as faulthandler writes a thread's id
         f.write("# torchjob stacks: rank=" + rank + " pid=" + pid + " main=0x" + main + "\n")
         f.flush()
