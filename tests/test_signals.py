@@ -18,8 +18,8 @@ ALLOWED = {
     "hack/devcluster/keeper.py": (1, "the pidfd of its own child, opened before the child could be reaped"),
     "src/torchjob/local/process.py": (1, "the replica's group, only while its leader is unreaped"),
     "src/torchjob/local/prepare.py": (1, "signal 0 to a supervisor recorded before start times were: nothing sent"),
-    "src/torchjob/local/spare.py": (1, "the spare's group, only while poll() finds its own Popen leader unreaped"),
-    "src/torchjob/local/spare_launcher/torchjob_spare.py": (1, "SIGINT to its own pid (python's exit on ^C)"),
+    "src/torchjob/local/spares/spare.py": (1, "the spare's group, only while poll() finds its Popen leader unreaped"),
+    "src/torchjob/local/spares/launcher/torchjob_spare.py": (1, "SIGINT to its own pid (python's exit on ^C)"),
     "src/torchjob/kube/inpod/torchjob_inplace.py": (1, "the group of its own child (the attempt, the spare), only "
                                                        "while it is unreaped (its end is seen before it is reaped)"),
     "tests/kube/kubelet.py": (2, "the group of its own Popen, which poll() found unreaped; a pidfd opened before "

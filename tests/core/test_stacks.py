@@ -108,7 +108,7 @@ def test_no_process_and_a_process_without_a_rank() -> None:
 
 
 def test_a_warm_spares_launcher_is_not_the_users_code() -> None:
-    launcher = Frame("/work/src/torchjob/local/spare_launcher/torchjob_spare.py", 193, "_run_script")
+    launcher = Frame("/work/src/torchjob/local/spares/launcher/torchjob_spare.py", 193, "_run_script")
     assert not launcher.user() and Frame("/work/sleeper.py", 3, "idle").user()
 
 

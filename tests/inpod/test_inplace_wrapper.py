@@ -22,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 WRAPPER = REPO / "src" / "torchjob" / "kube" / "inpod" / "torchjob_inplace.py"
-LAUNCHER = REPO / "src" / "torchjob" / "local" / "spare_launcher" / "torchjob_spare.py"
+LAUNCHER = REPO / "src" / "torchjob" / "local" / "spares" / "launcher" / "torchjob_spare.py"
 
 # The probe: attempt N (its order among the runs written to PROBE_OUT) does what word N of PROBE_PLAN
 # says: ok (exit 0), fail (write the error file, exit 3), fail4 (exit 4), sleep, ignore (SIGTERM

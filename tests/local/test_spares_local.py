@@ -17,8 +17,8 @@ import pytest
 from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, Torchjob, job_processes, state_of, write_job
 from torchjob.local import pids
-from torchjob.local.spare import ATTEMPT_ENV
-from torchjob.local.spare_workers import TORCHRUN_WORKER_ENV
+from torchjob.local.spares.spare import ATTEMPT_ENV
+from torchjob.local.spares.workers import TORCHRUN_WORKER_ENV
 from torchjob.local.store import Store
 
 pytestmark = pytest.mark.e2e

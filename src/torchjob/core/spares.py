@@ -3,7 +3,7 @@
 A warm spare is a process started ahead of need for a replica that can be restarted: its interpreter
 up and `torch` imported, its environment the replica's except what only a new attempt knows. When
 the replica's attempt ends and core restarts it, the spare becomes the new attempt instead of a new
-process (local/spare.py carries it out). A spare can only stand in for a command that Python runs
+process (local/spares/spare.py carries it out). A spare can only stand in for a command that Python runs
 itself, `python SCRIPT ARGS...` or `python -m MODULE ARGS...` (torchrun, which the local runtime runs
 as `python -m torchjob.local.loopback_torchrun`, is such a module: its agent is what the spare
 shortens; the agent's own workers still start as new processes), with interpreter options that the
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # this module is also imported by torchrun's agent (local/spare_workers.py): kept light
+if TYPE_CHECKING:  # this module is also imported by torchrun's agent (local/spares/workers.py): kept light
     from torchjob.api.model import TorchJob
 
 # Interpreter options a spare is started with unchanged (they mean the same for the spare's

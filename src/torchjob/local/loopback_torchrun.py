@@ -105,8 +105,8 @@ def main() -> None:
     if loopback(host) and "PET_LOCAL_ADDR" not in os.environ:
         os.environ["PET_LOCAL_ADDR"] = host
     install()
-    if os.environ.get("TORCHJOB_WARM_WORKERS") == "1":  # runPolicy.warmSpares (local/spare_workers.py)
-        from torchjob.local import spare_workers
+    if os.environ.get("TORCHJOB_WARM_WORKERS") == "1":  # runPolicy.warmSpares (local/spares/workers.py)
+        from torchjob.local.spares import workers as spare_workers
 
         spare_workers.install()
     from torch.distributed.run import main as torchrun

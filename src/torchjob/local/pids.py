@@ -107,7 +107,7 @@ def alive(pid: int | None, ticks: int | None) -> bool:
 
 
 def spare_waiting(pid: int) -> bool:
-    """Whether process `pid` is a warm spare (local/spare.py, or one in a pod seen from its node) that has
+    """Whether process `pid` is a warm spare (local/spares/spare.py, or one in a pod seen from its node) that has
     warmed and waits for its attempt: blocked reading its socket (read(2), x86-64's syscall 0, on the fd
     its environment's TORCHJOB_SPARE_FD names), where its launcher goes once its imports are done. For
     benches and tests that look from outside."""

@@ -20,7 +20,7 @@ from torchjob.local import ranktag
 from torchjob.local.files import private_dir, private_file
 from torchjob.local.launch import LaunchSpec
 from torchjob.local.quiet import QuietStop
-from torchjob.local.spare import Spare
+from torchjob.local.spares.spare import Spare
 from torchjob.local.volumes import preexec
 
 LineSink = Callable[[str, bytes], None]  # (replica name, one line of output)
@@ -92,7 +92,7 @@ class ReplicaProcess:
         return self.exit_code is None
 
     def start(self, events: queue.SimpleQueue[object], sink: LineSink, spare: Spare | None = None) -> None:
-        """Start the attempt: as `spare` where one is given and can take it (torchjob.local.spare),
+        """Start the attempt: as `spare` where one is given and can take it (torchjob.local.spares.spare),
         else as a new process."""
         private_dir(self.log_path.parent)
         self.error_file.unlink(missing_ok=True)

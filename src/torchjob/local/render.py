@@ -299,7 +299,7 @@ def render(
         env = _resolved_env(job, rid, c, ours, defaults, opts, notes)
         if tags_ranks(job, renv.torchrun):
             env.update(ranktag.env(env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")))
-        if warm_workers(job, renv.torchrun):  # its agent keeps a warm spare per worker (local/spare_workers.py)
+        if warm_workers(job, renv.torchrun):  # its agent keeps a warm spare per worker (local/spares/workers.py)
             env["TORCHJOB_WARM_WORKERS"] = "1"
         argv = expand_argv(argv, env)  # what the kubelet does with $(VAR) in command and args
         if uses_gpus:

@@ -45,7 +45,7 @@ def with_hook(specs: list[LaunchSpec]) -> list[LaunchSpec]:
 
 
 def env(attempt_dir: Path) -> dict[str, str]:
-    """What only an attempt's processes get: the folder of their stacks (local/spare.py's ATTEMPT_ENV)."""
+    """What only an attempt's processes get: the folder of their stacks (local/spares/spare.py's ATTEMPT_ENV)."""
     return {ENV: str(stacks_dir(attempt_dir))}
 
 

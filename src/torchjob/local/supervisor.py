@@ -44,7 +44,7 @@ from torchjob.local.prepare import free_port, now, placement
 from torchjob.local.process import Exited, LogLost, ReplicaProcess, StartError
 from torchjob.local.progress import LocalEndpoint
 from torchjob.local.render import render, warnings
-from torchjob.local.spare_keeper import SpareKeeper, SpareWarm
+from torchjob.local.spares.keeper import SpareKeeper, SpareWarm
 from torchjob.local.store import Store
 from torchjob.local.sweep import sweep
 

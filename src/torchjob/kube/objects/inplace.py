@@ -5,7 +5,7 @@ reading the two programs shipped from torchjob's own package.
 The pod's training container runs `kube/inpod/torchjob_inplace.py` (standard library only: the user's
 image has no torchjob; behind `boot`, which runs it only if it is the file the pod was made with) in
 front of the user's command: it runs the command, keeps a warm spare (the
-local runtime's launcher, `local/spare_launcher/torchjob_spare.py`), reports an attempt that failed to
+local runtime's launcher, `local/spares/launcher/torchjob_spare.py`), reports an attempt that failed to
 the operator's progress endpoint, and when the operator decides the restart, the spare becomes the next
 attempt in the same pod: no pod deleted, scheduled, pulled or started again. Everything the operator
 knows of it lives in the pod's annotations, so a restarted operator reads it back:
@@ -108,7 +108,7 @@ NO_SEAL = Seal(b"")  # an operator without the progress endpoint: nothing it did
 def programs() -> dict[str, str]:
     """The files the ConfigMap carries, read once from torchjob's package."""
     return {ENTRY: (_PACKAGE / "kube" / "inpod" / ENTRY).read_text(),
-            LAUNCHER: (_PACKAGE / "local" / "spare_launcher" / LAUNCHER).read_text()}
+            LAUNCHER: (_PACKAGE / "local" / "spares" / "launcher" / LAUNCHER).read_text()}
 
 
 def configmap(namespace: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 torchrun restarts its workers itself (`--max-restarts`, and every membership change of an elastic
 job): each restart is a new process per local rank, which imports torch again. With the replica's
 warm spares on (runPolicy.warmSpares: the agent is started with WORKERS_ENV=1), the agent keeps one
-spare per local rank (torchjob.local.spare.Spare, the same launcher as a replica's), started
+spare per local rank (torchjob.local.spares.spare.Spare, the same launcher as a replica's), started
 `SPARE_AFTER_S` after that rank's worker, with the agent's environment: when torchrun starts that
 rank's worker again with the same command line, the spare becomes it (torchrun's own per-worker
 variables, RANK, WORLD_SIZE, MASTER_PORT, TORCHELASTIC_RESTART_COUNT..., are what it is handed).
@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from torchjob.core.spares import python_entry
-from torchjob.local.spare import ATTEMPT_ENV, SPARE_AFTER_S, Spare
+from torchjob.local.spares.spare import ATTEMPT_ENV, SPARE_AFTER_S, Spare
 
 WORKERS_ENV = "TORCHJOB_WARM_WORKERS"
 # What torchrun sets for each worker (torch/distributed/elastic/agent/server/local_elastic_agent.py):

@@ -17,7 +17,7 @@ from torchjob.core import spares
 from torchjob.local import volumes
 from torchjob.local.launch import LaunchSpec
 from torchjob.local.process import ReplicaProcess
-from torchjob.local.spare import SPARE_AFTER_S, Spare
+from torchjob.local.spares.spare import SPARE_AFTER_S, Spare
 
 
 @dataclass(frozen=True)

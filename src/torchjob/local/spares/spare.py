@@ -1,7 +1,7 @@
 """Warm spares of local replicas: a process started ahead of need that becomes a replica's next attempt.
 
 Which replica gets one is core's decision (core/spares.py); this is the mechanism. A spare is the
-replica's interpreter running `spare_launcher/torchjob_spare.py` with the replica's own interpreter
+replica's interpreter running `launcher/torchjob_spare.py` with the replica's own interpreter
 options, command line, working directory, mounts and environment (less what only an attempt knows:
 `ATTEMPT_ENV`), in a process group of its own, as a replica's process is. It imports `torch` (and
 what else is safe to import ahead), says so on a socket, and waits. `take` hands it the new
@@ -30,7 +30,7 @@ from torchjob.core.spares import PythonEntry
 # `import torch` then never competes for the cores with that attempt's own start (a cold one's
 # import, or a recovering job's rendezvous and first steps).
 SPARE_AFTER_S = 5.0
-LAUNCHER = Path(__file__).resolve().parent / "spare_launcher" / "torchjob_spare.py"
+LAUNCHER = Path(__file__).resolve().parent / "launcher" / "torchjob_spare.py"
 FD_ENV = "TORCHJOB_SPARE_FD"
 WARM_ENV = "TORCHJOB_SPARE_WARM"
 # What only an attempt knows (its error file, its progress token): the rest of a replica's
@@ -63,7 +63,7 @@ def shared_env(env: dict[str, str], attempt_env: frozenset[str] = ATTEMPT_ENV) -
 
 class Spare:
     """One spare process: of a replica (the supervisor's), or of a torchrun worker (its agent's,
-    local/spare_workers.py). `capture`: its output is a pipe of its own (a replica's, streamed by the
+    local/spares/workers.py). `capture`: its output is a pipe of its own (a replica's, streamed by the
     supervisor), else its parent's own stdout and stderr (a torchrun worker's)."""
 
     def __init__(self, name: str, python: str, entry: PythonEntry, env: dict[str, str], cwd: str | None = None,

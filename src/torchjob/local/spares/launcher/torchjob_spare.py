@@ -1,4 +1,4 @@
-"""A warm spare of a local replica (torchjob.local.spare): started as
+"""A warm spare of a local replica (torchjob.local.spares.spare): started as
 
     python [the replica's interpreter options] torchjob_spare.py SCRIPT ARGS...      (or -m MODULE ARGS...)
 
