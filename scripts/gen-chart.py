@@ -2,7 +2,7 @@
 cannot drift: the TorchJob CRD verbatim into crds/, Kubeflow's PyTorchJob CRD as a template under the
 value kubeflowApi.enabled (crds/ cannot be conditional; kept on `helm uninstall`, as crds/ ones are,
 so that the jobs in it are not deleted with the chart), and the operator's RBAC rules
-(kube/objects/install.py) as named templates in templates/_rules.tpl. The rest of the chart is
+(kube/objects/install/) as named templates in templates/_rules.tpl. The rest of the chart is
 written by hand; tests/kube/test_chart.py renders it with `helm template` and compares it with
 `torchjob install`'s objects. Run this after changing the model or the rules; the test checks that
 what it writes is current."""

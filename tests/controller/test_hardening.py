@@ -15,10 +15,10 @@ from torchjob.core.topology import ReplicaId
 from torchjob.kube.controller import gates
 from torchjob.kube.controller.outcome import Result
 from torchjob.kube.controller.reconciler import STALE_RECHECK_S
-from torchjob.kube.objects import kubeflow_labels as kfl
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.init_container import ANNOTATION_WAIT
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
+from torchjob.kube.objects.labels import kubeflow as kfl
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
 from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
 

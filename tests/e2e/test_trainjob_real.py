@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import Pod
 from tests.e2e.conftest import wait_for
 from tests.e2e.images import TESTS_IMAGE
 from torchjob.kube.objects.install import apply
-from torchjob.kube.objects.trainjob_labels import JOBSET_NAME
+from torchjob.kube.objects.labels.trainjob import JOBSET_NAME
 from torchjob.kube.served import trainer_objects
 
 trainer = pytest.importorskip("kubeflow.trainer")

@@ -30,7 +30,8 @@ from torchjob.api.errors import UserError
 from torchjob.cli.cluster import InstallOptions, manifests_of
 from torchjob.dialects.trainer_runtime import TORCH_DISTRIBUTED
 from torchjob.kube.machinery.client import ClusterTrainingRuntimeRes
-from torchjob.kube.objects import install, install_owner
+from torchjob.kube.objects import install
+from torchjob.kube.objects.install import owner as install_owner
 from torchjob.kube.served import t9k_objects, trainer_objects
 
 pytestmark = pytest.mark.kube

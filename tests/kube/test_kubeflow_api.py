@@ -19,7 +19,7 @@ from tests.kube.conftest import REPO, Operator, set_pod
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import kubeflow_labels as kfl
+from torchjob.kube.objects.labels import kubeflow as kfl
 
 KUBECTL = Path(subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), "bin"], capture_output=True,
                               text=True, check=True).stdout.strip()) / "kubectl"

@@ -16,7 +16,7 @@ from tests.core.sim import T0, SimResult, simulate
 from tests.jobs import make_job
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.kube.objects import kubeflow_labels as kfl
+from torchjob.kube.objects.labels import kubeflow as kfl
 from torchjob.kube.served import kubeflow_status as kf
 
 # Katib's defaults for a PyTorchJob trial (trialTemplate successCondition / failureCondition)

@@ -19,8 +19,8 @@ from tests.kube.reporting import SERVICE_ACCOUNT, PodReporter, ca_file, make_ser
 from tests.kube.test_kubeflow_api import kubeflow_operator  # noqa: F401 (the fixture)
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
 from tests.kube.test_progress_kube import create_job, events
-from torchjob.kube.objects import kubeflow_labels as kfl
 from torchjob.kube.objects.labels import LABEL_JOB
+from torchjob.kube.objects.labels import kubeflow as kfl
 from torchjob.progress.server import PYTORCHJOBS, audience, status_path
 
 pytestmark = pytest.mark.kube

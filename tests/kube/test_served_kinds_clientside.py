@@ -29,7 +29,7 @@ from tests.kube.test_operator import create
 from tests.kube.test_trainjob_api import apply_trainer_api
 from tests.ui.conftest import Dashboard, Page
 from torchjob.kube.machinery.client import T9kPyTorchTrainingJobRes, TrainJobRes
-from torchjob.kube.objects.trainjob_labels import JOBSET_NAME
+from torchjob.kube.objects.labels.trainjob import JOBSET_NAME
 from torchjob.kube.served import t9k_objects
 
 pytestmark = pytest.mark.kube

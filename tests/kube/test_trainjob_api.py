@@ -23,7 +23,7 @@ from tests.kube.test_kubeflow_api import kubectl
 from torchjob.kube.machinery.client import ClusterTrainingRuntimeRes, TrainJobRes
 from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.labels import LABEL_JOB
-from torchjob.kube.objects.trainjob_labels import COMPLETION_INDEX, JOBSET_NAME, REPLICATED_JOB
+from torchjob.kube.objects.labels.trainjob import COMPLETION_INDEX, JOBSET_NAME, REPLICATED_JOB
 from torchjob.kube.served import trainer_objects
 
 trainer = pytest.importorskip("kubeflow.trainer")

@@ -192,7 +192,7 @@ def _refuse_another_install(made: Manifests, opts: InstallOptions, kubeconfig: s
     when another install than torchjob's made an object of Trainer's or T9k's API it would apply
     (install_owner.foreign). A dry run says the same where it can reach a cluster, and prints the
     manifests alone where there is none."""
-    from torchjob.kube.objects.install_owner import foreign, refusal, take_over_refusal, taken, to_check, to_take_over
+    from torchjob.kube.objects.install.owner import foreign, refusal, take_over_refusal, taken, to_check, to_take_over
 
     objs = [*made.first, *made.later]
     check_foreign = not opts.take_over and bool(to_take_over(made.foreign_api))

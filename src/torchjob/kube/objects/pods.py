@@ -20,8 +20,7 @@ from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import reserved_meta, training_container
 from torchjob.core import spares, topology
 from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
-from torchjob.kube.objects import gang, inplace, kueue, t9k_labels, tensorboard, trainjob_labels
-from torchjob.kube.objects import kubeflow_labels as kf
+from torchjob.kube.objects import gang, inplace, kueue, tensorboard
 from torchjob.kube.objects.init_container import (
     is_windows,
     wait_for_master,
@@ -36,6 +35,9 @@ from torchjob.kube.objects.labels import (
     pod_name,
     selector,
 )
+from torchjob.kube.objects.labels import kubeflow as kf
+from torchjob.kube.objects.labels import t9k as t9k_labels
+from torchjob.kube.objects.labels import trainjob as trainjob_labels
 from torchjob.kube.objects.ownership import (
     owner_reference,
     served_as,
@@ -89,7 +91,7 @@ def placement(job: TorchJob) -> Placement:
 
 def _kubeflow_labels(job: TorchJob, rid: ReplicaId | None) -> dict[str, str]:
     """Kubeflow's labels on the pods and Service of a job served as a PyTorchJob (its tools select
-    pods by them), or Trainer's JobSet labels on a TrainJob's (kube/objects/trainjob_labels.py); none
+    pods by them), or Trainer's JobSet labels on a TrainJob's (kube/objects/labels/trainjob.py); none
     on a TorchJob's."""
     kind = served_as(job)[1]
     if kind == "TrainJob":

@@ -23,7 +23,8 @@ from typing import Any
 
 from torchjob.api.errors import UserError
 from torchjob.dialects.trainer_runtime import TORCH_DISTRIBUTED
-from torchjob.kube.objects import install, install_owner
+from torchjob.kube.objects import install
+from torchjob.kube.objects.install import owner as install_owner
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"

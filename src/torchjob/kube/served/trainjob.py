@@ -1,7 +1,7 @@
 """Kubeflow Trainer v2's `trainer.kubeflow.org/v1alpha1` TrainJob, served by torchjob's controller
 and core (`TRAINJOB`): read by the TrainJob dialect (the same reader as `torchjob run --kube` of the
 file) with its runtime fetched from the cluster, its pods labelled as JobSet labels Trainer's
-(kube/objects/trainjob_labels.py), and its status written in Trainer's shape (pure:
+(kube/objects/labels/trainjob.py), and its status written in Trainer's shape (pure:
 `trainjob_status`), with torchjob's whole status under `status.torchjob`.
 
 Trainer v2.3's status, as its TrainJob controller writes it and the Kubeflow SDK 0.5 reads it:

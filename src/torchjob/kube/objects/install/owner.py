@@ -1,4 +1,4 @@
-"""Whose install the cluster-wide objects of `torchjob install` are (kube/objects/install.py), so that an
+"""Whose install the cluster-wide objects of `torchjob install` are (kube/objects/install/), so that an
 install into another namespace is refused before it applies anything. Pure: the objects' copies on the
 cluster are handed in.
 

@@ -1,4 +1,7 @@
-"""What `torchjob install` applies: the CRD (generated from the model), least-privilege RBAC,
+"""The install: its manifests here, and `owner` (whose install the cluster-wide objects are, checked
+before applying).
+
+What `torchjob install` applies: the CRD (generated from the model), least-privilege RBAC,
 the operator Deployment and its Services (progress, metrics); with `kubeflow_api`, also Kubeflow's
 `pytorchjobs.kubeflow.org` CRD (kube/objects/kubeflow_crd.py) and a ClusterRole of its own for it.
 The Helm chart in charts/torchjob renders the same objects for the same settings (its values.yaml;
