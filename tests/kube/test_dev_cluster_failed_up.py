@@ -67,15 +67,24 @@ def cluster() -> Iterator[Cluster]:
 def test_an_up_whose_step_fails_stops_everything_it_started(cluster: Cluster) -> None:
     """It fails after the control plane, KWOK and the pods' bridge are up, before anything is
     mounted (the state in which `down` used to die and stop nothing)."""
-    up = cluster.run("up", "--real-node", DEVCLUSTER_PYTHON_ENV=str(cluster.dir / "no-virtualenv"))
+    # A virtualenv made from /usr's Python passes the check before anything starts (`up` says a missing
+    # one at once) and is refused once the bridge is up, when containerd's spec would mount /usr.
+    venv = cluster.dir / "usr-virtualenv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    up = cluster.run("up", "--real-node", DEVCLUSTER_PYTHON_ENV=str(venv))
     assert up.returncode != 0
     assert leftovers(cluster.state, cluster.subnet) == [], up.stderr
-    assert "no virtualenv at" in up.stderr
+    assert "mounts the virtualenv's interpreter (/usr)" in up.stderr, up.stderr
     assert "started kwok" in up.stderr and f"bridge {bridge_of(cluster.subnet)}" in up.stderr, up.stderr
     assert (cluster.state / "kube-apiserver.log").exists(), "the logs of a failed `up` stay"
     down = cluster.run("down")
     assert down.returncode == 0, down.stderr
     assert not cluster.state.exists()
+    # no virtualenv at all: said before anything starts (issue 48)
+    up = cluster.run("up", "--real-node", DEVCLUSTER_PYTHON_ENV=str(cluster.dir / "no-virtualenv"))
+    assert up.returncode != 0 and "no virtualenv at" in up.stderr, up.stderr
+    assert "started" not in up.stderr and not cluster.state.exists(), up.stderr
 
 
 def test_an_up_stopped_by_sigterm_stops_everything_it_started(cluster: Cluster) -> None:

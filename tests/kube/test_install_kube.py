@@ -219,6 +219,7 @@ def test_t9k_api_refuses_to_take_over_t9ks_crd(kube: Client, kubeconfig: str, tm
     theirs["metadata"] = {"name": name, "labels": {"app.kubernetes.io/name": "t9k", "app.kubernetes.io/part-of": "t9k"}}
     (tmp_path / "t9k.yaml").write_text(yaml.safe_dump(theirs))
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(tmp_path / "t9k.yaml"))
+    wait_established(kube, name)  # the API server's own status writes come first (the resourceVersion moves)
     before = kube.get(CustomResourceDefinition, name).metadata.resourceVersion
     out = torchjob_install(kubeconfig, "--namespace", OWNER, "--t9k-api", "--crd-only")
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stdout + out.stderr

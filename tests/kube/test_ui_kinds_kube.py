@@ -99,7 +99,10 @@ def test_each_page_log_stream_and_action_of_the_api_reaches_the_job_of_its_kind(
     assert code == 200 and train["kind"] == "TrainJob" and train["uid"] == train_uid, train
     assert sorted(a["pod"] for a in train["attempts"]) == sorted(p.metadata.name for p in pods)
     code, own = api.call(f"{base}?kind=TorchJob")  # any case, as KIND/NAME takes it
-    assert code == 200 and own["kind"] is None and own["uid"] == tj_uid and own["attempts"] == [], own
+    assert code == 200 and own["kind"] is None and own["uid"] == tj_uid, own
+    # made suspended: no pod of its own, only each replica's next attempt, which starts when resumed
+    assert own["attempts"] and all(a["pod"] is None and a["reason"] == "Suspended (starts when resumed)"
+                                   for a in own["attempts"]), own["attempts"]
     code, body = api.call(f"{base}?kind=pytorchjob")
     assert code == 404 and body["error"].startswith("no job named 'pytorchjob/same'"), body
     code, body = api.call(f"{base}?kind=deployment")
