@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.api.status import EventType
+from torchjob.api.status import EventType, JobState
 
 if TYPE_CHECKING:
     from torchjob.console import Console
@@ -227,3 +227,15 @@ def refuse_resume(name: str, job: TorchJob, status: JobStatus) -> None:
         raise UserError(f"job {name!r} has already {status.state.lower()}", fix="run it again instead")
     if not job.run_policy.suspend:
         raise UserError(f"job {name!r} is not suspended", fix=f"suspend it first: torchjob suspend {name}")
+
+
+def created(rt: Runtime[Any], view: JobView, timeout: float = 30.0) -> JobView:
+    """The job once its supervisor has taken it (no longer `Pending`), or as it is after `timeout`
+    (the SDK's `submit` and the agents' `submit_job` answer with it)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while view.status.state is JobState.PENDING and not view.status.finished and time.monotonic() < end:
+        time.sleep(0.05)
+        view = rt.describe(view.name)
+    return view

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from torchjob.api.status import JobState
 from torchjob.connect import Target
-
-if TYPE_CHECKING:
-    from torchjob.runtime import JobView, Runtime
 
 
 @dataclass(frozen=True)
@@ -47,14 +41,5 @@ def wait_for(pid: int) -> None:
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
-
-
-def created(rt: Runtime[Any], view: JobView, timeout: float = 30.0) -> JobView:
-    """The job once its supervisor has taken it (no longer Pending), or as it is after `timeout`."""
-    end = time.monotonic() + timeout
-    while view.status.state is JobState.PENDING and not view.status.finished and time.monotonic() < end:
-        time.sleep(0.05)
-        view = rt.describe(view.name)
-    return view
 
 

@@ -31,8 +31,8 @@ from torchjob.api.status import JobState
 from torchjob.connect import ALL_NAMESPACES, Target, connect
 from torchjob.mcp.answers import Answer, Mistake, detail, mistake_of, progress_text, row
 from torchjob.mcp.documents import built_from_command, load_text
-from torchjob.mcp.places import Scope, Where, created, reap
-from torchjob.runtime import JobView, OutputGone
+from torchjob.mcp.places import Scope, Where, reap
+from torchjob.runtime import JobView, OutputGone, created
 
 if TYPE_CHECKING:
     from torchjob.api.build import Built

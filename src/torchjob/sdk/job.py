@@ -8,18 +8,16 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchjob.api.build import ARGUMENTS, Built, JobSpec, build, default_name, parse_shape
 from torchjob.api.build import Entry as _Entry
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.connect import Target, connect
+from torchjob.runtime import created
 from torchjob.sdk.result import JobHandle, JobResult, result_of
 from torchjob.sdk.ship import RUNNER, nonce_of, shipment
-
-if TYPE_CHECKING:
-    from torchjob.runtime import JobView, Runtime
 
 _NAMES = ("nnodes", "nproc_per_node")
 
@@ -228,7 +226,7 @@ class Job:
         view = rt.describe(f"torchjob/{self.name}" if kube else self.name)
         if target is None:
             _reap(view.supervisor)
-            view = _created(rt, view)
+            view = created(rt, view)
         return JobHandle(self.name, rt, kube=kube, namespace=view.namespace, nonce=self._nonce, kind="TorchJob")
 
 
@@ -239,16 +237,3 @@ def _reap(pid: int | None) -> None:
 
     if pid:
         threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True, name=f"reap-{pid}").start()
-
-
-def _created(rt: Runtime[Any], view: JobView, timeout: float = 30.0) -> JobView:
-    """The job once its supervisor has taken it (no longer `Pending`), or as it is after `timeout`."""
-    import time
-
-    from torchjob.api.status import JobState
-
-    end = time.monotonic() + timeout
-    while view.status.state is JobState.PENDING and not view.status.finished and time.monotonic() < end:
-        time.sleep(0.05)
-        view = rt.describe(view.name)
-    return view
