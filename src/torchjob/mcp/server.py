@@ -251,14 +251,10 @@ def serve_http(scope: Scope, host: str, port: int, token: str | None = None) -> 
     """Streamable HTTP at http://HOST:PORT/mcp; the URL with its token is the first line on stdout."""
     import uvicorn
 
-    from torchjob.ui.serve import bind, loopback, url_of
+    from torchjob.ui.serve import listen, loopback, url_of
 
-    if not 0 <= port <= 65535:
-        raise UserError(f"--port {port} is not a port", fix="use 1-65535, or leave it out to take a free one")
-    sock = bind(host, port)
-    if not loopback(host):
-        print(f"warning: --host {host} serves torchjob's tools beyond this machine, over plain HTTP: anyone who "
-              "sees the token can start and delete your jobs", file=sys.stderr)
+    sock = listen(host, port, "serves torchjob's tools beyond this machine, over plain HTTP: anyone who sees the "
+                              "token can start and delete your jobs")
     bound = sock.getsockname()[1]
     token = token or secrets.token_hex(24)
     server = build(scope)

@@ -53,6 +53,17 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listen(host: str, port: int, beyond: str) -> socket.socket:
+    """`bind` of a port the user gave (checked), with a warning, naming `beyond` (what anyone who sees
+    the token can do), when the host is not loopback: the dashboard's and `torchjob mcp --http`'s."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port} is not a port", fix="use 1-65535, or leave it out to take a free one")
+    sock = bind(host, port)
+    if not loopback(host):
+        print(f"warning: --host {host} {beyond}", file=sys.stderr)
+    return sock
+
+
 def url_of(host: str, port: int, token: str) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/?token={token}"
@@ -97,12 +108,8 @@ def serve(target: Target, host: str, port: int, open_browser: bool) -> None:
 
     from torchjob.ui.app import make_app
 
-    if not 0 <= port <= 65535:
-        raise UserError(f"--port {port} is not a port", fix="use 1-65535, or leave it out to take a free one")
-    sock = bind(host, port)
-    if not loopback(host):
-        print(f"warning: --host {host} serves the dashboard beyond this machine, over plain HTTP: anyone who "
-              "sees the URL (and its token) can suspend and delete your jobs", file=sys.stderr)
+    sock = listen(host, port, "serves the dashboard beyond this machine, over plain HTTP: anyone who sees the "
+                              "URL (and its token) can suspend and delete your jobs")
     bound = sock.getsockname()[1]
     token = secrets.token_hex(24)
     app = make_app(Source(target).start(), token, cookie=f"torchjob-ui-{bound}", hosts=allowed_hosts(host))
