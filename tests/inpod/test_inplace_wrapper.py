@@ -50,6 +50,15 @@ def spares():
             found.append(int(pid))
     return found
 
+def pid_in(path):
+    """The pid a file's first line names once that line is whole (its writer may be mid-write), else None."""
+    try:
+        with open(path) as f:
+            line = f.readline()
+    except OSError:
+        return None
+    return int(line) if line.endswith("\n") else None
+
 def gone(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -75,7 +84,7 @@ if os.environ.get("PROBE_WAIT_SPARE") and n == 0:
         time.sleep(0.02)
 if os.environ.get("PROBE_WAIT_DEAD") and n == 0:
     marker = os.environ["PROBE_WAIT_DEAD"]
-    while not (os.path.exists(marker) and gone(int(open(marker).readline()))) and time.monotonic() < end:
+    while not (pid_in(marker) is not None and gone(pid_in(marker))) and time.monotonic() < end:
         time.sleep(0.02)
 if plan == "ok":
     sys.exit(0)
@@ -87,15 +96,16 @@ if plan == "orphan":  # a process that outlives its parent and its group, and en
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            with open(os.path.join(out, "orphan"), "w") as f:
-                f.write(str(os.getpid()))
+            with open(os.path.join(out, "orphan.tmp"), "w") as f:  # whole once it is there: renamed
+                f.write(f"{os.getpid()}\n")
+            os.rename(os.path.join(out, "orphan.tmp"), os.path.join(out, "orphan"))
             time.sleep(0.2)
             os._exit(5)
         os._exit(0)
     os.wait()
     while not os.path.exists(os.path.join(out, "orphan")):
         time.sleep(0.01)
-    orphan = int(open(os.path.join(out, "orphan")).read())
+    orphan = pid_in(os.path.join(out, "orphan"))
     while not (gone(orphan) and not os.path.exists(f"/proc/{orphan}")) and time.monotonic() < end:
         time.sleep(0.01)  # its parent now is the wrapper, which reaps it
     with open(os.path.join(out, "orphan-reaped"), "w") as f:
