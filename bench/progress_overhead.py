@@ -2,7 +2,7 @@
 
 A real torch training step (a small MLP, forward + backward + SGD on CPU, one process) is timed
 with and without `torchjob.report.report(step=..., total=..., loss=...)` after every step. The
-reports go to a real endpoint: the local supervisor's (torchjob.local.progress.LocalEndpoint) in
+reports go to a real endpoint: the local supervisor's (torchjob.local.supervisor.progress.LocalEndpoint) in
 another process, as under `torchjob run`. Short runs of three kinds alternate (no report; report
 to a Reporter with no endpoint, which returns at once: the control, whose difference from the
 first is this machine's noise; report to the endpoint), in ABC CBA order so that a busy machine
@@ -27,7 +27,7 @@ from pathlib import Path
 SERVER = """
 import json, sys, time
 from pathlib import Path
-from torchjob.local.progress import LocalEndpoint
+from torchjob.local.supervisor.progress import LocalEndpoint
 ep = LocalEndpoint("bench", lambda *a: None).start()
 env = ep.env("master-0", 0, Path(sys.argv[1]))
 print(json.dumps(env), flush=True)

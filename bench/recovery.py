@@ -60,7 +60,7 @@ from typing import Any
 
 import yaml
 
-from torchjob.local import pids
+from torchjob.local.supervisor import pids
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAM = REPO / "bench" / "programs" / "steps.py"
@@ -215,7 +215,7 @@ def kill_local(trial: Path, victim: str, group: bool, rank: int | None = None) -
 
 def spares_warm(home: Path, job: str, replicas: int) -> Callable[[], bool]:
     """Whether every replica's warm spare is ready (the supervisor's SpareReady events)."""
-    from torchjob.local.store import Store
+    from torchjob.local.store.store import Store
 
     def probe() -> bool:
         if not (home / "state.db").exists():

@@ -5,7 +5,7 @@ by the local driver (real processes). A scenario says when each attempt of each 
 with which code, and what the job must end as. Times are seconds after that attempt started,
 coarse (multiples of 0.5 s) so that real processes can follow them.
 
-Restart backoff (core/policy.py): a replica's first restart is immediate, then 1 s, 2 s, 4 s ...
+Restart backoff (core/policies/policy.py): a replica's first restart is immediate, then 1 s, 2 s, 4 s ...
 
 Progress (`reports`): an attempt with an entry reports progress from its start until that many
 seconds after it, then goes quiet (still running, as a rank stuck in a collective does); an

@@ -115,6 +115,35 @@ def test_every_room_of_kube_imports_only_what_its_rule_allows() -> None:
     assert broken == []
 
 
+# core/ and local/ are rooms by role too (each package's docstring says what it holds); a runtime's
+# entry module (local/local_runtime.py) stays at the top of its layer.
+TOP_OF_LAYER = {"core": set(), "local": {"local_runtime.py"}}
+# core's rooms that stand alone: what a replica is started with, and reading what a rank said, need no
+# round and no policy (the rounds and policies use them, not the other way).
+CORE_LEAVES = {"shape": {"api"}, "diagnosis": set()}
+
+
+@pytest.mark.parametrize("layer", sorted(TOP_OF_LAYER))
+def test_every_module_of_core_and_local_lives_in_a_room_that_says_what_it_holds(layer: str) -> None:
+    loose = {p.name for p in (SRC / layer).glob("*.py")} - {"__init__.py"} - TOP_OF_LAYER[layer]
+    assert loose == set(), f"every module of {layer}/ lives in a room"
+    for room in (p for p in (SRC / layer).iterdir() if p.is_dir() and not p.name.startswith("__")):
+        init = room / "__init__.py"
+        assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), \
+            f"{layer}/{room.name}/__init__.py needs a docstring: what the room holds"
+
+
+def test_cores_leaf_rooms_import_no_other_room() -> None:
+    broken = []
+    for room, allowed in CORE_LEAVES.items():
+        for path in sorted((SRC / "core" / room).rglob("*.py")):
+            for m in imported_modules(path):
+                target = ".".join(m.split(".")[1:3]) if m.startswith("torchjob.core.") else layer_of(m)
+                if target not in allowed | BOTTOM | {f"core.{room}"}:
+                    broken.append(f"{path.relative_to(SRC)} imports {m}")
+    assert broken == []
+
+
 def test_the_bottom_imports_nothing_of_torchjob() -> None:
     assert {name: imported_modules(SRC / f"{name}.py") for name in BOTTOM} == {name: set() for name in BOTTOM}
 

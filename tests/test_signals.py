@@ -1,7 +1,7 @@
 """Nothing in torchjob, its tests, benches or scripts signals a pid it has not just checked as its
 own. Pids wrap within minutes on this machine (pid_max 32768), and a dev cluster's kube-scheduler
 once vanished mid-suite without a log line: a signal meant for a process that had ended lands on
-whoever has its number now. Signals go through `torchjob.local.pids.send` (a pidfd, then the check),
+whoever has its number now. Signals go through `torchjob.local.supervisor.pids.send` (a pidfd, then the check),
 through Popen (which signals only a child it has not reaped), or are one of the places below, each
 with the reason it cannot hit a stranger. A new raw kill fails here until it is one of those."""
 
@@ -14,10 +14,11 @@ REPO = Path(__file__).resolve().parents[1]
 RAW = re.compile(r"os\.kill\(|os\.killpg\(|pidfd_send_signal\(|\bkill (-|\"-|\$)|xargs -r kill")
 
 ALLOWED = {
-    "src/torchjob/local/pids.py": (1, "the pidfd opened before the check"),
+    "src/torchjob/local/supervisor/pids.py": (1, "the pidfd opened before the check"),
     "hack/devcluster/keeper.py": (1, "the pidfd of its own child, opened before the child could be reaped"),
-    "src/torchjob/local/process.py": (1, "the replica's group, only while its leader is unreaped"),
-    "src/torchjob/local/prepare.py": (1, "signal 0 to a supervisor recorded before start times were: nothing sent"),
+    "src/torchjob/local/supervisor/process.py": (1, "the replica's group, only while its leader is unreaped"),
+    "src/torchjob/local/start/prepare.py": (1, "signal 0 to a supervisor recorded before start times were: "
+                                                "nothing sent"),
     "src/torchjob/local/spares/spare.py": (1, "the spare's group, only while poll() finds its Popen leader unreaped"),
     "src/torchjob/local/spares/launcher/torchjob_spare.py": (1, "SIGINT to its own pid (python's exit on ^C)"),
     "src/torchjob/kube/inpod/torchjob_inplace.py": (1, "the group of its own child (the attempt, the spare), only "
@@ -49,6 +50,7 @@ def raw_signals() -> dict[str, int]:
 def test_every_raw_signal_is_one_that_cannot_reach_a_stranger() -> None:
     found = raw_signals()
     unexpected = {f: n for f, n in found.items() if f not in ALLOWED or n > ALLOWED[f][0]}
-    assert not unexpected, (f"raw signals to a pid in {unexpected}: send them through torchjob.local.pids.send "
-                            "(checked through a pidfd), or through the Popen that started the process")
+    assert not unexpected, (f"raw signals to a pid in {unexpected}: send them through "
+                            "torchjob.local.supervisor.pids.send (checked through a pidfd), or through the Popen "
+                            "that started the process")
     assert set(found) == set(ALLOWED), f"no longer there (drop them from ALLOWED): {set(ALLOWED) - set(found)}"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from torchjob.local.launch import LocalOptions
+    from torchjob.local.start.launch import LocalOptions
     from torchjob.runtime import Runtime
 
 ALL_NAMESPACES = "*"

@@ -26,7 +26,7 @@ from torchjob.api.build import (
 )
 from torchjob.api.errors import UserError
 from torchjob.api.shipping import CODE_LIMIT, CODE_MARGIN, collect, select
-from torchjob.core.topology import elastic_bounds, replicas
+from torchjob.core.shape.topology import elastic_bounds, replicas
 
 
 @pytest.mark.parametrize("j,shape", [("1x1", Shape(1, 1)), ("2x4", Shape(2, 4)), ("1:4x8", Shape(4, 8, 1)),

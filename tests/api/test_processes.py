@@ -46,7 +46,7 @@ def test_a_launcher_of_its_own_decides_and_an_unread_nproc_per_node_is_said() ->
 
 def test_a_console_script_beside_torchjob_is_found_when_not_on_path() -> None:
     """Issue 47: `accelerate` installed beside torchjob (its environment's bin), not on PATH, starts."""
-    from torchjob.local.render import environment_bin, resolve_argv
+    from torchjob.local.inspect.render import environment_bin, resolve_argv
 
     assert (environment_bin() / "accelerate").is_file()  # the test extra installs it there
     assert resolve_argv(["accelerate", "launch", "t.py"], True, "/usr/bin:/bin") == [

@@ -10,7 +10,7 @@ import yaml
 
 from torchjob.api import model
 from torchjob.api.status import STATE_ORDER, ConditionType, JobState, JobStatus, Reason
-from torchjob.core.reconcile import set_condition
+from torchjob.core.round.reconcile import set_condition
 
 
 def test_the_policy_literals_and_enums_agree() -> None:

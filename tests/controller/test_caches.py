@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
-from torchjob.core.topology import replicas
+from torchjob.core.shape.topology import replicas
 from torchjob.kube.controller.observe import observe
 from torchjob.kube.controller.pod_index import controller_uid
 from torchjob.kube.machinery.informer import LAST_APPLIED, metadata_only, pod_cached, whole

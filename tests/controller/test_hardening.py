@@ -11,7 +11,7 @@ from typing import Any
 from tests.controller.fakeapi import Call, FakeApi
 from tests.controller.test_sequencing import KEY, NS, condition, events, one_round, run, status_of, synced, torchjob
 from tests.dialects.cli import torchjob as cli
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.controller import gates
 from torchjob.kube.controller.outcome import Result
 from torchjob.kube.controller.reconciler import STALE_RECHECK_S

@@ -11,7 +11,7 @@ from typing import Any
 from tests.controller.fakeapi import FakeApi
 from tests.jobs import job_data
 from torchjob.api.status import Reason
-from torchjob.core.reconcile import Refusal
+from torchjob.core.round.reconcile import Refusal
 from torchjob.kube.controller.memory import JobMemory, Memories
 from torchjob.kube.machinery.informer import Informer, Packed, only_status_changed, whole
 

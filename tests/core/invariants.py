@@ -6,7 +6,7 @@ from datetime import datetime
 
 from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import Create, Plan, World, reconcile
+from torchjob.core.round.reconcile import Create, Plan, World, reconcile
 
 
 def check_idempotent(job: TorchJob, world: World, now: datetime, plan: Plan) -> None:

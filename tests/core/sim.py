@@ -23,7 +23,7 @@ from typing import Any
 
 from tests.core.invariants import check_all
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.core.reconcile import (
+from torchjob.core.round.reconcile import (
     Abandon,
     Action,
     Create,
@@ -38,7 +38,7 @@ from torchjob.core.reconcile import (
     World,
     reconcile,
 )
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SIGTERM_EXIT = 143

@@ -1,4 +1,4 @@
-"""Admission decided in core (core/admission.py): what Kueue's Workload and the PodGroup say is a
+"""Admission decided in core (core/policies/admission.py): what Kueue's Workload and the PodGroup say is a
 fact of the World; hold, resume, suspend again, make and delete are decided here, and no pod is
 planned while the PodGroup is not there or not admitted. Pure: no API, no clock."""
 
@@ -11,7 +11,7 @@ import pytest
 from tests.jobs import make_job
 from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import Admission, Admit, Create, Plan, Seen, World, reconcile
+from torchjob.core.round.reconcile import Admission, Admit, Create, Plan, Seen, World, reconcile
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -11,8 +11,19 @@ from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import Abandon, Create, Forget, Observed, Phase, Refusal, Stop, World, evicted, lost_rank
-from torchjob.core.topology import ReplicaId
+from torchjob.core.round.reconcile import (
+    Abandon,
+    Create,
+    Forget,
+    Observed,
+    Phase,
+    Refusal,
+    Stop,
+    World,
+    evicted,
+    lost_rank,
+)
+from torchjob.core.shape.topology import ReplicaId
 
 M0, W0 = ReplicaId("Master", 0), ReplicaId("Worker", 0)
 EVICTED_RESTARTS = [{"event": "PodEvicted", "action": "RestartJob"}]

@@ -4,7 +4,7 @@ with FallbackToLogsOnError the end of its log): the line a status says, the bloc
 from __future__ import annotations
 
 from tests.core.test_torch_errors import ERROR_FILE, TORCHRUN_OUTPUT
-from torchjob.core import torch_errors
+from torchjob.core.diagnosis import torch_errors
 
 # what a script's argparse prints, and exits 2 with
 ARGPARSE = """\

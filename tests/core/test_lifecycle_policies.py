@@ -18,7 +18,7 @@ from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import MASTER, WORKER, TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import (
+from torchjob.core.round.reconcile import (
     SUCCESS_SETTLE_S,
     Create,
     Forget,
@@ -29,7 +29,7 @@ from torchjob.core.reconcile import (
     World,
     match_policy,
 )
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 
 M0 = ReplicaId(MASTER, 0)
 W0, W1 = ReplicaId(WORKER, 0), ReplicaId(WORKER, 1)

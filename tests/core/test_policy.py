@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from torchjob.api.model import RestartPolicy
-from torchjob.core import policy
-from torchjob.core.policy import Exit
+from torchjob.core.policies import policy
+from torchjob.core.policies.policy import Exit
 
 CODES = (0, 1, 2, 127, 128, 130, 137, 138, 143, 255)
 

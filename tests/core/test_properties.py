@@ -18,9 +18,9 @@ from tests.core.invariants import check_all
 from tests.core.sim import SimResult, simulate
 from tests.jobs import make_job
 from torchjob.api.model import TorchJob
-from torchjob.core import policy
-from torchjob.core.reconcile import Create
-from torchjob.core.topology import replicas
+from torchjob.core.policies import policy
+from torchjob.core.round.reconcile import Create
+from torchjob.core.shape.topology import replicas
 
 CODES = (0, 1, 2, 127, 128, 130, 137, 138, 143, 255)
 POLICIES = ("Never", "OnFailure", "Always", "ExitCode")

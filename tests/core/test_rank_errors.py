@@ -4,7 +4,7 @@ cause quotes the rank whose error is its own, not the replica's last lines."""
 
 from __future__ import annotations
 
-from torchjob.core import rank_errors, torch_errors
+from torchjob.core.diagnosis import rank_errors, torch_errors
 
 OWN = "RuntimeError: lightning: injected failure on global rank 1 at step 5"
 PEER = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed "

@@ -11,7 +11,7 @@ from tests.jobs import job_data, make_job
 from torchjob.api.load import job_from_data
 from torchjob.api.model import JobStatus, ReplicaStatus
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import (
+from torchjob.core.round.reconcile import (
     SUCCESS_SETTLE_S,
     Action,
     Create,
@@ -26,7 +26,7 @@ from torchjob.core.reconcile import (
     reconcile,
     set_condition,
 )
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 
 M0 = ReplicaId("Master", 0)
 W0, W1 = ReplicaId("Worker", 0), ReplicaId("Worker", 1)
@@ -692,7 +692,7 @@ def test_a_worker_dying_after_every_rank_reported_done_waits_for_the_master_whos
     """A worker that aborts in torch's teardown (exit 134) after every rank's last report said 100 %:
     no restart while the master may still succeed; its success ends the job Succeeded, with a
     FailedAfterDone warning naming the worker and its exit."""
-    from torchjob.core.reconcile import DONE_GRACE_S
+    from torchjob.core.round.reconcile import DONE_GRACE_S
 
     d, _ = running_job(workers=2, restart_policy="OnFailure", run_policy={"backoffLimit": 3},
                        restart_scope="Job")
@@ -708,7 +708,7 @@ def test_a_worker_dying_after_every_rank_reported_done_waits_for_the_master_whos
 @pytest.mark.parametrize("case", ["master fails", "master silent past the grace", "not every rank done",
                                   "the master itself"])
 def test_a_failure_after_done_is_acted_on_as_any_other_when_the_master_does_not_succeed(case: str) -> None:
-    from torchjob.core.reconcile import DONE_GRACE_S
+    from torchjob.core.round.reconcile import DONE_GRACE_S
 
     d, _ = running_job(workers=2, restart_policy="OnFailure", run_policy={"backoffLimit": 3},
                        restart_scope="Job")

@@ -9,7 +9,7 @@ import pytest
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.status import Reason
-from torchjob.core.refusals import judge_create
+from torchjob.core.policies.refusals import judge_create
 
 JOB = job_from_data(job_data("demo"))
 POD_SECURITY = (

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from tests.core.sim import at, ended, running, up, world
 from tests.jobs import make_job
 from torchjob.api.model import RestartScope
-from torchjob.core.reconcile import Create, Forget, Stop
-from torchjob.core.topology import ReplicaId
+from torchjob.core.round.reconcile import Create, Forget, Stop
+from torchjob.core.shape.topology import ReplicaId
 
 M0, W0, W1 = "master-0", "worker-0", "worker-1"
 RID = {M0: ReplicaId("Master", 0), W0: ReplicaId("Worker", 0), W1: ReplicaId("Worker", 1)}

@@ -8,8 +8,8 @@ from tests.core.invariants import check_all
 from tests.core.sim import Facts, SimResult, at, simulate
 from tests.scenarios import BY_NAME, SCENARIOS, Scenario
 from torchjob.api.validate import DNS1035, validate
-from torchjob.core.reconcile import SUCCESS_SETTLE_S, Abandon, Refusal
-from torchjob.core.topology import replicas
+from torchjob.core.round.reconcile import SUCCESS_SETTLE_S, Abandon, Refusal
+from torchjob.core.shape.topology import replicas
 
 COMMAND = ["python", "-c", "pass"]
 

@@ -1,4 +1,4 @@
-"""Warm spares' pure decisions (core/spares.py): what command a spare can stand in for, which
+"""Warm spares' pure decisions (core/policies/spares.py): what command a spare can stand in for, which
 replica gets one, and the document's field checked with its fix."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from tests.jobs import make_job
 from torchjob.api.errors import InvalidJob
-from torchjob.core.spares import PythonEntry, no_spare_reason, python_entry, spare_still_useful
+from torchjob.core.policies.spares import PythonEntry, no_spare_reason, python_entry, spare_still_useful
 
 PY = "/venv/bin/python"
 
@@ -18,8 +18,8 @@ PY = "/venv/bin/python"
      PythonEntry(("-u", "-W", "ignore", "-X", "dev"), "t.py", None, ())),
     ([PY, "-Wignore", "-O", "-m", "pkg.mod", "-m", "x"], PythonEntry(("-Wignore", "-O"), None, "pkg.mod", ("-m", "x"))),
     ([PY, "-mpkg", "a"], PythonEntry((), None, "pkg", ("a",))),
-    ([PY, "-m", "torchjob.local.loopback_torchrun", "--nnodes", "2", "t.py"],
-     PythonEntry((), None, "torchjob.local.loopback_torchrun", ("--nnodes", "2", "t.py"))),
+    ([PY, "-m", "torchjob.local.start.loopback_torchrun", "--nnodes", "2", "t.py"],
+     PythonEntry((), None, "torchjob.local.start.loopback_torchrun", ("--nnodes", "2", "t.py"))),
 ])
 def test_a_command_python_runs_itself_is_taken_apart(argv: list[str], entry: PythonEntry) -> None:
     assert python_entry(argv, PY) == entry
@@ -103,7 +103,7 @@ def test_a_cluster_restarts_python_replicas_in_place_and_says_which_cannot() -> 
     (in_place_reason: None); what cannot (torchrun, `python -c`, no progress endpoint) is said, one
     line naming each replica type and why, never refused (the same document runs locally with its
     spares); a job without warmSpares, or whose replicas are never restarted, hears nothing."""
-    from torchjob.core.spares import NO_ENDPOINT, in_place_reason, in_pod_entry, on_a_cluster
+    from torchjob.core.policies.spares import NO_ENDPOINT, in_place_reason, in_pod_entry, on_a_cluster
     from torchjob.kube.clientside.plan import KubePlan
 
     job = make_job(restart_policy="OnFailure", run_policy={"warmSpares": True}, command=["python", "-u", "train.py"])

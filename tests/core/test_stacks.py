@@ -4,7 +4,18 @@ tests/programs/hang_collective.py, paths shortened), after the header torchjob's
 
 from __future__ import annotations
 
-from torchjob.core.stacks import Frame, ProcessStacks, Stacks, as_data, full, group, parse, ranges, short, text
+from torchjob.core.diagnosis.stacks import (
+    Frame,
+    ProcessStacks,
+    Stacks,
+    as_data,
+    full,
+    group,
+    parse,
+    ranges,
+    short,
+    text,
+)
 
 SITE = "/venv/lib/python3.11/site-packages"
 MAIN = "0x00007f3ee920db80"
@@ -122,7 +133,7 @@ def test_a_stalls_message_carries_where_the_ranks_were() -> None:
 
     from tests.core.sim import at, running
     from tests.jobs import make_job
-    from torchjob.core.reconcile import World
+    from torchjob.core.round.reconcile import World
 
     job = make_job("j", workers=1, run_policy={"progressDeadlineSeconds": 5})
     d, w = running(job)

@@ -16,7 +16,7 @@ from tests.scenarios import BY_NAME, Scenario
 from torchjob.api.errors import InvalidJob
 from torchjob.api.load import job_from_data
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import Create, Stop, World, quiet_replicas
+from torchjob.core.round.reconcile import Create, Stop, World, quiet_replicas
 
 COMMAND = ["python", "-c", "pass"]
 

@@ -9,7 +9,7 @@ import pytest
 from tests.jobs import make_job
 from torchjob.api.model import DEFAULT_PORT, ContainerPort
 from torchjob.api.spec_facts import is_torchrun, master_port
-from torchjob.core.topology import (
+from torchjob.core.shape.topology import (
     ALWAYS_DEFAULTS,
     Placement,
     ReplicaId,

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 from tests.jobs import make_job
 from torchjob.api.status import ConditionType
-from torchjob.core import torch_errors
-from torchjob.core.reconcile import Observed, Phase, World, reconcile
-from torchjob.core.topology import ReplicaId
+from torchjob.core.diagnosis import torch_errors
+from torchjob.core.round.reconcile import Observed, Phase, World, reconcile
+from torchjob.core.shape.topology import ReplicaId
 
 TRACE = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
          "RuntimeError: worker-0 could not load its shard")
@@ -125,7 +125,7 @@ Root cause (the failure that ended the job):
 
 
 def test_a_streamed_traceback_becomes_its_error_and_where_it_was_raised() -> None:
-    from torchjob.core.torch_errors import brief, raised_at
+    from torchjob.core.diagnosis.torch_errors import brief, raised_at
 
     out = brief(CAUSE, "`torchjob logs f` shows it again")
     assert out.splitlines()[2:] == [

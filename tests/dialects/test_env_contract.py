@@ -11,10 +11,10 @@ import pytest
 
 from tests.dialects.util import doc, line_of, problem_at, problems, read
 from torchjob.api.model import TorchJob
-from torchjob.core.topology import Placement, ReplicaId, replicas
+from torchjob.core.shape.topology import Placement, ReplicaId, replicas
 from torchjob.kube.objects import pods as pod_objects
-from torchjob.local.launch import LaunchSpec, LocalOptions
-from torchjob.local.render import render
+from torchjob.local.inspect.render import render
+from torchjob.local.start.launch import LaunchSpec, LocalOptions
 
 WHERE = Placement("127.0.0.1", 40001, "127.0.0.1", 40002)
 

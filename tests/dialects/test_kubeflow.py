@@ -7,7 +7,7 @@ import pytest
 from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, problems, read
 from torchjob.api.model import MASTER, WORKER
 from torchjob.api.spec_facts import master_port
-from torchjob.core.topology import Placement, ReplicaId, elastic_bounds, nproc_per_node, replica_env
+from torchjob.core.shape.topology import Placement, ReplicaId, elastic_bounds, nproc_per_node, replica_env
 
 WHERE = Placement(master_addr="10.0.0.1", master_port=29500, rdzv_addr="10.0.0.1", rdzv_port=29400)
 

@@ -10,8 +10,8 @@ from tests.dialects.util import SEEDS, read_data
 from torchjob.api.model import DEFAULT_PORT, MASTER, WORKER, LifecyclePolicy, TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import training_container
-from torchjob.core.advice import advise
-from torchjob.core.topology import Placement, ReplicaId, replica_env, replicas
+from torchjob.core.shape.advice import advise
+from torchjob.core.shape.topology import Placement, ReplicaId, replica_env, replicas
 from torchjob.dialects.convert import convert, explicit
 from torchjob.dialects.load import load
 

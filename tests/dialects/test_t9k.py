@@ -10,7 +10,7 @@ from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, pr
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import MASTER, WORKER, Container, TorchJob
 from torchjob.api.spec_facts import is_torchrun
-from torchjob.core.topology import Placement, ReplicaId, elastic_bounds, nproc_per_node, replica_env, replicas
+from torchjob.core.shape.topology import Placement, ReplicaId, elastic_bounds, nproc_per_node, replica_env, replicas
 
 WHERE = Placement(master_addr="10.0.0.1", master_port=29500, rdzv_addr="10.0.0.2", rdzv_port=29400)
 

@@ -12,7 +12,7 @@ import yaml
 from tests.dialects.util import SOURCE, doc, edit, line_of, problem_at, problems, read, read_data
 from torchjob.api.errors import InvalidJob, UserError
 from torchjob.api.model import MASTER, WORKER, TorchJob
-from torchjob.core.topology import Placement, ReplicaId, replica_env, replicas
+from torchjob.core.shape.topology import Placement, ReplicaId, replica_env, replicas
 from torchjob.dialects.convert import convert, explicit
 from torchjob.dialects.load import load
 from torchjob.dialects.trainjob import nproc

@@ -11,7 +11,7 @@ import pytest
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import WORKER, TorchJob
 from torchjob.api.source import Document
-from torchjob.core.topology import elastic_bounds, replicas
+from torchjob.core.shape.topology import elastic_bounds, replicas
 from torchjob.dialects import trainjob
 
 

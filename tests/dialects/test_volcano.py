@@ -8,7 +8,7 @@ from tests.dialects.util import doc, edit, line_of, only_problem, problem_at, pr
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import MASTER, PORT_NAME, WORKER, DependsOn, LifecyclePolicy
 from torchjob.api.spec_facts import master_port
-from torchjob.core.topology import Placement, ReplicaId, replica_env, volcano_env
+from torchjob.core.shape.topology import Placement, ReplicaId, replica_env, volcano_env
 
 WHERE = Placement(master_addr="10.0.0.1", master_port=29501, rdzv_addr="10.0.0.1", rdzv_port=29400)
 

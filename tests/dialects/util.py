@@ -11,7 +11,7 @@ import yaml
 
 from torchjob.api.errors import InvalidJob, Problem
 from torchjob.api.source import parse_documents
-from torchjob.core.advice import advise
+from torchjob.core.shape.advice import advise
 from torchjob.dialects.load import Loaded, load_document
 
 SEEDS = Path(__file__).parent / "seeds"

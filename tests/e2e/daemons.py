@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from torchjob.local import pids
+from torchjob.local.supervisor import pids
 
 
 def ours(state: Path, name: str) -> pids.Check:

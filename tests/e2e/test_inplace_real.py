@@ -27,7 +27,7 @@ from tests.kube.conftest import REPO
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT
-from torchjob.local import pids
+from torchjob.local.supervisor import pids
 
 pytestmark = pytest.mark.kube
 

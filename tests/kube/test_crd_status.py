@@ -20,8 +20,8 @@ from tests.core.sim import T0, at, ended, running, up, world
 from tests.jobs import job_data, make_job
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import Reason
-from torchjob.core.reconcile import Refusal, refuse
-from torchjob.core.topology import ReplicaId
+from torchjob.core.round.reconcile import Refusal, refuse
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects.crd import OperatorStatus, crd, status_schema
 from torchjob.kube.served.kinds import TORCHJOB

@@ -20,7 +20,7 @@ import pytest
 
 from tests.kube.conftest import ENABLED
 from tests.scripts.devcluster import SCRIPT, bridge_of, leftovers, processes_of, unused_subnet
-from torchjob.local import pids
+from torchjob.local.supervisor import pids
 
 pytestmark = pytest.mark.kube
 

@@ -1,6 +1,6 @@
 """Issue 43, item 8, as the operator observes it (pure: pods as dicts): a worker pod that failed after
 every rank's latest progress report said 100 % waits for the master, whose success ends the job
-Succeeded without a restart (core/reconcile.py, _died_after_done); the operator's books say which
+Succeeded without a restart (core/round/reconcile.py, _died_after_done); the operator's books say which
 replica attempts reported done (observe's `reported_done`)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import reconcile
-from torchjob.core.topology import replicas
+from torchjob.core.round.reconcile import reconcile
+from torchjob.core.shape.topology import replicas
 from torchjob.kube.controller.observe import observe
 from torchjob.kube.objects import pods as pod_objects
 

@@ -10,8 +10,8 @@ from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.reconcile import Create, Phase, Stop, as_core_sees, reconcile
-from torchjob.core.topology import ReplicaId, replicas
+from torchjob.core.round.reconcile import Create, Phase, Stop, as_core_sees, reconcile
+from torchjob.core.shape.topology import ReplicaId, replicas
 from torchjob.kube.controller.observe import observe
 from torchjob.kube.objects import pods as pod_objects
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 from tests.jobs import make_job
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.core.reconcile import Observed, Phase, World, reconcile
-from torchjob.core.topology import ReplicaId
+from torchjob.core.round.reconcile import Observed, Phase, World, reconcile
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.served import kubeflow_status, trainjob
 
 SAID = "train.py: error: argument --epochs: invalid int value: 'five'"

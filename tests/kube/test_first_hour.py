@@ -69,8 +69,8 @@ def test_a_job_of_one_replica_is_created_with_1_replica_and_its_end_is_not_runni
 
     from tests.jobs import make_job
     from torchjob.api.status import ConditionType
-    from torchjob.core.reconcile import Observed, Phase, World, reconcile
-    from torchjob.core.topology import ReplicaId
+    from torchjob.core.round.reconcile import Observed, Phase, World, reconcile
+    from torchjob.core.shape.topology import ReplicaId
 
     now = datetime(2026, 11, 29, tzinfo=UTC)
     job = make_job("one", workers=0)

@@ -10,7 +10,7 @@ import pytest
 
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.dialects.load import load
 from torchjob.kube.objects import gang, tensorboard
 from torchjob.kube.objects import pods as pod_objects

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.jobs import make_job
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.objects.pods import RANK_TAG_DIR, RANK_TAG_ENV, RANK_TAG_VOLUME, pod
 
 TORCHRUN = ["torchrun", "train.py"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 
 from tests.jobs import make_job
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.crd import crd
 from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL, LEASE_RULES, RULES, manifests

@@ -12,8 +12,8 @@ import yaml
 
 from tests.jobs import job_data, make_job
 from torchjob.api.load import job_from_data
-from torchjob.core.reconcile import Phase
-from torchjob.core.topology import ReplicaId
+from torchjob.core.round.reconcile import Phase
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.controller.observe import observe
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.crd import crd

@@ -23,7 +23,7 @@ from tests.docs.blocks import tested as blocks
 from tests.kube.conftest import Operator, apiserver_metrics, finished, wait_job
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TensorBoardSpec, TorchJob
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.ownership import owner_reference

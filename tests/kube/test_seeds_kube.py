@@ -13,7 +13,7 @@ from lightkube.resources.core_v1 import Service
 
 from tests.kube.conftest import Operator, admit_podgroup
 from tests.kube.test_operator import create, wait_pods
-from torchjob.core.topology import node_rank, replicas
+from torchjob.core.shape.topology import node_rank, replicas
 from torchjob.dialects.convert import explicit
 from torchjob.dialects.load import load
 from torchjob.kube.machinery.client import VolcanoPodGroup

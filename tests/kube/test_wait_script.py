@@ -15,7 +15,7 @@ import pytest
 from tests.jobs import make_job
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import WaitForMaster
-from torchjob.core.topology import Placement
+from torchjob.core.shape.topology import Placement
 from torchjob.kube.objects.init_container import wait_for_master
 
 SH = shutil.which("sh")

@@ -20,8 +20,8 @@ import pytest
 
 from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, REPO, Torchjob, job_processes, state_of, write_job
-from torchjob.local import pids
-from torchjob.local.store import Store
+from torchjob.local.store.store import Store
+from torchjob.local.supervisor import pids
 
 pytestmark = pytest.mark.e2e
 SLEEP = ["python", "-c", "import time; time.sleep(120)"]
@@ -110,7 +110,7 @@ def test_a_full_disk_where_logs_go_is_told_and_the_job_and_store_are_unharmed(to
 WRITER = """
 import sys, time
 from pathlib import Path
-from torchjob.local.store import Store
+from torchjob.local.store.store import Store
 s = Store(Path(sys.argv[1]))
 n = 0
 while True:

@@ -16,11 +16,11 @@ from tests.jobs import job_data, make_job
 from tests.local.conftest import Torchjob, job_processes, state_of, write_job
 from torchjob.api.errors import UserError
 from torchjob.api.status import ConditionType
-from torchjob.local import pids
-from torchjob.local.launch import LocalOptions
 from torchjob.local.local_runtime import LocalRuntime
-from torchjob.local.prepare import supervisor_alive
-from torchjob.local.store import Store
+from torchjob.local.start.launch import LocalOptions
+from torchjob.local.start.prepare import supervisor_alive
+from torchjob.local.store.store import Store
+from torchjob.local.supervisor import pids
 
 PRINT_PORT = ["python", "-c", "import os; print('port', os.environ['MASTER_PORT'], os.environ['PET_MASTER_PORT'] "
               "if 'PET_MASTER_PORT' in os.environ else '')"]

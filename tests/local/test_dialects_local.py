@@ -70,7 +70,7 @@ def test_t9k_torchrun_switch_with_two_processes_per_node(torchjob: Torchjob, tmp
     shutil.copy(PROGRAMS / "ddp_step.py", tmp_path / "dist_mnist.py")
     (tmp_path / "job.yaml").write_text(T9K_TORCHRUN)
     render = torchjob("render", "job.yaml", "-o", "json", cwd=tmp_path, check=True).stdout
-    assert '"torchjob.local.loopback_torchrun"' in render and '"dist_mnist.py"' in render
+    assert '"torchjob.local.start.loopback_torchrun"' in render and '"dist_mnist.py"' in render
     assert '"PET_NNODES": "2:2"' in render and '"PET_NPROC_PER_NODE": "2"' in render
     proc = torchjob("run", "job.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,6 @@
 """Issue 43, item 8: a rank that dies in its teardown after every rank reported its work complete
 (as torch's gloo teardown aborts a process: SIGABRT, exit 134) does not make torchjob train again:
-the master's success decides (core/reconcile.py, _died_after_done). Real processes, `torchjob run`."""
+the master's success decides (core/round/reconcile.py, _died_after_done). Real processes, `torchjob run`."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ import pytest
 
 from tests.jobs import job_data
 from tests.local.conftest import Torchjob, job_processes, write_job
-from torchjob.local.launch import LocalOptions
 from torchjob.local.local_runtime import LocalRuntime
-from torchjob.local.store import Store
+from torchjob.local.start.launch import LocalOptions
+from torchjob.local.store.store import Store
 
 
 def test_every_run_has_its_own_uid_whatever_the_document_says(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_a_second_store_in_one_process_never_opens_the_existing_database(tmp_pat
     """Closing any descriptor of state.db drops every POSIX lock this process holds on it, the first
     Store's SQLite connection's too; so a Store opened on an existing database (the SDK and the
     dashboard open several) only tightens its mode, and still makes it private."""
-    from torchjob.local import store as store_module
+    from torchjob.local.store import store as store_module
 
     first = store_module.Store(tmp_path)
     (tmp_path / "state.db").chmod(0o644)
@@ -114,8 +114,8 @@ def test_a_signal_sent_to_a_supervisor_just_started_waits_for_its_handler(tmp_pa
     import signal
 
     from torchjob.api.load import job_from_data
-    from torchjob.local import pids
-    from torchjob.local.prepare import supervisor_alive
+    from torchjob.local.start.prepare import supervisor_alive
+    from torchjob.local.supervisor import pids
 
     store = Store(tmp_path / "home")
     runtime = LocalRuntime(LocalOptions(), store)

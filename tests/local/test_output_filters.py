@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from torchjob.api.output import hidden
-from torchjob.local.quiet import QuietStop
 from torchjob.local.ranktag import HOOK_DIR
+from torchjob.local.supervisor.quiet import QuietStop
 from torchjob.sdk.ship import value_in
 
 SIGNAL_TRACE = [

@@ -16,11 +16,11 @@ import pytest
 
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
-from torchjob.local import pids, watchdog
-from torchjob.local.launch import LocalOptions
 from torchjob.local.local_runtime import LocalRuntime
-from torchjob.local.store import Store
-from torchjob.local.sweep import sweep
+from torchjob.local.start.launch import LocalOptions
+from torchjob.local.store.store import Store
+from torchjob.local.supervisor import pids, watchdog
+from torchjob.local.supervisor.sweep import sweep
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ import pytest
 
 from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, Torchjob, job_processes, state_of, write_job
-from torchjob.local import pids
 from torchjob.local.spares.spare import ATTEMPT_ENV
 from torchjob.local.spares.workers import TORCHRUN_WORKER_ENV
-from torchjob.local.store import Store
+from torchjob.local.store.store import Store
+from torchjob.local.supervisor import pids
 
 pytestmark = pytest.mark.e2e
 PROBE = PROGRAMS / "spare_probe.py"

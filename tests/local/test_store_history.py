@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.jobs import make_job
 from torchjob.api.model import JobStatus
-from torchjob.local.store import SCHEMA, Store
+from torchjob.local.store.store import SCHEMA, Store
 from torchjob.progress.book import Book
 from torchjob.progress.protocol import Report
 

@@ -15,10 +15,10 @@ from tests.dialects.cli import torchjob
 from tests.jobs import job_data
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
-from torchjob.core.topology import Placement
-from torchjob.local.launch import LocalOptions
-from torchjob.local.render import render
-from torchjob.local.volumes import prepare
+from torchjob.core.shape.topology import Placement
+from torchjob.local.inspect.render import render
+from torchjob.local.start.launch import LocalOptions
+from torchjob.local.start.volumes import prepare
 
 
 @pytest.fixture

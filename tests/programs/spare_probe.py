@@ -35,7 +35,7 @@ def uptime() -> float:
 def wait_for_spare(replica: str) -> None:
     from pathlib import Path
 
-    from torchjob.local.store import Store
+    from torchjob.local.store.store import Store
 
     store = Store(Path(os.environ["TORCHJOB_HOME"]))
     while not any(e.reason == "SpareReady" and e.message.startswith(f"{replica}'s")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from torchjob.local.progress import LocalEndpoint
+from torchjob.local.supervisor.progress import LocalEndpoint
 from torchjob.progress.protocol import BadReport, parse
 
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz import ANSWER_S, examples
-from torchjob.local.progress import LocalEndpoint
+from torchjob.local.supervisor.progress import LocalEndpoint
 from torchjob.progress.protocol import BadReport, Report, parse
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=80),

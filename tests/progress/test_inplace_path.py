@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from torchjob.local.progress import LocalEndpoint
+from torchjob.local.supervisor.progress import LocalEndpoint
 from torchjob.progress import server as server_module
 
 DEEP = b"[" * 30_000 + b"]" * 30_000  # 60 KB: under the body limit

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchjob.local.progress import LocalEndpoint
+from torchjob.local.supervisor.progress import LocalEndpoint
 from torchjob.progress import server
 from torchjob.report import Reporter
 

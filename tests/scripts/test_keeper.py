@@ -16,7 +16,7 @@ import pytest
 
 from tests.docs import blocks
 from tests.scripts.devcluster import SCRIPT
-from torchjob.local import pids
+from torchjob.local.supervisor import pids
 
 KEEPER = SCRIPT.parents[1] / "hack" / "devcluster" / "keeper.py"
 

@@ -151,7 +151,7 @@ def test_a_value_that_cannot_travel_back_fails_the_job_with_a_typed_error() -> N
 
 
 def _uid(name: str) -> str:
-    from torchjob.local.store import Store
+    from torchjob.local.store.store import Store
 
     rec = Store().get(name)
     assert rec is not None
@@ -213,8 +213,8 @@ def test_a_failed_run_raises_job_failed_with_the_root_cause() -> None:
 
 
 def test_submit_wait_progress_logs_and_list() -> None:
-    from torchjob.local.prepare import supervisor_alive
-    from torchjob.local.store import Store
+    from torchjob.local.start.prepare import supervisor_alive
+    from torchjob.local.store.store import Store
 
     handle = torchjob.Job.from_function(reports, args=(20, 0.1), name="rep").submit()
     assert handle.name == "rep" and not handle.kube

@@ -123,7 +123,7 @@ def seed_jobs(home: Path, n: int, steps: int = 100) -> None:
     succeeded, one failed (BackoffLimitExceeded)."""
     from torchjob.api.model import JobStatus
     from torchjob.api.status import Condition, ConditionType, FailureInfo
-    from torchjob.local.store import Store
+    from torchjob.local.store.store import Store
     from torchjob.progress.book import Book
     from torchjob.progress.protocol import Report
 

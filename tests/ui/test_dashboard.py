@@ -200,7 +200,7 @@ def test_a_thousand_jobs_first_paint(tmp_path: Path, browser: Any, page: Page, a
 def test_hostile_content_is_shown_as_text(tmp_path: Path, page: Page, artifacts: Path,
                                           dashboard: Callable[..., Dashboard]) -> None:
     from tests.programs.report_steps import HOSTILE
-    from torchjob.local.store import Store
+    from torchjob.local.store.store import Store
 
     home = tmp_path / "home"
     submit(home, tmp_path, "hostile", "--steps", "5", "--hostile")

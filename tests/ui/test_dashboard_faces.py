@@ -28,7 +28,7 @@ def seed(home: Path) -> None:
     each), created in that order."""
     from torchjob.api.model import JobStatus
     from torchjob.api.status import Condition, ConditionType, FailureInfo
-    from torchjob.local.store import Store
+    from torchjob.local.store.store import Store
     from torchjob.progress.book import Book
     from torchjob.progress.protocol import Report
 

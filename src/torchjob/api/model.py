@@ -166,10 +166,10 @@ class RunPolicy(Strict):
     # counted as one restart (the default of a job that is not elastic: no rank can go on without the
     # others, which would fail in their next collective or hang in it); `Replica`, only the failed
     # one (Kubeflow's behaviour; the default of an elastic job, whose rendezvous re-forms). A replica
-    # deleted by someone else restarts the same, uncounted (core/facts.py `lost_rank`).
+    # deleted by someone else restarts the same, uncounted (core/round/facts.py `lost_rank`).
     restartScope: RestartScope | None = None
     # torchjob's: keep a warm spare process (interpreter up, torch imported) per restartable replica,
-    # which becomes the replica's next attempt when it is restarted (core/spares.py; local runs only).
+    # which becomes the replica's next attempt when it is restarted (core/policies/spares.py; local runs only).
     warmSpares: bool | None = None
 
 

@@ -92,7 +92,7 @@ def _runtime(configmaps: tuple[str, ...] = (), pvcs: tuple[str, ...] = (), docum
     target = target_of(**where)
     if target.kube:
         return connect(target)
-    from torchjob.local.launch import LocalOptions
+    from torchjob.local.start.launch import LocalOptions
 
     return connect(target, LocalOptions(
         configmaps=_pairs("--configmap", configmaps, "scripts=./train.py"),
@@ -108,7 +108,7 @@ RUNTIME = click.option("--runtime", "runtimes", multiple=True, metavar="FILE",
 
 def _load(path: str, runtimes: tuple[str, ...] = ()) -> Any:
     """Read a job in any dialect; what its reader ignored or decided is shown as warnings."""
-    from torchjob.core.advice import advise
+    from torchjob.core.shape.advice import advise
     from torchjob.dialects.load import load
 
     loaded = load(path, runtimes)
@@ -194,7 +194,7 @@ def run(target: tuple[str, ...], quiet: bool, ranks_filter: str | None, runtimes
     if not job.status.is_true(ConditionType.SUCCEEDED) and job.root_cause:
         cause = job.root_cause
         if not quiet and not where.get("kube"):  # its traceback was just streamed here: once is enough
-            from torchjob.core.torch_errors import brief
+            from torchjob.core.diagnosis.torch_errors import brief
 
             failed = job.status.failure.replica if job.status.failure else None
             filt = ranks.line_filter(made.job, wanted) if wanted is not None and failed else None
@@ -224,7 +224,7 @@ def submit(target: tuple[str, ...], runtimes: tuple[str, ...], **where: Any) -> 
 @RUNTIME
 def validate(job_file: str, output: str, runtimes: tuple[str, ...]) -> None:
     """Check a job file; exit 2 with one message per problem when it is not valid."""
-    from torchjob.local.render import warnings
+    from torchjob.local.inspect.render import warnings
 
     job = _load(job_file, runtimes)
     notes = warnings(job)

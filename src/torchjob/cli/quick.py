@@ -18,7 +18,7 @@ from torchjob.api.build import Built, Entry, JobSpec, build, parse_env, parse_sh
 from torchjob.api.errors import UserError
 from torchjob.api.model import RunPolicy, TorchJob
 from torchjob.api.validate import validate
-from torchjob.core.topology import nproc_per_node, replica_total
+from torchjob.core.shape.topology import nproc_per_node, replica_total
 from torchjob.runtime import DryRun, Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -295,7 +295,7 @@ def plan(target: tuple[str, ...], where: dict[str, Any], load: Callable[[str], T
         if shipped:
             say(f"torchjob: {shipped}")
         if not where.get("kube"):
-            from torchjob.local.render import available_gpus
+            from torchjob.local.inspect.render import available_gpus
 
             advice = gpu_advice(built.job, len(available_gpus()))
             if advice:

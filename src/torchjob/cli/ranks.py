@@ -10,7 +10,7 @@ import re
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.console import LineFilter
-from torchjob.core.topology import node_rank, nproc_per_node, replicas
+from torchjob.core.shape.topology import node_rank, nproc_per_node, replicas
 
 PREFIX = re.compile(r"^\[(?P<replica>[\w.-]+)\] ")
 TAG = re.compile(r"^\[rank(?P<rank>\d+)\]: ?")

@@ -1,5 +1,5 @@
 """`torchjob stacks NAME`: where a running job's ranks are (core.stacks groups and words them; the
-local runtime takes them, torchjob.local.stacks)."""
+local runtime takes them, torchjob.local.inspect.stacks)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from torchjob.api.errors import UserError
-from torchjob.core import stacks as core_stacks
+from torchjob.core.diagnosis import stacks as core_stacks
 
 
 def stacks_command(kube_options: Callable[[Any], Any], runtime: Callable[..., Any]) -> click.Command:

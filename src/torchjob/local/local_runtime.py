@@ -28,14 +28,15 @@ from typing import Any, BinaryIO
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.console import Console
-from torchjob.core.stacks import Stacks
-from torchjob.local import pids, read
-from torchjob.local.files import private_dir, private_file
-from torchjob.local.launch import LaunchSpec, LocalOptions
-from torchjob.local.prepare import claim_name, placement, prepare_job, supervisor_alive
-from torchjob.local.render import warnings
-from torchjob.local.store import JobRecord, Store
-from torchjob.local.supervisor import Supervisor
+from torchjob.core.diagnosis.stacks import Stacks
+from torchjob.local.inspect import read
+from torchjob.local.inspect.render import warnings
+from torchjob.local.start.launch import LaunchSpec, LocalOptions
+from torchjob.local.start.prepare import claim_name, placement, prepare_job, supervisor_alive
+from torchjob.local.store.files import private_dir, private_file
+from torchjob.local.store.store import JobRecord, Store
+from torchjob.local.supervisor import pids
+from torchjob.local.supervisor.supervisor import Supervisor
 from torchjob.runtime import (
     Code,
     JobView,
@@ -157,7 +158,7 @@ class LocalRuntime:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "torchjob.local.daemon", job.name],
+                [sys.executable, "-m", "torchjob.local.supervisor.daemon", job.name],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env, cwd=plan.opts.cwd,
             )
         finally:
@@ -248,8 +249,8 @@ class LocalRuntime:
 
     def stacks(self, name: str, wait_s: float | None = None) -> Stacks:
         """Every live process's Python stacks (all threads) of the job's current attempts
-        (torchjob.local.stacks: faulthandler on SIGUSR2, registered by torchjob's start-up hook)."""
-        from torchjob.local import stacks
+        (torchjob.local.inspect.stacks: faulthandler on SIGUSR2, registered by torchjob's start-up hook)."""
+        from torchjob.local.inspect import stacks
 
         name = local_name(name)
         _, v = self._find(name)

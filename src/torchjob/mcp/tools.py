@@ -209,8 +209,8 @@ class Tools:
 
     def validate(self, document: str) -> Answer:
         loaded = load_text(document)
-        from torchjob.core.advice import advise
-        from torchjob.local.render import warnings
+        from torchjob.core.shape.advice import advise
+        from torchjob.local.inspect.render import warnings
 
         notes = [*loaded.notes, *advise(loaded.job, loaded.doc), *warnings(loaded.job)]
         text = f"valid {loaded.dialect} {loaded.job.name!r}" + "".join(f"\nwarning: {n}" for n in notes)

@@ -48,7 +48,7 @@ def brief(root_cause: str) -> str:
     """The root cause without the traceback it quotes, for a message shown under the job's output,
     where that traceback was just streamed (a notebook cell shows it once, not again in the error):
     the error's line and where it was raised instead (core.torch_errors.brief)."""
-    from torchjob.core.torch_errors import brief as briefly
+    from torchjob.core.diagnosis.torch_errors import brief as briefly
 
     return briefly(root_cause, "`.root_cause` has it")
 

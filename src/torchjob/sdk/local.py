@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from torchjob.connect import HERE, connect
-from torchjob.local.store import home
+from torchjob.local.store.store import home
 from torchjob.runtime import Runtime, Show
 
 _RUNTIMES: dict[str, Runtime[Any]] = {}

@@ -196,7 +196,7 @@ class JobHandle:
         the user's own code or a library's) and a one-line `summary`; `short` (for each group the
         innermost frame of the user's code), `missing` (processes that did not answer), `seconds`.
         Local jobs only, for now."""
-        from torchjob.core import stacks as core_stacks
+        from torchjob.core.diagnosis import stacks as core_stacks
 
         take = getattr(self._rt, "stacks", None)  # the local runtime's, for now
         if self.kube or take is None:

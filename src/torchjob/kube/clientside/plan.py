@@ -9,7 +9,7 @@ from typing import Any
 
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
-from torchjob.core.spares import on_a_cluster
+from torchjob.core.policies.spares import on_a_cluster
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside.code import configmap_of
 from torchjob.kube.objects.ownership import as_torchjob

@@ -13,15 +13,15 @@ from typing import Any
 from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType, JobStatus
 from torchjob.api.validate import training_container
-from torchjob.core import torch_errors
-from torchjob.core.topology import ReplicaId, node_rank
+from torchjob.core.diagnosis import torch_errors
+from torchjob.core.shape.topology import ReplicaId, node_rank
 from torchjob.kube.machinery.client import parse_time, to_dict
 from torchjob.kube.objects.labels import attempt_of, replica_name
 from torchjob.kube.objects.pod_status import terminated
 
 LOG_LINES = 15  # the failing replica's last lines shown, as locally
 READ_LINES = 400  # of its log, read to find them (torchrun's report alone is 40-odd lines)
-READ_BYTES = 64 * 1024  # as locally (local/read.py tail)
+READ_BYTES = 64 * 1024  # as locally (local/inspect/read.py tail)
 
 ReadLog = Callable[[str], list[str] | None]  # a pod's name -> its log's last lines; None: not readable
 

@@ -2,7 +2,7 @@
 and the gang scheduler's (a Volcano or scheduler-plugins PodGroup, admitted by Volcano).
 
 A gate observes (`observe`: a `Look`, which goes into the round's World) and carries out what core
-decided (`carry_out`: core/admission.py decides hold, resume, suspend, make and delete); it decides
+decided (`carry_out`: core/policies/admission.py decides hold, resume, suspend, make and delete); it decides
 nothing. What a refusal means for the job (a PodGroup or Kueue kind missing on this cluster) is
 core's decision too: the gate hands back a `Refusal` fact. What a gate remembers of a job lives in
 the job's memory (memory.py), and when the job should be looked at again is part of its answer
@@ -19,7 +19,7 @@ from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import EventType, Reason
-from torchjob.core.reconcile import Admit, Refusal, Seen
+from torchjob.core.round.reconcile import Admit, Refusal, Seen
 from torchjob.kube.controller.memory import GangMemory, JobMemory
 from torchjob.kube.machinery import client
 from torchjob.kube.machinery.api_protocol import ApiProtocol
@@ -115,7 +115,7 @@ async def not_ours(api: ApiProtocol, raw: dict[str, Any], key: Key, found: dict[
 
 
 class KueueGate:
-    """Kueue admits a job by resuming it (core/admission.py decides; this observes the job's
+    """Kueue admits a job by resuming it (core/policies/admission.py decides; this observes the job's
     Workload and carries the steps out). Only a Workload the job controls (its uid) is read: an
     admitted one an earlier job of the name left never admits this one."""
 
@@ -194,7 +194,7 @@ class KueueGate:
 
 
 class PodGroupGate:
-    """The job's PodGroup (core/admission.py decides when it is made and deleted, and holds the pods
+    """The job's PodGroup (core/policies/admission.py decides when it is made and deleted, and holds the pods
     until it is there, or admitted; this observes it and carries the steps out). Volcano's admission:
     a change of a watched PodGroup brings its job back; until PodGroups are watched, the job looks
     again every ADMISSION_POLL_S."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchjob.core.reconcile import Refusal
+from torchjob.core.round.reconcile import Refusal
 from torchjob.kube.machinery.informer import Key
 
 

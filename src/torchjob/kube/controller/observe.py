@@ -12,8 +12,8 @@ from typing import Any
 
 from torchjob.api.model import TorchJob
 from torchjob.api.validate import training_container
-from torchjob.core import torch_errors
-from torchjob.core.reconcile import Admission, Observed, Phase, Refusal, World
+from torchjob.core.diagnosis import torch_errors
+from torchjob.core.round.reconcile import Admission, Observed, Phase, Refusal, World
 from torchjob.kube.machinery.client import parse_time
 from torchjob.kube.objects import inplace, pod_status
 from torchjob.kube.objects.labels import attempt_of, replica_of
@@ -86,7 +86,7 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dic
     if last_report is not None:
         seen = {name: replace(o, last_report=last_report(name, o.attempt)) if o.phase is Phase.RUNNING else o
                 for name, o in seen.items()}
-    if reported_done is not None:  # (replica, attempt) -> its latest report said 100 %: core/reconcile.py
+    if reported_done is not None:  # (replica, attempt) -> its latest report said 100 %: core/round/reconcile.py
         seen = {name: replace(o, reported_done=True) if reported_done(name, o.attempt) else o
                 for name, o in seen.items()}
     return World(replicas=seen, refused=refused, admission=admission or Admission())

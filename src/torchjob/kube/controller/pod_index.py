@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api.model import TorchJob
-from torchjob.core.topology import replicas
+from torchjob.core.shape.topology import replicas
 from torchjob.kube.controller.memory import JobMemory
 from torchjob.kube.controller.observe import observe_pod
 from torchjob.kube.machinery.informer import Key

@@ -12,7 +12,7 @@ Failed only after deleting its pods). What the round learns while acting and can
 the API server refuses, a PodGroup or Kueue kind missing) is recorded as a fact of the job (its
 memory: memory.py) and the round asks to be run again at once: the next round's World carries it
 and core decides the ending. Admission too is observed (the gates' `observe`: what Kueue's Workload and
-the PodGroup say) and decided by core (core/admission.py); the gates only carry the steps out. Kueue's
+the PodGroup say) and decided by core (core/policies/admission.py); the gates only carry the steps out. Kueue's
 hold, resume and suspend change the job's spec and end the round there, before any status write.
 
 A round returns its outcome (`Result`: look again at once, after a while, or forget the job); the
@@ -31,8 +31,8 @@ from lightkube.core.exceptions import ApiError
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType, EventType, Reason
-from torchjob.core import spares
-from torchjob.core.reconcile import (
+from torchjob.core.policies import spares
+from torchjob.core.round.reconcile import (
     Abandon,
     Admission,
     Admit,
@@ -47,7 +47,7 @@ from torchjob.core.reconcile import (
     Stop,
     reconcile,
 )
-from torchjob.core.reconcile import refuse as refuse_unreadable
+from torchjob.core.round.reconcile import refuse as refuse_unreadable
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.configmaps import ConfigMaps
 from torchjob.kube.controller.gates import KueueGate, Look, PodGroupGate

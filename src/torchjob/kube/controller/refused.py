@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from lightkube.core.exceptions import ApiError
 
 from torchjob.api.model import TorchJob
-from torchjob.core.refusals import judge_create
-from torchjob.core.world import Refusal
+from torchjob.core.policies.refusals import judge_create
+from torchjob.core.round.world import Refusal
 from torchjob.kube.machinery.client import api_message, status_code
 
 

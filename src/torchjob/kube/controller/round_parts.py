@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from torchjob.api.model import TorchJob
-from torchjob.core.reconcile import Plan
+from torchjob.core.round.reconcile import Plan
 from torchjob.kube.controller.memory import JobMemory
 from torchjob.kube.controller.pod_index import PodIndex
 from torchjob.kube.machinery.informer import Informer, Key

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from lightkube.utils.quantity import parse_quantity
 
 from torchjob.api.model import SchedulingPolicy, TorchJob
-from torchjob.core.topology import replicas
+from torchjob.core.shape.topology import replicas
 
 VOLCANO = "volcano"
 NO_GANG = {"", "default-scheduler", "t9k-scheduler"}  # T9k's scheduler keeps its own queue objects

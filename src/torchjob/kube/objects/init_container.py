@@ -10,7 +10,7 @@ from typing import Any
 
 from torchjob.api.defaults import ADDED_USER, INIT_RESOURCES
 from torchjob.api.model import WORKER, TorchJob
-from torchjob.core.topology import Placement, ReplicaId, has_master
+from torchjob.core.shape.topology import Placement, ReplicaId, has_master
 
 ANNOTATION_WAIT = "torchjob.dev/wait-for-master"  # "false" turns the init container off for a job
 WAIT_CONTAINER = "wait-for-master"

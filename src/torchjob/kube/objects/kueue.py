@@ -18,7 +18,7 @@ from typing import Any
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.topology import replicas
+from torchjob.core.shape.topology import replicas
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 API_VERSION = "kueue.x-k8s.io/v1beta1"

@@ -18,8 +18,17 @@ from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import reserved_meta, training_container
-from torchjob.core import spares, topology
-from torchjob.core.topology import Placement, ReplicaId, debug_command, has_master, merge_env, replica_env, replicas
+from torchjob.core.policies import spares
+from torchjob.core.shape import topology
+from torchjob.core.shape.topology import (
+    Placement,
+    ReplicaId,
+    debug_command,
+    has_master,
+    merge_env,
+    replica_env,
+    replicas,
+)
 from torchjob.kube.objects import gang, inplace, kueue, tensorboard
 from torchjob.kube.objects.init_container import (
     is_windows,

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchjob.api.model import MASTER, REPLICA_TYPES, Condition, JobStatus, TorchJob
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.objects.kubeflow_crd import EXTRAS, KIND, MANAGED_BY_KUBEFLOW
 from torchjob.kube.objects.labels.kubeflow import (
     LABEL_REPLICA_TYPE,

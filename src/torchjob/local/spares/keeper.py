@@ -1,5 +1,5 @@
 """The supervisor's warm spares (runPolicy.warmSpares): one kept ready per replica core gives one
-(core/spares.py), started SPARE_AFTER_S after the attempt it would replace, handed to the next
+(core/policies/spares.py), started SPARE_AFTER_S after the attempt it would replace, handed to the next
 attempt of its replica, and discarded once the job stops, is suspended, deleted or done. The
 supervisor's loop sees its wake-ups (`SpareWarm`, `SpareDue`) on the same queue as its other events."""
 
@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from torchjob.api.model import TorchJob
-from torchjob.core import spares
-from torchjob.local import volumes
-from torchjob.local.launch import LaunchSpec
-from torchjob.local.process import ReplicaProcess
+from torchjob.core.policies import spares
 from torchjob.local.spares.spare import SPARE_AFTER_S, Spare
+from torchjob.local.start import volumes
+from torchjob.local.start.launch import LaunchSpec
+from torchjob.local.supervisor.process import ReplicaProcess
 
 
 @dataclass(frozen=True)

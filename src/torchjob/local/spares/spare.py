@@ -1,13 +1,13 @@
 """Warm spares of local replicas: a process started ahead of need that becomes a replica's next attempt.
 
-Which replica gets one is core's decision (core/spares.py); this is the mechanism. A spare is the
+Which replica gets one is core's decision (core/policies/spares.py); this is the mechanism. A spare is the
 replica's interpreter running `launcher/torchjob_spare.py` with the replica's own interpreter
 options, command line, working directory, mounts and environment (less what only an attempt knows:
 `ATTEMPT_ENV`), in a process group of its own, as a replica's process is. It imports `torch` (and
 what else is safe to import ahead), says so on a socket, and waits. `take` hands it the new
 attempt's whole environment; it then runs the script or module as `python` would, and from then on
 it is the attempt's process: its pid, its process group, its output pipe are the ones the supervisor
-watches, signals and streams (torchjob.local.process). A spare not needed is told so by end of file
+watches, signals and streams (torchjob.local.supervisor.process). A spare not needed is told so by end of file
 on its socket (also when the supervisor dies) and killed.
 """
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchjob.core.spares import PythonEntry
+from torchjob.core.policies.spares import PythonEntry
 
 # A spare starts this long after the attempt (or torchrun worker) it would replace has started: its
 # `import torch` then never competes for the cores with that attempt's own start (a cold one's
@@ -36,10 +36,10 @@ WARM_ENV = "TORCHJOB_SPARE_WARM"
 # What only an attempt knows (its error file, its progress token): the rest of a replica's
 # environment is the same for each of its attempts, and a spare starts with it.
 ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN",
-                         "TORCHJOB_STACKS_DIR"})  # the last: local/stacks.py
+                         "TORCHJOB_STACKS_DIR"})  # the last: local/inspect/stacks.py
 # torchrun's agent, as a local replica runs it, and what it imports itself before its rendezvous
 # (loopback_torchrun.install patches what these hold, as it does when it imports them itself).
-TORCHRUN_AGENT = "torchjob.local.loopback_torchrun"
+TORCHRUN_AGENT = "torchjob.local.start.loopback_torchrun"
 AGENT_MODULES = (
     "torch.distributed",
     "torch.distributed.rendezvous",

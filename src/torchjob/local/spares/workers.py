@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any
 
-from torchjob.core.spares import python_entry
+from torchjob.core.policies.spares import python_entry
 from torchjob.local.spares.spare import ATTEMPT_ENV, SPARE_AFTER_S, Spare
 
 WORKERS_ENV = "TORCHJOB_WARM_WORKERS"

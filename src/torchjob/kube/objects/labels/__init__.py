@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchjob.api.model import TorchJob
-from torchjob.core.topology import ReplicaId
+from torchjob.core.shape.topology import ReplicaId
 
 LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"

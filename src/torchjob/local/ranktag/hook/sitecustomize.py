@@ -102,7 +102,7 @@ _stacks_file: Any = None  # kept open: faulthandler writes to its descriptor whe
 
 
 def _register_stacks() -> None:
-    """`torchjob stacks` and a stall's stacks (torchjob.local.stacks): on SIGUSR2 faulthandler writes
+    """`torchjob stacks` and a stall's stacks (torchjob.local.inspect.stacks): on SIGUSR2 faulthandler writes
     every thread's Python stack to a file of this process under the attempt's folder, from its C signal
     handler, so a rank blocked in a collective answers too. Only a rank's process (LOCAL_RANK set; not
     torchrun's agent). SIGUSR2: neither torch nor torchrun uses it (torchrun only with
