@@ -2,11 +2,17 @@
 it the template's terminationGracePeriodSeconds; ranks that ask `torchjob.report.stopping()` agree on
 the step, rank 0 saves it, each exits 143; `resume` starts from that checkpoint and no step is lost.
 For `python` replicas (a Master and a Worker) and for one torchrun replica of two workers (torchrun
-passes the notice on). Real processes, real gloo."""
+passes the notice on). Real processes, real gloo.
+
+The steps' pace is a file the ranks read every step: slowed to a second once each rank is 5 steps in,
+so that training cannot end before the suspend lands however slow the machine (at 0.05 s throughout,
+a loaded machine took longer to run `torchjob suspend` than the 3 s the job had left, and the job was
+suspended after its last step, with nothing saved), and sped up for the steps after the resume."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -19,8 +25,15 @@ from tests.jobs import job_data
 from tests.local.conftest import PROGRAMS, Torchjob, state_of, write_job
 
 pytestmark = pytest.mark.e2e
-STEPS, STEP_S = 60, 0.05
+STEPS = 60
+FIRST_S, SLOW_S, LAST_S = 0.2, 1.0, 0.02  # the steps' sleep: at first, while the notice is on its way, after
 PAGE, TEST = "how-to/preemption.md", "test_suspend_saves_on_notice_and_resume_loses_no_step"
+
+
+def set_pace(tmp_path: Path, seconds: float) -> None:
+    """Each step's sleep from the next step on (written whole: a rank never reads half a file)."""
+    (tmp_path / "pace.tmp").write_text(str(seconds))
+    os.replace(tmp_path / "pace.tmp", tmp_path / "pace")
 
 
 def trace(tmp_path: Path, rank: int) -> list[str]:
@@ -32,7 +45,8 @@ def trace(tmp_path: Path, rank: int) -> list[str]:
 def test_suspend_saves_on_notice_and_resume_loses_no_step(torchjob: Torchjob, tmp_path: Path,
                                                           launcher: str) -> None:
     ckpt = tmp_path / "ckpt.json"
-    args = [str(PROGRAMS / "save_on_notice.py"), str(ckpt), str(tmp_path / "trace"), str(STEPS), str(STEP_S)]
+    set_pace(tmp_path, FIRST_S)
+    args = [str(PROGRAMS / "save_on_notice.py"), str(ckpt), str(tmp_path / "trace"), str(STEPS), str(tmp_path / "pace")]
     if launcher == "python":
         data = job_data("notice", workers=1, command=["python", *args])
     else:
@@ -62,6 +76,7 @@ def suspend_and_resume(torchjob: Torchjob, tmp_path: Path, run: subprocess.Popen
     while not all(sum(ln.startswith("step") for ln in trace(tmp_path, r)) >= 5 for r in (0, 1)):
         assert time.monotonic() < end and run.poll() is None, (trace(tmp_path, 0), run.poll())
         time.sleep(0.1)
+    set_pace(tmp_path, SLOW_S)  # the 55 steps left outlast the suspend on the slowest machine
     asked = time.monotonic()
     torchjob("suspend", "notice", check=True)
     desc = torchjob.wait_for("notice", lambda d: state_of(d) == "Suspended" and all(
@@ -79,6 +94,7 @@ def suspend_and_resume(torchjob: Torchjob, tmp_path: Path, run: subprocess.Popen
     else:  # torchrun itself exits 1 (its SignalException) after its workers' 143: still torchjob's stop
         assert [(a["exit_code"], a["reason"]) for a in desc["attempts"]] == [(1, "Stopped")], desc["attempts"]
 
+    set_pace(tmp_path, LAST_S)
     torchjob("resume", "notice", check=True)
     torchjob.wait_for("notice", lambda d: state_of(d) == "Succeeded", timeout=120)
     for rank in (0, 1):

@@ -3,9 +3,13 @@ it: every step one all_reduce of a gradient-like tensor and one of the notice (M
 rank stops at the same step; rank 0 writes CKPT (atomically) with the step it finished and the
 running sum, and each rank then (after a barrier, the process group destroyed) exits 143. Each rank
 appends what it did to TRACE-<rank>: "start S", "step K" for every finished step, "saved K"; at the
-end "done K".
+end "done K SUM".
 
-    python save_on_notice.py CKPT TRACE_PREFIX STEPS STEP_SECONDS
+    python save_on_notice.py CKPT TRACE_PREFIX STEPS STEP_SECONDS|PACE_FILE
+
+STEP_SECONDS is each step's sleep; PACE_FILE, a file holding it, read again every step: a test slows
+the steps while its notice is on its way (so that training cannot end before it lands, however long
+the machine makes it take) and speeds the steps left once the job resumes.
 """
 
 from __future__ import annotations
@@ -21,8 +25,16 @@ import torch.distributed as dist
 from torchjob.report import stopping
 
 
+def pace(arg: str) -> float:
+    try:
+        return float(arg)
+    except ValueError:  # a file's name
+        with open(arg) as f:
+            return float(f.read())
+
+
 def main() -> None:
-    ckpt, trace, steps, step_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    ckpt, trace, steps, step_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     stopping()  # from here on, SIGTERM is a notice, not the end
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -37,7 +49,7 @@ def main() -> None:
         grad = torch.tensor([float(step + 1)])
         dist.all_reduce(grad)
         total += grad.item()
-        time.sleep(step_s)
+        time.sleep(pace(step_s))
         out.write(f"step {step + 1}\n")
         notice = torch.tensor([1.0 if stopping() else 0.0])
         dist.all_reduce(notice, op=dist.ReduceOp.MAX)
