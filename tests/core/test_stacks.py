@@ -8,7 +8,9 @@ from torchjob.core.diagnosis.stacks import (
     Frame,
     ProcessStacks,
     Stacks,
+    answer_in,
     as_data,
+    differs,
     full,
     group,
     parse,
@@ -78,7 +80,25 @@ def test_identical_stacks_are_grouped_with_their_ranks_named() -> None:
                         "<- step (train.py:41) <- main (train.py:60) <- <module> (train.py:63)")
     assert lines[1].startswith("rank 3: recv (torch/distributed/distributed_c10d.py:4181) [2 library frames] "
                                "<- recv_from (train.py:33)")
-    assert short(st) == "ranks 0-2 in step (train.py:41); rank 3 in recv_from (train.py:33)"
+    # rank 3, alone in recv while the others wait for it in all_reduce, is named as the one that differs
+    assert lines[2] == "rank 3 differs from the rest (ranks 0-2): look there first"
+    assert short(st) == ("ranks 0-2 in step (train.py:41); rank 3 in recv_from (train.py:33); "
+                         "rank 3 differs from the rest (ranks 0-2)")
+    assert as_data(st)["differs"] == [[3]]
+
+
+def test_no_rank_differs_without_a_clear_rest() -> None:
+    def ranks(*stacks: list[tuple[int, str]]) -> Stacks:
+        return procs(*((f"worker-{r}", dump(r, 100 + r, s, "all_reduce")) for r, s in enumerate(stacks)))
+
+    one_each = ranks(WAITING, RECEIVING)  # two ranks, two stacks: neither is the rest
+    half = ranks(WAITING, WAITING, RECEIVING, RECEIVING)  # two against two
+    same = ranks(WAITING, WAITING, WAITING)
+    for st in (one_each, half, same):
+        assert differs(group(st)) is None and as_data(st)["differs"] == [] and "differ" not in text(st)
+    two_odd = ranks(WAITING, RECEIVING, WAITING, WAITING, [(5, "load")])
+    assert differs(group(two_odd)) == "rank 1 and rank 4 differ from the rest (ranks 0,2-3)"
+    assert as_data(two_odd)["differs"] == [[1], [4]]
 
 
 def test_other_threads_are_counted_and_shown_on_request() -> None:
@@ -146,3 +166,20 @@ def test_a_stalls_message_carries_where_the_ranks_were() -> None:
                                f"where the ranks were: {where}: the job is stalled")
     stalled = [e.message for e in plan.events if e.reason == "Stalled"]
     assert stalled == [failure.message.removesuffix(": the job is stalled")]
+
+
+def test_a_pods_answer_is_read_from_its_log() -> None:
+    """What kube/inpod/torchjob_stacks.py writes to a container's log: each dump between begin and end lines
+    (another line of the pod's may come between them), then the line that says the pod answered."""
+    log = ["epoch 3", "torchjob-stacks: begin request=old", *dump(0, 1, RECEIVING, "recv").splitlines(),
+           "torchjob-stacks: end request=old", "torchjob-stacks: answered request=old processes=1 missing= stdlib=/x",
+           "torchjob-stacks: begin request=r2", *dump(0, 1, WAITING, "all_reduce").splitlines(),
+           "torchjob-stacks: end request=r2", "torchjob-stacks: begin request=r2",
+           *dump(1, 2, WAITING, "all_reduce").splitlines()[:3], "[rank1]: a line of the user's",
+           *dump(1, 2, WAITING, "all_reduce").splitlines()[3:], "torchjob-stacks: end request=r2"]
+    assert answer_in(log, "r2") is None  # not answered whole yet
+    log.append("torchjob-stacks: answered request=r2 processes=2 missing=31,32 stdlib=/usr/lib/python3.11")
+    got = answer_in(log, "r2")
+    assert got is not None and got.missing == [31, 32] and got.stdlib == "/usr/lib/python3.11"
+    assert [(rank, pid) for rank, pid, _ in got.processes] == [(0, 1), (1, 2)]
+    assert all(threads[0].frames[2].func == "step" and len(threads[0].frames) == 5 for _, _, threads in got.processes)

@@ -59,12 +59,15 @@ def test_stacks_name_each_ranks_function_and_line(torchjob: Torchjob, tmp_path: 
         assert f"<- {RECV} <-" in receiving["summary"], receiving["summary"]
         users = [f for f in receiving["frames"] if f["user"]]
         assert users[0]["function"] == "wait_for_peer" and users[0]["file"] == str(PROGRAM), users
-        assert data["short"] == f"ranks 0-1 in {ALL_REDUCE}; rank 2 in {RECV}"
+        # rank 2, alone in recv while the others wait for it, is named as the one that differs (issue 42's stragglers)
+        assert data["short"] == f"ranks 0-1 in {ALL_REDUCE}; rank 2 in {RECV}; rank 2 differs from the rest (ranks 0-1)"
+        assert data["differs"] == [[2]]
         assert data["missing"] == [] and data["seconds"] < 2.5, data
 
         text = torchjob("stacks", "stuck", check=True).stdout
         assert text.splitlines()[0].startswith("ranks 0-1: all_reduce (torch/distributed/"), text
         assert text.splitlines()[1].startswith("rank 2: recv (torch/distributed/"), text
+        assert text.splitlines()[2] == "rank 2 differs from the rest (ranks 0-1): look there first", text
         assert "3 process(es) answered in" in text
         assert json.loads(torchjob("stacks", "stuck", "-o", "json", check=True).stdout)["short"] == data["short"]
         assert state_of(torchjob.describe("stuck")) == "Running"  # taking stacks stops nothing

@@ -188,12 +188,37 @@ def line(g: Group, library_dirs: Sequence[str] = (), depth: int = 8) -> str:
     return f"{g.who()}{thread}: " + " <- ".join(shown) + tail
 
 
+def odd_ones(groups: Sequence[Group]) -> tuple[list[Group], Group | None]:
+    """The groups of main threads whose stack differs from the rest's, and the rest's group: where more than half
+    of the processes (two at least) share one stack, every other group. A collective waits for its slowest member:
+    the rank in `recv` while all the others wait in `all_reduce` is the one to look at first."""
+    mains = [g for g in groups if g.main]
+    if len(mains) < 2:
+        return [], None
+    most = max(mains, key=lambda g: len(g.processes))
+    if len(most.processes) < 2 or 2 * len(most.processes) <= sum(len(g.processes) for g in mains):
+        return [], None
+    return [g for g in mains if g is not most], most
+
+
+def differs(groups: Sequence[Group]) -> str | None:
+    """`rank 7 differs from the rest (ranks 0-6)`, or None when no rank stands out."""
+    odd, most = odd_ones(groups)
+    if most is None:
+        return None
+    verb = "differs" if len(odd) == 1 else "differ"
+    return f"{' and '.join(g.who() for g in odd)} {verb} from the rest ({most.who()})"
+
+
 def text(stacks: Stacks, all_threads: bool = False) -> str:
-    """The lines `torchjob stacks` prints: one per group, then the processes that did not answer."""
+    """The lines `torchjob stacks` prints: one per group, who differs from the rest, then the processes that did
+    not answer."""
     groups = group(stacks, all_threads)
     lines = [line(g, stacks.library_dirs) for g in groups]
     if not groups:
         lines.append("no process answered (is the job running?)")
+    if (odd := differs(groups)) is not None:
+        lines.append(f"{odd}: look there first")
     others = sum(1 for p in stacks.processes for t in p.threads if t is not p.main() and t.frames)
     if others and not all_threads:
         lines.append(f"({others} other thread(s) not shown: --all-threads)")
@@ -218,18 +243,22 @@ def full(stacks: Stacks) -> str:
 
 def short(stacks: Stacks) -> str:
     """The form a root cause and an event carry: for each group of main threads, the innermost frame of
-    the user's own code (else the innermost frame): `ranks 0-2 in step (train.py:41); rank 3 in recv
-    (train.py:33)`."""
+    the user's own code (else the innermost frame), and who differs from the rest: `ranks 0-2 in step
+    (train.py:41); rank 3 in recv (train.py:33); rank 3 differs from the rest (ranks 0-2)`."""
     parts = []
     for g in group(stacks):
         f = innermost_user(g, stacks.library_dirs) or (g.frames[0] if g.frames else None)
         parts.append(f"{g.who()} in {f.text()}" if f is not None else f"{g.who()}: no Python frame")
+    if (odd := differs(group(stacks))) is not None:
+        parts.append(odd)
     parts += [f"{m}: no answer" for m in stacks.missing]
     return "; ".join(parts)
 
 
 def as_data(stacks: Stacks, all_threads: bool = True) -> dict[str, Any]:
-    """What `-o json` prints and `handle.stacks()` returns."""
+    """What `-o json` prints and `handle.stacks()` returns (`differs`: the ranks whose stack differs from the rest's,
+    each group's as in its `ranks`)."""
+    groups = group(stacks, all_threads)
     return {
         "seconds": round(stacks.seconds, 3),
         "groups": [{
@@ -240,7 +269,44 @@ def as_data(stacks: Stacks, all_threads: bool = True) -> dict[str, Any]:
             "frames": [{"file": f.file, "line": f.line, "function": f.func, "user": f.user(stacks.library_dirs)}
                        for f in g.frames],
             "summary": line(g, stacks.library_dirs),
-        } for g in group(stacks, all_threads)],
+        } for g in groups],
+        "differs": [list(g.ranks) for g in odd_ones(groups)[0]],
         "missing": list(stacks.missing),
         "short": short(stacks),
     }
+
+
+# A pod's answer to a request for its stacks, as kube/inpod/torchjob_stacks.py writes it to the container's log:
+# each process's dump between a begin and an end line, then one line that says the pod answered.
+BEGIN = "torchjob-stacks: begin request="
+END = "torchjob-stacks: end request="
+ANSWERED = re.compile(r"^torchjob-stacks: answered request=(?P<request>\S+) processes=\d+ "
+                      r"missing=(?P<missing>[\d,]*) stdlib=(?P<stdlib>.*)$")
+
+
+@dataclass(frozen=True)
+class PodAnswer:
+    """What a pod's log says of a request: each process's (rank, pid, threads), the pids that did not answer,
+    and the pod's standard library's folder (its frames are not the user's own)."""
+
+    processes: list[tuple[int | None, int | None, list[Thread]]]
+    missing: list[int]
+    stdlib: str
+
+
+def answer_in(lines: Iterable[str], request: str) -> PodAnswer | None:
+    """A pod's answer to `request`, read from its log's lines; None until it has answered whole."""
+    block: list[str] | None = None
+    found: list[tuple[int | None, int | None, list[Thread]]] = []
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if line == BEGIN + request:
+            block = []
+        elif line == END + request and block is not None:
+            found.append(parse("\n".join(block)))
+            block = None
+        elif block is not None:
+            block.append(line)
+        elif (m := ANSWERED.match(line)) and m["request"] == request:
+            return PodAnswer(found, [int(p) for p in m["missing"].split(",") if p], m["stdlib"])
+    return None
