@@ -28,6 +28,7 @@ from torchjob.api.status import EventType, JobState
 
 if TYPE_CHECKING:
     from torchjob.console import Console
+    from torchjob.core.diagnosis.stacks import Stacks
 
 Say = Callable[[str], None]
 Show = Callable[[Path | None], "Console"]  # the console a run shows a job on, from its combined log (if any)
@@ -160,6 +161,10 @@ class Runtime(Protocol[PlanT]):
         or one replica's attempt (default: its latest) as it wrote it. `tail`: only the last that
         many lines of each source read (nothing before them is read); `follow`: then go on as lines
         come, until the job ends. Raises at the first `next()` when there is nothing to read."""
+        ...
+
+    def stacks(self, name: str, wait_s: float | None = None) -> Stacks:
+        """Every running rank's Python stacks (core.diagnosis.stacks reads, groups and words them)."""
         ...
 
     def suspend(self, name: str) -> None: ...

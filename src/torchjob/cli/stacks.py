@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from torchjob.api.errors import UserError
 from torchjob.core.diagnosis import stacks as core_stacks
 
 
@@ -23,11 +22,8 @@ def stacks_command(kube_options: Callable[[Any], Any], runtime: Callable[..., An
     def stacks(name: str, all_threads: bool, output: str, **where: Any) -> None:
         """Where a running job's ranks are: the Python stack of every process of every replica (torchrun's
         workers too), identical stacks grouped, innermost call first: `ranks 0-2: all_reduce <- step (train.py:41)`.
-        Local jobs for now."""
-        take = getattr(runtime(**where), "stacks", None)  # the local runtime's, for now
-        if take is None:
-            raise UserError("torchjob stacks --kube is not there yet: stacks are taken from local jobs only",
-                            fix="run the job locally to take its stacks, or read its pods' logs (logs --kube)")
+        With --kube, from the pods of a job annotated torchjob.dev/stacks: "true"."""
+        take = runtime(**where).stacks
         taken: core_stacks.Stacks = take(name)
         if output == "json":
             click.echo(json.dumps(core_stacks.as_data(taken, all_threads=True), indent=2))

@@ -195,13 +195,10 @@ class JobHandle:
         with its `ranks`, `processes`, `frames` (innermost first: `file`, `line`, `function`, `user`:
         the user's own code or a library's) and a one-line `summary`; `short` (for each group the
         innermost frame of the user's code), `missing` (processes that did not answer), `seconds`.
-        Local jobs only, for now."""
+        On a cluster, from the pods of a job annotated `torchjob.dev/stacks: "true"`."""
         from torchjob.core.diagnosis import stacks as core_stacks
 
-        take = getattr(self._rt, "stacks", None)  # the local runtime's, for now
-        if self.kube or take is None:
-            raise UserError("stacks() of a job on a cluster is not there yet: stacks are taken from local "
-                            "jobs only", fix="run the job locally to take its stacks")
+        take = self._rt.stacks
         taken: core_stacks.Stacks = take(self._ref)
         return core_stacks.as_data(taken, all_threads=all_threads)
 

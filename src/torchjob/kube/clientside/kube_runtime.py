@@ -17,6 +17,7 @@ from lightkube.types import PatchType
 from torchjob.api.errors import UserError
 from torchjob.api.model import JobStatus, Progress, TorchJob
 from torchjob.api.status import ConditionType, EventType
+from torchjob.core.diagnosis.stacks import Stacks
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside import root_cause, served_jobs
 from torchjob.kube.clientside.code import with_code
@@ -359,6 +360,17 @@ class KubeRuntime:
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None, *, follow: bool = False,
              tail: int | None = None) -> Iterator[str]:
         return logs(self.kube, name, self.namespace, replica, follow, attempt, tail)
+
+    def stacks(self, name: str, wait_s: float | None = None) -> Stacks:
+        """Every rank's Python stacks, from the job's running pods (kube/clientside/stacks.py)."""
+        from torchjob.kube.clientside import stacks
+
+        data = find(self.kube, name, self.namespace)
+        st = status_of(data)
+        if st.finished:
+            raise UserError(f"job {name} has ended ({st.state}): it has no process to take stacks from",
+                            fix=f"its pods' logs keep what they wrote: torchjob logs --kube {name}")
+        return stacks.take(self.kube, data, stacks.WAIT_S if wait_s is None else wait_s)
 
     def suspend(self, name: str) -> None:
         set_suspend(self.kube, name, self.namespace, True)

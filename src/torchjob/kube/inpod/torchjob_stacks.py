@@ -1,0 +1,158 @@
+"""The front of a pod whose job asked for its stacks (the annotation torchjob.dev/stacks: "true"): a program run
+inside the pod, not a module of torchjob. kube/objects/stacks.py puts it in front of the training container's
+command (`ARGV0 -I -c SOURCE ARGV...`, the same interpreter; the source is in the pod's spec, which nobody can change
+once the pod is made) with HOOK, torchjob's start-up hook (local/ranktag/hook/sitecustomize.py), defined ahead of it.
+
+It writes HOOK as sitecustomize.py into the pod's own folder (an emptyDir), puts that folder first on the command's
+PYTHONPATH (as the image set it: the kubelet could not have read the image's own), forks the watcher and becomes
+ARGV (exec: the command keeps its pid, its output and its signals). Every rank's process then registers faulthandler
+on SIGUSR2 with a file of its own in the folder (as locally). The watcher reads the pod's annotation
+torchjob.dev/stacks-request through a downward API file; a new value is a request: it signals every process that
+holds its file open, waits for each dump to settle, and writes them to the container's log between lines
+`torchjob-stacks: begin request=R` and `torchjob-stacks: end request=R`, then `torchjob-stacks: answered
+request=R processes=N missing=PIDS stdlib=DIR`, where `torchjob stacks --kube` reads them. No exec into the pod, no
+ptrace: whoever may patch the pod and read its log takes its stacks. Standard library only.
+
+Environment: TORCHJOB_STACKS_POD_DIR (the emptyDir), TORCHJOB_STACKS_REQUEST (the downward API file). Test knob:
+TORCHJOB_STACKS_POLL_S (0.2)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import sysconfig
+import time
+
+HOOK = ""  # torchjob's start-up hook: kube/objects/stacks.py puts its source here
+SIGNAL = signal.SIGUSR2
+WAIT_S = 3.0  # how long the processes get to answer, all together
+SETTLE_S = 0.05  # a dump is whole once its file stopped growing this long
+
+
+def say(line: str) -> None:
+    os.write(2, f"torchjob-stacks: {line}\n".encode())
+
+
+def read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def holds(pid: int, path: str) -> bool:
+    """The process has this very file open: the one that registered it, not another that got its pid since
+    (`path` as the kernel names it: /var/run is a link to /run in many images)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
+    """Signal every registered process, wait for its dump, and write each to the log."""
+    sent: dict[str, tuple[int, int]] = {}  # file -> (pid, its size before)
+    try:
+        names = sorted(os.listdir(procs))
+    except OSError:
+        names = []
+    for name in names:
+        stem = name.removesuffix(".txt")
+        _, sep, pid_text = stem.rpartition("-pid-")
+        if not sep or not pid_text.isdigit():
+            continue
+        path, pid = os.path.join(procs, name), int(pid_text)
+        try:
+            size = os.stat(path).st_size
+            if holds(pid, os.path.realpath(path)):
+                os.kill(pid, SIGNAL)
+                sent[path] = (pid, size)
+        except OSError:
+            continue
+    end = time.monotonic() + wait_s
+    done: dict[str, bytes] = {}
+    last: dict[str, tuple[int, float]] = {}
+    while len(done) < len(sent) and time.monotonic() < end:
+        for path, (_, before) in sent.items():
+            if path in done:
+                continue
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                continue
+            now = time.monotonic()
+            seen = last.get(path)
+            if size > before and seen is not None and seen[0] == size and now - seen[1] >= SETTLE_S:
+                with open(path, "rb") as f:
+                    head = f.readline()  # the hook's header: the rank, the pid, the main thread
+                    f.seek(before)
+                    done[path] = head + f.read()
+            elif seen is None or seen[0] != size:
+                last[path] = (size, now)
+        time.sleep(0.01)
+    for dump in done.values():
+        os.write(2, f"torchjob-stacks: begin request={request}\n".encode() + dump.rstrip(b"\n")
+                 + f"\ntorchjob-stacks: end request={request}\n".encode())
+    missing = ",".join(str(pid) for path, (pid, _) in sent.items() if path not in done)
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    say(f"answered request={request} processes={len(done)} missing={missing} stdlib={stdlib}")
+
+
+def watch(procs: str, request_file: str, parent: int) -> None:
+    """Answer each new value of the request file, for as long as the command runs."""
+    poll_s = float(os.environ.get("TORCHJOB_STACKS_POLL_S", "0.2"))
+    last = read(request_file)  # what the pod was made with is not a request
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+        now = read(request_file)
+        if now and now != last:
+            last = now
+            answer(now, procs)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if not argv:
+        say("no command to run")
+        sys.exit(127)
+    env = dict(os.environ)
+    base = env.pop("TORCHJOB_STACKS_POD_DIR", "/var/run/torchjob/stacks")
+    request_file = env.pop("TORCHJOB_STACKS_REQUEST", "/var/run/torchjob/stacks-request/request")
+    hook, procs = os.path.join(base, "hook"), os.path.join(base, "procs")
+    try:
+        os.makedirs(hook, mode=0o700, exist_ok=True)
+        os.makedirs(procs, mode=0o700, exist_ok=True)
+        with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
+            f.write(HOOK)
+    except OSError as e:
+        say(f"no stacks for this pod: cannot write to {base}: {e.strerror or e}")
+    else:
+        env["PYTHONPATH"] = os.pathsep.join([hook, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)])
+        env["TORCHJOB_STACKS_DIR"] = procs
+        parent = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            try:
+                os.close(0)
+                watch(procs, request_file, parent)
+            finally:
+                os._exit(0)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        say(f"cannot start {argv[0]}: {e.strerror or e}")
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Stacks in pods (issue 42): what a pod whose job asked for them (metadata.annotations torchjob.dev/stacks: "true")
+is made with, and the request `torchjob stacks --kube` writes on it. Pure, but for reading the two programs shipped
+from torchjob's own package.
+
+The training container runs kube/inpod/torchjob_stacks.py in front of its command (`ARGV0 -I -c SOURCE ARGV...`:
+its source, with torchjob's start-up hook ahead of it, is in the pod's spec, which nobody can change once the pod
+is made): it puts the hook on the command's PYTHONPATH (every rank's process registers faulthandler on SIGUSR2),
+then watches the pod's annotation `torchjob.dev/stacks-request` through a downward API file and answers each new
+value in the container's log. Taking stacks needs no exec into the pod (the operator has no pods/exec right) and
+no ptrace (Pod Security `restricted`): patch on pods and get on pods/log, which a namespace's users have."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+ANNOTATION = "torchjob.dev/stacks"  # on the job: "true" makes its pods with the watcher
+ANNOTATION_REQUEST = "torchjob.dev/stacks-request"  # on a pod: each new value asks for its stacks
+VOLUME = "torchjob-stacks"  # an emptyDir: the hook and each process's stacks file
+REQUEST_VOLUME = "torchjob-stacks-request"  # the downward API file of the request
+DIR = "/var/run/torchjob/stacks"
+REQUEST_DIR = "/var/run/torchjob/stacks-request"
+ENTRY = "torchjob_stacks.py"
+HEAD = "# torchjob-stacks\n"  # how the command's source begins: how a pod made with the watcher is known
+HOOK_LINE = 'HOOK = ""  # torchjob\'s start-up hook: kube/objects/stacks.py puts its source here\n'
+_PACKAGE = Path(__file__).resolve().parents[2]
+
+
+def wanted(annotations: dict[str, str] | None) -> bool:
+    return (annotations or {}).get(ANNOTATION, "").lower() == "true"
+
+
+@functools.cache
+def source() -> str:
+    """The program the container's interpreter runs first, torchjob's start-up hook defined ahead of it."""
+    hook = (_PACKAGE / "local" / "ranktag" / "hook" / "sitecustomize.py").read_text()
+    entry = (_PACKAGE / "kube" / "inpod" / ENTRY).read_text()
+    assert HOOK_LINE in entry
+    return HEAD + entry.replace(HOOK_LINE, f"HOOK = {hook!r}\n", 1)
+
+
+def wrap(spec: dict[str, Any], container: dict[str, Any], argv: list[str]) -> None:
+    """Put the watcher in front of the container's command (`argv`, headed by a Python interpreter), with its
+    two volumes."""
+    container["command"] = [argv[0], "-I", "-c", source(), *argv]
+    container["args"] = []
+    mine = (VOLUME, REQUEST_VOLUME)
+    container["volumeMounts"] = [*[m for m in container.get("volumeMounts", []) if m.get("name") not in mine],
+                                 {"name": VOLUME, "mountPath": DIR},
+                                 {"name": REQUEST_VOLUME, "mountPath": REQUEST_DIR, "readOnly": True}]
+    spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") not in mine],
+                       {"name": VOLUME, "emptyDir": {}},
+                       {"name": REQUEST_VOLUME, "downwardAPI": {"items": [{
+                           "path": "request",
+                           "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_REQUEST}']"}}]}}]
+
+
+def container_of(pod: dict[str, Any]) -> str | None:
+    """The name of the pod's container that runs the watcher (None: the pod was not made with it)."""
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        command = c.get("command") or [] if isinstance(c, dict) else []
+        if command[1:3] == ["-I", "-c"] and len(command) > 3 and str(command[3]).startswith(HEAD):
+            return str(c.get("name"))
+    return None
+
+
+def request_note(request: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": {ANNOTATION_REQUEST: request}}}

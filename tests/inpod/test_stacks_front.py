@@ -1,0 +1,85 @@
+"""The front of a pod whose job asked for its stacks (src/torchjob/kube/inpod/torchjob_stacks.py), run here as the
+pod runs it (`python -I -c SOURCE python -c PROGRAM`, kube/objects/stacks.source()) with its two folders made
+temporary: it becomes the command (same pid), puts torchjob's hook ahead of the command's own PYTHONPATH, and
+answers a new request file with every rank process's stacks on its stderr (the container's log); the pod's side
+of `torchjob stacks --kube` on real pods: tests/e2e/test_stacks_real.py. Real processes throughout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from torchjob.core.diagnosis.stacks import answer_in
+from torchjob.kube.objects import stacks as pod_stacks
+
+PROGRAM = """
+import os, sys, threading
+print("ready", os.getpid(), os.environ["PYTHONPATH"], flush=True)
+def idle():
+    threading.Event().wait()  # IDLE
+idle()
+"""
+
+
+def test_the_front_becomes_the_command_and_answers_each_request(tmp_path: Path) -> None:
+    request = tmp_path / "request"
+    request.write_text("made-with")  # what the pod was made with is not a request
+    env = {**os.environ, "TORCHJOB_STACKS_POD_DIR": str(tmp_path / "pod"), "TORCHJOB_STACKS_REQUEST": str(request),
+           "TORCHJOB_STACKS_POLL_S": "0.05", "LOCAL_RANK": "0", "RANK": "5", "PYTHONPATH": "/users/own"}
+    proc = subprocess.Popen([sys.executable, "-I", "-c", pod_stacks.source(), sys.executable, "-c", PROGRAM],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        ready = proc.stdout.readline().split()
+        # exec: the command is the process the pod started; the hook first, the command's own path kept
+        assert ready[:2] == ["ready", str(proc.pid)], ready
+        assert ready[2] == f"{tmp_path / 'pod' / 'hook'}:/users/own"
+        seen: list[str] = []  # the log, as it comes
+        threading.Thread(target=lambda: seen.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
+        for n in (1, 2):  # each new value is answered
+            (tmp_path / "next").write_text(f"r{n}")
+            (tmp_path / "next").rename(request)  # the kubelet swaps the downward API's file whole
+            got, end = None, time.monotonic() + 30
+            while got is None and time.monotonic() < end:
+                time.sleep(0.05)
+                got = answer_in(list(seen), f"r{n}")
+            assert got is not None, seen
+            assert not any("request=made-with" in line for line in seen)
+            [(rank, pid, threads)] = got.processes
+            assert (rank, pid, got.missing) == (5, proc.pid, [])
+            program = [(f.func, f.line) for f in threads[0].frames if f.file == "<string>"]
+            assert program == [("idle", 5), ("<module>", 6)]
+            assert got.stdlib and threads[0].frames[0].file.startswith(got.stdlib)  # threading.py's wait
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    # the watcher ends with the command it was forked for
+    end = time.monotonic() + 10
+    while time.monotonic() < end and watchers(str(tmp_path)):
+        time.sleep(0.1)
+    assert watchers(str(tmp_path)) == []
+
+
+def watchers(mark: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if mark.encode() in environ and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_a_command_it_cannot_start_is_said_with_exit_127(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCHJOB_STACKS_POD_DIR": str(tmp_path / "pod"),
+           "TORCHJOB_STACKS_REQUEST": str(tmp_path / "request")}
+    done = subprocess.run([sys.executable, "-I", "-c", pod_stacks.source(), "/no/such/python"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 127 and "torchjob-stacks: cannot start /no/such/python" in done.stderr, done.stderr

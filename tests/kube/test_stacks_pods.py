@@ -1,0 +1,50 @@
+"""What a pod is made with when its job asks for its stacks (kube/objects/stacks.py; metadata.annotations
+torchjob.dev/stacks "true"): the watcher in front of a command Python runs, its two volumes; nothing otherwise.
+Pure (the program itself: tests/inpod/test_stacks_front.py; on real pods: tests/e2e/test_stacks_real.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.jobs import job_data
+from torchjob.api.load import job_from_data
+from torchjob.core.shape.topology import ReplicaId
+from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects import stacks as pod_stacks
+
+
+def pod_of(command: list[str], annotated: bool = True, **kw: Any) -> dict[str, Any]:
+    data = job_data("j", workers=1, command=command, **kw)
+    if annotated:
+        data["metadata"]["annotations"] = {pod_stacks.ANNOTATION: "true"}
+    return pod_objects.pod(job_from_data(data), ReplicaId("Worker", 0), 0, progress_url="https://10.0.0.1:8443/x/status")
+
+
+def test_an_annotated_jobs_pods_run_the_watcher_in_front_of_the_command() -> None:
+    pod = pod_of(["python", "-u", "train.py", "--lr", "0.1"])
+    c = pod["spec"]["containers"][0]
+    assert c["command"] == ["python", "-I", "-c", pod_stacks.source(), "python", "-u", "train.py", "--lr", "0.1"]
+    assert c["args"] == [] and pod_stacks.container_of(pod) == c["name"]
+    source = pod_stacks.source()  # torchjob's start-up hook is in it, as the text the front writes out
+    assert source.startswith(pod_stacks.HEAD) and pod_stacks.HOOK_LINE not in source and "_register_stacks()" in source
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[pod_stacks.VOLUME] == {"name": pod_stacks.VOLUME, "emptyDir": {}}
+    field = volumes[pod_stacks.REQUEST_VOLUME]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"]
+    assert field == "metadata.annotations['torchjob.dev/stacks-request']"
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts[pod_stacks.REQUEST_VOLUME]["readOnly"] and mounts[pod_stacks.VOLUME]["mountPath"] == pod_stacks.DIR
+    assert pod_stacks.request_note("r1") == {"metadata": {"annotations": {"torchjob.dev/stacks-request": "r1"}}}
+
+
+def test_pods_are_unchanged_without_the_annotation_or_a_python_command() -> None:
+    for pod in (pod_of(["python", "train.py"], annotated=False), pod_of(["bash", "-c", "python train.py"])):
+        c = pod["spec"]["containers"][0]
+        assert c["command"][:1] != ["python"] or c["command"] == ["python", "train.py"]
+        assert pod_stacks.container_of(pod) is None
+        assert not any(v["name"].startswith("torchjob-stacks") for v in pod["spec"].get("volumes", []))
+
+
+def test_a_pod_that_restarts_in_place_keeps_its_own_front() -> None:
+    pod = pod_of(["python", "train.py"], restart_policy="OnFailure", run_policy={"warmSpares": True})
+    assert pod["metadata"]["annotations"].get("torchjob.dev/in-place") == "true"
+    assert pod_stacks.container_of(pod) is None  # in-place pods: not yet (docs/how-to/hangs.md)
