@@ -461,6 +461,8 @@ def test_without_an_endpoint_the_command_runs_in_the_wrappers_place(tmp_path: Pa
 
 
 def test_over_https_with_interpreter_options(tmp_path: Path) -> None:
+    import hashlib
+
     from torchjob.kube.progress.tls import generate
 
     tls = generate(["localhost"])
@@ -468,8 +470,9 @@ def test_over_https_with_interpreter_options(tmp_path: Path) -> None:
     ca.write_text(tls.ca_pem)
     op = Operator(tmp_path, ["next"], tls=tls)
     try:
-        pod = Pod(tmp_path, op, "fail,ok", options=("-B",), PROBE_WAIT_SPARE="1",
-                  KUBEFLOW_TRAINER_SERVER_CA_CERT=str(ca))
+        pod = Pod(tmp_path, op, "fail,ok", options=("-B",), PROBE_WAIT_SPARE="1",  # the spare behind SPARE_BOOT
+                  KUBEFLOW_TRAINER_SERVER_CA_CERT=str(ca),
+                  TORCHJOB_INPLACE_LAUNCHER_SHA256=hashlib.sha256(LAUNCHER.read_bytes()).hexdigest())
         rc, _, stderr = pod.finish()
     finally:
         op.close()
@@ -477,7 +480,7 @@ def test_over_https_with_interpreter_options(tmp_path: Path) -> None:
     first, second = pod.run(0), pod.run(1)
     assert second["pid"] in op.spares_at_post[0]  # the spare, started with the interpreter's options
     assert first["orig_argv"] == second["orig_argv"] == [sys.executable, "-B", str(pod.script), "--flag", "value"]
-    assert first["B"] == second["B"] == 1
+    assert first["B"] == second["B"] == 1 and first["argv"] == second["argv"] and first["path"] == second["path"]
 
 
 @pytest.mark.parametrize("operator", [["release"]], indirect=True)
@@ -511,6 +514,39 @@ def test_a_launcher_that_is_not_the_one_the_pod_was_made_with_is_never_run(tmp_p
                       "starts cold\n")
     assert not marker.exists() and operator.spares_at_post == [[], []]
     assert pod.run(1)["ppid"] == pod.proc.pid and pod.run(1)["env"] == pod.expected_env()
+    no_leftovers(pod)
+
+
+@pytest.mark.parametrize("operator", [["next", "release"]], indirect=True)
+def test_a_launcher_changed_after_the_check_is_never_run(tmp_path: Path, operator: Operator) -> None:
+    """The kubelet updates a running pod's ConfigMap files: whoever may write the ConfigMap changes the launcher
+    after the entry point checked it, before its spare starts. The spare runs the bytes its boot read and
+    checked (SPARE_BOOT), never the file by its path: the changed launcher does not run, the next attempt
+    starts cold (before, the spare ran whatever the file held then)."""
+    import hashlib
+    import select
+
+    marker = tmp_path / "planted-ran"
+    launcher = tmp_path / "launcher" / "torchjob_spare.py"
+    launcher.parent.mkdir()
+    launcher.write_text(LAUNCHER.read_text())
+    pod = Pod(tmp_path, operator, "sleep,fail4", TORCHJOB_INPLACE_LAUNCHER=str(launcher), TORCHJOB_SPARE_AFTER_S="1",
+              TORCHJOB_INPLACE_LAUNCHER_SHA256=hashlib.sha256(LAUNCHER.read_bytes()).hexdigest())
+    pod.wait_for("the attempt", lambda: pod.runs() == 1)  # the launcher was checked before it started
+    (tmp_path / "new").write_text(f"open({str(marker)!r}, 'w').write('yes')\n" + LAUNCHER.read_text())
+    os.replace(tmp_path / "new", launcher)  # as the kubelet swaps a ConfigMap's files
+    said, fd, end = b"", pod.proc.stderr.fileno(), time.monotonic() + 20  # type: ignore[union-attr]
+    while not marker.exists() and b"no spare" not in said and time.monotonic() < end:  # the spare has started
+        if select.select([fd], [], [], 0.1)[0]:
+            said += os.read(fd, 4096)
+    operator.stop = 0
+    rc, stdout, stderr = pod.finish()
+    assert not marker.exists()
+    assert rc == 4 and stdout == "attempt 0 says hello\nattempt 1 says hello\n"
+    lines = (said.decode() + stderr).splitlines()
+    assert lines and set(lines) == {f"torchjob-inplace: {launcher} is not the launcher this pod was made with: "
+                                    "no spare"}
+    assert [p["exitCode"] for p in operator.posts] == [143, 4] and pod.run(1)["ppid"] == pod.proc.pid  # cold
     no_leftovers(pod)
 
 

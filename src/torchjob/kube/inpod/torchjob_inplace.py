@@ -1,25 +1,21 @@
-"""The entry point of a pod that restarts its replica in place (runPolicy.warmSpares on a cluster): a program run
-inside the pod, not a module of torchjob. The operator ships it in a ConfigMap, with the local spare launcher
-(torchjob_spare.py) beside it, in front of the training container's command (`ARGV0 -I -c BOOT ARGV...`:
-kube/objects/inplace.boot runs this file if its hash is the pod's). It runs ARGV as a child (a session of its own;
-the pod's environment less TORCHJOB_INPLACE_* and TORCHJOB_SPARE_AFTER_S; its output is the container's log) and,
-SPARE_AFTER_S after an attempt starts, a warm spare (ARGV's interpreter and options, the launcher, the rest of ARGV)
-that imports torch and waits. While the attempt runs it asks the operator every second whether to stop it (SIGTERM
-to its group, SIGKILL after GRACE_S). An attempt that exits 0 ends the pod. One that fails (its code, 128+N for
-signal N), or that the operator stopped, is reported with the last 4096 bytes of its TORCHELASTIC_ERROR_FILE (sent
-again every REPORT_AGAIN_S), and it waits for the verdict: a newer attempt (the error file is truncated; the spare
-is handed the environment and becomes it, or ARGV starts cold), or release (it exits with the attempt's code, the
-error file left as the termination message). An endpoint that fails for PATIENCE_S in a row meanwhile: it exits with
-that code, as the pod would have without it. SIGTERM or SIGINT goes to the running attempt's group (whose code is
-then the wrapper's), or ends a waiting wrapper at once. As PID 1 it reaps every orphan; what is left of an ended
-attempt's group is killed. Nothing on stdout; on trouble one line `torchjob-inplace: ...` on stderr. Standard
-library only.
+"""The entry point of a pod that restarts its replica in place (runPolicy.warmSpares on a cluster): a program run in
+the pod, not a module of torchjob, shipped by the operator in a ConfigMap with the local spare launcher
+(torchjob_spare.py), in front of the training container's command (`ARGV0 -I -c BOOT ARGV...`: objects/inplace.boot
+runs it if its hash is the pod's). It runs ARGV as a child (a session of its own; the pod's environment less
+TORCHJOB_INPLACE_* and TORCHJOB_SPARE_AFTER_S) and, SPARE_AFTER_S after an attempt starts, a warm spare (ARGV's
+interpreter and options, the launcher behind SPARE_BOOT, the rest of ARGV) that imports torch and waits. While the
+attempt runs it asks the operator every second whether to stop it (SIGTERM to its group, SIGKILL after GRACE_S). An
+attempt that exits 0 ends the pod. One that fails (128+N for signal N) or was stopped is reported with the last 4096
+bytes of its TORCHELASTIC_ERROR_FILE (again every REPORT_AGAIN_S) until the verdict: a newer attempt (the error file
+truncated; the spare handed the environment becomes it, or ARGV starts cold), or release (it exits with the attempt's
+code, the error file the termination message); an endpoint failing for PATIENCE_S in a row meanwhile, the same.
+SIGTERM or SIGINT goes to the running attempt's group (its code then the wrapper's), or ends a waiting wrapper at
+once. As PID 1 it reaps every orphan; what is left of an ended attempt's group is killed. Nothing on stdout; on
+trouble one line `torchjob-inplace: ...` on stderr. Standard library only.
 
-Protocol (JSON, `Authorization: Bearer <token>`) at KUBEFLOW_TRAINER_SERVER_URL, `/status` -> `/inplace`:
-    GET  -> 200 {"attempt": A, "stop": S|null, "release": bool}
-    POST {"attempt", "exitCode", "message", "finishedAt"} -> 200 as GET; 409: not the pod's current
-         attempt (then GET); 429/503: again after Retry-After (or 1 s); anything else: again soon.
-
+Protocol (JSON, `Authorization: Bearer <token>`) at KUBEFLOW_TRAINER_SERVER_URL, `/status` -> `/inplace`: GET -> 200
+{"attempt": A, "stop": S|null, "release": bool}; POST {"attempt", "exitCode", "message", "finishedAt"} -> 200 as GET;
+409: not the pod's current attempt (then GET); 429/503: again after Retry-After (or 1 s); else again soon.
 Environment: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: no spare, for a command that is not
 python), _ATTEMPT (the pod's first attempt), _GRACE_S (3), _PATIENCE_S (120), _LAUNCHER_SHA256 (one that differs is
 not run: no spare), TORCHJOB_SPARE_AFTER_S (5), KUBEFLOW_TRAINER_SERVER_URL, _TOKEN (a file, read for each request),
@@ -50,6 +46,13 @@ OWN_ENV = ("TORCHJOB_SPARE_AFTER_S",)
 MESSAGE_BYTES = 4096  # what the kubelet keeps of a termination message
 PARKED_POLL_S = 0.2
 REQUEST_TIMEOUT_S = 5.0
+# A spare's `-c` before the launcher's path: the launcher read once, run only if its SHA-256 is the pod's, as by path
+SPARE_BOOT = ("import sys\nh = sys.path.pop(0) if not sys.flags.safe_path and sys.path else None\nimport hashlib\n"
+              "p = sys.argv[1]\ntry:\n    b = open(p, 'rb').read()\nexcept OSError:\n    b = b''\nif hashlib.sha256("
+              "b).hexdigest() != SHA256:\n    sys.exit(f'torchjob-inplace: {p} is not the launcher this pod was made "
+              "with: no spare')\nif h is not None:\n    sys.path.insert(0, h)\nk = len(sys.orig_argv) - len(sys.argv)"
+              "\nsys.orig_argv = [*sys.orig_argv[:k - 1], *sys.orig_argv[k + 1:]]\ndel sys.argv[0]\nm = sys.modules["
+              "'__main__'].__dict__\nm['__file__'] = p\nexec(compile(b, p, 'exec'), m)\n")
 
 
 class _Stop(Exception):
@@ -57,8 +60,7 @@ class _Stop(Exception):
 
 
 def say(line: str) -> None:
-    sys.stderr.write(f"torchjob-inplace: {line}\n")
-    sys.stderr.flush()
+    print(f"torchjob-inplace: {line}", file=sys.stderr, flush=True)
 
 
 def _number(env: dict[str, str], name: str, default: float | None, kind: type = float) -> Any:
@@ -79,11 +81,9 @@ class Endpoint:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname or not parts.path.endswith("/status"):
             raise ValueError(f"KUBEFLOW_TRAINER_SERVER_URL={url!r} is not an http(s) URL ending in /status")
-        self.https = parts.scheme == "https"
-        self.host, self.port = parts.hostname, parts.port
+        self.https, self.host, self.port = parts.scheme == "https", parts.hostname, parts.port
         self.path = parts.path[: -len("/status")] + "/inplace" + (f"?{parts.query}" if parts.query else "")
-        self.token_file = token_file
-        self.context = ssl.create_default_context(cafile=ca_file or None) if self.https else None
+        self.token_file, self.context = token_file, ssl.create_default_context(cafile=ca_file) if self.https else None
         self.conn: http.client.HTTPConnection | None = None
 
     def call(self, method: str, body: dict[str, Any] | None = None) -> tuple[int, Any, float]:
@@ -142,15 +142,15 @@ class Wrapper:
         if not url:
             raise ValueError("KUBEFLOW_TRAINER_SERVER_URL is not set")
         self.endpoint = Endpoint(url, environ.get("KUBEFLOW_TRAINER_SERVER_TOKEN"),
-                                 environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT"))
+                                 environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT") or None)
         self.error_file = self.env.get("TORCHELASTIC_ERROR_FILE")
         if self.options is not None and not os.path.isfile(self.launcher):
             say(f"no spare launcher at {self.launcher}: every attempt starts cold")
             self.options = None
-        sha256 = environ.get(PREFIX + "LAUNCHER_SHA256", "")
-        if self.options is not None and sha256:  # whoever may write the ConfigMap is not to run code in the pod
+        self.sha256 = environ.get(PREFIX + "LAUNCHER_SHA256", "")
+        if self.options is not None and self.sha256:  # whoever may write the ConfigMap is not to run code here
             with open(self.launcher, "rb") as f:
-                if hashlib.sha256(f.read()).hexdigest() != sha256:
+                if hashlib.sha256(f.read()).hexdigest() != self.sha256:
                     say(f"{self.launcher} is not the launcher this pod was made with: every attempt starts cold")
                     self.options = None
         self.phase = "starting"  # starting | running | parked | exiting
@@ -188,10 +188,9 @@ class Wrapper:
         """Reap every child that ended: the attempt's (its exit code, and what is left of its group
         killed while its pid is still held), the spare's, and any orphan (as PID 1)."""
         while True:
-            try:
+            info: os.waitid_result | None = None
+            with contextlib.suppress(ChildProcessError):
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
             if info is None:
                 return
             pid = info.si_pid
@@ -236,7 +235,8 @@ class Wrapper:
         if self.options is None or self.spare is not None:
             return
         n = 1 + self.options
-        argv = [*self.argv[:n], self.launcher, *self.argv[n:]]
+        boot = ["-c", SPARE_BOOT.replace("SHA256", repr(self.sha256))] if self.sha256 else []  # not run by its path
+        argv = [*self.argv[:n], *boot, os.path.abspath(self.launcher), *self.argv[n:]]
         ours, theirs = socket.socketpair()
         env = {**self.env, "TORCHJOB_SPARE_FD": str(theirs.fileno()), "TORCHJOB_SPARE_WARM": self.warm}
         try:
