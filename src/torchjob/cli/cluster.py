@@ -176,6 +176,7 @@ def run_install(opts: InstallOptions) -> None:
 
         click.echo(yaml.safe_dump_all([*objs, *later], sort_keys=False).rstrip())
         return
+    objs, later = _mark_created(objs, config), _mark_created(later, config)
     for name in apply(objs, config):
         click.echo(f"applied {name}")
     for name in _apply_once_known(later, config):
@@ -199,11 +200,12 @@ def _refuse_another_install(made: Manifests, opts: InstallOptions, kubeconfig: s
     if not to_check(objs) and not check_foreign:  # --crd-only: the CRDs are the same whoever installs them
         return
     from torchjob.kube.clientside.kube_runtime import client, explain
+    from torchjob.kube.clientside.uninstall import found as there
 
     try:
         kube = client(kubeconfig, None)
-        found = taken(objs, opts.namespace, lambda obj: _found(kube, obj))
-        theirs = foreign(made.foreign_api, lambda obj: _found(kube, obj)) if check_foreign and not found else []
+        found = taken(objs, opts.namespace, lambda obj: there(kube, obj))
+        theirs = foreign(made.foreign_api, lambda obj: there(kube, obj)) if check_foreign and not found else []
     except UserError:
         if opts.dry_run:  # no kubeconfig: nothing to compare with
             return
@@ -221,26 +223,16 @@ def _refuse_another_install(made: Manifests, opts: InstallOptions, kubeconfig: s
                                                                     ("--t9k-api", opts.t9k_api)) if on))
 
 
-def _found(kube: Any, obj: dict[str, Any]) -> dict[str, Any] | None:
-    """`obj`'s copy on the cluster, or None (none; or its kind is not served, as a CRD's kind before
-    the CRD is made: a 404 without a Status, not an ApiError)."""
-    from lightkube.core.resource_registry import resource_registry
+def _mark_created(objs: list[dict[str, Any]], kubeconfig: str | None) -> list[dict[str, Any]]:
+    """`objs` with the namespaces this install creates marked so: `torchjob uninstall` deletes those only."""
+    if not any(o["kind"] == "Namespace" for o in objs):
+        return objs
+    from torchjob.kube.clientside.kube_runtime import client
+    from torchjob.kube.clientside.uninstall import found
+    from torchjob.kube.objects.install.uninstall import mark_created
 
-    import torchjob.kube.machinery.client  # noqa: F401 (registers the generic kinds, ClusterTrainingRuntime's)
-    from torchjob.kube.machinery.client import status_code
-
-    meta = obj["metadata"]
-    res = resource_registry.load(obj["apiVersion"], obj["kind"])
-    if res is None:
-        raise ValueError(f"{obj['apiVersion']} {obj['kind']}: a kind the client does not know")
-    try:
-        there = kube.get(res, meta["name"], namespace=meta.get("namespace"))
-    except Exception as e:
-        if status_code(e) == 404:
-            return None
-        raise
-    data: dict[str, Any] = there.to_dict()
-    return data
+    kube = client(kubeconfig, None)
+    return mark_created(objs, lambda obj: found(kube, obj))
 
 
 def _delete(objs: list[dict[str, Any]], kubeconfig: str | None) -> list[str]:

@@ -21,6 +21,7 @@ from torchjob.api.status import ConditionType
 from torchjob.cli.cluster import install, operator
 from torchjob.cli.quick import QuickCommand, examples, quick_options
 from torchjob.cli.stacks import stacks_command
+from torchjob.cli.uninstall import uninstall
 from torchjob.cli.version import version
 from torchjob.connect import HERE, Target, connect
 from torchjob.dialects.convert import TARGETS
@@ -352,6 +353,7 @@ def resume(name: str, **where: Any) -> None:
 
 
 cli.add_command(install)  # the platform engineer's commands (cli/cluster.py)
+cli.add_command(uninstall)  # what `torchjob install` made, removed (cli/uninstall.py)
 cli.add_command(operator)
 cli.add_command(version)  # torchjob version [--kube] (cli/version.py)
 cli.add_command(stacks_command(kube_options, _runtime))  # torchjob stacks NAME (cli/stacks.py)
