@@ -30,13 +30,20 @@ once ready; peak = VmHWM), its CPU time. Times are taken by a watch in this proc
 first create. Between phases the operator is stopped and every object it made is deleted (grace
 period 0), so the next phase starts from an empty namespace and free nodes.
 
+With --job-pods N: one TorchJob of a master and N-1 workers instead (phases api, before, torchjob,
+floor): from its create to every pod Running against the floor's same writes (its status writes cut
+to the three any operator makes: Created, every pod made, Running); then, while each runs, its gang
+restart (a worker fails, exit 137) to every pod of the next attempt Running, against the floor's
+delete-and-create of the same pods by this client; then `torchjob describe --kube`, `list --kube`
+and the dashboard's job page timed (bench/big_job.py).
+
 torchjob is reached through its command line only (`torchjob render --kube`, `torchjob install
 --dry-run --crd-only`, `torchjob operator`), never its kube modules, which move.
 
 Usage: python bench/operator_scale.py [--jobs 200] [--workers 4] [--kubeflow auto|build|no]
                                       [--pytorchjobs] [--src DIR] [--baseline-src DIR]
                                       [--phases api,before,torchjob,floor,ptj,kubeflow]
-                                      [--rounds N] [--nodes 4] [--timeout S] [--kubeconfig PATH]
+                                      [--rounds N] [--job-pods N] [--nodes 4] [--timeout S] [--kubeconfig PATH]
                                       [--keep-cluster] [--cluster-dir DIR]
 With --rounds N the phases run N times, interleaved (in their order, then reversed, and so on;
 each round in fresh namespaces, --jobs jobs per phase and round): each round's table and ratios
@@ -74,9 +81,11 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-from scale_floor import ANY_NAME, ANY_NAMESPACE, Plan, Written, objects
+import big_job
+from scale_floor import ANY_NAME, ANY_NAMESPACE, Plan, Written, least, objects
 from scale_measure import (
     PodG,
+    Proc,
     Result,
     clean,
     ensure,
@@ -128,12 +137,12 @@ INSTALL_MANAGER = "torchjob-install"  # `torchjob install`'s field manager: the 
 # --------------------------------------------------------------------------------- objects
 
 
-def torchjob(name: str, namespace: str) -> dict[str, Any]:
+def torchjob(name: str, namespace: str, workers: int = 3) -> dict[str, Any]:
     template = {"metadata": {"annotations": {"torchjob.dev/wait-for-master": "false"}},
                 "spec": {"tolerations": [TOLERATION], "containers": [CONTAINER]}}
     return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name, "namespace": namespace},
             "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template},
-                                             "Worker": {"replicas": 3, "template": template}}}}
+                                             "Worker": {"replicas": workers, "template": template}}}}
 
 
 def pytorchjob(name: str, namespace: str) -> dict[str, Any]:
@@ -157,8 +166,9 @@ class Tree:
     """A torchjob source tree, reached through its command line only (`python -m torchjob` with
     PYTHONPATH=src in front; src None: the torchjob this Python imports)."""
 
-    def __init__(self, src: str | None) -> None:
+    def __init__(self, src: str | None, workers: int = 3) -> None:
         self.src = str(Path(src).resolve()) if src else None
+        self.workers = workers  # of each bench job (--job-pods: one job of a master and N-1 workers)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -189,12 +199,13 @@ class Tree:
         """What `torchjob render --kube` says the operator creates for one bench job, named
         ANY_NAME in ANY_NAMESPACE (JSON)."""
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            yaml.safe_dump(torchjob(ANY_NAME, ANY_NAMESPACE), f)
+            yaml.safe_dump(torchjob(ANY_NAME, ANY_NAMESPACE, self.workers), f)
             f.flush()
             objs = json.loads(self.run("-m", "torchjob", "render", "--kube", f.name, "-o", "json"))
         kinds = sorted(o["kind"] for o in objs)
-        if kinds != ["Pod"] * 4 + ["Service"]:
-            raise RuntimeError(f"torchjob render --kube gave {kinds} for the bench's job, not 4 pods and a Service")
+        if kinds != ["Pod"] * (self.workers + 1) + ["Service"]:
+            raise RuntimeError(f"torchjob render --kube gave {len(kinds)} objects for the bench's job, not "
+                               f"{self.workers + 1} pods and a Service")
         return json.dumps(objs)
 
     def pods(self, jobs: int, namespace: str) -> list[dict[str, Any]]:
@@ -288,7 +299,8 @@ def round_order(phases: list[str], n: int) -> list[str]:
 
 async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str],
                      last_clean: bool) -> list[list[Result]]:
-    tree, baseline = Tree(args.src), Tree(args.baseline_src) if args.baseline_src else None
+    workers = args.pods - 1
+    tree, baseline = Tree(args.src, workers), Tree(args.baseline_src, workers) if args.baseline_src else None
     # Long read timeout: deleting thousands of pods in one call takes more than lightkube's 10 s.
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-bench",
                          timeout=httpx.Timeout(120.0, connect=10.0))
@@ -298,7 +310,7 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
         await use_crd(client, kubeconfig, tree.crds[TORCHJOB_CRD], TorchJobRes)
         stamp = int(time.time())
         tag = str(stamp)  # in each phase's namespace and files: the round's with --rounds
-        n_pods = args.jobs * 4
+        n_pods = args.jobs * args.pods
         nodes = [n async for n in client.list(NodeG, labels={"type": "kwok"})]
         pods_room = sum(int(n["status"]["allocatable"].get("pods", 0)) for n in nodes)
         cpus = [str(n["status"]["allocatable"].get("cpu", "0")) for n in nodes]
@@ -318,6 +330,19 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                     "--kubeflow-api", kubeflow_api,
                     "--progress-port", str(free_port()), "--progress-url", PROGRESS_URL]
 
+        async def big_after(ns: str, code: Tree | None, then: Any, act: Any, op: subprocess.Popen[bytes],
+                            res: Result) -> None:
+            """--job-pods, once every pod runs: the gang restart (`act`), then (`code`: an operator's
+            phase) describe, list and the dashboard timed, then `then` (the memory report)."""
+            proc = Proc(op.pid)
+            cpu0 = proc.cpu_s()
+            await big_job.restart(client, ns, n_pods, res, args.timeout, act)
+            if code is not None:
+                res.notes.append(f"operator CPU during the gang restart: {proc.cpu_s() - cpu0:.1f} s")
+                await asyncio.to_thread(big_job.readers, kubeconfig, ns, "j0", code.env(), res)
+            if then is not None:
+                await then(op, res)
+
         async def torchjob_op(ns: str, name: str, code: Tree) -> Result:
             await use_crd(client, kubeconfig, code.crds[TORCHJOB_CRD], TorchJobRes)
             port = free_port()
@@ -330,8 +355,11 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                 cmd = [cmd[0], str(Path(__file__).with_name("operator_memory.py")), "--out", str(profile), "--",
                        *cmd[1:]]
                 after = functools.partial(memory_report, profile)
+            if args.job_pods:  # the gang restart, then the readers, while the operator runs
+                after = functools.partial(big_after, ns, code, after,
+                                          big_job.fail_one(client, ns, "j0", n_pods))
             res = await run_operator(client, name, cmd, code.env(), f"http://127.0.0.1:{port}/readyz", log, ns,
-                                     [TorchJobRes.from_dict(torchjob(f"j{i}", ns)) for i in range(args.jobs)],
+                                     [TorchJobRes.from_dict(torchjob(f"j{i}", ns, workers)) for i in range(args.jobs)],
                                      TorchJobRes, torchjob_running, args, observe=seen, after=after)
             await seen.count_events(client, ns, "TorchJob")
             res.notes.append(f"ran {code.where}; wrote {fmt(seen.writes_per_job())} status writes and "
@@ -341,6 +369,7 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
         async def floor(ns: str) -> Result:
             await use_crd(client, kubeconfig, tree.crds[TORCHJOB_CRD], TorchJobRes)
             plan = Plan.of(written.get("torchjob") or written.get(BEFORE))
+            plan = least(plan) if args.job_pods else plan
             plan_file, rendered_file = Path(f"/tmp/torchjob-bench-floor-plan-{tag}.json"), Path(
                 f"/tmp/torchjob-bench-floor-objects-{tag}.json")
             plan_file.write_text(json.dumps(dataclasses.asdict(plan)))
@@ -350,9 +379,11 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                    "--namespace", ns, "--workers", str(args.workers), "--port", str(port), "--plan", str(plan_file),
                    "--rendered", str(rendered_file)]
             log = Path(f"/tmp/torchjob-bench-floor-{tag}.log")
+            again = big_job.delete_and_create(client, ns, args.concurrency)
+            restart = functools.partial(big_after, ns, None, None, again) if args.job_pods else None
+            jobs = [TorchJobRes.from_dict(torchjob(f"j{i}", ns, workers)) for i in range(args.jobs)]
             res = await run_operator(client, FLOOR, cmd, dict(os.environ), f"http://127.0.0.1:{port}/readyz", log,
-                                     ns, [TorchJobRes.from_dict(torchjob(f"j{i}", ns)) for i in range(args.jobs)],
-                                     TorchJobRes, torchjob_running, args)
+                                     ns, jobs, TorchJobRes, torchjob_running, args, after=restart)
             lines = log.read_text(errors="replace").strip().splitlines()
             try:  # the writer's last line: what it wrote
                 made = json.loads(lines[-1])
@@ -467,6 +498,10 @@ def ratios(results: list[Result]) -> list[tuple[str, float | None]]:
             out.append((f"torchjob / {BEFORE}: {label}", rel(now, then)))
     for op in (before, tj):
         if op is not None and floor is not None:
+            out.append((f"{op.name} / {FLOOR}: every pod Running", rel(op.pods_running_s, floor.pods_running_s)))
+            if op.restart_s is not None or floor.restart_s is not None:
+                out.append((f"{op.name} / {FLOOR}: gang restart, every pod Running again",
+                            rel(op.restart_s, floor.restart_s)))
             out.append((f"{op.name} / {FLOOR}: jobs Running/s", rel(op.jobs_per_s, floor.jobs_per_s)))
             out.append((f"{op.name} / {FLOOR}: pods/s", rel(op.pods_per_s, floor.pods_per_s)))
             out.append((f"{op.name} / {FLOOR}: CPU until every pod exists", rel(op.cpu_pods_s, floor.cpu_pods_s)))
@@ -495,6 +530,7 @@ def table(args: argparse.Namespace, results: list[Result], title: str) -> None:
         ("operator peak RSS (MB)", lambda r: fmt(r.rss_peak_mb, ".0f")),
         ("operator CPU until every pod exists (s)", lambda r: fmt(r.cpu_pods_s, ".1f")),
         ("operator CPU time, whole run (s)", lambda r: fmt(r.cpu_s, ".1f")),
+        *(big_job.rows(results) if args.job_pods else []),
     ]
     col = max([14, *(len(r.name) + 2 for r in results)])
     print(f"  {'':40}" + "".join(f"{r.name:>{col}}" for r in results))
@@ -507,7 +543,9 @@ def table(args: argparse.Namespace, results: list[Result], title: str) -> None:
 
 def header(args: argparse.Namespace) -> str:
     sched = " (QPS 1000, no default spreading)" if args.fast_scheduler and not args.kubeconfig else ""
-    return (f"operator at scale: {args.jobs} jobs x 4 replicas = {args.jobs * 4} pods; real kube-apiserver + "
+    shape = (f"one job of {args.pods} pods (a master and {args.pods - 1} workers)" if args.job_pods else
+             f"{args.jobs} jobs x 4 replicas = {args.jobs * 4} pods")
+    return (f"operator at scale: {shape}; real kube-apiserver + "
             f"kube-scheduler{sched} + KWOK ({args.nodes} fake nodes), {os.cpu_count()} cores; operators run with "
             f"{args.workers} workers")
 
@@ -521,7 +559,10 @@ def targets(args: argparse.Namespace, results: list[Result], floor_rel: float | 
         met = tj.pods_per_s is not None and api.pods_per_s is not None and (
             tj.pods_per_s >= 100 or tj.pods_per_s >= api.pods_per_s)
         out.append(f">= 100 pods/s or the API server's own rate: {'met' if met else 'NOT met'}")
-    if tj is not None and floor is not None:
+    if tj is not None and floor is not None and args.job_pods:
+        out.append(f"<= 1.1x the writes floor's time to every pod Running: {floor_how}{fmt(floor_rel)}, "
+                   + ("met" if floor_rel is not None and floor_rel <= 1.1 else "NOT met"))
+    elif tj is not None and floor is not None:
         out.append(f">= 0.8x the writes floor's jobs Running/s: {floor_how}{fmt(floor_rel)}, "
                    + ("met" if floor_rel is not None and floor_rel >= 0.8 else "NOT met"))
     tjs = [r for r in results if r.name == "torchjob"]
@@ -549,7 +590,11 @@ def report(args: argparse.Namespace, results: list[Result], kubeflow_note: str) 
     table(args, results, "ratios (same run)")
     by = {r.name: r for r in results}
     tj, floor = by.get("torchjob"), by.get(FLOOR)
-    targets(args, results, rel(tj.jobs_per_s, floor.jobs_per_s) if tj and floor else None, "")
+    floor_rel = None
+    if tj and floor:
+        floor_rel = (rel(tj.pods_running_s, floor.pods_running_s) if args.job_pods
+                     else rel(tj.jobs_per_s, floor.jobs_per_s))
+    targets(args, results, floor_rel, "")
     print(kubeflow_note)
     notes(results)
 
@@ -573,7 +618,8 @@ def report_rounds(args: argparse.Namespace, rounds: list[list[Result]], kubeflow
         if got and len(got) < len(values):  # a phase that did not finish: said, not hidden
             spread += f" of {len(got)}"
         print(f"  {label:60} {spread:>18}   " + " ".join(fmt(v) for v in values))
-    floor_rel = by_label.get(f"torchjob / {FLOOR}: jobs Running/s") or []
+    goal = "every pod Running" if args.job_pods else "jobs Running/s"
+    floor_rel = by_label.get(f"torchjob / {FLOOR}: {goal}") or []
     got = [v for v in floor_rel if v is not None]
     median = statistics.median(got) if got and len(got) == len(floor_rel) else None
     targets(args, [r for results in rounds for r in results], median, f"median of {len(rounds)} rounds ")
@@ -616,6 +662,11 @@ def main() -> None:
                              "round in fresh namespaces), --jobs jobs per phase in each round; print each round's "
                              "figures and each ratio's median, least and greatest: ratios that a load change "
                              "between phases does not swamp")
+    parser.add_argument("--job-pods", type=int, metavar="N",
+                        help="one TorchJob of N pods (a master and N-1 workers) instead of --jobs jobs of 4: from its "
+                             "create to every pod Running against the writes floor's same pods; then its gang "
+                             "restart (a worker fails, exit 137) against the floor's delete-and-create of the same "
+                             "pods; then `torchjob describe --kube`, `list --kube` and the dashboard's job page timed")
     parser.add_argument("--nodes", type=int, default=4, help="KWOK fake nodes of the bench's own cluster")
     parser.add_argument("--kubeconfig", help="a cluster already up (with KWOK nodes, tainted kwok.x-k8s.io/node)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the bench's own cluster up")
@@ -628,8 +679,16 @@ def main() -> None:
         signal.signal(sig, interrupted)
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: a round count is 1 or more (or leave --rounds out for one pass)")
+    if args.job_pods is not None:
+        if args.job_pods < 2:
+            parser.error(f"--job-pods {args.job_pods}: a job of a master and at least one worker is 2 pods or more")
+        if args.phases and any(p in args.phases for p in ("ptj", "kubeflow")):
+            parser.error("--job-pods measures TorchJobs: phases api, before, torchjob and floor")
+        args.jobs, args.pods, args.kubeflow, args.pytorchjobs = 1, args.job_pods, "no", False
+    else:
+        args.pods = 4
     if args.timeout is None:
-        args.timeout = max(900.0, args.jobs * 4 / 20)
+        args.timeout = max(900.0, args.jobs * args.pods / 20)
 
     if args.kubeflow == "build" and not KUBEFLOW_BIN.exists():
         subprocess.run(["bash", str(REPO / "hack" / "kubeflow" / "build.sh")], check=True, stdout=subprocess.DEVNULL)
@@ -661,7 +720,7 @@ def main() -> None:
     started = not kubeconfig
     # A cluster of its own (never the tests'), with room for every pod on the fake nodes: Kubeflow's
     # workers have an init container requesting 50m CPU and 10Mi, so room for that too.
-    per_node = math.ceil(args.jobs * 4 / args.nodes) + 10
+    per_node = math.ceil(args.jobs * args.pods / args.nodes) + 10
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVCLUSTER_")}
     env |= {"TORCHJOB_DEVCLUSTER_DIR": args.cluster_dir, "DEVCLUSTER_NODES": str(args.nodes),
             "DEVCLUSTER_NODE_PODS": str(max(110, per_node)), "DEVCLUSTER_NODE_CPU": str(max(32, per_node)),

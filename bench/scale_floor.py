@@ -46,6 +46,7 @@ OPERATOR = "torchjob-operator"  # the operator's field manager and event source 
 TIME = re.compile(r'"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"')
 ANY_NAME = "zbenchjobz"  # stands for the job's name in the bodies and objects kept
 ANY_NAMESPACE = "zbenchnsz"  # and for its namespace
+IN_FLIGHT = 64  # the operator's bound on its writes in flight (kube/machinery/client.py WRITES_IN_FLIGHT)
 
 
 def now_iso() -> str:
@@ -176,6 +177,16 @@ class Plan:
         return cls(bodies, writes_per_job, events, source)
 
 
+def least(plan: Plan) -> Plan:
+    """The fewest status writes that say what the operator's said: the first (Created), the one with
+    every pod made (the middle bodies' last) and the last (Running). For one job of many pods
+    (--job-pods), whose operator may write its counts many times as the pods come: the floor is what
+    any operator must write, not each of this one's writes again."""
+    bodies = plan.bodies if len(plan.bodies) <= 3 else [plan.bodies[0], plan.bodies[-2], plan.bodies[-1]]
+    return Plan(bodies, float(min(plan.writes_per_job, len(bodies))), plan.events,
+                plan.source + f"; the floor writes {len(bodies)} of them")
+
+
 def objects(rendered: str, name: str, namespace: str, uid: str | None) -> list[dict[str, Any]]:
     """The job's Service and pods as the operator makes them for the job of this uid (None: no such
     job, and no owner reference), from `torchjob render --kube`'s JSON for a job named ANY_NAME in
@@ -218,6 +229,9 @@ class Floor:
         self.errors: Counter[str] = Counter()
         self.writes: Counter[str] = Counter()  # what kind of write -> how many made
         self.busy = 0  # rounds in flight
+        # Writes in flight at once, as the operator bounds its own (kube/machinery/client.py): more
+        # than its HTTP pool's connections wait for one past the client's timeout (PoolTimeout).
+        self.in_flight = asyncio.Semaphore(IN_FLIGHT)
 
     async def run(self, ready: asyncio.Event) -> None:
         jobs = self.client.list(TorchJobRes, namespace=self.namespace)
@@ -302,7 +316,8 @@ class Floor:
 
     async def _create(self, res: Any, obj: dict[str, Any], what: str) -> None:
         try:
-            await self.client.create(res.from_dict(obj))
+            async with self.in_flight:
+                await self.client.create(res.from_dict(obj))
         except ApiError as e:
             if e.status.code != 409:
                 raise

@@ -104,6 +104,8 @@ class Result:
     cpu_s: float | None = None
     cpu_pods_s: float | None = None  # operator CPU time until every pod exists
     jobs: int = 0  # jobs the phase made (0: pods alone)
+    restart_s: float | None = None  # --job-pods: from the failure to every pod of the next attempt Running
+    reads: dict[str, float] = field(default_factory=dict)  # --job-pods: each reader's answer (s)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -290,7 +292,7 @@ async def run_operator(client: AsyncClient, name: str, cmd: list[str], env: dict
                        after: Callable[[subprocess.Popen[bytes], Result], Awaitable[None]] | None = None) -> Result:
     """Start the operator `cmd`, wait until it is ready, then measure it given `jobs`; `after` runs
     once its numbers are read, while it still runs (the memory profile asks it for its report)."""
-    n_pods = len(jobs) * 4
+    n_pods = len(jobs) * getattr(args, "pods", 4)  # each job's pods (--job-pods: one job of N)
     with log_path.open("wb") as log:
         t_start = time.perf_counter()
         op = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)

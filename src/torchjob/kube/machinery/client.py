@@ -178,9 +178,16 @@ def api_message(e: Exception) -> str:
     return str(e)
 
 
+# Writes in flight at once: a round of a job of thousands of pods makes them together, and the HTTP
+# pool's 100 connections (the watches hold some) would leave the rest waiting past the client's
+# timeout (PoolTimeout, the round failed and retried: bench/operator_scale.py --job-pods).
+WRITES_IN_FLIGHT = 64
+
+
 class Api:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
+        self.writes = asyncio.Semaphore(WRITES_IN_FLIGHT)
 
     async def list(self, kind: str, namespace: str | None, labels: dict[str, Any] | None = None
                    ) -> tuple[list[dict[str, Any]], str]:
@@ -225,12 +232,14 @@ class Api:
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         res = KINDS[kind_of(obj)]
-        created = await self.client.create(res.from_dict(obj))
+        async with self.writes:
+            created = await self.client.create(res.from_dict(obj))
         return to_dict(created)
 
     async def delete(self, kind: str, name: str, namespace: str, grace_s: int | None = None) -> None:
         try:
-            await self.client.delete(KINDS[kind], name, namespace=namespace, grace_period=grace_s)
+            async with self.writes:
+                await self.client.delete(KINDS[kind], name, namespace=namespace, grace_period=grace_s)
         except ApiError as e:
             if status_code(e) != 404:
                 raise
