@@ -1,7 +1,9 @@
 """A job across two real nodes: `scripts/dev-cluster.sh up --real-nodes 2` (two kubelets, each with its
 own containerd and pod /24, on one control plane), and a 1+3 gloo DDP TorchJob whose ranks the
 scheduler spreads over both, rendezvousing by the headless Service's names through the one CoreDNS
-and training over the pods' routes between the two bridges.
+and training over the pods' routes between the two bridges. Then a node drained under a job that
+spans both: a Kubeflow PyTorchJob (kubectl, torchjob serving Kubeflow's API) whose drained rank saves
+on notice, made again on the other node, resuming with no step lost (docs/how-to/preemption.md).
 
 Its own cluster (its own group in tests/conftest.py's SHARED_CLUSTER): a state dir and two /24s of
 its own beside the worker's one-node cluster."""
@@ -11,24 +13,30 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from lightkube import Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, Pod
 
-from tests.e2e.conftest import INIT_IMAGE, STATE, pods, torchjob
-from tests.e2e.images import STANDINS, TESTS_IMAGE
+from tests.docs import blocks
+from tests.e2e.conftest import INIT_IMAGE, STATE, pods, torchjob, wait_for
+from tests.e2e.images import PROGRAMS, STANDINS, TESTS_IMAGE
 from tests.jobs import job_data
 from tests.kube.conftest import ENABLED, REPO, Operator, ensure_usable, wait_established
+from tests.kube.test_kubeflow_api import state
+from torchjob.kube.objects import kubeflow_crd
 from torchjob.kube.objects.crd import CRD_NAME, crd
 from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.labels import LABEL_JOB
+from torchjob.kube.objects.labels.kubeflow import LABEL_JOB_NAME
 
 pytestmark = pytest.mark.kube
 
@@ -63,8 +71,9 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
     started = "already up" not in up.stderr  # one kept up by hand stays up
     try:
-        apply([crd()], path)
-        wait_established(Client(config=KubeConfig.from_file(path)), CRD_NAME)
+        apply([crd(), kubeflow_crd.crd()], path)
+        for name in (CRD_NAME, kubeflow_crd.CRD_NAME):
+            wait_established(Client(config=KubeConfig.from_file(path)), name)
         spec = tmp_path_factory.mktemp("images") / "tests-image.json"
         spec.write_text(json.dumps([i for i in STANDINS if i["name"] == TESTS_IMAGE]))
         built = devcluster("image", str(spec), timeout=600)  # into both nodes' containerd
@@ -92,7 +101,7 @@ def node(node_kubeconfig: str) -> Client:
 def node_operator(node_kubeconfig: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     # pods on either node reach the host at node 0's bridge address (a local address of the host)
-    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE),
+    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE, "--kubeflow-api", "on"),
                   progress_host=SUBNETS.split()[0].rsplit(".", 1)[0] + ".1")
     op.start()
     yield op
@@ -160,3 +169,123 @@ def test_a_ddp_job_trains_with_its_ranks_on_both_nodes(node_kubeconfig: str, nod
     for rank in range(4):
         assert re.search(rf"rank {rank} epoch 3/3 loss \d", logs.stdout), logs.stdout
     print(f"two-node job: run --kube to succeeded in {time.monotonic() - t0:.1f}s; placed {placed}")
+
+
+def kubectl(kubeconfig: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(devcluster("bin").stdout.strip()) / "kubectl"), "--kubeconfig", kubeconfig, *args],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+# tests/programs/save_on_notice.py: every rank stops at the step the first one told stopped at, rank 0
+# saves it; each rank's trace says "start S", "step K", "saved K" and at last "done N SUM". The steps'
+# sleep is a file the ranks read every step: slow while the drain is on its way, fast after it.
+NOTICE_STEPS, NOTICE_GRACE_S = 60, 60
+FIRST_S, SLOW_S, LAST_S = 0.2, 1.0, 0.02
+PAGE = "how-to/preemption.md"
+DRAIN = "test_a_kubeflow_pytorchjob_across_both_nodes_drained_saves_on_notice_and_loses_no_step"
+
+
+def set_pace(data_dir: Path, seconds: float) -> None:
+    (data_dir / "pace.tmp").write_text(str(seconds))
+    os.replace(data_dir / "pace.tmp", data_dir / "pace")  # a rank never reads half a file
+
+
+def notice_job(tmp_path: Path, name: str, ns: str) -> tuple[Path, Path]:
+    """A Kubeflow PyTorchJob (1 master + 1 worker) of save_on_notice.py, one rank per node; its
+    checkpoint, traces and pace in a host directory both nodes' pods mount (the two nodes share this
+    machine: what a volume of the cluster's shared storage would be)."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    set_pace(data_dir, FIRST_S)
+    pod: dict[str, Any] = {
+        "terminationGracePeriodSeconds": NOTICE_GRACE_S,  # what a SIGKILL would cut short
+        "containers": [{
+            "name": "pytorch", "image": TESTS_IMAGE, "imagePullPolicy": "IfNotPresent",
+            "command": ["python", "/opt/notice/save_on_notice.py", "/data/ckpt.json", "/data/trace",
+                        str(NOTICE_STEPS), "/data/pace"],
+            "env": [{"name": "PYTHONPATH", "value": "/opt/tests"}],  # the image's copy of torchjob/report.py
+            "volumeMounts": [{"name": "prog", "mountPath": "/opt/notice", "readOnly": True},
+                             {"name": "data", "mountPath": "/data"}]}],
+        "volumes": [{"name": "prog", "hostPath": {"path": str(PROGRAMS), "type": "Directory"}},
+                    {"name": "data", "hostPath": {"path": str(data_dir), "type": "Directory"}}]}
+    (spread,) = blocks.tested(PAGE, DRAIN, "yaml")  # one rank per node, as docs/how-to/preemption.md spreads them
+    pod.update(yaml.safe_load(spread.replace("job-name: drain", f"job-name: {name}")))
+    doc = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": ns},
+           "spec": {"runPolicy": {"backoffLimit": 3},
+                    "pytorchReplicaSpecs": {
+                        kind: {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": pod}}
+                        for kind in ("Master", "Worker")}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path, data_dir
+
+
+def one_rank(text: str) -> str:
+    return re.sub(r"\b(master|worker)-0\b", "RANK-0", text)
+
+
+def trace(data_dir: Path, rank: int) -> list[str]:
+    path = data_dir / f"trace-{rank}"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def steps_of(lines: list[str]) -> int:
+    return sum(ln.startswith("step") for ln in lines)
+
+
+def nodes_of(node: Client, job: str, ns: str) -> dict[str, str]:
+    return {p.metadata.name: p.spec.nodeName for p in node.list(Pod, namespace=ns, labels={LABEL_JOB_NAME: job})}
+
+
+@pytest.mark.timeout(600)
+def test_a_kubeflow_pytorchjob_across_both_nodes_drained_saves_on_notice_and_loses_no_step(
+        node_kubeconfig: str, node: Client, ns: str, tmp_path: Path) -> None:
+    """Kubeflow's client (kubectl, a PyTorchJob) against torchjob serving its API: the master and the
+    worker on different nodes, then `kubectl drain real-node-1`. Its rank gets the notice (the
+    eviction's SIGTERM, then the pod's grace), every rank stops at the same step and rank 0 saves it;
+    the job's pods are made again, both on real-node-0, and resume from that step: no step lost."""
+    path, data_dir = notice_job(tmp_path, "drain", ns)
+    applied = kubectl(node_kubeconfig, "apply", "-f", str(path))
+    assert applied.returncode == 0, applied.stderr
+    wait_for("each rank 5 steps in", lambda: all(steps_of(trace(data_dir, r)) >= 5 for r in (0, 1)),
+             timeout=240, every=0.2)
+    set_pace(data_dir, SLOW_S)  # the 55 steps left outlast the drain on the slowest machine
+    first = nodes_of(node, "drain", ns)
+    assert sorted(first.values()) == sorted(NODES), first  # a rank on each node, rendezvoused across them
+    (command,) = blocks.tested(PAGE, DRAIN, "bash")
+    words = shlex.split(command)
+    assert words[:3] == ["kubectl", "drain", NODES[1]], words
+    t0 = time.monotonic()
+    try:
+        drained = kubectl(node_kubeconfig, *words[1:], "--timeout", "120s", timeout=180)
+        drain_s = time.monotonic() - t0
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        assert "evicting pod" in drained.stdout + drained.stderr, drained.stdout + drained.stderr
+        set_pace(data_dir, LAST_S)
+        wait_for("the job to end", lambda: state(node_kubeconfig, "drain", ns) in ("Succeeded", "Failed"),
+                 timeout=240, every=0.5)
+        ended_s = time.monotonic() - t0
+    finally:
+        kubectl(node_kubeconfig, "uncordon", NODES[1])
+    described = kubectl(node_kubeconfig, "describe", "pytorchjob", "drain", "-n", ns).stdout
+    assert state(node_kubeconfig, "drain", ns) == "Succeeded", described
+    saved = json.loads((data_dir / "ckpt.json").read_text())["step"]
+    for rank in (0, 1):
+        lines = trace(data_dir, rank)
+        assert [ln for ln in lines if ln.startswith("saved")] == [f"saved {saved}"], lines  # one notice, one save
+        at = lines.index(f"saved {saved}")
+        assert lines[at - 1] == f"step {saved}", lines  # the step it was at when told, no later one
+        assert lines[at + 1:at + 3] == [f"start {saved}", f"step {saved + 1}"], lines  # steps lost: 0
+        assert lines[-1] == f"done {NOTICE_STEPS} {float(sum(2 * s for s in range(1, NOTICE_STEPS + 1)))}", lines
+    assert 5 <= saved < NOTICE_STEPS, saved
+    again = nodes_of(node, "drain", ns)
+    assert set(again.values()) == {NODES[0]}, again
+    # what happened is on the PyTorchJob, where Kubeflow's clients read it: the page's lines, whichever
+    # rank the scheduler had put on the drained node
+    (shown,) = blocks.tested(PAGE, DRAIN, "text")
+    for line in shown.splitlines():
+        head, _, message = (one_rank(" ".join(part.split())) for part in line.partition("..."))
+        assert re.search(re.escape(head) + " .* " + re.escape(message), one_rank(re.sub(r"[ \t]+", " ", described))), (
+            line, described)
+    print(f"drained {NODES[1]} in {drain_s:.1f}s (the notice saved step {saved}, no step lost); the job succeeded "
+          f"{ended_s:.1f}s after the drain began; placed {first}, then {again}")
