@@ -258,32 +258,90 @@ def test_a_runtime_pod_spec_that_is_not_a_mapping_is_a_problem_not_a_crash(tmp_p
     assert [p.path for p in err.value.problems] == ["spec.template.spec.replicatedJobs[0].template.spec.template.spec"]
 
 
-def test_initializer_jobs_in_a_runtime_are_refused(tmp_path: Path) -> None:
-    init = edit(RUNTIME, "        - name: trainer-node\n", textwrap.indent(doc("""
-        - name: dataset-initializer
+INITIALIZER_JOBS = textwrap.indent(doc("""
+    - name: dataset-initializer
+      template:
+        metadata:
+          labels: {trainer.kubeflow.org/trainjob-ancestor-step: dataset-initializer}
+        spec:
+          backoffLimit: 1
           template:
-            metadata:
-              labels: {trainer.kubeflow.org/trainjob-ancestor-step: dataset-initializer}
             spec:
-              template:
-                spec:
-                  containers: [{name: dataset-initializer, image: init:1}]
+              containers:
+                - name: dataset-initializer
+                  image: ghcr.io/kubeflow/trainer/dataset-initializer
+                  env: [{name: STORAGE_URI, value: hf://tatsu-lab/alpaca}, {name: HF_HOME, value: /tmp}]
+                  volumeMounts: [{name: shared, mountPath: /workspace}]
+              volumes: [{name: shared, persistentVolumeClaim: {claimName: team-fs}}]
+    - name: model-initializer
+      template:
+        metadata:
+          labels: {trainer.kubeflow.org/trainjob-ancestor-step: model-initializer}
+        spec:
+          template:
+            spec:
+              containers: [{name: model-initializer, image: ghcr.io/kubeflow/trainer/model-initializer}]
+    - name: trainer-node
+    """), "        ")
+WITH_INITIALIZERS = edit(RUNTIME, "        - name: trainer-node\n", INITIALIZER_JOBS)
+
+
+def test_a_runtimes_initializer_jobs_run_first_filled_from_spec_initializer_as_trainer_fills_them(
+        tmp_path: Path) -> None:
+    text = edit(CUSTOM, "  runtimeRef:\n", textwrap.indent(doc("""
+        initializer:
+          dataset:
+            storageUri: hf://org/data
+            env: [{name: HF_HOME, value: /cache}, {name: IGNORE_PATTERNS, value: "*.bin"}]
+            secretRef: {name: hub-token}
+          model: {storageUri: hf://org/model}
+        """), "  ") + "  runtimeRef:\n")
+    (tmp_path / "job.yaml").write_text(text + "---\n" + WITH_INITIALIZERS)
+    job = load(tmp_path / "job.yaml").job
+    steps = job.spec.initializers or []
+    assert [(s.name, s.backoffLimit) for s in steps] == [("dataset-initializer", 1), ("model-initializer", 6)]
+    data = steps[0].template.spec.containers[0]
+    # STORAGE_URI and the env upserted in place, the secret's keys as env (Trainer's builder.go Initializer)
+    assert [(e.name, e.value) for e in data.env or []] == [
+        ("STORAGE_URI", "hf://org/data"), ("HF_HOME", "/cache"), ("IGNORE_PATTERNS", "*.bin")]
+    assert data.envFrom == [{"secretRef": {"name": "hub-token"}}]
+    assert [(m.name, m.mountPath) for m in data.volumeMounts or []] == [("shared", "/workspace")]
+    model = steps[1].template.spec.containers[0]
+    assert [(e.name, e.value) for e in model.env or []] == [("STORAGE_URI", "hf://org/model")]
+    assert (job.replica_count(MASTER), job.replica_count(WORKER)) == (1, 2)  # the trainer as before
+
+
+def test_an_initializer_the_runtime_cannot_run_and_other_jobs_are_refused(tmp_path: Path) -> None:
+    text = edit(CUSTOM, "  runtimeRef:\n", "  initializer:\n    model: {storageUri: hf://org/model}\n  runtimeRef:\n")
+    (tmp_path / "job.yaml").write_text(text + "---\n" + RUNTIME)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml")
+    (p,) = err.value.problems
+    assert p.path == "spec.initializer.model"
+    assert p.message == "runtime 'torch-shared-fs' has no model-initializer job to run it (Trainer refuses it too)"
+    launcher = edit(RUNTIME, "        - name: trainer-node\n", textwrap.indent(doc("""
+        - name: launcher
+          template:
+            metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: launcher}}
+            spec: {template: {spec: {containers: [{name: launcher, image: mpi:1}]}}}
         - name: trainer-node
         """), "        "))
-    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + init)
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + launcher)
     with pytest.raises(InvalidJob) as err:
         load(tmp_path / "job.yaml")
     (p,) = err.value.problems
     assert p.path == "spec.template.spec.replicatedJobs[0]"
-    assert "replicated job 'dataset-initializer' is not the trainer" in p.message
+    assert "replicated job 'launcher' is neither the trainer nor a dataset or model initializer" in p.message
 
 
-def test_initializers_are_refused_with_the_fix() -> None:
-    text = edit(TRAINJOB, "  runtimeRef:\n", "  initializer:\n    dataset: {storageUri: hf://tatsu-lab/alpaca}\n"
-                "  runtimeRef:\n")
-    p = problem_at(text, "spec.initializer.dataset", "dataset:")
-    assert p.message == "the dataset initializer is not run by torchjob (neither locally nor by its operator)"
-    assert p.fix is not None and "remove spec.initializer" in p.fix
+def test_a_replicated_job_name_over_20_characters_is_refused_as_trainer_v2_4_refuses_it(tmp_path: Path) -> None:
+    long_name = edit(RUNTIME, "- name: trainer-node", "- name: trainer-node-of-the-team")
+    (tmp_path / "job.yaml").write_text(CUSTOM + "---\n" + long_name)
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "job.yaml")
+    (p,) = err.value.problems
+    assert p.path == "spec.template.spec.replicatedJobs[0].name"
+    assert "Kubeflow Trainer v2.4 allows at most 20" in p.message
 
 
 def test_unknown_runtime_and_trainer_fields() -> None:

@@ -53,7 +53,7 @@ __all__ = [
     "KIND", "LOCAL_VOLUME_SOURCES", "MASTER", "POLICY_ACTIONS", "POLICY_EVENTS", "PORT_NAME", "REPLICA_TYPES",
     "T9K_PVC", "VOLUME_SOURCES", "WORKER", "CleanPodPolicy", "Condition", "ConditionType", "ConfigMapVolume",
     "Container", "ContainerPort", "DebugMode", "DebugReplica", "DependsOn", "ElasticPolicy", "EmptyDirVolume",
-    "EnvVar", "EnvVarSource", "FailureInfo", "HostPathVolume", "JobStatus", "KeySelector", "KeyToPath",
+    "EnvVar", "EnvVarSource", "FailureInfo", "HostPathVolume", "Initializer", "JobStatus", "KeySelector", "KeyToPath",
     "LifecycleAction", "LifecycleEvent", "LifecyclePolicy", "Metric", "ObjectFieldSelector", "ObjectMeta",
     "PodSpec", "PodTemplateSpec", "PolicyAction", "PolicyEvent", "Progress", "RdzvConf", "ReplicaAttemptState",
     "ReplicaSpec", "ReplicaStatus", "ResourceRequirements", "RestartPolicy", "RunMode", "RunPolicy",
@@ -134,6 +134,16 @@ class ReplicaSpec(Strict):
     policies: list[LifecyclePolicy] | None = None
     maxRestarts: int | None = None  # restarts of this type before its TaskFailed event (unset: none)
     dependsOn: DependsOn | None = None
+
+
+class Initializer(Strict):
+    """A step that runs to completion before any replica is made (Kubeflow Trainer's dataset and model
+    initializers): its pod template, one pod (locally its first container, as one process); every
+    step of a job at once. Its failure is retried `backoffLimit` times, then fails the job."""
+
+    name: str
+    template: PodTemplateSpec
+    backoffLimit: int | None = Field(default=None, ge=0)  # unset: 0, no retry
 
 
 class SchedulingPolicy(Strict):
@@ -258,6 +268,7 @@ class TorchJobSpec(Strict):
     tensorboard: TensorBoardSpec | None = None
     volcano: VolcanoEnv | None = None
     waitForMaster: WaitForMaster | None = None
+    initializers: list[Initializer] | None = None  # run to completion, all at once, before any replica
 
     @field_validator("pytorchReplicaSpecs", mode="before")
     @classmethod

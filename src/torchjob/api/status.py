@@ -68,6 +68,8 @@ class Reason(StrEnum):
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
     STALLED = "Stalled"  # an event: replicas went quiet
     TERMINATED = "Terminated"  # a user's stop, or a TerminateJob policy
+    INITIALIZER_FAILED = "InitializerFailed"  # an initializer step failed past its backoffLimit
+    INITIALIZED = "Initialized"  # an event: an initializer step completed
     ABORTED = "Aborted"  # an AbortJob policy
     # failure, from what a runtime learned (core.reconcile.Refusal, World.runner_lost)
     INVALID_SPEC = "InvalidSpec"
@@ -140,6 +142,23 @@ class ReplicaAttemptState(BaseModel):
     notBefore: datetime | None = Field(None, description="Its next attempt starts no earlier (restart backoff).")
 
 
+class StepState(StrEnum):
+    """Where an initializer step is."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class InitializerStatus(BaseModel):
+    """An initializer step (spec.initializers) as the job's status keeps it."""
+
+    state: StepState = Field(StepState.PENDING, description="Pending, Running, Succeeded or Failed.")
+    attempt: int = Field(0, description="Its current attempt (0 for the first; retries up to its backoffLimit).")
+    message: str | None = Field(None, description="Its last words when an attempt failed (its termination message).")
+
+
 class Metric(BaseModel):
     """A named value a replica reported (Kubeflow Trainer's `trainerStatus.metrics[]` entry)."""
 
@@ -192,6 +211,8 @@ class JobStatus(BaseModel):
     startTime: datetime | None = Field(None, description="When the job started.")
     completionTime: datetime | None = Field(None, description="When the job succeeded or failed.")
     failure: FailureInfo | None = Field(None, description="Why the job failed: its root cause.")
+    initializers: dict[str, InitializerStatus] = Field(
+        default_factory=dict, description="Each initializer step (spec.initializers), by name.")
     progress: Progress | None = Field(None, description="How far the job is, as its replicas report it.")
 
     def condition(self, ctype: ConditionType) -> Condition | None:

@@ -3,8 +3,10 @@
 A runtime is a JobSet template with an ML policy. torchjob takes from it what a PyTorch job needs:
 the pod template of the replicated job the `trainer.kubeflow.org/trainjob-ancestor-step: trainer`
 label marks (its `node` container is the training container), `mlPolicy.numNodes` and
-`mlPolicy.torch`, the Job's `backoffLimit`, and `podGroupPolicy`. What it cannot honour is refused
-(another framework's policy, initializer jobs) or named in a warning; nothing is dropped silently.
+`mlPolicy.torch`, the Job's `backoffLimit`, and `podGroupPolicy`; and the jobs labelled
+`dataset-initializer` and `model-initializer` (Trainer's initializers: their pod templates and
+backoffLimit), which run before the nodes. What it cannot honour is refused (another framework's
+policy, a launcher or any other job) or named in a warning; nothing is dropped silently.
 Facts from kubeflow/trainer @8c0f505 (pkg/apis/trainer/v1alpha1, plugins/torch/torch.go). Runtimes
 written for Trainer v2.0/v2.1 carry `mlPolicy.torch.numProcPerNode` (an integer or `auto`, `cpu`,
 `gpu`; the TrainJob's default there) and `elasticPolicy` (accepted there, never acted on); both
@@ -27,6 +29,10 @@ ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 NODE = "node"  # the trainer's container (and replicated job) name
 JOB_BACKOFF_DEFAULT = 6  # a Kubernetes Job's backoffLimit when unset
 NPROC_WORDS = ("auto", "cpu", "gpu")  # Trainer v2.0/v2.1's numProcPerNode strings
+# The initializer jobs Trainer fills from a TrainJob's spec.initializer.dataset and .model (by their
+# ancestor label; the container of the same name), run before the trainer's (jobset plugin, builder.go)
+INITIALIZERS = ("dataset-initializer", "model-initializer")
+REPLICATED_JOB_NAME_MAX = 20  # Trainer v2.4 (kubeflow/trainer#4394): pod names and labels are made from it
 Path = list[str | int]
 
 # The upstream `torch-distributed` ClusterTrainingRuntime of Kubeflow Trainer v2.3
@@ -51,6 +57,17 @@ BUILTIN = {("ClusterTrainingRuntime", "torch-distributed"): TORCH_DISTRIBUTED}
 
 
 @dataclass
+class InitJob:
+    """An initializer job of a runtime: `ancestor` (one of INITIALIZERS), its name, its pod template
+    and its Job's backoffLimit."""
+
+    ancestor: str
+    name: str
+    pod_template: dict[str, Any]
+    backoff_limit: int = JOB_BACKOFF_DEFAULT
+
+
+@dataclass
 class Runtime:
     name: str
     pod_template: dict[str, Any]  # the trainer's pod template, its node container first
@@ -60,6 +77,7 @@ class Runtime:
     num_proc_per_node: str | None = None  # mlPolicy.torch.numProcPerNode (Trainer v2.0/v2.1)
     scheduling: dict[str, Any] = field(default_factory=dict)  # native schedulingPolicy
     warnings: list[str] = field(default_factory=list)
+    initializers: list[InitJob] = field(default_factory=list)  # in the runtime's order
 
 
 def is_runtime(data: dict[str, Any]) -> bool:
@@ -109,23 +127,38 @@ def _elastic(notes: Notes, ml: dict[str, Any], torch: dict[str, Any], path: Path
                    "with spec.elasticPolicy")
 
 
-def _trainer_job(notes: Notes, jobs: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[int, dict[str, Any]]:
-    """The replicated job the TrainJob's trainer fills; every other one is refused."""
+def _ancestor(rj: dict[str, Any]) -> object:
+    meta = (rj.get("template") or {}).get("metadata") if isinstance(rj.get("template"), dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return labels.get(ANCESTOR) if isinstance(labels, dict) else None
+
+
+def _jobs(notes: Notes, jobs: list[tuple[int, dict[str, Any]]], path: Path
+          ) -> tuple[tuple[int, dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
+    """The replicated job the TrainJob's trainer fills, and the initializer jobs; any other is refused."""
     trainer = None
+    inits: list[tuple[int, dict[str, Any]]] = []
     for i, rj in jobs:
-        meta = (rj.get("template") or {}).get("metadata") if isinstance(rj.get("template"), dict) else None
-        labels = meta.get("labels") if isinstance(meta, dict) else None
-        if isinstance(labels, dict) and labels.get(ANCESTOR) == "trainer" and trainer is None:
+        name = rj.get("name")
+        if isinstance(name, str) and len(name) > REPLICATED_JOB_NAME_MAX:
+            notes.error([*path, i, "name"], f"{name!r} is {len(name)} characters: Kubeflow Trainer v2.4 allows at "
+                        f"most {REPLICATED_JOB_NAME_MAX} (kubeflow/trainer#4394: the pods' names and labels are made "
+                        "from it)", f"shorten the replicated job's name to {REPLICATED_JOB_NAME_MAX} characters or "
+                        "fewer (e.g. dataset-initializer, model-initializer, node)")
+        ancestor = _ancestor(rj)
+        if ancestor == "trainer" and trainer is None:
             trainer = (i, rj)
+        elif ancestor in INITIALIZERS and all(_ancestor(o) != ancestor for _, o in inits):
+            inits.append((i, rj))
         else:
-            notes.error([*path, i], f"replicated job {rj.get('name')!r} is not the trainer: torchjob runs the "
-                        "trainer's nodes only (no initializers, launchers or other jobs, locally or on Kubernetes)",
-                        "prepare datasets and models where the trainer reads them, and use a runtime with the "
-                        "trainer job alone")
+            notes.error([*path, i], f"replicated job {name!r} is neither the trainer nor a dataset or model "
+                        "initializer: torchjob runs those (no launchers or other jobs, locally or on Kubernetes)",
+                        f"label the job {ANCESTOR}: trainer, dataset-initializer or model-initializer (one of "
+                        "each), or prepare what it does where the trainer reads it")
     if trainer is None:
         notes.error(path, f"no replicated job is labelled {ANCESTOR}: trainer", "label the trainer's job template")
-        return -1, {}
-    return trainer
+        return (-1, {}), inits
+    return trainer, inits
 
 
 def read(doc: Document) -> Runtime:
@@ -161,21 +194,28 @@ def read(doc: Document) -> Runtime:
     for key in jobset:
         if key != "replicatedJobs":
             notes.warn([*jpath, key], "a JobSet setting torchjob does not use; ignored")
-    index, rj = _trainer_job(notes, notes.items(jobset, "replicatedJobs", jpath), [*jpath, "replicatedJobs"])
+    (index, rj), found = _jobs(notes, notes.items(jobset, "replicatedJobs", jpath), [*jpath, "replicatedJobs"])
     pod, backoff = _pod_template(notes, rj, [*jpath, "replicatedJobs", index])
+    inits = []
+    for i, job in found:
+        template, limit = _pod_template(notes, job, [*jpath, "replicatedJobs", i], container=None)
+        inits.append(InitJob(str(_ancestor(job)), str(job.get("name", _ancestor(job))), template,
+                             JOB_BACKOFF_DEFAULT if limit is None else limit))
     scheduling = _gang(notes, spec, pod)
     notes.raise_if_any()
     meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     return Runtime(name=str((meta or {}).get("name", "")), pod_template=pod, job_name=str(rj.get("name", NODE)),
                    num_nodes=num_nodes or 1, backoff_limit=JOB_BACKOFF_DEFAULT if backoff is None else backoff,
-                   num_proc_per_node=num_proc, scheduling=scheduling, warnings=notes.warnings)
+                   num_proc_per_node=num_proc, scheduling=scheduling, warnings=notes.warnings, initializers=inits)
 
 
-def _pod_template(notes: Notes, rj: dict[str, Any], path: Path) -> tuple[dict[str, Any], int | None]:
+def _pod_template(notes: Notes, rj: dict[str, Any], path: Path,
+                  container: str | None = NODE) -> tuple[dict[str, Any], int | None]:
+    """A replicated job's pod template (`container`, where given, first: it must be there) and backoffLimit."""
     notes.unknown(rj, {"name", "replicas", "template", "dependsOn", "groupName"}, path, fatal=False)
     if rj.get("replicas", 1) != 1:
-        notes.warn([*path, "replicas"], "Trainer runs one replicated trainer job (its numNodes make the nodes); "
-                   "ignored")
+        notes.warn([*path, "replicas"], "Trainer runs one of each replicated job (the trainer's numNodes make the "
+                   "nodes; an initializer is one pod); ignored")
     job = notes.section(rj, "template", path)
     jspec = notes.section(job, "spec", [*path, "template"])
     for key in jspec:
@@ -187,6 +227,8 @@ def _pod_template(notes: Notes, rj: dict[str, Any], path: Path) -> tuple[dict[st
         notes.section(pod, "spec", [*path, "template", "spec", "template"])  # says it must be a mapping
         return pod, backoff
     containers = (pod.get("spec") or {}).get("containers")
+    if container is None:
+        return pod, backoff
     if not isinstance(containers, list) or not any(isinstance(c, dict) and c.get("name") == NODE for c in containers):
         notes.error([*path, "template", "spec", "template", "spec", "containers"],
                     f"the trainer's pod has no container named {NODE!r} (Trainer's training container)",

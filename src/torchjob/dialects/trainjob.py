@@ -11,9 +11,11 @@ Trainer v2.0/v2.1's `auto`, `cpu` and `gpu` strings are read as it read them. A 
 succeeds when every node has succeeded (JobSet's success: each node's Job completed), which the
 TorchJob it becomes says with `minSuccess: numNodes`; an elastic one (`torchjob.dev/nodes`) as any
 elastic job: when a node's torchrun agent exits 0 (the agents of one rendezvous end together).
-Dataset and model
-initializers are refused: torchjob runs neither locally nor on Kubernetes. Facts from
-kubeflow/trainer @8c0f505 and v2.1.0.
+The runtime's dataset and model initializer jobs become the job's `initializers`, which run to
+completion before the nodes; `spec.initializer.dataset` and `.model` fill them as Trainer's jobset
+plugin does (builder.go `Initializer`): in the container named `dataset-initializer` (or
+`model-initializer`) the env `STORAGE_URI` and the given env are upserted, and the `secretRef` is
+added as an `envFrom`. Facts from kubeflow/trainer @8c0f505 and v2.1.0.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ PROGRESS_DEADLINE_ANNOTATION = "torchjob.dev/progress-deadline-seconds"  # a sta
 # Trainer v2.0/v2.1's TrainJob fields that v2.2 replaced with runtimePatches (kubeflow/trainer #3309).
 REPLACED_BY_PATCHES = ("podTemplateOverrides", "labels", "annotations")
 Path = list[str | int]
+INITIALIZER_FIELDS = {"storageUri", "env", "secretRef"}
+STORAGE_URI = "STORAGE_URI"  # what Trainer's initializers read (pkg/initializers/utils STORAGE_URI_ENV)
 # The env Trainer's torch plugin sets in the node container; its webhook refuses a TrainJob that sets
 # one (torch.go's Validate): what to write instead.
 RESERVED_ENV = {
@@ -151,6 +155,45 @@ def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[st
     return c
 
 
+def _initializers(notes: Notes, init: dict[str, Any], rt: trainer_runtime.Runtime) -> list[dict[str, Any]]:
+    """The runtime's initializer jobs as native initializers, with spec.initializer's dataset and model
+    on them as Trainer puts them (its webhook's refusals too: a runtime without the job, a job without
+    the container)."""
+    jobs = {j.ancestor: j for j in rt.initializers}
+    steps = []
+    for key, ancestor in zip(("dataset", "model"), trainer_runtime.INITIALIZERS, strict=True):
+        path: Path = ["spec", "initializer", key]
+        given = notes.section(init, key, ["spec", "initializer"]) if init.get(key) is not None else {}
+        notes.unknown(given, INITIALIZER_FIELDS, path)
+        job = jobs.get(ancestor)
+        if job is None:
+            if given:
+                notes.error(path, f"runtime {rt.name!r} has no {ancestor} job to run it (Trainer refuses it too)",
+                            f"use a runtime with a job labelled {trainer_runtime.ANCESTOR}: {ancestor}, or remove "
+                            f"spec.initializer.{key}")
+            continue
+        pod = copy.deepcopy(job.pod_template)
+        containers = (pod.get("spec") or {}).get("containers") or []
+        c = next((c for c in containers if isinstance(c, dict) and c.get("name") == ancestor), None)
+        if given and c is None:
+            notes.error(path, f"runtime {rt.name!r}'s {job.name} job has no container named {ancestor!r} (Trainer "
+                        "refuses it too)", f"name the initializer's container {ancestor}")
+        elif given and c is not None:
+            env = {_env_key(e, f"<runtime env {i}>"): e for i, e in enumerate(c.get("env") or [])
+                   if isinstance(e, dict)}
+            uri = notes.typed(given, "storageUri", path, str, "a URI, e.g. hf://org/name")
+            if uri:
+                env[STORAGE_URI] = {"name": STORAGE_URI, "value": uri}
+            for i, e in notes.items(given, "env", path):
+                env[_env_key(e, f"<env {i}>")] = e
+            c["env"] = list(env.values())
+            ref = notes.typed(given, "secretRef", path, dict, "a mapping, e.g. {name: hub-token}")
+            if ref:
+                c["envFrom"] = [*(c.get("envFrom") or []), {"secretRef": {"name": ref.get("name")}}]
+        steps.append({"name": job.name, "template": pod, "backoffLimit": job.backoff_limit})
+    return steps
+
+
 def _annotation(annotations: Any, key: str) -> str | None:
     value = annotations.get(key) if isinstance(annotations, dict) else None
     return None if value is None else str(value)
@@ -198,11 +241,7 @@ def read(doc: Document) -> Converted:
                         "{template: {metadata: ..., spec: ...}}}}]); see the README's TrainJob table")
     notes.unknown({k: v for k, v in spec.items() if k not in REPLACED_BY_PATCHES}, SPEC_FIELDS, ["spec"])
     init = notes.section(spec, "initializer", ["spec"])
-    for key, value in init.items():
-        if value:
-            notes.error(["spec", "initializer", key], f"the {key} initializer is not run by torchjob (neither locally "
-                        "nor by its operator)", f"put the {key} where the trainer reads it (a volume, or download it "
-                        "in the training script) and remove spec.initializer")
+    notes.unknown(init, {"dataset", "model"}, ["spec", "initializer"])
     trainer = notes.section(spec, "trainer", ["spec"])
     notes.unknown(trainer, TRAINER_FIELDS, ["spec", "trainer"])
     rt = _runtime(doc, notes, spec)  # a runtime's own problems are raised by its file and lines
@@ -210,6 +249,7 @@ def read(doc: Document) -> Converted:
     given = trainer_runtime.proc_per_node(notes, trainer, ["spec", "trainer"])
     notes.raise_if_any()
     assert rt is not None
+    steps = _initializers(notes, init, rt)
     pod = rt.pod_template
     apply_patches(notes, spec, pod, rt.job_name)
     c = _node(notes, trainer, pod)
@@ -242,6 +282,8 @@ def read(doc: Document) -> Converted:
     resources = c.get("resources") if isinstance(c.get("resources"), dict) else {}
     native_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas, "runPolicy": rp,
                                    "nprocPerNode": nproc(resources or {}, given, rt.num_proc_per_node)}
+    if steps:
+        native_spec["initializers"] = steps
     if elastic is not None:
         native_spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1], "rdzvBackend": "c10d"}
     elif count > 1:  # JobSet's success: every node's Job completed, not node 0's alone (core's minSuccess rule)
@@ -314,6 +356,9 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     lost += [f"spec.{k} has no TrainJob equivalent" for k in ("elasticPolicy", "policies", "minSuccess", "runMode",
                                                                "tensorboard", "volcano", "waitForMaster")
              if k in spec and not (k == "minSuccess" and every_node)]
+    if spec.get("initializers"):
+        lost.append("spec.initializers: a TrainJob's initializers are its runtime's jobs (and spec.initializer "
+                    "fills them); not written")
     lost += [f"pytorchReplicaSpecs.{t}.{k} has no TrainJob equivalent" for t, r in specs.items()
              for k in ("policies", "maxRestarts", "dependsOn") if k in r]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": copy.deepcopy(job_data["metadata"]),

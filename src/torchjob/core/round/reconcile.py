@@ -49,6 +49,7 @@ from torchjob.api.status import (
 from torchjob.core.policies import admission, policy
 from torchjob.core.policies.lifecycle import act_on_completed_types, act_on_exit, match_policy, restart_for_lost_rank
 from torchjob.core.policies.stalls import act_on_stalls, quiet_replicas
+from torchjob.core.round import initializers
 from torchjob.core.round.conditions import drop_condition, fail, finish, set_condition
 from torchjob.core.round.facts import as_core_sees, evicted, fail_by_fact, lost_rank, refuse
 from torchjob.core.round.plan import (
@@ -83,6 +84,7 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
         return Plan(status=(job.status or JobStatus()).model_copy(deep=True), admission=[first])
     world = as_core_sees(job, world, now)
     plan = _decide(job, world, now)
+    initializers.halt(job, world, plan)
     admission.after_decision(world, plan)
     was_finished = job.status is not None and job.status.finished
     if plan.status.finished and not was_finished:
@@ -90,7 +92,7 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
     # Done: finished, nothing running, nothing left to clean up.
     plan.done = (
         was_finished
-        and not any(o.phase.active for o in world.replicas.values())
+        and not any(o.phase.active for o in world.replicas.values()) and not initializers.active(world)
         and not any(isinstance(a, Purge | DeleteJob) for a in plan.actions)
     )
     return plan
@@ -108,8 +110,8 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
     if status.startTime is None:
         status.startTime = now
     r.current = _current_attempts(r)
-    if _stopped_or_past_deadline(r) or _succeeded(r) or _exits_and_stalls(r):
-        return _counted(r)
+    if _stopped_or_past_deadline(r) or _succeeded(r) or _exits_and_stalls(r) or not initializers.ready(r):
+        return _counted(r)  # no replica before every initializer has succeeded
     _start_missing(r)
     return _counted(r)
 

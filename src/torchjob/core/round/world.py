@@ -97,3 +97,6 @@ class World:
     # rank 3 in recv (train.py:33)`), taken by the runtime before a stall's replicas are stopped; the
     # stall's message carries it.
     stacks: str | None = None
+    # The initializer steps (spec.initializers), each its current attempt by step name
+    # (core/round/initializers.py): `replica` is ReplicaId(step, 0).
+    steps: Mapping[str, Observed] = field(default_factory=dict)

@@ -14,6 +14,7 @@ from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType, JobStatus
 from torchjob.api.validate import training_container
 from torchjob.core.diagnosis import torch_errors
+from torchjob.core.round.initializers import step_named
 from torchjob.core.shape.topology import ReplicaId, node_rank
 from torchjob.kube.machinery.client import parse_time, to_dict
 from torchjob.kube.objects.labels import attempt_of, replica_name
@@ -37,8 +38,10 @@ def _failed_pod(pods: list[Any], replica: str, attempt: int | None) -> dict[str,
 
 def _message(job: TorchJob, pod: dict[str, Any], replica: str) -> tuple[str, str | None]:
     """The training container's termination message and when it ended."""
-    containers = job.spec.pytorchReplicaSpecs[ReplicaId.parse(replica).rtype].template.spec.containers
-    ended = terminated(pod, containers[training_container(containers)].name)
+    step = step_named(job, replica)  # an initializer's: its first container
+    containers = (step.template if step else job.spec.pytorchReplicaSpecs[ReplicaId.parse(replica).rtype].template
+                  ).spec.containers
+    ended = terminated(pod, containers[0 if step else training_container(containers)].name)
     return str(ended.get("message") or ""), ended.get("finishedAt")
 
 
@@ -51,11 +54,11 @@ def text(name: str, job: TorchJob, status: JobStatus, pods: list[Any], read_log:
     bar = "=" * 72
     out = [bar, f"{name} FAILED: {f.reason}", "-" * 72, f.message]
     if f.replica is not None:
-        rid = ReplicaId.parse(f.replica)
+        rank = "" if step_named(job, f.replica) else f", node rank {node_rank(job, ReplicaId.parse(f.replica))}"
         pod = _failed_pod(pods, f.replica, f.attempt)
         where = f", pod {pod['metadata']['name']}" if pod is not None else ""
         out += ["", "Root cause (the failure that ended the job):",
-                f"  replica   : {f.replica} (attempt {f.attempt}, node rank {node_rank(job, rid)}{where})"]
+                f"  replica   : {f.replica} (attempt {f.attempt}{rank}{where})"]
         if f.exitCode is not None:
             out.append(f"  exit code : {f.exitCode}" + (f" ({f.signal})" if f.signal else ""))
         if pod is not None:

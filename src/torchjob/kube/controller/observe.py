@@ -17,6 +17,7 @@ from torchjob.core.round.reconcile import Admission, Observed, Phase, Refusal, W
 from torchjob.kube.machinery.client import parse_time
 from torchjob.kube.objects import inplace, pod_status
 from torchjob.kube.objects.labels import attempt_of, replica_of
+from torchjob.kube.objects.steps import observe_step
 
 # Unknown: the pod's node stopped reporting after the pod was scheduled there; its container most likely
 # still runs, so it stays active (not Pending, which would flip a Running job back) until the node
@@ -73,8 +74,12 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dic
     being deleted that torchjob did not stop, or one of `gone` (deleted since; its last state), is
     `deleted`: core decides whether that is an eviction. `seal`: the operator's (inplace.Seal)."""
     seen: dict[str, Observed] = {}
+    steps: dict[str, Observed] = {}  # the initializers' pods (objects/steps.py): none of them is a replica
     for p, was_deleted in [*((p, False) for p in pods), *((p, True) for p in gone)]:
         obs = observe_pod(job, p, seal)
+        step = observe_step(job, p) if obs is None and not was_deleted else None
+        if step is not None and (step.replica.rtype not in steps or steps[step.replica.rtype].attempt < step.attempt):
+            steps[step.replica.rtype] = step
         if obs is None:
             continue
         if was_deleted or obs.stopping:
@@ -89,4 +94,4 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dic
     if reported_done is not None:  # (replica, attempt) -> its latest report said 100 %: core/round/reconcile.py
         seen = {name: replace(o, reported_done=True) if reported_done(name, o.attempt) else o
                 for name, o in seen.items()}
-    return World(replicas=seen, refused=refused, admission=admission or Admission())
+    return World(replicas=seen, refused=refused, admission=admission or Admission(), steps=steps)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchjob.api.model import TorchJob
+from torchjob.core.round.initializers import step
 from torchjob.core.shape.topology import replicas
 from torchjob.kube.controller.memory import JobMemory
 from torchjob.kube.controller.observe import observe_pod
@@ -41,7 +42,7 @@ class PodIndex:
         stale: list[dict[str, Any]] = []
         foreign: list[dict[str, Any]] = []
         here = {name: self.pods[(key[0], name)] for name in self.live.get(key, ()) if (key[0], name) in self.pods}
-        names = {pod_name(job, r) for r in replicas(job)}
+        names = {pod_name(job, r) for r in [*replicas(job), *(step(s.name) for s in job.spec.initializers or [])]}
         for p in here.values():
             if owned_by(p, job):
                 pods.append(p)

@@ -32,6 +32,7 @@ from lightkube.core.exceptions import ApiError
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType, EventType, Reason
 from torchjob.core.policies import spares
+from torchjob.core.round.initializers import is_step
 from torchjob.core.round.reconcile import (
     Abandon,
     Admission,
@@ -67,6 +68,7 @@ from torchjob.kube.objects.labels import LABEL_JOB, pod_name
 from torchjob.kube.objects.ownership import owner_reference
 from torchjob.kube.objects.pods import RESTART_GRACE_S
 from torchjob.kube.objects.reporting import ca_configmap
+from torchjob.kube.objects.steps import step_pod
 from torchjob.kube.served.kinds import ServedKind
 from torchjob.kube.served.reading import Unreadable
 
@@ -296,7 +298,8 @@ class Reconciler:
             match a:
                 case Stop():
                     pod = by_name.get(pod_name(job, a.replica))
-                    grace = job.spec.pytorchReplicaSpecs[a.replica.rtype].template.spec.terminationGracePeriodSeconds
+                    rspec = job.spec.pytorchReplicaSpecs.get(a.replica.rtype)  # None: an initializer's
+                    grace = rspec.template.spec.terminationGracePeriodSeconds if rspec is not None else None
                     # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1 ignores
                     # SIGTERM) held the replacement of its name that long (bench/recovery.py)
                     grace = RESTART_GRACE_S if grace is None and a.restarting else grace
@@ -355,8 +358,8 @@ class Reconciler:
 
     async def _create_pod(self, job: TorchJob, a: Create) -> None:
         o = self.pod_options
-        obj = pod_objects.pod(job, a.replica, a.attempt, init_image=o.init_image, wait=o.wait_for_master,
-                     progress_url=o.progress_url)
+        obj = step_pod(job, a.replica, a.attempt) if is_step(job, a.replica) else pod_objects.pod(
+            job, a.replica, a.attempt, init_image=o.init_image, wait=o.wait_for_master, progress_url=o.progress_url)
         try:
             await self._create(obj)
         except ApiError as e:

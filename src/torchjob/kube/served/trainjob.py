@@ -10,8 +10,9 @@ Trainer v2.3's status, as its TrainJob controller writes it and the Kubeflow SDK
   (the SDK says `Running` only while there is none). torchjob's Failed keeps its reason
   (`DeadlineExceeded` for activeDeadlineSeconds, as Trainer's; `BackoffLimitExceeded`,
   `ProgressDeadlineExceeded`, ...) and its message names the root cause (replica, exit code).
-- `jobsStatus`: one entry, the runtime's trainer job `node`, with all six counters (Trainer copies
-  JobSet's count of child Jobs: torchjob counts the one node Job it stands in for).
+- `jobsStatus`: the runtime's initializer jobs (`dataset-initializer`, `model-initializer`), then its
+  trainer job `node`, each with all six counters (Trainer copies JobSet's count of child Jobs:
+  torchjob counts the one Job of each it stands in for).
 - `trainerStatus`: the progress the replicas report (torchjob.report, or the SDK's
   update_trainjob_status), written by the progress writer.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.source import Document
-from torchjob.api.status import ConditionType
+from torchjob.api.status import ConditionType, StepState
 from torchjob.dialects import trainjob as trainjob_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
@@ -134,13 +135,19 @@ def conditions(status: JobStatus, now: datetime, generation: int | None = None) 
 
 
 def jobs_status(status: JobStatus) -> list[dict[str, Any]]:
-    """The node job's counters, as JobSet counts its child Jobs (one here)."""
+    """The initializer jobs' and the node job's counters, as JobSet counts its child Jobs (one of each here)."""
     suspended = status.is_true(ConditionType.SUSPENDED)
     succeeded, failed = status.is_true(ConditionType.SUCCEEDED), status.is_true(ConditionType.FAILED)
     running = not (suspended or succeeded or failed)
+    steps = [{"name": name, "ready": int(running and s.state is StepState.RUNNING),
+              "succeeded": int(s.state is StepState.SUCCEEDED), "failed": int(s.state is StepState.FAILED),
+              "active": int(running and s.state in (StepState.PENDING, StepState.RUNNING)),
+              "suspended": int(suspended and s.state is not StepState.SUCCEEDED)}
+             for name, s in status.initializers.items()]
     active = running and any(r.active for r in status.replicaStatuses.values())
     ready = running and status.is_true(ConditionType.RUNNING)
-    return [{"name": NODE_JOB, "ready": int(ready), "succeeded": int(succeeded), "failed": int(failed),
+    failed = failed and not any(s.state is StepState.FAILED for s in status.initializers.values())  # not the node's
+    return [*steps, {"name": NODE_JOB, "ready": int(ready), "succeeded": int(succeeded), "failed": int(failed),
              "active": int(active), "suspended": int(suspended and not (succeeded or failed))}]
 
 

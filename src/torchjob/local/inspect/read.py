@@ -16,6 +16,7 @@ from pathlib import Path
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType
 from torchjob.core.diagnosis import rank_errors, torch_errors
+from torchjob.core.round.initializers import step_named
 from torchjob.core.round.reconcile import Abandon, DeleteJob, Event, Observed, Phase, World, reconcile
 from torchjob.core.shape.topology import ReplicaId, node_rank, nproc_per_node
 from torchjob.local.start.prepare import supervisor_alive
@@ -47,17 +48,18 @@ def _with_status(job: TorchJob, status: JobStatus) -> TorchJob:
     return job.model_copy(update={"status": status})
 
 
-def _open_attempts(store: Store, name: str) -> dict[str, Observed]:
-    """The attempts the store has as running: the world as the lost supervisor left it."""
+def _open_attempts(store: Store, rec: JobRecord) -> dict[str, Observed]:
+    """The replica attempts the store has as running: the world as the lost supervisor left it (an
+    initializer's attempt, which the watchdog stopped too, is no replica's)."""
     return {a.replica: Observed(ReplicaId.parse(a.replica), a.attempt, Phase.RUNNING)
-            for a in store.attempts(name) if a.current and a.ended is None}
+            for a in store.attempts(rec.name) if a.current and a.ended is None and not step_named(rec.job, a.replica)}
 
 
 def verdict(store: Store, rec: JobRecord, now: datetime | None = None) -> Verdict:
     now = now or datetime.now(UTC)
     msg = lost_message(rec)
     if msg is not None:  # core decides what a lost runner means (issue 10: a fact in the world)
-        world = World(_open_attempts(store, rec.name), runner_lost=msg)
+        world = World(_open_attempts(store, rec), runner_lost=msg)
         plan = reconcile(_with_status(rec.job, rec.status), world, now)
         return Verdict(plan.status, msg, events=plan.events,
                        abandoned=[a for a in plan.actions if isinstance(a, Abandon)], at=now)
@@ -192,9 +194,10 @@ def root_cause(job: JobView, log_lines: int = 15) -> str | None:
     out = [bar, f"{job.name} FAILED: {f.reason}", "-" * 72, f.message]
     if f.replica is not None:
         attempt = next((a for a in job.attempts if a.replica == f.replica and a.attempt == f.attempt), None)
-        rid = ReplicaId.parse(f.replica)
+        # an initializer's attempt has no rank (core/round/initializers.py)
+        rank = "" if step_named(job.job, f.replica) else f", node rank {node_rank(job.job, ReplicaId.parse(f.replica))}"
         out += ["", "Root cause (the failure that ended the job):",
-                f"  replica   : {f.replica} (attempt {f.attempt}, node rank {node_rank(job.job, rid)})"]
+                f"  replica   : {f.replica} (attempt {f.attempt}{rank})"]
         if f.exitCode is not None:
             out.append(f"  exit code : {f.exitCode}" + (f" ({f.signal})" if f.signal else ""))
         if attempt is not None:

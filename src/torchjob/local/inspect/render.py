@@ -23,6 +23,7 @@ from torchjob.api.model import (
 from torchjob.api.spec_facts import ignored_nproc, is_torchrun
 from torchjob.api.validate import config_key_problem, training_container
 from torchjob.core.policies.spares import warm_workers
+from torchjob.core.round.initializers import step
 from torchjob.core.shape.expand import expand_argv, expand_env
 from torchjob.core.shape.topology import (
     SHUTDOWN_TIMEOUT_ENV,
@@ -330,4 +331,26 @@ def render(
                 torchrun=is_torchrun(argv),
             )
         )
-    return specs
+    return [*_initializers(job, opts, job_dir, notes), *specs]
+
+
+def _initializers(job: TorchJob, opts: LocalOptions, job_dir: Path, notes: list[str] | None) -> list[LaunchSpec]:
+    """Each initializer step's launch (core/round/initializers.py), run before the replicas: its first
+    container as one process (its command: the image is not used here), with its env as written
+    (STORAGE_URI, ...) and its volumes mounted where it mounts them (the workspace: a directory)."""
+    out = []
+    for s in job.spec.initializers or []:
+        rid, pod = step(s.name), s.template.spec
+        c = pod.containers[0]
+        if not c.command:
+            _refuse_or_note(notes, _no_command(rid, c))
+        argv = [*(c.command or [f"<the entrypoint of {c.image or 'the image'}>"]), *(c.args or [])]
+        env = _resolved_env(job, rid, c, {}, {"PYTHONUNBUFFERED": "1"}, opts, notes)
+        try:
+            mounts = mounts_for(job, rid, pod, c, opts, job_dir)
+        except UserError as e:
+            _refuse_or_note(notes, e)
+            mounts = []
+        argv = resolve_argv(expand_argv(argv, env), opts.resolve_python, env.get("PATH", os.environ.get("PATH")))
+        out.append(LaunchSpec(replica=rid, argv=argv, env=env, cwd=c.workingDir or opts.cwd, mounts=mounts))
+    return out

@@ -23,6 +23,7 @@ from torchjob.api.model import JobStatus
 from torchjob.api.status import EventType, ExitReason, Reason
 from torchjob.console import Console
 from torchjob.core.policies import policy
+from torchjob.core.round.initializers import with_steps
 from torchjob.core.round.reconcile import (
     Abandon,
     Create,
@@ -37,7 +38,6 @@ from torchjob.core.round.reconcile import (
     World,
     reconcile,
 )
-from torchjob.core.shape.topology import ReplicaId
 from torchjob.local.inspect import stacks
 from torchjob.local.inspect.render import render, warnings
 from torchjob.local.spares.keeper import SpareKeeper, SpareWarm
@@ -245,18 +245,18 @@ class Supervisor:
     def _observe(self) -> World:
         seen: dict[str, Observed] = {}
         for name, p in self.procs.items():
-            rid = ReplicaId.parse(name)
             done = self.endpoint.reports.reported_done(name, p.attempt) if self.endpoint else False
             if p.alive:
                 last = self.endpoint.reports.last_report(name, p.attempt) if self.endpoint else None
-                seen[name] = Observed(rid, p.attempt, Phase.RUNNING, stopping=p.stopping, last_report=last,
+                seen[name] = Observed(p.spec.replica, p.attempt, Phase.RUNNING, stopping=p.stopping, last_report=last,
                                       reported_done=done)
             else:
                 assert p.exit_code is not None and p.ended_at is not None
                 phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
-                seen[name] = Observed(rid, p.attempt, phase, p.exit_code, _reason(p), p.error,
+                seen[name] = Observed(p.spec.replica, p.attempt, phase, p.exit_code, _reason(p), p.error,
                                       finished_at=datetime.fromtimestamp(p.ended_at, UTC), reported_done=done)
-        return World(replicas=seen, stop_requested=self.stop_requested, stacks=self._stall_stacks(seen))
+        return with_steps(self.job, World(replicas=seen, stop_requested=self.stop_requested,
+                                          stacks=self._stall_stacks(seen)))
 
     def _stall_stacks(self, seen: dict[str, Observed]) -> str | None:
         """Stacks before core stops a stalled job (local/inspect/stacks.py): the short form is a fact."""

@@ -15,6 +15,7 @@ LABEL_JOB = "torchjob.dev/job-name"
 LABEL_TYPE = "torchjob.dev/replica-type"
 LABEL_INDEX = "torchjob.dev/replica-index"
 ANNOTATION_ATTEMPT = "torchjob.dev/attempt"
+LABEL_STEP = "torchjob.dev/initializer"  # an initializer step's pod (objects/steps.py): no replica type or index
 
 
 def pod_name(job: TorchJob, rid: ReplicaId) -> str:
@@ -33,6 +34,8 @@ def selector(job: TorchJob) -> dict[str, str]:
 def replica_name(labels: Mapping[str, str]) -> str | None:
     """The replica a pod or Service of a job is (`worker-1`), from its labels; None when not one."""
     rtype, index = labels.get(LABEL_TYPE), labels.get(LABEL_INDEX)
+    if labels.get(LABEL_STEP) and not rtype:  # an initializer's: named as its attempts are (`model-initializer-0`)
+        return f"{labels[LABEL_STEP]}-0"
     return f"{rtype}-{index}" if rtype and index is not None else None
 
 

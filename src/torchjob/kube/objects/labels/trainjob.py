@@ -15,5 +15,10 @@ def pod_labels(job_name: str, rank: int) -> dict[str, str]:
     return {JOBSET_NAME: job_name, REPLICATED_JOB: NODE_JOB, COMPLETION_INDEX: str(rank)}
 
 
+def step_labels(job_name: str, step: str) -> dict[str, str]:
+    """An initializer's pod (its replicated job `dataset-initializer` or `model-initializer`, one pod)."""
+    return {JOBSET_NAME: job_name, REPLICATED_JOB: step, COMPLETION_INDEX: "0"}
+
+
 def service_labels(job_name: str) -> dict[str, str]:
     return {JOBSET_NAME: job_name}
