@@ -1,12 +1,13 @@
 """Where a stuck job's ranks are, on real pods (issue 42): a job annotated torchjob.dev/stacks "true" whose last rank
 blocks in a `recv` nobody answers while the others wait for it in `all_reduce` (tests/programs/hang_collective.py,
-mounted from the host). `torchjob stacks --kube` and a handle's `stacks()` name each rank's function and line. They
-are taken through the pods' annotations and logs only: the pods run as Pod Security `restricted` asks (no root, no
-capability: no ptrace), and nothing execs into them. The dumps are in the pods' logs too; taking them stops nothing."""
+mounted from the host). A handle's `stacks()` and `torchjob stacks --kube` name each rank's function and line, and
+the rank that differs. They are taken through the pods' annotations and logs only: the pods run as Pod Security
+`restricted` asks (no root, no capability: no ptrace), and nothing execs into them. The dumps are in the pods' logs
+too; taking them stops nothing. A job not annotated is refused, saying how to ask (its pod starts beside the other's:
+one wait for both)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +50,28 @@ def stuck_job(tmp_path: Path) -> Path:
     return path
 
 
+def plain_job(tmp_path: Path) -> Path:
+    data = job_data("plain", workers=0, command=("python", "-c", "import time; time.sleep(600)"))
+    data["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] = TESTS_IMAGE
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(data))
+    return tmp_path / "plain.yaml"
+
+
 def test_stacks_from_pods_name_each_ranks_function_and_line(node_kubeconfig: str, node: Client, ns: str,
                                                             tmp_path: Path) -> None:
-    sub = torchjob(node_kubeconfig, "submit", str(stuck_job(tmp_path)), "-n", ns)
-    assert sub.returncode == 0, sub.stdout + sub.stderr
+    for path in (stuck_job(tmp_path), plain_job(tmp_path)):  # their pods start together
+        sub = torchjob(node_kubeconfig, "submit", str(path), "-n", ns)
+        assert sub.returncode == 0, sub.stdout + sub.stderr
+    # the Python API's handle on the cluster's job, until every rank is in its collective (at its own pace)
+    handle = wait_for("the job listed", lambda: next(
+        (h for h in api.list_jobs(kube=True, namespace=ns, kubeconfig=node_kubeconfig) if h.name == "stuck"), None))
 
-    def in_collectives() -> dict[str, Any] | None:  # the ranks start at their own pace
-        out = torchjob(node_kubeconfig, "stacks", "stuck", "-n", ns, "-o", "json")
-        assert out.returncode == 0 or "no running pod" in out.stderr, out.stderr
-        data = json.loads(out.stdout) if out.returncode == 0 else {"short": ""}
+    def in_collectives() -> dict[str, Any] | None:
+        try:
+            data = handle.stacks()
+        except api.UserError as e:
+            assert "no running pod" in str(e), e  # not started yet
+            return None
         return data if "step (" in data["short"] and "wait_for_peer (" in data["short"] else None
 
     data = wait_for("every rank in its collective", in_collectives, timeout=180, every=1)
@@ -72,26 +86,21 @@ def test_stacks_from_pods_name_each_ranks_function_and_line(node_kubeconfig: str
     assert users[0] == {"file": "/programs/hang_collective.py", "line": line_of("HANG-RECV"),
                         "function": "wait_for_peer", "user": True}, users
     assert not any(f["user"] for f in receiving["frames"] if "/threading.py" in f["file"])  # the pod's stdlib
-    assert data["short"].startswith(f"ranks 0-1 in {ALL_REDUCE}; rank 2 in {RECV}") and data["missing"] == []
+    assert data["short"] == f"ranks 0-1 in {ALL_REDUCE}; rank 2 in {RECV}; rank 2 differs from the rest (ranks 0-1)"
+    assert data["missing"] == [] and data["differs"] == [[2]], data
 
+    # the command says the same
     text = torchjob(node_kubeconfig, "stacks", "stuck", "-n", ns)
     assert text.returncode == 0, text.stderr
     assert text.stdout.splitlines()[0].startswith("ranks 0-1: all_reduce (torch/distributed/"), text.stdout
+    assert text.stdout.splitlines()[2] == "rank 2 differs from the rest (ranks 0-1): look there first", text.stdout
     assert "3 process(es) answered in" in text.stdout
-    # the Python API's handle on the cluster's job says the same
-    handle = next(h for h in api.list_jobs(kube=True, namespace=ns, kubeconfig=node_kubeconfig) if h.name == "stuck")
-    assert handle.stacks()["short"] == data["short"]
     # the dumps are in the pods' logs; the job runs on
     logs = torchjob(node_kubeconfig, "logs", "stuck", "-n", ns, "--replica", "worker-1").stdout
     assert "torchjob-stacks: begin request=" in logs and "in wait_for_peer" in logs, logs
     assert status_of(node, "stuck", ns)["conditions"][-1]["type"] == "Running"
 
-
-def test_a_job_not_annotated_is_refused_with_the_fix(node_kubeconfig: str, ns: str, tmp_path: Path) -> None:
-    data = job_data("plain", workers=0, command=("python", "-c", "import time; time.sleep(600)"))
-    data["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] = TESTS_IMAGE
-    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(data))
-    assert torchjob(node_kubeconfig, "submit", str(tmp_path / "plain.yaml"), "-n", ns).returncode == 0
+    # a job that did not ask for stacks: refused, saying how to ask
     refused = wait_for("the refusal", lambda: (r := torchjob(node_kubeconfig, "stacks", "plain", "-n", ns))
                        and "no running pod" not in r.stderr and r, timeout=120, every=1)
     assert refused.returncode != 0 and "were not made to give their stacks" in refused.stderr, refused.stderr
