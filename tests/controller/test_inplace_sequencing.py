@@ -5,6 +5,7 @@ the kubelet. The whole path with the real entry point and a real API server: tes
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +15,7 @@ from tests.controller.test_sequencing import NS, condition, one_round, run, stat
 from tests.controller.test_tls_renewal import NOW, OPS, running_with
 from torchjob.kube.controller.round_parts import ProgressLink
 from torchjob.kube.objects import inplace
-from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT
+from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_TYPE
 from torchjob.kube.progress import tls
 from torchjob.kube.progress.books import Books
 
@@ -256,6 +257,30 @@ def test_two_annotations_on_the_running_master_of_a_job_without_warm_spares_deci
                 await one_round(api, c)
                 assert condition(api, "Succeeded") is None and condition(api, "Failed") is None
                 assert status_of(api)["restartCount"] == 0 and acts(api, start) == []
+
+    run(scenario)
+
+
+def test_a_succeeded_workers_pod_labelled_as_the_master_does_not_end_the_job() -> None:
+    """Labels, like annotations, are anyone's who may patch pods: a worker's pod that succeeded, labelled
+    as master-0 with a later attempt, is still the worker's (its name, which never changes, says so), so
+    the job goes on running (before, the master counted as succeeded and the job ended Succeeded)."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(torchjob(workers=1, run_policy={"backoffLimit": 3}))
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            up(api)
+            await one_round(api, c)
+            api.kubelet(WORKER, NS, "Succeeded", exit_code=0)
+            await one_round(api, c)
+            pod = copy.deepcopy(api.objects[("Pod", NS, WORKER)])  # a patch of its labels and attempt
+            pod["metadata"]["labels"].update({LABEL_TYPE: "master", LABEL_INDEX: "0"})
+            pod["metadata"].setdefault("annotations", {})[ANNOTATION_ATTEMPT] = "1"
+            api._store(pod, "MODIFIED")
+            await one_round(api, c)
+            assert condition(api, "Succeeded") is None and condition(api, "Running") is not None
+            assert status_of(api)["replicaStatuses"]["Master"].get("succeeded", 0) == 0
 
     run(scenario)
 

@@ -40,12 +40,19 @@ def replica_name(labels: Mapping[str, str]) -> str | None:
 
 
 def replica_of(obj: Mapping[str, Any]) -> ReplicaId | None:
-    """The replica an object of a job is, from its labels; None when not one of a known type."""
-    name = replica_name(obj.get("metadata", {}).get("labels") or {})
+    """The replica a pod of a job is; None when not one of a known type. Its name says, which never changes
+    (`pod_name`: JOB-REPLICA); its labels, which whoever may patch pods can change, only where they agree
+    with it: a worker's pod that succeeded, labelled as the master's, is still the worker's."""
+    meta = obj.get("metadata", {})
+    labels, name = meta.get("labels") or {}, str(meta.get("name", ""))
+    said, prefix = replica_name(labels), f"{labels.get(LABEL_JOB)}-"
     try:
-        return ReplicaId.parse(name) if name else None
+        rid = ReplicaId.parse(said) if said else None
+        if rid is not None and name != prefix + rid.name:
+            rid = ReplicaId.parse(name.removeprefix(prefix)) if name.startswith(prefix) else None
     except ValueError:
         return None
+    return rid if rid is None or name == prefix + rid.name else None
 
 
 def attempt_of(obj: Mapping[str, Any]) -> int:
