@@ -111,6 +111,11 @@ def test_a_reporting_job_its_percent_its_loss_curve_and_its_log(tmp_path: Path, 
     assert page.dialogs == [] and page.errors == []
 
 
+def held_line() -> int:
+    program = REPO / "tests" / "programs" / "report_steps.py"
+    return next(i for i, line in enumerate(program.read_text().splitlines(), 1) if "time.sleep(args.hold)" in line)
+
+
 def test_suspend_and_resume_through_the_page(tmp_path: Path, page: Page, artifacts: Path,
                                            dashboard: Callable[..., Dashboard]) -> None:
     home = tmp_path / "home"
@@ -119,6 +124,18 @@ def test_suspend_and_resume_through_the_page(tmp_path: Path, page: Page, artifac
     p = page.page
     p.goto(d.job_url("held"))
     wait(lambda: p.locator("#job-state").inner_text() == "Running", what="Running on the page")
+    # its stacks, taken from the page (issue 42): the master's one process, held in its sleep
+    held_at = f"main (report_steps.py:{held_line()})"
+
+    def stacks_shown() -> str | None:
+        p.click("#take-stacks")
+        wait(lambda: p.locator("#take-stacks").is_enabled(), what="the stacks taken")
+        shown = p.locator("#stacks").inner_text()
+        return shown if held_at in shown else None
+
+    shown = wait(stacks_shown, what="the stacks of the held master")
+    assert shown.startswith(f"rank 0: {held_at} <- <module> (report_steps.py:"), shown
+    assert "(1 process(es) answered in" in shown
     p.click("#act-suspend")
     p.locator('[data-testid="confirm"]').wait_for()
     p.screenshot(path=str(artifacts / "confirm-suspend.png"))

@@ -141,6 +141,11 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
         await run_in_threadpool(source.act, _ns(ns), name, verb, kind)
         return JSONResponse({"ok": True, "verb": verb, "name": name, "kind": kind})
 
+    async def stacks(request: Request) -> Response:
+        """Every rank's stacks, taken now (a POST: it signals the job's processes, on a cluster patches its pods)."""
+        ns, name = request.path_params["ns"], request.path_params["name"]
+        return JSONResponse(await run_in_threadpool(source.stacks, _ns(ns), name, _kind(request)))
+
     listed: list[Any] = [None, "", ""]  # the latest listing (its rows object), its event's JSON, its digest
 
     def jobs_json(rows: list[dict[str, Any]]) -> tuple[str, str]:
@@ -198,6 +203,7 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
         Route("/api/stream", guarded(stream)),
         Route("/api/jobs/{ns}/{name}", guarded(job)),
         Route("/api/jobs/{ns}/{name}/log", guarded(log)),
+        Route("/api/jobs/{ns}/{name}/stacks", guarded(stacks, header_only=True), methods=["POST"]),
         Route("/api/jobs/{ns}/{name}/{verb}", guarded(act, header_only=True), methods=["POST"]),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts is not None else []

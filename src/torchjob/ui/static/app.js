@@ -275,10 +275,23 @@
       section("Replica attempts", "attempts"),
       section("Conditions", "conditions"),
       section("Events", "events"),
+      section("Stacks", "stacks-section", el("div", { class: "logbar" },
+        el("button", { id: "take-stacks", onclick: takeStacks }, "Take stacks"),
+        el("span", { class: "muted" }, " where every rank is now (torchjob stacks)")), el("pre", { id: "stacks" })),
       section("Logs", "logs", logBar(), el("pre", { id: "log" })),
       section("Spec", "spec"),
       section("Document", "document", el("pre", { id: "doc" }))));
     pollLog();
+  }
+  async function takeStacks() {
+    const j = ui.job, pre = document.getElementById("stacks"), button = document.getElementById("take-stacks");
+    button.disabled = true;
+    pre.textContent = "taking stacks…";
+    try {
+      const out = await api(jobPath(j) + "/stacks", { method: "POST" }, kindParams(j));
+      pre.textContent = out.text;
+    } catch (e) { pre.textContent = String(e.message); }
+    button.disabled = false;
   }
   function ask(verb) {
     const j = ui.job, box = document.getElementById("confirm-box");
