@@ -26,6 +26,14 @@ def _define(name: str, rules: list[dict[str, Any]]) -> str:
     return f'{{{{- define "{name}" -}}}}\n{yaml.safe_dump(rules, sort_keys=False).rstrip()}\n{{{{- end }}}}\n'
 
 
+# The runtime is made after the CRDs its kind needs: Helm maps every template's kind before it makes any,
+# so `helm install` with trainerApi.enabled on a cluster without Trainer's CRDs failed (no matches for kind
+# ClusterTrainingRuntime); a post-install/post-upgrade hook is mapped when it runs, the CRDs made by then
+# (Trainer's chart makes its runtimes by an installer Job after its CRDs, for the same reason:
+# kubeflow/trainer#3655). A hook is not the release's: `helm uninstall` leaves the runtime, as the CRDs.
+RUNTIME_HOOK = {"helm.sh/hook": "post-install,post-upgrade", "helm.sh/hook-delete-policy": "before-hook-creation"}
+
+
 def trainer_api() -> str:
     """templates/trainer-api.yaml: what `torchjob install --trainer-api` adds, under trainerApi.enabled
     (its CRDs kept on `helm uninstall`, as Kubeflow's), the runtime's image a value, and the subjects that
@@ -35,6 +43,8 @@ def trainer_api() -> str:
     for o in objs:
         if o["kind"] == "CustomResourceDefinition":
             o["metadata"].setdefault("annotations", {})["helm.sh/resource-policy"] = "keep"
+        if o["kind"] == trainer_objects.CLUSTER_RUNTIME_KIND:
+            o["metadata"].setdefault("annotations", {}).update(RUNTIME_HOOK)
     binding = next(o for o in trainer_objects.operator_rbac(ns) if o["metadata"]["name"] ==
                    trainer_objects.RUNTIME_READERS and o["kind"] == "ClusterRoleBinding")
     del binding["subjects"]

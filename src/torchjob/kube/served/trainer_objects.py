@@ -13,7 +13,15 @@ two values Trainer's CEL admits, the name an RFC 1035 label); pod-shaped parts a
 (`x-kubernetes-preserve-unknown-fields`): the pods made from them are checked by the API server then.
 The status is kept as written too: Trainer's fields (conditions, jobsStatus, trainerStatus) and
 torchjob's own under `status.torchjob`. A runtime's spec is kept as written: the operator reads it
-with the dialect (dialects/trainer_runtime.py), which names any field it cannot honour."""
+with the dialect (dialects/trainer_runtime.py), which names any field it cannot honour; but for
+Trainer v2.4's rule on it, a replicated job's name of at most 20 characters (kubeflow/trainer#4394),
+which its API server enforces and so do these CRDs.
+
+Trainer v2.4 (kubeflow/trainer v2.4.0): the API served is v2.3's with v2.4's changes to what a
+TrainJob or runtime may say, as its release notes list them (#4394 above; #4301 and #4029 change MPI
+runtimes, which torchjob refuses; #4122 keeps the chart's CRDs on `helm uninstall`, as torchjob's chart
+does). v2.4.0's sources were not at hand here (the stored snapshot of kubeflow/trainer ends at
+2026-08-22, after v2.3.0), so the schemas are v2.3's, read in its code, with #4394 added."""
 
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchjob.api.errors import UserError
-from torchjob.dialects.trainer_runtime import TORCH_DISTRIBUTED
+from torchjob.dialects.trainer_runtime import REPLICATED_JOB_NAME_MAX, TORCH_DISTRIBUTED
 from torchjob.kube.objects import install
 from torchjob.kube.objects.install import owner as install_owner
 
@@ -43,7 +51,7 @@ DEFAULT_RUNTIME_IMAGE = TORCH_DISTRIBUTED["spec"]["template"]["spec"]["replicate
     "template"]["spec"]["containers"][0]["image"]
 PUBLIC_CONFIGMAP = "kubeflow-trainer-public"  # what the SDK's TrainerClient reads on start
 SYSTEM_NAMESPACE = "kubeflow-system"  # where it reads it ($KUBEFLOW_SYSTEM_NAMESPACE, by default)
-TRAINER_VERSION = "v2.3.0"  # the Trainer API torchjob serves, as the ConfigMap says it
+TRAINER_VERSION = "v2.4.0"  # the Trainer API torchjob serves, as the ConfigMap says it
 MANAGED_BY = dict([install_owner.OURS_LABEL])
 # On the objects torchjob installs: what says so when Helm has relabelled them `managed-by: Helm`
 INSTALLED_BY = dict([install_owner.OURS_ANNOTATION])
@@ -149,10 +157,27 @@ def installed_by_torchjob(crd: dict[str, Any]) -> bool:
     return install_owner.ours(crd)
 
 
+def runtime_schema() -> dict[str, Any]:
+    """A runtime's schema: its spec kept as written (the dialect reads it), but for what Trainer v2.4's API
+    server refuses: a replicated job's name of more than 20 characters (kubeflow/trainer#4394)."""
+    def kept(properties: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": properties}
+
+    job = kept({"name": {"type": "string", "minLength": 1, "maxLength": 253}})
+    job["required"] = ["name"]
+    job["x-kubernetes-validations"] = [{
+        "rule": f"size(self.name) <= {REPLICATED_JOB_NAME_MAX}", "fieldPath": ".name",
+        "message": f"a replicated job's name may have at most {REPLICATED_JOB_NAME_MAX} characters in Kubeflow "
+                   "Trainer v2.4 (kubeflow/trainer#4394: the names of its Jobs and pods are made from it); shorten "
+                   "it, e.g. node, dataset-initializer, model-initializer"}]
+    spec = kept({"template": kept({"spec": kept({"replicatedJobs": {"type": "array", "items": job}})})})
+    return {"type": "object", "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                             "metadata": {"type": "object"}, "spec": spec}}
+
+
 def crds() -> list[dict[str, Any]]:
     """TrainJob's, TrainingRuntime's and ClusterTrainingRuntime's CRDs (TrainJob's first)."""
-    runtime = {"type": "object", "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                                                "metadata": {"type": "object"}, "spec": _FREE}}
+    runtime = runtime_schema()
     return [
         # Trainer's State column: the type of the last condition
         _crd(KIND, PLURAL, "Namespaced", trainjob_schema(),
