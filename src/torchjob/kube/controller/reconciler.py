@@ -294,6 +294,7 @@ class Reconciler:
         # attempt is stopped, and its next one started, in it. Not once the job ends or is suspended.
         ending = plan.status.finished or plan.status.is_true(ConditionType.SUSPENDED)
         made: list[Create] = []
+        deletes: list[tuple[str, int | None]] = []  # (pod, grace): asked together, a gang restart's every pod
         for a in plan.actions:
             match a:
                 case Stop():
@@ -307,15 +308,17 @@ class Reconciler:
                         by = datetime.now(UTC) + timedelta(seconds=(grace or 0) + STOP_PATIENCE_S)
                         await self._note(pod, inplace.stop_note(a.attempt, by))
                         continue
-                    await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=grace)
+                    deletes.append((pod_name(job, a.replica), grace))
                 case Forget() | Purge():  # a finished pod: nothing runs in it
                     pod = by_name.get(pod_name(job, a.replica))
                     if (isinstance(a, Forget) and not ending and pod is not None
                             and inplace.parked(pod, a.attempt, self.seal)):
                         continue  # its replica's next attempt starts in it
                     by_name.pop(pod_name(job, a.replica), None)
-                    await self.api.delete("Pod", pod_name(job, a.replica), ns, grace_s=0)
-                case DeleteJob():
+                    deletes.append((pod_name(job, a.replica), 0))
+                case DeleteJob():  # after its pods' deletes
+                    await self._delete_pods(ns, deletes)
+                    deletes = []
                     await self.api.delete(self.kind.kind, job.name, ns)
                 case Create():
                     made.append(a)
@@ -323,6 +326,7 @@ class Reconciler:
                     log.error("%s/%s: %s planned on Kubernetes, where no runner is lost", ns, job.name, a)
                 case _:
                     assert_never(a)
+        await self._delete_pods(ns, deletes)
         if plan.status.finished:  # what ended in place ends its pod now, with that attempt's exit code
             for pod in by_name.values():
                 here = inplace.in_place(pod, self.seal)
@@ -334,6 +338,12 @@ class Reconciler:
                                       if creates and pod_name(job, a.replica) not in blocked),
                                     return_exceptions=True)
         raise_first(done)
+
+    async def _delete_pods(self, ns: str, pods: list[tuple[str, int | None]]) -> None:
+        """Pods (name, grace) deleted at once, as a round's pods are created (the client bounds how
+        many are in flight); the first error raised once all have answered."""
+        raise_first(await asyncio.gather(*(self.api.delete("Pod", name, ns, grace_s=grace) for name, grace in pods),
+                                         return_exceptions=True))
 
     async def _start(self, job: TorchJob, a: Create, pod: dict[str, Any] | None) -> None:
         """An attempt: in its replica's pod, where that pod waits for it (in place), else in a new pod."""
