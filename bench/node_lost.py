@@ -122,13 +122,8 @@ def kill_node() -> int:
     sock = str(STATE / "realnode-1" / "containerd")
     shims = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
              if any("shim" in a for a in pids.cmdline(int(p))[:1]) and any(sock in a for a in pids.cmdline(int(p)))]
-    victims = [c for s in shims for c in children(s)] + shims
-    for v in victims:
-        try:
-            os.kill(v, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return len(victims)
+    victims = [(v, pids.started(v)) for v in [c for s in shims for c in children(s)] + shims]
+    return sum(pids.send(v, signal.SIGKILL, pids.started_at(ticks)) for v, ticks in victims)  # the same processes
 
 
 def watch(kube: Client, ns: str, data: Path, killed: float, last: int) -> dict[str, float]:
