@@ -51,6 +51,31 @@ class AttemptView:
     log: str | None = None  # local: the attempt's output file
 
 
+# A job of more replicas than this shows them summarised (describe, the dashboard's job page): counts
+# by state, and each attempt that is not running or done named, unless every line is asked for.
+SUMMARY_OVER = 16
+NAMED_AT_MOST = 20  # of those named in a summary; the rest counted
+
+
+def attempt_state(a: AttemptView) -> str:
+    """An attempt's state in one word: Running, Completed, Error, Pending, Stopping, Failed, ..."""
+    return (a.reason or ("Running" if a.ended is None else "Ended")).split(" (")[0]
+
+
+def summarised(attempts: list[AttemptView]) -> tuple[dict[str, int], list[AttemptView]]:
+    """The latest attempt of each replica counted by state (most first), and the attempts a reader
+    should see named: those neither running nor completed, in the table's order."""
+    latest: dict[str, AttemptView] = {}
+    for a in attempts:
+        if a.replica not in latest or a.attempt >= latest[a.replica].attempt:
+            latest[a.replica] = a
+    counts: dict[str, int] = {}
+    for a in latest.values():
+        counts[attempt_state(a)] = counts.get(attempt_state(a), 0) + 1
+    odd = [a for a in attempts if attempt_state(a) not in ("Running", "Completed", "Succeeded")]
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])), odd
+
+
 @dataclass(frozen=True, init=False)
 class EventView:
     type: EventType

@@ -293,11 +293,14 @@ def list_jobs(output: str, all_namespaces: bool, **where: Any) -> None:
 @click.argument("name")
 @OUTPUT
 @kube_options
-def describe(name: str, output: str, **where: Any) -> None:
+@click.option("--replicas", type=click.Choice(["auto", "all"]), default="auto", show_default=True,
+              help="auto: each replica attempt's line up to 16 replicas; beyond, the replicas counted by state "
+                   "and those not running named. all: each replica attempt's line, however many.")
+def describe(name: str, output: str, replicas: str, **where: Any) -> None:
     """A job's spec summary, replica attempts with exit codes, conditions and events."""
     from torchjob.cli import views
 
-    views.describe(_runtime(**where).describe(name), output, _dump)
+    views.describe(_runtime(**where).describe(name), output, _dump, every_replica=replicas == "all")
 
 
 @cli.command()

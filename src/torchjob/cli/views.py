@@ -18,7 +18,7 @@ from torchjob.api.pod import training_container
 from torchjob.api.spec_facts import processes  # (processes per replica, world size): the dashboard's too
 from torchjob.api.status import ConditionType, Reason
 from torchjob.progress import show
-from torchjob.runtime import DryRun, JobView
+from torchjob.runtime import NAMED_AT_MOST, SUMMARY_OVER, AttemptView, DryRun, JobView, summarised
 
 Dump = Callable[[Any, str], None]
 
@@ -139,7 +139,22 @@ def list_jobs(views: list[JobView], fmt: str, dump: Dump, every_namespace: bool 
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 1000).print(table)
 
 
-def describe(v: JobView, fmt: str, dump: Dump) -> None:
+def _attempt_rows(v: JobView, every: bool) -> tuple[list[str], list[AttemptView]]:
+    """The Attempts block's first lines and the attempts it shows: each one, or (a job of more than
+    SUMMARY_OVER replicas, unless `every`) a line of counts by state and those not running named."""
+    total = sum(v.replicas.values())
+    if every or total <= SUMMARY_OVER:
+        return ["Attempts:"], v.attempts
+    counts, odd = summarised(v.attempts)
+    said = ", ".join(f"{n} {state}" for state, n in counts.items())
+    lines = [f"Attempts:    {total} replicas: {said} (each replica's line: --replicas all)"]
+    if len(odd) > NAMED_AT_MOST:
+        lines.append(f"  the first {NAMED_AT_MOST} of {len(odd)} not running:")
+    return lines, odd[:NAMED_AT_MOST]
+
+
+def describe(v: JobView, fmt: str, dump: Dump, every_replica: bool = False) -> None:
+    """`every_replica`: each replica attempt's line, however many (--replicas all)."""
     if fmt != "text":
         dump(v.raw if v.raw is not None else summary(v), fmt)
         return
@@ -179,10 +194,12 @@ def describe(v: JobView, fmt: str, dump: Dump) -> None:
     if policies:
         out.append(f"Run policy:  {_fields(policies)}")
     pods = any(a.pod for a in v.attempts)
-    out.append("Attempts:")
-    out.append(f"  {'REPLICA':<12}{'ATTEMPT':<9}{'POD' if pods else 'PID':<{26 if pods else 9}}{'STARTED':<21}"
-               f"{'ENDED':<21}{'EXIT':<6}REASON")
-    for a in v.attempts:
+    head, shown = _attempt_rows(v, every_replica)
+    out += head
+    if shown or head == ["Attempts:"]:
+        out.append(f"  {'REPLICA':<12}{'ATTEMPT':<9}{'POD' if pods else 'PID':<{26 if pods else 9}}{'STARTED':<21}"
+                   f"{'ENDED':<21}{'EXIT':<6}REASON")
+    for a in shown:
         exit_ = "-" if a.exit_code is None else str(a.exit_code)
         who = (a.pod or "-") if pods else (a.pid or "-")
         reason = a.reason or ("Running" if a.ended is None else "")

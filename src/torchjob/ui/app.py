@@ -124,7 +124,8 @@ def make_app(source: Source, token: str, cookie: str, hosts: list[str] | None = 
 
     async def job(request: Request) -> Response:
         ns, name = request.path_params["ns"], request.path_params["name"]
-        return JSONResponse(await run_in_threadpool(source.job, _ns(ns), name, _kind(request)))
+        every = request.query_params.get("replicas") == "all"  # each replica's attempt, however many
+        return JSONResponse(await run_in_threadpool(source.job, _ns(ns), name, _kind(request), every))
 
     async def log(request: Request) -> Response:
         ns, name = request.path_params["ns"], request.path_params["name"]

@@ -22,7 +22,7 @@ from torchjob.api.output import hidden
 from torchjob.api.spec_facts import processes
 from torchjob.connect import ALL_NAMESPACES, Target, connect
 from torchjob.progress.history import first_is_loss
-from torchjob.runtime import JobView, OutputGone, Runtime
+from torchjob.runtime import SUMMARY_OVER, JobView, OutputGone, Runtime, summarised
 
 
 class Action(StrEnum):
@@ -77,9 +77,13 @@ def _spec(job: TorchJob) -> list[dict[str, Any]]:
     return out
 
 
-def detail(v: JobView) -> dict[str, Any]:
-    """The job page."""
+def detail(v: JobView, every_replica: bool = False) -> dict[str, Any]:
+    """The job page: a job of more than SUMMARY_OVER replicas with its replicas counted by state
+    (replicaCounts) and only the attempts not running listed, unless `every_replica` (?replicas=all)."""
     st, p = v.status, v.status.progress
+    shown, counts = v.attempts, None
+    if not every_replica and sum(v.replicas.values()) > SUMMARY_OVER:
+        counts, shown = summarised(v.attempts)
     document = v.job.model_dump(mode="json", exclude_none=True, exclude={"status"})
     rp = v.job.run_policy
     return {
@@ -91,7 +95,8 @@ def detail(v: JobView) -> dict[str, Any]:
         "history": _history(p.history if p else None),
         "attempts": [{"replica": a.replica, "attempt": a.attempt, "started": a.started, "ended": a.ended,
                       "exit_code": a.exit_code, "reason": a.reason, "pod": a.pod, "pid": a.pid,
-                      "waiting": a.waiting} for a in v.attempts],
+                      "waiting": a.waiting} for a in shown],
+        "replicaCounts": counts,
         "conditions": [{"type": str(c.type), "status": str(c.status), "reason": c.reason, "message": c.message,
                         "time": _ts(c.lastTransitionTime)} for c in st.conditions],
         "events": [{"type": e.type, "reason": e.reason, "message": e.message, "time": e.time} for e in v.events],
@@ -224,13 +229,13 @@ class Source:
         with self._lock:
             return self._runtime(key)
 
-    def job(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
+    def job(self, namespace: str, name: str, kind: str | None = None, every_replica: bool = False) -> dict[str, Any]:
         """The job page of `name`, of `kind` where a page names it (on a cluster a TorchJob and a
         TrainJob may share a name: a bare one that two kinds hold is an AmbiguousJob)."""
         ref = job_ref(kind, name)
         rt = self._runtime_for(namespace, ref)
         with self._calling():
-            return detail(rt.describe(ref))
+            return detail(rt.describe(ref), every_replica)
 
     def log(self, namespace: str, name: str, replica: str, attempt: int | None,
             kind: str | None = None) -> dict[str, Any]:

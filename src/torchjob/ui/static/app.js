@@ -334,7 +334,11 @@
     const cause = document.getElementById("root-cause");
     cause.hidden = !j.rootCause;
     if (j.rootCause) fill("root-cause", el("pre", { "data-testid": "root-cause" }, j.rootCause)); else fill("root-cause");
-    fill("attempts", timeline(j), table(["Replica", "Attempt", "Started", "Ended", "Exit code", "Reason"],
+    // a job of many replicas: counted by state, those not running listed (the API's ?replicas=all lists each)
+    const counts = j.replicaCounts ? el("p", { "data-testid": "replica-counts" }, Object.values(j.replicaCounts).reduce((a, b) => a + b, 0)
+      + " replicas: " + Object.entries(j.replicaCounts).map(([s, n]) => n + " " + s).join(", ")
+      + (j.attempts.length ? "; those not running:" : "")) : null;
+    fill("attempts", ...(counts ? [counts] : []), timeline(j), table(["Replica", "Attempt", "Started", "Ended", "Exit code", "Reason"],
       j.attempts.map((a) => [a.replica, a.attempt, when(a.started), when(a.ended),
         a.exit_code === null ? "-" : a.exit_code, (a.reason || "") + (a.waiting ? " (" + a.waiting + ")" : "")]), "attempts"));
     fill("conditions", table(["Type", "Status", "Reason", "Message", "Since"],
