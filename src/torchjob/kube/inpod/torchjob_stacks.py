@@ -11,7 +11,8 @@ torchjob.dev/stacks-request through a downward API file; a new value is a reques
 holds its file open, waits for each dump to settle, and writes them to the container's log between lines
 `torchjob-stacks: begin request=R` and `torchjob-stacks: end request=R`, then `torchjob-stacks: answered
 request=R processes=N missing=PIDS stdlib=DIR`, where `torchjob stacks --kube` reads them. No exec into the pod, no
-ptrace: whoever may patch the pod and read its log takes its stacks. Standard library only.
+ptrace: whoever may patch the pod and read its log takes its stacks. Standard library only, of Python 3.7 or later
+(an image's own interpreter runs it).
 
 Environment: TORCHJOB_STACKS_POD_DIR (the emptyDir), TORCHJOB_STACKS_REQUEST (the downward API file). Test knob:
 TORCHJOB_STACKS_POLL_S (0.2)."""
@@ -66,7 +67,7 @@ def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
     except OSError:
         names = []
     for name in names:
-        stem = name.removesuffix(".txt")
+        stem = name[:-4] if name.endswith(".txt") else name  # not removesuffix: an image's Python may be 3.8
         _, sep, pid_text = stem.rpartition("-pid-")
         if not sep or not pid_text.isdigit():
             continue
