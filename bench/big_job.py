@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
 from scale_measure import PodG, Result, fmt
@@ -117,29 +116,40 @@ def fail_one(client: AsyncClient, namespace: str, job: str, n_pods: int) -> Call
 
 def delete_and_create(client: AsyncClient, namespace: str, concurrency: int) -> Callable[[list[dict[str, Any]]], Any]:
     """The floor's restart: every pod deleted (the operator's grace), each created again, the same
-    object, once its name is free."""
+    object, as soon as the watch says its name is free (no create that the API server must refuse)."""
     async def act(pods: list[dict[str, Any]]) -> None:
         sem = asyncio.Semaphore(concurrency)
-
-        async def one(pod: dict[str, Any]) -> None:
+        again: dict[str, dict[str, Any]] = {}
+        for pod in pods:
             meta = pod["metadata"]
-            again = {"apiVersion": "v1", "kind": "Pod", "spec": pod["spec"],
-                     "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
-                                  if k in meta}}
-            again["spec"].pop("nodeName", None)
-            async with sem:
-                await client.delete(PodG, meta["name"], namespace=namespace, grace_period=RESTART_GRACE_S)
-            while True:
-                async with sem:
-                    try:
-                        await client.create(PodG.from_dict(again))
-                        return
-                    except ApiError as e:
-                        if e.status.code != 409:
-                            raise
-                await asyncio.sleep(0.05)
+            spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+            again[meta["uid"]] = {"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
+                k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences") if k in meta}}
+        it = client.list(PodG, namespace=namespace)
+        _ = [o async for o in it]
+        made: list[asyncio.Task[Any]] = []
 
-        await asyncio.gather(*(one(p) for p in pods))
+        async def create(obj: dict[str, Any]) -> None:
+            async with sem:
+                await client.create(PodG.from_dict(obj))
+
+        async def watch() -> None:
+            async for event, pod in client.watch(PodG, namespace=namespace, resource_version=it.resourceVersion):
+                obj = again.pop(pod["metadata"]["uid"], None) if event == "DELETED" else None
+                if obj is not None:
+                    made.append(asyncio.create_task(create(obj)))
+                if not again:
+                    return
+
+        watching = asyncio.create_task(watch())
+
+        async def delete(name: str) -> None:
+            async with sem:
+                await client.delete(PodG, name, namespace=namespace, grace_period=RESTART_GRACE_S)
+
+        await asyncio.gather(*(delete(p["metadata"]["name"]) for p in pods))
+        await watching
+        await asyncio.gather(*made)
     return act
 
 
