@@ -18,6 +18,7 @@ PROGRAM = REPO / "tests" / "programs" / "initializer.py"
 HUB = REPO / "tests" / "programs" / "hub"  # hf://tj/tiny-data, hf://tj/tiny-model
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 STEPS = ("dataset-initializer", "model-initializer")
+TAG = "v2.4.0"  # Trainer's release tag (an untagged image is :latest, which the kubelet always pulls)
 # What a node prints of the workspace the initializers filled (the SDK ships it, or a document runs it).
 LIST_WORKSPACE = ("import pathlib; w = pathlib.Path('/workspace'); "
                   "print('workspace:', sorted(str(p.relative_to(w)) for p in w.rglob('*') if p.is_file()), flush=True)")
@@ -37,7 +38,7 @@ def runtime(name: str, workspace: str, *, node_image: str, local: bool = False, 
 
     inits = []
     for step in STEPS:
-        c: dict[str, Any] = {"name": step, "image": f"ghcr.io/kubeflow/trainer/{step}"}
+        c: dict[str, Any] = {"name": step, "image": f"ghcr.io/kubeflow/trainer/{step}:{TAG}"}
         if local:
             c["command"] = ["python", str(PROGRAM), step.split("-")[0]]
             c["env"] = [{"name": "HUB_DIR", "value": str(HUB)}]

@@ -12,10 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tests.trainjob_initializers import TAG as INITIALIZERS_TAG
+
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = REPO / "tests" / "programs"
 E2E_PROGRAMS = Path(__file__).resolve().parent / "programs"
 TESTS_IMAGE = "localhost/torchjob-tests:dev"
+HUB = PROGRAMS / "hub"  # what the stand-in initializers serve (tests/trainjob_initializers.py)
 
 
 def _image(name: str, files: dict[str, Path], **config: Any) -> dict[str, Any]:
@@ -49,4 +52,12 @@ STANDINS: list[dict[str, Any]] = [
     # Seed 004: `python3 /opt/pytorch-mnist/mnist.py --epochs=1`.
     _image("docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
            {"/opt/pytorch-mnist/mnist.py": REPO / "examples" / "ddp" / "train.py"}),
+    # Kubeflow Trainer's initializers (their entrypoint `python -m pkg.initializers.dataset|model`): a
+    # stand-in that reads the same env (STORAGE_URI hf://ORG/NAME, IGNORE_PATTERNS) and writes where they
+    # write (/workspace/dataset, /workspace/model), copying from a hub baked in at /opt/hub: no hub can be
+    # reached here (tests/trainjob_initializers.py).
+    *(_image(f"ghcr.io/kubeflow/trainer/{kind}-initializer:{INITIALIZERS_TAG}", {
+        "/opt/initializer/initializer.py": PROGRAMS / "initializer.py",
+        **{f"/opt/hub/{f.relative_to(HUB)}": f for f in sorted(HUB.rglob("*")) if f.is_file()},
+    }, Entrypoint=["python", "/opt/initializer/initializer.py", kind]) for kind in ("dataset", "model")),
 ]

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
+from tests.docs import blocks
 from tests.kube.conftest import now_iso, set_pod
 from tests.kube.test_trainjob_api import (  # noqa: F401 (trainer_api, trainer_operator: the fixtures)
     condition,
@@ -27,6 +29,7 @@ from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.labels.trainjob import JOBSET_NAME, REPLICATED_JOB
 
 trainer = pytest.importorskip("kubeflow.trainer")
+PAGE = "how-to/trainjob-initializers.md"
 
 
 def step_pods(kube: Client, name: str, namespace: str) -> dict[str, Any]:
@@ -50,12 +53,12 @@ def train(x: int) -> None:  # shipped by the SDK (not run here: the test plays t
     print("trained", x)
 
 
-def start(kubeconfig: str, namespace: str, dataset: str) -> tuple[Any, str]:
+def start(kubeconfig: str, namespace: str, dataset: str, runtime: dict[str, Any]) -> tuple[Any, str]:
     from kubeflow.trainer import CustomTrainer, HuggingFaceDatasetInitializer, HuggingFaceModelInitializer, Initializer
 
-    apply([runtime("torch-init", "/tmp/torchjob-workspace", node_image="busybox:1.36")], kubeconfig)
+    apply([runtime], kubeconfig)
     client = sdk(kubeconfig, namespace)
-    name = client.train(runtime="torch-init", initializer=Initializer(
+    name = client.train(runtime=runtime["metadata"]["name"], initializer=Initializer(
         dataset=HuggingFaceDatasetInitializer(storage_uri=dataset),
         model=HuggingFaceModelInitializer(storage_uri="hf://tj/tiny-model")),
         trainer=CustomTrainer(func=train, func_args={"x": 1}, image="busybox:1.36", num_nodes=2,
@@ -66,12 +69,14 @@ def start(kubeconfig: str, namespace: str, dataset: str) -> tuple[Any, str]:
 @pytest.mark.usefixtures("trainer_operator")
 def test_the_initializers_run_first_and_the_sdk_lists_their_steps(
         kube: Client, kubeconfig: str, namespace: str) -> None:
-    client, name = start(kubeconfig, namespace, "hf://tj/tiny-data")
+    # the runtime the docs show (Trainer's torchtune runtime, its workspace a claim)
+    (page,) = blocks.tested(PAGE, "test_the_initializers_run_first_and_the_sdk_lists_their_steps")
+    client, name = start(kubeconfig, namespace, "hf://tj/tiny-data", yaml.safe_load(page))
     steps = wait_steps(kube, name, namespace)
     data = steps["dataset-initializer"].spec.containers[0]
     env = {e.name: e.value for e in data.env}
     assert (data.name, data.image, env["STORAGE_URI"]) == (
-        "dataset-initializer", "ghcr.io/kubeflow/trainer/dataset-initializer", "hf://tj/tiny-data")
+        "dataset-initializer", "ghcr.io/kubeflow/trainer/dataset-initializer:v2.4.0", "hf://tj/tiny-data")
     assert [(m.name, m.mountPath) for m in data.volumeMounts] == [("initializer", "/workspace")]
     model_env = {e.name: e.value for e in steps["model-initializer"].spec.containers[0].env}
     assert model_env["STORAGE_URI"] == "hf://tj/tiny-model" and "*.bin" in model_env["IGNORE_PATTERNS"]
@@ -97,7 +102,9 @@ def test_the_initializers_run_first_and_the_sdk_lists_their_steps(
 @pytest.mark.usefixtures("trainer_operator")
 def test_a_failed_initializer_fails_the_trainjob_with_its_words_and_no_node_pod_is_made(
         kube: Client, kubeconfig: str, namespace: str) -> None:
-    client, name = start(kubeconfig, namespace, "hf://tj/missing")
+    # its initializers' Jobs with backoffLimit 0: the first failure fails the job (the docs' runtime retries 6 times)
+    once = runtime("torch-init-once", "/tmp/ws", node_image="x:1")
+    client, name = start(kubeconfig, namespace, "hf://tj/missing", once)
     steps = wait_steps(kube, name, namespace)
     words = "Downloading dataset: tj/missing\nRepositoryNotFoundError: dataset tj/missing is not on the hub\n"
     # as the kubelet ends it: the end of its log as the termination message (FallbackToLogsOnError)

@@ -199,6 +199,11 @@ def warnings(job: TorchJob) -> list[str]:
         ignored = cluster_only_fields(pod)
         if ignored:
             out.append(f"{rtype}: ignored locally: {', '.join(ignored)}")
+    for s in job.spec.initializers or []:
+        pod = s.template.spec
+        ignored = [*cluster_only_fields(pod), *(f"containers[{c.name}]" for c in pod.containers[1:])]
+        if ignored:  # its first container runs (render: _initializers)
+            out.append(f"initializer {s.name}: ignored locally: {', '.join(ignored)}")
     nproc = ignored_nproc(job)
     if nproc is not None:
         out.append(nproc)
