@@ -159,6 +159,8 @@ def test_transformers_kubeflow_callback_reports_are_at_the_trainers_own_steps() 
     p = book.progress()
     assert p is not None and p.history is not None
     assert p.history.steps == [71, 200]  # the trainer's steps; the end report at its last one
+    # and the job's step too: 100% is not "step 71 of 200" (seen on real pods: `100% · step 19/20`)
+    assert (p.percent, p.step, p.total) == (100.0, 200, 200)
     assert {s.name: s.values for s in p.history.series}["loss"] == [2.5, 2.1]
     # torchjob's own shape and a metric that merely shares the name are left alone
     assert parse(b'{"step": 3, "metrics": {"current_step": "x"}}').metrics == {"current_step": "x"}

@@ -108,6 +108,10 @@ class Book:
                 while len(self._steps) > 2 and (at - self._steps[0][0]).total_seconds() > RATE_WINDOW_S:
                     self._steps.popleft()
                 p.rate = self._rate()
+            elif report.percent is not None and report.percent >= 100 and p.total is not None:
+                # done without a step (transformers' KubeflowCallback ends so): at the last step, not at
+                # the last one a rate-limited report carried
+                p.step = max(p.step or 0, p.total)
             self._metrics.update(report.metrics)
             if report.metrics or restart:
                 self._reports += bool(report.metrics)
