@@ -30,6 +30,14 @@ if TYPE_CHECKING:
     from torchjob.console import Console
     from torchjob.core.diagnosis.stacks import Stacks
 
+
+def stacks_view(taken: Stacks) -> dict[str, Any]:
+    """What a face shows of a job's stacks (the dashboard): `-o json`'s data and the text `torchjob stacks` prints."""
+    from torchjob.core.diagnosis import stacks as core_stacks
+
+    return {**core_stacks.as_data(taken), "text": core_stacks.text(taken)}
+
+
 Say = Callable[[str], None]
 Show = Callable[[Path | None], "Console"]  # the console a run shows a job on, from its combined log (if any)
 Code = Mapping[str, bytes]  # the files a job ships with it: its code ConfigMap's keys -> contents

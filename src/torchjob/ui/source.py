@@ -253,13 +253,13 @@ class Source:
 
     def stacks(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
         """Where the job's ranks are now (`torchjob stacks`): its data (`-o json`'s) and its `text`."""
-        from torchjob.core.diagnosis import stacks as core_stacks
+        from torchjob.runtime import stacks_view
 
         ref = job_ref(kind, name)
         rt = self._runtime_for(namespace, ref)
         with self._calling():
             taken = rt.stacks(ref)
-        return {**core_stacks.as_data(taken), "text": core_stacks.text(taken)}
+        return stacks_view(taken)
 
     def act(self, namespace: str, name: str, verb: str, kind: str | None = None) -> None:
         ref = job_ref(kind, name)
