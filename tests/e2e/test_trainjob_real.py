@@ -1,9 +1,10 @@
 """The Kubeflow SDK's TrainerClient (`kubeflow` from PyPI, code unchanged) against torchjob serving
 Kubeflow Trainer v2's TrainJob API on the real node: the function the SDK ships runs as real torch
 on two nodes (real pods, real torch.distributed over the pods' network, PET_MASTER_ADDR resolved by
-CoreDNS), the SDK follows it to Running and Complete, reads its steps, logs and events, a failing
-function makes it raise, and deleting the TrainJob takes its pods (the garbage collector follows
-their owner reference)."""
+CoreDNS) after the runtime's dataset and model initializers filled its workspace, the SDK follows it
+to Running and Complete, reads its steps, logs and events, a failing function or initializer makes
+it raise, and deleting the TrainJob takes its pods (the garbage collector follows their owner
+reference)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from lightkube.resources.core_v1 import Pod
 
 from tests.e2e.conftest import wait_for
 from tests.e2e.images import TESTS_IMAGE
+from torchjob.kube.machinery.client import ClusterTrainingRuntimeRes, TrainJobRes
 from torchjob.kube.objects.install import apply
-from torchjob.kube.objects.labels.trainjob import JOBSET_NAME
+from torchjob.kube.objects.labels.trainjob import JOBSET_NAME, REPLICATED_JOB
 from torchjob.kube.served import trainer_objects
 
 trainer = pytest.importorskip("kubeflow.trainer")
@@ -29,8 +31,10 @@ def sdk(kubeconfig: str, namespace: str) -> Any:
 
 
 def all_reduce(label: str) -> None:
-    """Shipped by the SDK into the command of every node, and run there by torchrun."""
+    """Shipped by the SDK into the command of every node, and run there by torchrun: an all-reduce,
+    and what the initializers left in the workspace, as this node sees it."""
     import os
+    import pathlib
 
     import torch
     import torch.distributed as dist
@@ -40,6 +44,10 @@ def all_reduce(label: str) -> None:
     dist.all_reduce(t)
     print(f"{label}: rank {dist.get_rank()} of {dist.get_world_size()} on node {os.environ['PET_NODE_RANK']} "
           f"sum {int(t.item())}", flush=True)
+    w = pathlib.Path("/workspace")
+    files = sorted(str(p.relative_to(w)) for p in w.rglob("*") if p.is_file())
+    print(f"node {os.environ['PET_NODE_RANK']} reads {files}: {(w / 'dataset' / 'train.jsonl').read_text().strip()}",
+          flush=True)
     dist.destroy_process_group()
 
 
@@ -64,27 +72,50 @@ def pods_of(node: Client, name: str, ns: str) -> list[Pod]:
     return list(node.list(Pod, namespace=ns, labels={JOBSET_NAME: name}))
 
 
-def test_the_sdk_trains_a_function_on_two_real_nodes_and_follows_it(node_kubeconfig: str, node: Client,
-                                                                    ns: str) -> None:
+def test_the_sdk_trains_a_function_on_two_real_nodes_after_its_initializers_and_follows_it(
+        node_kubeconfig: str, node: Client, ns: str) -> None:
+    """train(initializer=Initializer(dataset=..., model=...), trainer=CustomTrainer(func, num_nodes=2)): both
+    initializers (stand-ins named as Trainer's images: no hub can be reached here) fill the workspace, then the
+    nodes all-reduce and read what they wrote; the SDK lists the steps and reads each one's logs."""
+    import shutil
+
+    from tests.e2e.conftest import torchjob
+
     apply([runtime(None, "torch-distributed"), *trainer_objects.public_objects()[:2]], node_kubeconfig)
-    client = sdk(node_kubeconfig, ns)
-    assert "torch-distributed" in [r.name for r in client.list_runtimes()]
-    name = client.train(runtime="torch-distributed", trainer=trainer.CustomTrainer(
-        func=all_reduce, func_args={"label": "sdk"}, image=TESTS_IMAGE, num_nodes=2,
-        resources_per_node={"cpu": 1}))
-    client.wait_for_job_status(name, status={"Running", "Complete"}, timeout=240, polling_interval=1)
-    job = client.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
-    # Complete once every node has succeeded, as Trainer's JobSet is: no step is still Running then
-    assert {s.name: s.status for s in job.steps} == {"node-0": "Succeeded", "node-1": "Succeeded"}
-    assert {s.device_count for s in job.steps} == {"1"}  # PET_NPROC_PER_NODE: the CPUs asked for
-    logs = "".join(client.get_job_logs(name, step="node-0"))
-    # 2 nodes x 1 process: ranks 0 and 1, +1 each, sum 3
-    assert "rank 0 of 2 on node 0 sum 3" in logs, logs
-    assert "rank 1 of 2 on node 1 sum 3" in "".join(client.get_job_logs(name, step="node-1"))
-    assert any(e.involved_object_kind == "TrainJob" for e in client.get_job_events(name))
-    assert len(pods_of(node, name, ns)) == 2
-    client.delete_job(name)
-    wait_for("its pods collected", lambda: not pods_of(node, name, ns), timeout=120)
+    client, name, workspace = train_with_initializers(node_kubeconfig, ns, "hf://tj/tiny-data")
+    try:
+        assert "torch-distributed" in [r.name for r in client.list_runtimes()]
+        client.wait_for_job_status(name, status={"Running", "Complete"}, timeout=240, polling_interval=1)
+        job = client.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
+        # Complete once every node has succeeded, as Trainer's JobSet is: no step is still Running then
+        assert {s.name: s.status for s in job.steps} == {"dataset-initializer": "Succeeded", "model-initializer":
+                                                         "Succeeded", "node-0": "Succeeded", "node-1": "Succeeded"}
+        assert {s.device_count for s in job.steps if s.name.startswith("node")} == {"1"}  # PET_NPROC_PER_NODE
+        found = pods_of(node, name, ns)
+        steps = [p for p in found if p.metadata.labels[REPLICATED_JOB] != "node"]
+        nodes = [p for p in found if p.metadata.labels[REPLICATED_JOB] == "node"]
+        ended = [p.status.containerStatuses[0].state.terminated.finishedAt for p in steps]
+        assert len(ended) == 2 and len(nodes) == 2  # both initializers ended before a node pod was made
+        assert max(ended) <= min(p.metadata.creationTimestamp for p in nodes)
+        logs = "".join(client.get_job_logs(name, step="dataset-initializer"))
+        assert "Downloading dataset: tj/tiny-data" in logs and "Dataset has been downloaded" in logs, logs
+        files = "['dataset/train.jsonl', 'model/config.json']"  # the model's *.bin skipped (the SDK's IGNORE_PATTERNS)
+        for rank in (0, 1):
+            said = "".join(client.get_job_logs(name, step=f"node-{rank}"))
+            # 2 nodes x 1 process: ranks 0 and 1, +1 each, sum 3
+            assert f"sdk: rank {rank} of 2 on node {rank} sum 3" in said, said
+            assert f"node {rank} reads {files}: " + '{"text": "torchjob runs initializers"}' in said, said
+        cli = torchjob(node_kubeconfig, "logs", f"trainjob/{name}", "-n", ns)
+        assert "[model-initializer-0] Model has been downloaded" in cli.stdout, cli.stdout + cli.stderr
+        status = node.get(TrainJobRes, name, namespace=ns).to_dict()["status"]
+        assert [(j["name"], j["succeeded"]) for j in status["jobsStatus"]] == [
+            ("dataset-initializer", 1), ("model-initializer", 1), ("node", 1)]
+        assert any(e.involved_object_kind == "TrainJob" for e in client.get_job_events(name))
+        client.delete_job(name)
+        wait_for("its pods collected", lambda: not pods_of(node, name, ns), timeout=120)
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+        node.delete(ClusterTrainingRuntimeRes, f"init-{ns}")
 
 
 def test_a_failing_function_makes_the_sdk_raise(node_kubeconfig: str, node: Client, ns: str) -> None:
@@ -105,8 +136,6 @@ def test_an_elastic_trainjob_of_min_max_nodes_runs(node_kubeconfig: str, node: C
     from lightkube import codecs
 
     from tests.kube.test_trainjob_api import condition
-    from torchjob.kube.machinery.client import TrainJobRes
-
     apply([runtime(None, "torch-distributed")], node_kubeconfig)
     node.create(codecs.from_dict({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
@@ -126,3 +155,40 @@ def test_an_elastic_trainjob_of_min_max_nodes_runs(node_kubeconfig: str, node: C
     assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_BACKEND"] == "c10d"
     logs = "".join(line for p in found for line in node.log(p.metadata.name, namespace=ns, container="node"))
     assert logs.count("all-reduce ok: 3") == 2, logs  # both nodes in one group of 2: 1 + 2
+
+
+def train_with_initializers(node_kubeconfig: str, ns: str, dataset: str) -> tuple[Any, str, str]:
+    """train(initializer=...) on two nodes against a runtime whose stand-in initializers (images named
+    as Trainer's, tests/e2e/images.py: no hub can be reached here) fill a hostPath workspace."""
+    from tests.trainjob_initializers import runtime as initializer_runtime
+
+    workspace = f"/tmp/torchjob-e2e-workspace-{ns}"
+    apply([initializer_runtime(f"init-{ns}", workspace, node_image=TESTS_IMAGE)], node_kubeconfig)
+    client = sdk(node_kubeconfig, ns)
+    name = client.train(runtime=f"init-{ns}", initializer=trainer.Initializer(
+        dataset=trainer.HuggingFaceDatasetInitializer(storage_uri=dataset),
+        model=trainer.HuggingFaceModelInitializer(storage_uri="hf://tj/tiny-model")),
+        trainer=trainer.CustomTrainer(func=all_reduce, func_args={"label": "sdk"}, image=TESTS_IMAGE, num_nodes=2,
+                                      resources_per_node={"cpu": 1}))
+    return client, name, workspace
+
+
+def test_a_failing_initializer_fails_the_job_with_its_words_and_makes_no_node(node_kubeconfig: str, node: Client,
+                                                                             ns: str) -> None:
+    import shutil
+
+    from tests.kube.test_trainjob_api import condition
+
+    client, name, workspace = train_with_initializers(node_kubeconfig, ns, "hf://tj/missing")
+    try:
+        with pytest.raises(RuntimeError, match="Failed"):
+            client.wait_for_job_status(name, status={"Complete"}, timeout=300, polling_interval=1)
+        failed = condition(node.get(TrainJobRes, name, namespace=ns).to_dict()["status"], "Failed")
+        assert failed is not None and failed["reason"] == "InitializerFailed", failed
+        assert failed["message"].endswith("RepositoryNotFoundError: dataset tj/missing is not on the hub"), failed
+        assert not [p for p in pods_of(node, name, ns)
+                    if p.metadata.labels[REPLICATED_JOB] == "node"]
+        assert "RepositoryNotFoundError" in "".join(client.get_job_logs(name, step="dataset-initializer"))
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+        node.delete(ClusterTrainingRuntimeRes, f"init-{ns}")
