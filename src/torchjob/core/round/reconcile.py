@@ -99,7 +99,11 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
 
 
 def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
-    status = (job.status or JobStatus()).model_copy(deep=True)
+    # The round's own status, the observed one left as it was: deep, but each replica's state (three immutable
+    # fields) copied shallow (a deep copy of thousands was half a round's cost: tests/core/test_round_cost.py).
+    seen = job.status or JobStatus()
+    status = seen.model_copy(update={"replicas": {}}).model_copy(
+        deep=True, update={"replicas": {name: s.model_copy() for name, s in seen.replicas.items()}})
     r = Round(job, world, now, Plan(status=status))
     for rid in replicas(job):
         status.replicas.setdefault(rid.name, ReplicaAttemptState())

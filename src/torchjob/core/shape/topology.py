@@ -15,6 +15,7 @@ A job in torchrun mode also gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless its
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -30,9 +31,10 @@ class ReplicaId:
     rtype: str  # "Master" | "Worker"
     index: int
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
-        """`master-0`, `worker-1`: the replica's name inside its job."""
+        """`master-0`, `worker-1`: the replica's name inside its job (made once: a round of a job of
+        thousands of replicas asks each for it a dozen times)."""
         return f"{self.rtype.lower()}-{self.index}"
 
     @staticmethod
@@ -46,7 +48,14 @@ class ReplicaId:
 
 def replicas(job: TorchJob) -> list[ReplicaId]:
     """Every replica of the job in rank order: the master first, then workers by index."""
-    return [ReplicaId(t, i) for t in REPLICA_TYPES for i in range(job.replica_count(t))]
+    return list(_replicas(tuple(job.replica_count(t) for t in REPLICA_TYPES)))
+
+
+@functools.lru_cache(maxsize=256)
+def _replicas(counts: tuple[int, ...]) -> tuple[ReplicaId, ...]:
+    """The replicas of a job of these counts (one per type of REPLICA_TYPES), made once per shape: a
+    round of a job of thousands of replicas lists them several times (ReplicaId is immutable)."""
+    return tuple(ReplicaId(t, i) for t, n in zip(REPLICA_TYPES, counts, strict=True) for i in range(n))
 
 
 def replica_named(job: TorchJob, name: str) -> ReplicaId | None:
