@@ -36,8 +36,17 @@ def test_an_annotated_jobs_pods_run_the_watcher_in_front_of_the_command() -> Non
     assert pod_stacks.request_note("r1") == {"metadata": {"annotations": {"torchjob.dev/stacks-request": "r1"}}}
 
 
+def windows_pod() -> dict[str, Any]:
+    data = job_data("j", workers=1, command=["python", "train.py"])
+    data["metadata"]["annotations"] = {pod_stacks.ANNOTATION: "true"}
+    for rspec in data["spec"]["pytorchReplicaSpecs"].values():
+        rspec["template"]["spec"]["os"] = {"name": "windows"}  # the front forks and reads /proc: POSIX only
+    return pod_objects.pod(job_from_data(data), ReplicaId("Worker", 0), 0)
+
+
 def test_pods_are_unchanged_without_the_annotation_or_a_python_command() -> None:
-    for pod in (pod_of(["python", "train.py"], annotated=False), pod_of(["bash", "-c", "python train.py"])):
+    for pod in (pod_of(["python", "train.py"], annotated=False), pod_of(["bash", "-c", "python train.py"]),
+                windows_pod()):
         c = pod["spec"]["containers"][0]
         assert c["command"][:1] != ["python"] or c["command"] == ["python", "train.py"]
         assert pod_stacks.container_of(pod) is None

@@ -171,8 +171,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
         inplace.wrap(c, argv, len(entry.options), attempt, RESTART_GRACE_S if grace is None else grace)
         spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") != inplace.VOLUME],
                            inplace.volume()]
-    elif debug is None and entry is not None and stacks.wanted(job.metadata.annotations):
-        stacks.wrap(spec, c, argv)  # its ranks give their stacks on request (kube/objects/stacks.py)
+    elif debug is None and entry is not None and stacks.wanted(job.metadata.annotations) and not is_windows(spec):
+        stacks.wrap(spec, c, argv)  # its ranks give their stacks on request (kube/objects/stacks.py; POSIX only)
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": master_port(job)})
