@@ -142,12 +142,21 @@ def main() -> None:
         parent = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
-        if os.fork() == 0:
+        try:
+            child = os.fork()
+        except OSError as e:
+            say(f"no stacks for this pod: cannot start its watcher: {e.strerror or e}")
+            child = -1
+        if child == 0:
+            code = 0
             try:
                 os.close(0)
                 watch(procs, request_file, parent)
+            except BaseException as e:  # the command runs on without it: said once
+                say(f"the stacks' watcher stopped: {e!r}")
+                code = 1
             finally:
-                os._exit(0)
+                os._exit(code)
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as e:
