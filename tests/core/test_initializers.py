@@ -87,3 +87,20 @@ def test_a_job_past_its_deadline_stops_its_initializers() -> None:
     plan = d(steps_world(up(DATA), up(MODEL)), 6)
     assert d.status.finished and sorted(a.replica.name for a in plan.actions if isinstance(a, Stop)) == [
         "dataset-initializer-0", "model-initializer-0"]
+
+
+def test_a_suspended_job_retires_its_unfinished_initializers_and_runs_them_anew_on_resume() -> None:
+    data: dict[str, Any] = job().model_dump(mode="json", exclude_none=True)
+    d = Driver(job_from_data(data))
+    d(steps_world(), 0)
+    d(steps_world(ended(DATA, 0, 1), up(MODEL)), 1)
+    d.job = d.job.model_copy(update={"spec": d.job.spec.model_copy(update={"runPolicy": d.job.run_policy.model_copy(
+        update={"suspend": True})})})
+    plan = d(steps_world(ended(DATA, 0, 1), up(MODEL)), 2)
+    assert [(a.replica.name, a.attempt) for a in plan.actions if isinstance(a, Stop)] == [("model-initializer-0", 0)]
+    assert d.status.initializers["model-initializer"].attempt == 1
+    assert d.status.initializers["dataset-initializer"].state is StepState.SUCCEEDED  # done: not run again
+    d.job = d.job.model_copy(update={"spec": d.job.spec.model_copy(update={"runPolicy": d.job.run_policy.model_copy(
+        update={"suspend": False})})})
+    plan = d(steps_world(ended(DATA, 0, 1)), 3)
+    assert [(a.replica.name, a.attempt) for a in plan.actions if isinstance(a, Create)] == [("model-initializer-0", 1)]

@@ -43,5 +43,7 @@ def test_a_failing_initializer_is_the_root_cause_and_no_node_starts(torchjob: To
     assert "RepositoryNotFoundError: dataset tj/missing is not on the hub" in out, out
     assert "initializer dataset-initializer failed (exit code 1)" in out, out
     assert "[master-0]" not in out and "master-0 started" not in out
-    status = torchjob.describe("init-bad")
-    assert status["status"]["failure"]["reason"] == "InitializerFailed", status
+    shown = torchjob("describe", "init-bad").stdout
+    assert "State:       Failed (InitializerFailed)" in shown, shown
+    assert "replica   : dataset-initializer-0 (attempt 0)" in shown  # the root cause: no rank
+    assert "  dataset-initializer-0  0        " in shown  # its attempts, in a column as wide as their names

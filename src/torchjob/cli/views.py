@@ -196,14 +196,15 @@ def describe(v: JobView, fmt: str, dump: Dump, every_replica: bool = False) -> N
     pods = any(a.pod for a in v.attempts)
     head, shown = _attempt_rows(v, every_replica)
     out += head
+    w = max([12, *(len(a.replica) + 2 for a in shown)])  # an initializer's name is longer (model-initializer-0)
     if shown or head == ["Attempts:"]:
-        out.append(f"  {'REPLICA':<12}{'ATTEMPT':<9}{'POD' if pods else 'PID':<{26 if pods else 9}}{'STARTED':<21}"
+        out.append(f"  {'REPLICA':<{w}}{'ATTEMPT':<9}{'POD' if pods else 'PID':<{26 if pods else 9}}{'STARTED':<21}"
                    f"{'ENDED':<21}{'EXIT':<6}REASON")
     for a in shown:
         exit_ = "-" if a.exit_code is None else str(a.exit_code)
         who = (a.pod or "-") if pods else (a.pid or "-")
         reason = a.reason or ("Running" if a.ended is None else "")
-        out.append(f"  {a.replica:<12}{a.attempt:<9}{who!s:<{26 if pods else 9}}{_when(a.started):<21}"
+        out.append(f"  {a.replica:<{w}}{a.attempt:<9}{who!s:<{26 if pods else 9}}{_when(a.started):<21}"
                    f"{_when(a.ended):<21}{exit_:<6}{reason}" + (f"  ({a.waiting})" if a.waiting else ""))
     out += _conditions(st)
     out.append("Events:")
