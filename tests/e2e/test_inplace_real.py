@@ -183,7 +183,20 @@ def run_and_kill(node_kubeconfig: str, node: Client, ns: str, tmp_path: Path, na
 
 def story(node: Client, name: str, ns: str, status: dict[str, Any]) -> dict[str, Any]:
     """What kubectl shows of the job's course, less its name and its times: the status, the events'
-    reasons and messages in order."""
+    reasons and messages in order, once the event of the job's end is recorded. The operator writes a
+    round's events after its status, in a task of their own (reconciler._write): a status read as ended
+    says nothing of whether that round's events are in yet. Read once at the end status, the job that
+    failed without spares had no BackoffLimitExceeded event beside its Failed status (a landing run:
+    its master was counted ended in the round that failed the job, so the status the test waits for
+    came with that round's write and not one later, and the events were listed before the round's
+    event task had written)."""
+    end = next(c["reason"] for c in status["conditions"] if c["type"] in ("Succeeded", "Failed")
+               and c["status"] == "True")
+
+    def recorded() -> list[Event] | None:
+        found = list(node.list(Event, namespace=ns, fields={"involvedObject.name": name}))
+        return found if any(e.reason == end for e in found) else None
+
     def plain(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: plain(v) for k, v in value.items() if not k.endswith("Time")}
@@ -191,7 +204,7 @@ def story(node: Client, name: str, ns: str, status: dict[str, Any]) -> dict[str,
             return [plain(v) for v in value]
         return re.sub(rf"\b{name}\b", "JOB", value) if isinstance(value, str) else value
 
-    events = sorted(node.list(Event, namespace=ns, fields={"involvedObject.name": name}),
+    events = sorted(wait_for(f"{name}'s {end} event", recorded, timeout=30, every=0.5),
                     key=lambda e: str(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
     return {"status": plain(status), "events": [(e.reason, plain(e.message)) for e in events]}
 
