@@ -20,7 +20,8 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.resources.core_v1 import Pod
 
 from tests.kube.conftest import Operator, wait_job
-from torchjob.kube.machinery.client import TorchJobRes
+from tests.kube.test_guarded_patch import run
+from torchjob.kube.machinery.client import TorchJobRes, to_dict
 
 pytestmark = pytest.mark.kube
 PODS = 512
@@ -96,3 +97,19 @@ def test_a_job_of_512_pods_runs_and_describe_summarises_its_replicas(kubeconfig:
     finally:  # no garbage collector in this cluster: the pods go with grace 0, before their nodes
         kube.delete(TorchJobRes, "big", namespace=namespace)
         kube.deletecollection(Pod, namespace=namespace, grace_period=0)
+
+
+def test_the_status_of_a_job_of_4096_replicas_is_written(kubeconfig: str, kube: Client, namespace: str) -> None:
+    """The operator's guarded status write (kube/machinery/guarded_patch.py) of 4,096 replicas: one JSON
+    patch of 16,403 ops before, which the API server refuses past 10,000 (413)."""
+    job = to_dict(kube.create(TorchJobRes.from_dict(big_job("huge", namespace, "none"))))
+    first = {f"worker-{i}": {"attempt": 0, "restarts": 0} for i in range(4095)} | {"master-0": {"attempt": 0}}
+    again = {name: {"attempt": 1, "restarts": 1, "notBefore": None} for name in first}
+
+    async def write(api: Any) -> dict[str, Any]:
+        seen = await api.patch_status("huge", namespace, {"state": "Created", "replicas": first}, seen=job)
+        return dict(await api.patch_status("huge", namespace, {"state": "Restarting", "replicas": again}, seen=seen))
+
+    stored = run(kubeconfig, write)["status"]
+    assert stored["state"] == "Restarting" and len(stored["replicas"]) == 4096
+    assert stored["replicas"]["worker-4094"] == {"attempt": 1, "restarts": 1}
