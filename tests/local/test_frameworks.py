@@ -147,6 +147,8 @@ def test_transformers_2x1_rank_1_fails_with_the_cores_shared(torchjob: Torchjob,
     assert f"[master-0] threads {max(1, (os.cpu_count() or 1) // 2)}" in proc.stdout, proc.stdout
     assert "\r" not in proc.stdout and "\r" not in torchjob("logs", "hf", check=True).stdout
     assert "torchjob: progress: 0%" in proc.stderr  # transformers' own Kubeflow callback, unchanged, reports
+    # and describe shows it (on real pods: tests/e2e/test_frameworks_real.py, to the last step)
+    assert re.search(r"(?m)^Progress:\s+\d+%", torchjob("describe", "hf", check=True).stdout)
 
 
 def test_accelerate_launch_is_found_and_its_rank_1_failure_is_the_root_cause(torchjob: Torchjob,
