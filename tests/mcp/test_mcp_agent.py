@@ -28,8 +28,20 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 pytestmark = pytest.mark.e2e
 TORCHJOB = [sys.executable, "-m", "torchjob"]
-CHANGING = {"submit_job", "suspend_job", "resume_job", "delete_job"}
+CHANGING = {"submit_job", "suspend_job", "resume_job", "delete_job", "job_stacks"}
 READING = {"list_jobs", "describe_job", "job_logs", "validate_job", "preview_job", "convert_job", "wait_job"}
+
+# Ranks that wait for what never comes, as a hung job's do (job_stacks says where).
+HANGING = """\
+import time
+
+
+def wait_for_data():
+    time.sleep(600)
+
+
+wait_for_data()
+"""
 
 # A rank that fails, as a training script's bug does: torch records its error (the root cause).
 FAILING = """\
@@ -81,9 +93,11 @@ spec:
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    """The agent's project: a training script, a failing one; the server runs here with its own home."""
+    """The agent's project: a training script, a failing one, a hanging one; the server runs here with its own
+    home."""
     (tmp_path / "train.py").write_text((PROGRAMS / "ddp_progress.py").read_text())
     (tmp_path / "fail.py").write_text(FAILING)
+    (tmp_path / "hang.py").write_text(HANGING)
     return tmp_path
 
 
@@ -186,6 +200,22 @@ def test_an_agent_runs_watches_debugs_and_cleans_up_local_jobs_over_stdio(workdi
         assert [(j["name"], j["state"]) for j in listed["jobs"]] == [(name, "Succeeded")]
         logs = await call(s, "job_logs", name=name, tail=50, ranks="1")
         assert "rank 1 done after 6 steps" in logs["text"] and "rank 0 done" not in logs["text"]
+        ended = await call(s, "job_stacks", name=name)  # an ended job has no process to ask
+        assert ended["error"]["field"] == "name" and "has ended (Succeeded)" in ended["error"]["reason"], ended
+        assert tools["job_stacks"].annotations and tools["job_stacks"].annotations.destructive_hint is False
+
+        # a hung job: where its ranks are (they start at their own pace)
+        await call(s, "submit_job", command="-j 1x2 --name hung hang.py",
+                   plan_id=(await call(s, "preview_job", command="-j 1x2 --name hung hang.py"))["plan_id"])
+        where: dict[str, Any] = {}
+        for _ in range(120):
+            where = await call(s, "job_stacks", name="hung")
+            if where.get("short") == "ranks 0-1 in wait_for_data (hang.py:5)":
+                break
+            await asyncio.sleep(0.5)
+        assert where.get("short") == "ranks 0-1 in wait_for_data (hang.py:5)", where
+        assert where["groups"][0]["summary"].startswith("ranks 0-1: wait_for_data (hang.py:5) <- <module> (hang.py:8)")
+        assert (await call(s, "delete_job", name="hung"))["state"] == "Deleted"
 
         bad = "apiVersion: torchjob.dev/v1\nkind: TorchJob\nmetadata: {name: x}\nspec:\n  pytorchReplicaSpecs:\n" \
               "    Master: {replicas: 0}\n"

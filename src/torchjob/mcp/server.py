@@ -187,6 +187,16 @@ def build(scope: Scope, tools: Tools | None = None) -> MCPServer:
         """Stop a job if it runs, and remove it: its record and logs (on a cluster its pods)."""
         return answered(lambda: t.act("delete", name, where(kube, namespace, kubeconfig, context)))
 
+    def job_stacks(name: Name, all_threads: Annotated[bool, Field(
+            description="Every thread's stack, not only each process's main thread.")] = False,
+                   kube: Kube = None, namespace: Namespace = None, kubeconfig: Kubeconfig = None,
+                   context: Context = None) -> CallToolResult:
+        """Where a running job's ranks are now (a hung job: where it hangs): the Python stack of every rank's
+        process, identical stacks grouped, innermost call first with each frame's file and line, and the rank
+        whose stack differs from the rest named; on a cluster, for a job annotated torchjob.dev/stacks: "true".
+        It stops nothing: each rank pauses while its stack is written (on a cluster, its pods are patched)."""
+        return answered(lambda: t.stacks(name, all_threads, where(kube, namespace, kubeconfig, context)))
+
     def convert_job(document: Document, to: Annotated[str, Field(
             description="The dialect to write: torchjob, kubeflow, volcano or trainjob.")] = "torchjob",
                     ) -> CallToolResult:
@@ -209,7 +219,8 @@ def build(scope: Scope, tools: Tools | None = None) -> MCPServer:
                                                     convert_job, wait_job]
     changing: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
         (submit_job, _changing(False, False)), (suspend_job, _changing(True, True)),
-                (resume_job, _changing(False, True)), (delete_job, _changing(True, True))]
+                (resume_job, _changing(False, True)), (delete_job, _changing(True, True)),
+        (job_stacks, _changing(False, True))]  # it signals the ranks (on a cluster, patches the pods): not read-only
     for fn in reading:
         server.add_tool(fn, annotations=READ, structured_output=False)
     if not scope.read_only:

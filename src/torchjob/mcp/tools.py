@@ -207,6 +207,14 @@ class Tools:
         return Answer(text or f"job {name} has no output yet",
                       {"name": name, "replica": replica, "lines": shown, "truncated": truncated, "text": text})
 
+    def stacks(self, name: str, all_threads: bool, where: Where) -> Answer:
+        """Where a running job's ranks are now, as `torchjob stacks` prints it (its -o json's data)."""
+        from torchjob.core.diagnosis import stacks as core_stacks
+
+        t = self.target(where)
+        taken = self._call(t, "name", lambda rt: rt.stacks(_ref(name, t)))
+        return Answer(core_stacks.text(taken, all_threads), core_stacks.as_data(taken, all_threads))
+
     def validate(self, document: str) -> Answer:
         loaded = load_text(document)
         from torchjob.core.shape.advice import advise
