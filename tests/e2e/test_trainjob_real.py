@@ -177,6 +177,7 @@ def test_a_failing_initializer_fails_the_job_with_its_words_and_makes_no_node(no
                                                                              ns: str) -> None:
     import shutil
 
+    from tests.e2e.conftest import torchjob
     from tests.kube.test_trainjob_api import condition
 
     client, name, workspace = train_with_initializers(node_kubeconfig, ns, "hf://tj/missing")
@@ -189,6 +190,8 @@ def test_a_failing_initializer_fails_the_job_with_its_words_and_makes_no_node(no
         assert not [p for p in pods_of(node, name, ns)
                     if p.metadata.labels[REPLICATED_JOB] == "node"]
         assert "RepositoryNotFoundError" in "".join(client.get_job_logs(name, step="dataset-initializer"))
+        shown = torchjob(node_kubeconfig, "describe", f"trainjob/{name}", "-n", ns).stdout  # its root cause: no rank
+        assert f"replica   : dataset-initializer-0 (attempt 0, pod {name}-dataset-initializer-0)" in shown, shown
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
         node.delete(ClusterTrainingRuntimeRes, f"init-{ns}")
