@@ -21,10 +21,15 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    # False while a replica's pod waits for a node (the scheduler found none that fits: reason
+    # WaitingForNode, the scheduler's words); dropped once every pod is on a node. Never true, so it
+    # names no state.
+    SCHEDULED = "Scheduled"
 
 
 class JobState(StrEnum):
-    """One word for tables (`status.state`, `kubectl get tj`): the last true condition, or Pending."""
+    """One word for tables (`status.state`, `kubectl get tj`): the last true condition, or Pending
+    (Scheduled, only ever False, names none)."""
 
     PENDING = "Pending"
     CREATED = "Created"
@@ -84,6 +89,7 @@ class Reason(StrEnum):
     QUEUED = "Queued"
     ADMITTED = "Admitted"
     POD_GROUP_PENDING = "PodGroupPending"
+    WAITING_FOR_NODE = "WaitingForNode"  # a replica's pod is unschedulable: no node fits it (Scheduled False)
     TENSORBOARD_CREATED = "TensorBoardCreated"
     RECONCILE_ERROR = "ReconcileError"  # a reconcile failed; retried with a backoff
     NOT_OURS = "NotOurs"  # an object named or labelled as the job's that it does not own: left alone

@@ -9,14 +9,25 @@ each ends the round (nothing else is decided; the job's watch event brings it ba
 
 A gang scheduler's PodGroup exists while the job runs (made before its pods) and goes when the job
 ends or is suspended, so that the scheduler stops holding room for it. Until it exists, and, where
-the scheduler admits a gang (Volcano), until it is admitted, no pod is made."""
+the scheduler admits a gang (Volcano), until it is admitted, no pod is made.
+
+Once made, a pod waits for the scheduler to find it a node: while one of the job's current pods is
+unschedulable (no node fits: a lost or cordoned node, too little room), the job's Scheduled
+condition is False with reason WaitingForNode, which replicas wait and the scheduler's words, and a
+Warning event says so once; it goes once every pod has a node (`placement`)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from torchjob.api.model import TorchJob
-from torchjob.api.status import ConditionType, JobStatus
+from torchjob.api.status import ConditionType, EventType, JobStatus, Reason
+from torchjob.core.round.conditions import drop_condition, set_condition
 from torchjob.core.round.plan import Admit, Create, Plan
-from torchjob.core.round.world import Seen, World
+from torchjob.core.round.world import Phase, Seen, World
+
+NAMED_AT_MOST = 3  # replicas named in the message; past them, how many more (a job of thousands waits whole)
+SAID_AT_MOST = 1024  # characters of the scheduler's words kept (a condition's message is bounded)
 
 
 def queue_first(job: TorchJob, world: World) -> Admit | None:
@@ -38,10 +49,11 @@ def queue_first(job: TorchJob, world: World) -> Admit | None:
     return None
 
 
-def after_decision(world: World, plan: Plan) -> None:
-    """The Workload and the PodGroup as the decided status wants them, and the pods held back while
-    the PodGroup is not there (or not admitted)."""
+def after_decision(world: World, plan: Plan, now: datetime) -> None:
+    """The Workload and the PodGroup as the decided status wants them, the pods held back while
+    the PodGroup is not there (or not admitted), and whether the job waits for a node."""
     status = plan.status
+    placement(world, plan, now)
     workload = world.admission.workload
     if workload is Seen.NONE and not status.finished:
         plan.admission.append(Admit.MAKE_WORKLOAD)
@@ -59,3 +71,38 @@ def after_decision(world: World, plan: Plan) -> None:
     admitted = group is Seen.ADMITTED or (group is Seen.NONE and not world.admission.podgroup_awaited)
     if not admitted:  # no pod joins another's gang, or one its scheduler has not admitted
         plan.actions = [a for a in plan.actions if not isinstance(a, Create)]
+
+
+def placement(world: World, plan: Plan, now: datetime) -> None:
+    """Scheduled False (WaitingForNode) while a current pod of a replica or an initializer step is
+    unschedulable, with the scheduler's words and which wait, a Warning event when it starts; none
+    once every pod has a node, or the job is finished or suspended."""
+    status = plan.status
+    waiting: list[tuple[str, int, str]] = []  # (type, index, name): master-0 before worker-2 before worker-10
+    said = ""
+    if not (status.finished or status.is_true(ConditionType.SUSPENDED)):
+        for name, obs in [*world.replicas.items(), *world.steps.items()]:
+            kept = status.replicas.get(name)
+            if obs.unschedulable is None or obs.phase is not Phase.PENDING or obs.stopping or obs.deleted or (
+                    kept is not None and obs.attempt < kept.attempt):
+                continue  # on a node, going away, or an old attempt about to go
+            waiting.append((obs.replica.rtype, obs.replica.index, name))
+            said = said or obs.unschedulable
+    if not waiting:
+        if status.condition(ConditionType.SCHEDULED) is not None:
+            drop_condition(status, ConditionType.SCHEDULED)
+        return
+    verb = "waits" if len(waiting) == 1 else "wait"
+    message = f"{_names([n for _, _, n in sorted(waiting)])} {verb} for a node: {said[:SAID_AT_MOST]}"
+    if set_condition(status, ConditionType.SCHEDULED, False, Reason.WAITING_FOR_NODE, message, now):
+        plan.event(EventType.WARNING, Reason.WAITING_FOR_NODE, message)
+        return
+    current = status.condition(ConditionType.SCHEDULED)
+    if current is not None and current.message != message:  # other replicas, or the scheduler's new words
+        current.message, current.lastUpdateTime = message, now
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:NAMED_AT_MOST])
+    more = len(names) - NAMED_AT_MOST
+    return f"{shown} and {more:,} more" if more > 0 else shown

@@ -85,7 +85,7 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
     world = as_core_sees(job, world, now)
     plan = _decide(job, world, now)
     initializers.halt(job, world, plan)
-    admission.after_decision(world, plan)
+    admission.after_decision(world, plan, now)
     was_finished = job.status is not None and job.status.finished
     if plan.status.finished and not was_finished:
         plan.requeue(now)  # the end's own work (stop, clean up, TTL) comes in the next round

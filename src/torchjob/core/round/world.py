@@ -50,6 +50,9 @@ class Observed:
     # Its pod stays up between attempts (a restart in place, with a warm spare: kube/inpod): once this
     # attempt has ended, the replica's next attempt starts in the same pod, so it does not wait for it to go.
     in_place: bool = False
+    # Pending and the scheduler found no node for it (a pod's PodScheduled False, Unschedulable): the
+    # scheduler's words ("0/2 nodes are available: ..."). Core says the job waits for a node.
+    unschedulable: str | None = None
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,9 @@ def observe_pod(job: TorchJob, pod: dict[str, Any], seal: inplace.Seal = inplace
                             in_place=not here.release)
         stopping = here.stop == here.attempt
     attempt = here.attempt if here is not None else attempt_of(pod)  # in place: the sealed one
-    return Observed(rid, attempt, phase, exit_code, reason, message, finished, stopping=stopping)
+    waits = pod_status.unschedulable(pod) if phase is Phase.PENDING else None  # no node fits it
+    return Observed(rid, attempt, phase, exit_code, reason, message, finished, stopping=stopping,
+                    unschedulable=waits)
 
 
 def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dict[str, Any]] = (),

@@ -86,7 +86,8 @@ def pod_cached(pod: dict[str, Any]) -> dict[str, Any]:
     out the rest of the event (spec, conditions, IPs, managedFields...): name, namespace, uid,
     resourceVersion, creation and deletion times, labels, torchjob's annotations, its controller (apiVersion, kind,
     name, uid); its node's name; status phase, reason, message, a DisruptionTarget condition (why
-    Kubernetes deletes it) and each container's name and state.terminated."""
+    Kubernetes deletes it), a PodScheduled one while False (why no node takes it) and each
+    container's name and state.terminated."""
     meta, status = pod["metadata"], pod.get("status") or {}
     m: dict[str, Any] = {k: meta[k] for k in POD_META if meta.get(k) is not None}
     m["labels"] = meta.get("labels") or {}
@@ -98,7 +99,8 @@ def pod_cached(pod: dict[str, Any]) -> dict[str, Any]:
         m["ownerReferences"] = owners
     st: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if status.get(k) is not None}
     disrupted = [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-                 for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
+                 for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"
+                 or (c.get("type") == "PodScheduled" and c.get("status") == "False")]
     if disrupted:
         st["conditions"] = disrupted
     containers = []

@@ -21,3 +21,12 @@ def disruption(pod: Mapping[str, Any]) -> str | None:
         if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
             return ": ".join(x for x in (c.get("reason"), c.get("message")) if x) or "DisruptionTarget"
     return None
+
+
+def unschedulable(pod: Mapping[str, Any]) -> str | None:
+    """The scheduler's words when it found no node for the pod (its PodScheduled condition False,
+    reason Unschedulable: "0/2 nodes are available: ..."), or None: not tried yet, or on a node."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+            return c.get("message") or "the scheduler found no node for it"
+    return None

@@ -73,4 +73,5 @@ def observe_step(job: TorchJob, pod: Mapping[str, Any]) -> Observed | None:
     message = torch_errors.said(said) if said else None
     stopping = pod.get("metadata", {}).get("deletionTimestamp") is not None
     return Observed(ReplicaId(name, 0), attempt_of(pod), phase, code, status.get("reason") or terminated.get("reason"),
-                    message, stopping=stopping)
+                    message, stopping=stopping,
+                    unschedulable=pod_status.unschedulable(pod) if phase is Phase.PENDING else None)

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchjob.api.model import MASTER, REPLICA_TYPES, Condition, JobStatus, TorchJob
+from torchjob.api.status import ConditionType
 from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.objects.kubeflow_crd import EXTRAS, KIND, MANAGED_BY_KUBEFLOW
 from torchjob.kube.objects.labels.kubeflow import (
@@ -182,6 +183,8 @@ def conditions(job: TorchJob, status: JobStatus) -> list[dict[str, Any]]:
 
     out = []
     for c in sorted(status.conditions, key=lambda c: (when(c), c.status == "True")):
+        if c.type == ConditionType.SCHEDULED:
+            continue  # Kubeflow has none (`kubectl get pytorchjobs` shows the last type): status.torchjob's
         reason, message = _wording(job, status, c)
         item: dict[str, Any] = {"type": c.type, "status": c.status, "reason": REASON_PREFIX + reason,
                                 "message": message}

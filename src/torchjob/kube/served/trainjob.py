@@ -7,7 +7,9 @@ file) with its runtime fetched from the cluster, its pods labelled as JobSet lab
 Trainer v2.3's status, as its TrainJob controller writes it and the Kubeflow SDK 0.5 reads it:
 - `conditions`: `Suspended` (reasons Suspended / Resumed) while or once suspended, and at the end
   `Complete` or `Failed`, each with every metav1.Condition field; no other condition while running
-  (the SDK says `Running` only while there is none). torchjob's Failed keeps its reason
+  (the SDK says `Running` only while there is none). torchjob's own: `Scheduled` False (reason
+  `WaitingForNode`, the scheduler's words) while a pod waits for a node, gone once every pod has one
+  (the SDK says `Created` then, its nodes not running). torchjob's Failed keeps its reason
   (`DeadlineExceeded` for activeDeadlineSeconds, as Trainer's; `BackoffLimitExceeded`,
   `ProgressDeadlineExceeded`, ...) and its message names the root cause (replica, exit code).
 - `jobsStatus`: the runtime's initializer jobs (`dataset-initializer`, `model-initializer`), then its
@@ -106,7 +108,7 @@ def _time(value: datetime | None, fallback: datetime) -> str:
 
 
 def conditions(status: JobStatus, now: datetime, generation: int | None = None) -> list[dict[str, Any]]:
-    """torchjob's conditions as Trainer's: Suspended, then Complete or Failed; nothing else."""
+    """torchjob's conditions as Trainer's: Suspended, Scheduled while False, then Complete or Failed."""
     out = []
 
     def add(type_: str, true: bool, reason: str, message: str, at: datetime | None) -> None:
@@ -121,6 +123,9 @@ def conditions(status: JobStatus, now: datetime, generation: int | None = None) 
         true = suspended.status == "True"
         add("Suspended", true, "Suspended" if true else "Resumed", SUSPENDED_MESSAGE if true else RESUMED_MESSAGE,
             suspended.lastTransitionTime)
+    waits = status.condition(ConditionType.SCHEDULED)
+    if waits is not None and waits.status == "False":
+        add("Scheduled", False, waits.reason, waits.message, waits.lastTransitionTime)
     done = status.condition(ConditionType.SUCCEEDED)
     if done is not None and done.status == "True":
         add("Complete", True, COMPLETE_REASON, COMPLETE_MESSAGE, done.lastTransitionTime)
