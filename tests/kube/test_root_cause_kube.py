@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,44 @@ def test_the_attempts_table_after_a_suspend_and_a_resume(kubeconfig: str, kube: 
     assert logs.returncode == 2 and logs.stderr.startswith(
         "error: worker-0 has no attempt 0 on the cluster: its pod is gone, and its logs with it"), logs.stderr
     assert "its attempts there: 1 (torchjob logs --kube sr --replica worker-0 --attempt 1)" in logs.stderr
+
+
+def test_a_peer_stopped_with_the_job_keeps_the_end_of_its_log(kubeconfig: str, kube: Client, namespace: str,
+                                                             operator: Operator) -> None:
+    """The job's end deletes the master's pod, and its log with it: the end of its log that the kubelet
+    kept in its termination message (FallbackToLogsOnError) is kept in the job's status, and `logs
+    --kube --replica master-0 --attempt 0` shows it, saying it is only that. The test plays the kubelet:
+    a finalizer of its own holds the deleted pod until its container's last state is written."""
+    from tests.kube.test_operator import create
+
+    hold = "tests.torchjob.dev/kubelet"
+    create(kube, job_data("kt", workers=1), namespace)
+    pods = {p.metadata.name: p for p in wait_pods(kube, "kt", namespace, 2)}
+    kube.patch(Pod, "kt-master-0", {"metadata": {"finalizers": [hold]}}, namespace=namespace,
+               patch_type=PatchType.MERGE)
+    for p in pods.values():
+        set_pod(kube, p, "Running")
+    wait_job(kube, "kt", namespace, lambda s: s.get("state") == "Running")
+    set_pod(kube, pods["kt-worker-0"], "Failed", exit_code=3)
+    wait_job(kube, "kt", namespace, lambda s: s.get("state") == "Failed")
+    deadline = time.monotonic() + 30
+    while kube.get(Pod, "kt-master-0", namespace=namespace).metadata.deletionTimestamp is None:
+        assert time.monotonic() < deadline, "the job's end did not delete the master's pod"
+        time.sleep(0.1)
+    said = "".join(f"epoch {i}: loss 0.{9 - i}\n" for i in range(3)) + "master-0: stopping on SIGTERM\n"
+    c = pods["kt-master-0"].spec.containers[0]
+    kube.patch(Pod.Status, "kt-master-0", {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": c.name, "image": c.image or "x", "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"terminated": {"exitCode": 143, "finishedAt": now_iso(), "reason": "Error", "message": said}}}]}},
+        namespace=namespace, patch_type=PatchType.MERGE)
+    kube.patch(Pod, "kt-master-0", {"metadata": {"finalizers": None}}, namespace=namespace,
+               patch_type=PatchType.MERGE)
+    status = wait_job(kube, "kt", namespace, lambda s: any(t["replica"] == "master-0" for t in s.get("keptTails", [])))
+    assert {"replica": "master-0", "attempt": 0, "exitCode": 143, "tail": said} in status["keptTails"]
+    logs = torchjob(kubeconfig, "logs", "kt", "--replica", "master-0", "--attempt", "0", "-n", namespace)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.splitlines() == [
+        "[master-0] (attempt 0: its pod is gone; the end of its log as the kubelet kept it, exit code 143, "
+        "not the whole log)", *(f"[master-0] {line}" for line in said.splitlines())], logs.stdout
+    # without --attempt, the replica's newest kept one (no pod of it is left)
+    assert torchjob(kubeconfig, "logs", "kt", "--replica", "master-0", "-n", namespace).stdout == logs.stdout

@@ -165,6 +165,18 @@ class InitializerStatus(BaseModel):
     message: str | None = Field(None, description="Its last words when an attempt failed (its termination message).")
 
 
+class KeptTail(BaseModel):
+    """The end of a replica attempt's log, kept in the status after its pod went (a gang restart, a
+    suspend or the job's end deletes pods, and their logs with them): its container's termination
+    message, which with FallbackToLogsOnError the kubelet fills with the last lines of a failed
+    container's log (80 lines, 2 KiB at most)."""
+
+    replica: str = Field(description="The replica (master-0, worker-3).")
+    attempt: int = Field(description="Its attempt whose pod went.")
+    exitCode: int | None = Field(None, description="The container's exit code (143: stopped by SIGTERM).")
+    tail: str = Field(description="The end of its log, as the kubelet kept it (2 KiB at most here).")
+
+
 class Metric(BaseModel):
     """A named value a replica reported (Kubeflow Trainer's `trainerStatus.metrics[]` entry)."""
 
@@ -219,6 +231,9 @@ class JobStatus(BaseModel):
     failure: FailureInfo | None = Field(None, description="Why the job failed: its root cause.")
     initializers: dict[str, InitializerStatus] = Field(
         default_factory=dict, description="Each initializer step (spec.initializers), by name.")
+    keptTails: list[KeptTail] = Field(
+        default_factory=list, description="The end of the logs of replica attempts whose pods are gone, newest "
+        "attempt first, a few at most (on Kubernetes; `logs --kube --replica R --attempt N` shows them).")
     progress: Progress | None = Field(None, description="How far the job is, as its replicas report it.")
 
     def condition(self, ctype: ConditionType) -> Condition | None:

@@ -35,6 +35,7 @@ from torchjob.kube.clientside.job_pods import (
     attempt_of,  # noqa: F401  (re-exported: a pod as one attempt, as describe shows it)
     attempts,
     events,
+    kept_logs,
     last_lines,
     pod_logs,
     pods,
@@ -268,7 +269,10 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None = N
          attempt: int | None = None, tail: int | None = None, limit_bytes: int = TAIL_BYTES) -> Iterator[str]:
     """The job's pods' lines (job_pods.pod_logs): each pod's last `tail`, prefixed with its replica."""
     data = find(kube, name, namespace)
-    return pod_logs(kube, data["metadata"]["name"], pods(kube, data), replica, follow_, attempt, tail, limit_bytes)
+    found = pods(kube, data)
+    kept = kept_logs(status_of(data), found, replica, attempt)  # a gone pod's end of log, kept in the status
+    return iter(kept) if kept is not None else pod_logs(kube, data["metadata"]["name"], found, replica, follow_,
+                                                        attempt, tail, limit_bytes)
 
 
 def view_of(data: dict[str, Any], kube: Client | None = None, reader: served_jobs.Reader | None = None) -> JobView:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from torchjob.api.model import TorchJob
+from torchjob.api.status import KeptTail
 from torchjob.api.validate import training_container
 from torchjob.core.diagnosis import torch_errors
 from torchjob.core.round.reconcile import Admission, Observed, Phase, Refusal, World
@@ -97,3 +98,19 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dic
         seen = {name: replace(o, reported_done=True) if reported_done(name, o.attempt) else o
                 for name, o in seen.items()}
     return World(replicas=seen, refused=refused, admission=admission or Admission(), steps=steps)
+
+
+def tails(job: TorchJob, gone: Iterable[dict[str, Any]]) -> list[KeptTail]:
+    """What the pods deleted since kept of their logs (core/round/kept.py keeps a few in the status):
+    the training container's termination message, the end of its log when it failed (FallbackToLogsOnError)."""
+    out = []
+    for pod in gone:
+        rid = replica_of(pod)
+        if rid is None or rid.rtype not in job.spec.pytorchReplicaSpecs:
+            continue
+        containers = job.spec.pytorchReplicaSpecs[rid.rtype].template.spec.containers
+        ended = pod_status.terminated(pod, containers[training_container(containers)].name)
+        if ended.get("message"):
+            out.append(KeptTail(replica=rid.name, attempt=attempt_of(pod), exitCode=ended.get("exitCode"),
+                                tail=ended["message"]))
+    return out
