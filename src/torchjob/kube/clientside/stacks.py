@@ -38,6 +38,12 @@ def take(kube: Client, data: dict[str, Any], wait_s: float = WAIT_S) -> Stacks:
                         fix=f"torchjob describe --kube {name} says where its pods are")
     made = [(p, pod_stacks.container_of(to_dict(p))) for p in running]
     if all(c is None for _, c in made):
+        if pod_stacks.wanted(data["metadata"].get("annotations")):
+            raise UserError(f"job {name} asks for its stacks, but its pods run without torchjob's front: their "
+                            "command does not start with a Python interpreter, they restart in place "
+                            "(runPolicy.warmSpares), or they run Windows",
+                            fix="start the command with python (python -m torch.distributed.run for torchrun), "
+                                "without warmSpares: see docs/how-to/hangs.md")
         raise UserError(f"job {name}'s pods were not made to give their stacks",
                         fix=f'set the job\'s metadata.annotations {pod_stacks.ANNOTATION}: "true" (its pods are '
                             "then made with torchjob's watcher in front of a command run by python), and submit it "
