@@ -729,9 +729,9 @@ def main() -> None:
     trials: list[Trial] = []
     peers: list[tuple[str, str, float | dict[str, float]]] = []
     if args.local:
-        peers.append(("torchjob", "torchrun", 1.2))
+        peers.append(("torchjob", "torchrun", {"ddp": 1.2, "elastic": 1.0, "elastic-1x4": 1.2}))
         if not args.no_spares:
-            peers.append(("torchjob-spares", "torchrun", {"ddp": 0.5, "elastic": 1.2}))
+            peers.append(("torchjob-spares", "torchrun", {"ddp": 0.5, "elastic": 0.5}))
         for i in range(args.repeat):
             for elastic in kinds:
                 runs = [("torchjob", 4), ("torchrun", 4)] + ([] if args.no_spares else [("torchjob-spares", 4)]) \

@@ -6,6 +6,8 @@ the listening sockets read from /proc/net/tcp and tcp6 while the job runs."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,32 @@ def test_a_local_jobs_tcpstore_listens_on_loopback_only(torchjob: Torchjob, tmp_
     addresses = {entry.strip("' ").split("=")[1] for line in seen for entry in line.split(",") if entry.strip()}
     assert addresses, f"no listener seen on the store's port: {proc.stdout}"
     assert addresses <= {"127.0.0.1"}, f"the store listens beyond loopback: {addresses}\n{proc.stdout}"
+
+
+# torchjob's torchrun on loopback (quicken): the dynamic rendezvous's one-second waits are POLL_S; the
+# random ones stay. Run where torch is imported fresh (it changes torch's module for the process).
+QUICKENED = r'''
+import time
+from datetime import timedelta
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+from torchjob.local.start import loopback_torchrun
+
+def held():
+    settings = rdzv.RendezvousSettings("r", 1, 2, rdzv.RendezvousTimeout(), timedelta(seconds=5), 3)
+    return rdzv._BackendRendezvousStateHolder(None, settings)._cache_duration
+
+def slept(seconds):
+    t = time.monotonic()
+    rdzv._delay(seconds=seconds)
+    return time.monotonic() - t
+
+before = (held(), slept(1))
+loopback_torchrun.quicken()
+print(before[0], before[1] >= 1, held(), slept(1) < 0.5, slept((0.2, 0.2)) >= 0.2)
+'''
+
+
+def test_on_loopback_the_elastic_rendezvous_reads_its_state_every_tenth_of_a_second() -> None:
+    run = subprocess.run([sys.executable, "-c", QUICKENED], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["1", "True", "0.1", "True", "True"], run.stdout

@@ -9,6 +9,10 @@ asks), a later store on the same port in this process shares that server. The re
 own `main`. This module imports torch (it runs in a replica, where torch is), and changes nothing
 where the host is not a loopback address. A port another process holds is refused as torch refuses
 it (torchrun's elastic rendezvous then joins the store there instead of hosting one).
+
+On loopback the elastic rendezvous also reads its shared state every POLL_S instead of every second
+(`quicken`): torch paces it for many nodes over a network, and a local elastic job's re-rendezvous
+after a failure was mostly those one-second waits (bench/recovery.py --local --elastic).
 """
 
 from __future__ import annotations
@@ -97,6 +101,35 @@ def install() -> None:
                 setattr(module, "TCPStore", LoopbackTCPStore)  # noqa: B010
 
 
+POLL_S = 0.1  # how often a waiting agent reads the rendezvous's state on loopback (torch: once a second)
+
+
+def quicken() -> None:
+    """torchrun's dynamic rendezvous reads its shared state at most once a second: a node waiting for the
+    others to join sleeps 1 s between reads (`_delay(seconds=1)`), and an agent's check for nodes waiting
+    to join (every monitor interval, 0.1 s) serves a state up to 1 s old (the state holder's
+    cache_duration). Over a network of many nodes that spares the store; on one machine it is most of an
+    elastic job's re-rendezvous: the agent of the failed worker waits for the others, they notice it up
+    to a second late, and each round of joins waits a second more. Both become POLL_S here (its other
+    delays, random ones of at most 0.3 s, stay)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    delay = rdzv._delay
+
+    def _delay(seconds: float | tuple[float, float]) -> None:
+        delay(POLL_S if seconds == 1 else seconds)
+
+    holder = rdzv._BackendRendezvousStateHolder
+    init = holder.__init__
+
+    def __init__(self: Any, backend: Any, settings: Any, cache_duration: int = 1) -> None:
+        init(self, backend, settings, cache_duration)
+        self._cache_duration = min(cache_duration, POLL_S)
+
+    setattr(rdzv, "_delay", _delay)  # noqa: B010 (torch's private names, as its own module holds them)
+    setattr(holder, "__init__", __init__)  # noqa: B010
+
+
 def main() -> None:
     # A local job's replicas all run here: torchrun's elastic rendezvous names this node by the
     # loopback address it rendezvous on (not this machine's hostname), so its shared store is loopback's too.
@@ -104,6 +137,8 @@ def main() -> None:
     host = endpoint.rpartition(":")[0].strip("[]") if endpoint else os.environ.get("PET_MASTER_ADDR", "")
     if loopback(host) and "PET_LOCAL_ADDR" not in os.environ:
         os.environ["PET_LOCAL_ADDR"] = host
+    if loopback(host):
+        quicken()
     install()
     if os.environ.get("TORCHJOB_WARM_WORKERS") == "1":  # runPolicy.warmSpares (local/spares/workers.py)
         from torchjob.local.spares import workers as spare_workers
