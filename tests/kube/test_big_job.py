@@ -110,6 +110,9 @@ def test_the_status_of_a_job_of_4096_replicas_is_written(kubeconfig: str, kube: 
         seen = await api.patch_status("huge", namespace, {"state": "Created", "replicas": first}, seen=job)
         return dict(await api.patch_status("huge", namespace, {"state": "Restarting", "replicas": again}, seen=seen))
 
-    stored = run(kubeconfig, write)["status"]
-    assert stored["state"] == "Restarting" and len(stored["replicas"]) == 4096
-    assert stored["replicas"]["worker-4094"] == {"attempt": 1, "restarts": 1}
+    try:
+        stored = run(kubeconfig, write)["status"]
+        assert stored["state"] == "Restarting" and len(stored["replicas"]) == 4096
+        assert stored["replicas"]["worker-4094"] == {"attempt": 1, "restarts": 1}
+    finally:  # not left for an operator to run (a later test's, which watches every namespace)
+        kube.delete(TorchJobRes, "huge", namespace=namespace)
