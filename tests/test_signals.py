@@ -23,6 +23,9 @@ ALLOWED = {
     "src/torchjob/local/spares/launcher/torchjob_spare.py": (1, "SIGINT to its own pid (python's exit on ^C)"),
     "src/torchjob/kube/inpod/torchjob_inplace.py": (1, "the group of its own child (the attempt, the spare), only "
                                                        "while it is unreaped (its end is seen before it is reaped)"),
+    "src/torchjob/kube/inpod/torchjob_stacks.py": (2, "SIGUSR2 to a process of its pod that holds its own stacks "
+                                                      "file open: through a pidfd opened before that check, or, "
+                                                      "where there is no pidfd (Python < 3.9), right after it"),
     "tests/kube/kubelet.py": (2, "the group of its own Popen, which poll() found unreaped; a pidfd opened before "
                                  "the process's environment named it one of the test's pods"),
     "tests/programs/spare_probe.py": (1, "SIGKILL to its own pid (the rank's death the test plays)"),

@@ -19,6 +19,7 @@ TORCHJOB_STACKS_POLL_S (0.2)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -59,6 +60,33 @@ def holds(pid: int, path: str) -> bool:
     return False
 
 
+def send(pid: int, path: str) -> bool:
+    """SIGUSR2 to the process that holds `path` open (its own stacks file). Through a pidfd opened before the check
+    where this Python has one (3.9 or later), so that a pid another process took since is never signalled; else
+    (an older Python, or a kernel or seccomp profile without pidfd_open) by its pid, right after the check."""
+    fd = None
+    opener = getattr(os, "pidfd_open", None)
+    if opener is not None:
+        try:
+            fd = opener(pid)
+        except OSError as e:
+            if e.errno not in (errno.ENOSYS, errno.EPERM):
+                return False  # gone
+    try:
+        if not holds(pid, path):
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, SIGNAL)
+        else:
+            os.kill(pid, SIGNAL)
+        return True
+    except OSError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
     """Signal every registered process, wait for its dump, and write each to the log."""
     sent: dict[str, tuple[int, int]] = {}  # file -> (pid, its size before)
@@ -74,8 +102,7 @@ def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
         path, pid = os.path.join(procs, name), int(pid_text)
         try:
             size = os.stat(path).st_size
-            if holds(pid, os.path.realpath(path)):
-                os.kill(pid, SIGNAL)
+            if send(pid, os.path.realpath(path)):
                 sent[path] = (pid, size)
         except OSError:
             continue
