@@ -114,7 +114,7 @@ def quicken() -> None:
     delays, random ones of at most 0.3 s, stay)."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
 
-    delay = rdzv._delay
+    delay = getattr(rdzv, "_delay")  # noqa: B009 (torch's private name: its stubs do not export it)
 
     def _delay(seconds: float | tuple[float, float]) -> None:
         delay(POLL_S if seconds == 1 else seconds)
