@@ -297,3 +297,50 @@ def test_a_valid_report_gets_through_the_operators_endpoint_during_a_flood_of_ma
         assert post(claiming("demo-worker-0", "p-1", signature="forged-x"), "127.0.0.10") == 403  # another address
     finally:
         server.stop()
+
+
+def test_a_get_of_a_pods_verdict_waits_for_that_pod_to_change_and_no_longer(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """The inplace path's long poll (kube/progress/waits.py): `wait_in_place` returns once the pod's verdict
+    differs from what the entry point holds, woken by the controller's word that the pod changed (another
+    pod's change does not end it), or at its timeout; past the cap of waiting threads it does not wait."""
+    from tests.controller.test_inplace_sequencing import SEAL, wrapped_spec
+    from torchjob.kube.objects import inplace
+    from torchjob.kube.progress.waits import PodWaits
+    from torchjob.progress.server import Reporter
+
+    pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1", "annotations": {}},
+           "spec": wrapped_spec()}
+    pod["metadata"]["annotations"] = SEAL.close("u1", {"torchjob.dev/attempt": "2", inplace.ANNOTATION_SINCE: "now"})
+    pods = {("team", "demo-worker-0"): pod}
+    r = receiver(AnnotatingApi(pods), loop, pods=pods)
+    r.seal, r.waits = SEAL, PodWaits(most=1)
+    who = Reporter("team", "demo", "worker-0", 2, pod_uid="u1", in_place=True)
+    held = (2, None, False)
+    t = time.monotonic()
+    assert r.wait_in_place(who, (1, None, False), 5) and time.monotonic() - t < 1  # it differs already
+    t = time.monotonic()
+    assert r.wait_in_place(who, held, 0.3) and 0.3 <= time.monotonic() - t < 2  # nothing changed: the timeout
+
+    def operator() -> None:  # the operator's round asks the attempt to stop, and its cache tells the waits
+        time.sleep(0.3)
+        r.waits.changed((TORCHJOB.plural, "team", "demo-worker-1"))  # another pod: it waits on
+        time.sleep(0.3)
+        pod["metadata"]["annotations"].update(SEAL.close("u1", {inplace.ANNOTATION_STOP: "2",
+                                                                inplace.ANNOTATION_STOP_BY: "later"}))
+        r.waits.changed((TORCHJOB.plural, "team", "demo-worker-0"))
+
+    with ThreadPoolExecutor(2) as pool:
+        told = pool.submit(operator)
+        t = time.monotonic()
+        assert r.wait_in_place(who, held, 10)
+        waited = time.monotonic() - t
+        told.result()
+        assert 0.5 <= waited < 5, waited
+        assert r.in_place(who, None) == {"attempt": 2, "stop": 2, "release": False}
+        # the cap: one thread waits (for another change), the next does not
+        blocked = pool.submit(r.wait_in_place, who, (2, 2, False), 1.0)
+        time.sleep(0.2)
+        t = time.monotonic()
+        assert not r.wait_in_place(who, (2, 2, False), 1.0) and time.monotonic() - t < 0.5
+        assert blocked.result()

@@ -17,8 +17,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
+
+from torchjob.local.supervisor import pids
 
 REPO = Path(__file__).resolve().parents[2]
 WRAPPER = REPO / "src" / "torchjob" / "kube" / "inpod" / "torchjob_inplace.py"
@@ -127,10 +130,14 @@ RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 class Operator:
     """A recording endpoint that answers as the operator does. `answers`: what each POST gets, in
     order: "next" (the next attempt), "release", "hold" (no change), or a status (409: the attempt
-    moved on, so the next attempt; 503: try again later, nothing changed)."""
+    moved on, so the next attempt; 503: try again later, nothing changed). With `long_poll`, a GET that
+    asks to wait (`?wait=S&seen=A,S,R`) is answered once the verdict differs from what it holds (`tell`
+    changes it), as the operator's endpoint does; without, at once, as an endpoint that does not wait."""
 
-    def __init__(self, tmp_path: Path, answers: list[Any], tls: Any = None) -> None:
+    def __init__(self, tmp_path: Path, answers: list[Any], tls: Any = None, long_poll: bool = False) -> None:
         self.https = tls is not None
+        self.long_poll = long_poll
+        self.waited: list[float] = []  # how long each GET that asked to wait waited
         self.attempt, self.stop, self.release = 0, None, False
         self.answers = list(answers)
         self.posts: list[dict[str, Any]] = []
@@ -144,6 +151,7 @@ class Operator:
         self.token = "token-1"
         self.token_file.write_text(self.token)
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         op = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -154,17 +162,20 @@ class Operator:
 
             def answer(self, status: int, body: Any) -> None:
                 data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if status == 503:
-                    self.send_header("Retry-After", "0.1")
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    if status == 503:
+                        self.send_header("Retry-After", "0.1")
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # a long poll the wrapper gave up (its attempt ended)
 
             def checked(self) -> bool:
                 op.peers.add(self.client_address[1])
-                if self.path != "/apis/v1/namespaces/ns/jobs/j/inplace":
+                if self.path.split("?")[0] != "/apis/v1/namespaces/ns/jobs/j/inplace":
                     op.bad.append(f"path {self.path}")
                 elif self.headers.get("Authorization") != f"Bearer {op.token}":
                     op.bad.append(f"auth {self.headers.get('Authorization')}")
@@ -177,6 +188,13 @@ class Operator:
                 if self.checked():
                     with op.lock:
                         op.gets += 1
+                        query = parse_qs(self.path.partition("?")[2])
+                        if op.long_poll and "wait" in query:
+                            a, s, r = query["seen"][0].split(",")
+                            seen = {"attempt": int(a), "stop": int(s) if s else None, "release": r == "1"}
+                            began = time.monotonic()
+                            op.changed.wait_for(lambda: op.verdict() != seen, float(query["wait"][0]))
+                            op.waited.append(time.monotonic() - began)
                         self.answer(200, op.verdict())
 
             def do_POST(self) -> None:
@@ -211,6 +229,13 @@ class Operator:
 
     def verdict(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "stop": self.stop, "release": self.release}
+
+    def tell(self, **verdict: Any) -> None:
+        """Change the verdict as the operator would, waking the GETs that wait for it."""
+        with self.lock:
+            for k, v in verdict.items():
+                setattr(self, k, v)
+            self.changed.notify_all()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -615,4 +640,50 @@ def test_the_pod_runs_the_entry_point_only_if_it_is_the_one_its_spec_names(tmp_p
     else:
         assert stderr == "" and [p["exitCode"] for p in operator.posts] == [3] and pod.run(0)["ppid"] == pod.proc.pid
     assert pod.run(0)["env"] == pod.expected_env()
+    no_leftovers(pod)
+
+
+def test_a_stop_is_heard_the_moment_the_operator_says_it(tmp_path: Path) -> None:
+    """The running attempt's verdict is a long poll: a stop is heard when it is said, not at the next poll
+    (every 5 s here)."""
+    op = Operator(tmp_path, ["release"], long_poll=True)
+    try:
+        pod = Pod(tmp_path, op, "sleep", TORCHJOB_INPLACE_POLL_S="5")
+        pod.wait_for("the attempt in a long poll", lambda: pod.runs() == 1 and op.gets >= 1)
+        time.sleep(0.5)  # its SIGTERM handler is set, the wrapper waits in its GET
+        said = time.monotonic()
+        op.tell(stop=0)
+        pod.wait_for("the report", lambda: op.posts)
+        heard = time.monotonic() - said
+        rc, _, stderr = pod.finish()
+        assert rc == 143 and [p["exitCode"] for p in op.posts] == [143], stderr
+        assert op.waited and heard < 2.0 and op.gets <= 3, (op.waited, heard, op.gets)  # no long poll: up to 5 s
+    finally:
+        op.close()
+    no_leftovers(pod)
+
+
+def test_an_attempts_end_is_reported_at_once_while_its_verdict_is_asked(tmp_path: Path) -> None:
+    """A long poll of the running attempt's verdict is given up when the attempt ends (the wakeup pipe):
+    its end is reported at once, not when the poll (3 s) would have ended; and once parked, the wrapper
+    waits for its verdict in long polls too (a GET or two a second's hold, not one every 0.2 s)."""
+    op = Operator(tmp_path, ["hold"], long_poll=True)
+    try:
+        pod = Pod(tmp_path, op, "sleep,ok", TORCHJOB_INPLACE_POLL_S="5")
+        pod.wait_for("the attempt in a long poll", lambda: pod.runs() == 1 and op.gets >= 1)
+        time.sleep(0.3)
+        killed = time.monotonic()
+        assert pids.send(pod.run(0)["pid"], signal.SIGKILL, lambda p: str(pod.script) in pids.cmdline(p))
+        pod.wait_for("the report", lambda: op.posts)
+        reported = time.monotonic() - killed
+        gets = op.gets
+        time.sleep(1.0)  # parked, held
+        held_gets = op.gets - gets
+        op.tell(attempt=1)
+        rc, _, stderr = pod.finish()
+        assert rc == 0 and pod.runs() == 2 and [p["exitCode"] for p in op.posts] == [137], stderr
+        assert reported < 1.5, reported
+        assert held_gets <= 2, held_gets
+    finally:
+        op.close()
     no_leftovers(pod)

@@ -66,3 +66,38 @@ def test_a_replica_asking_too_often_is_answered_429_and_another_is_not(endpoint:
         assert ask(endpoint, conn, "GET", replica="worker-0")[0] == 200  # per replica
     finally:
         conn.close()
+
+
+def test_a_get_asking_to_wait_is_held_by_the_receiver_and_answered_as_the_verdict_is_then(
+        endpoint: LocalEndpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`?wait=S&seen=A,STOP,RELEASE` (the entry point's long poll): the receiver's wait_in_place is asked to
+    hold it (at most LONG_POLL_MAX_S) only while the verdict is the one the entry point holds, and the
+    answer is the verdict after the wait; a query it cannot read is answered at once."""
+    asked: list[Any] = []
+    verdict = {"attempt": 0, "stop": None, "release": False}
+    monkeypatch.setattr(endpoint, "in_place", lambda reporter, ended: dict(verdict), raising=False)
+
+    def wait_in_place(reporter: Any, seen: Any, timeout_s: float) -> bool:
+        asked.append((seen, timeout_s))
+        verdict["stop"] = 0  # the operator asked the attempt to stop meanwhile
+        return True
+
+    monkeypatch.setattr(endpoint, "wait_in_place", wait_in_place, raising=False)
+    conn = http.client.HTTPConnection("127.0.0.1", endpoint.server.port, timeout=10)
+    try:
+        where = endpoint.url.split(str(endpoint.server.port), 1)[1].removesuffix("/status") + "/inplace"
+
+        def get(query: str) -> Any:
+            token = endpoint.token("master-0", 0)
+            conn.request("GET", f"{where}?{query}", headers={"Authorization": f"Bearer {token}"})
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+
+        assert get("wait=30&seen=0,,0") == (200, {"attempt": 0, "stop": 0, "release": False})
+        assert asked == [((0, None, False), server_module.LONG_POLL_MAX_S)]
+        assert get("wait=1&seen=0,,0")[1]["stop"] == 0 and len(asked) == 1  # it differs already: no wait
+        verdict["stop"] = None
+        for unread in ("wait=1", "wait=x&seen=0,,0", "wait=1&seen=0,0", "wait=nan&seen=0,,0", "wait=-1&seen=0,,0"):
+            assert get(unread)[0] == 200 and len(asked) == 1, unread
+    finally:
+        conn.close()

@@ -47,6 +47,7 @@ import re
 import ssl
 import threading
 import time
+import urllib.parse
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
@@ -70,10 +71,11 @@ GROUPS = {TORCHJOBS: "torchjob.dev/v1", PYTORCHJOBS: "kubeflow.org/v1", TRAINJOB
           PYTORCHTRAININGJOBS: "batch.tensorstack.dev/v1beta1"}
 READ_TIMEOUT_S = 10.0  # one read of a socket
 DRAIN_BYTES = 1 << 20  # an authorized body too large but below this is read (and dropped) after the 413
-# The inplace path, per replica: its entry point asks once a second while its attempt runs, five times
-# a second while it waits for the verdict; past this it is answered 429 (it waits as told).
+# The inplace path, per replica: its entry point asks for its verdict waiting up to 3 s for a change (a long
+# poll), or at most every second (every 0.2 s once parked) where it got no wait; past this it is answered 429.
 IN_PLACE_RATE = 10.0
 IN_PLACE_BURST = 20.0
+LONG_POLL_MAX_S = 4.0  # within the request deadline (10 s) and the entry point's read timeout (5 s)
 
 
 def status_path(namespace: str, name: str, plural: str = TORCHJOBS) -> str:
@@ -133,9 +135,22 @@ class InPlace(Protocol):
     """A receiver that restarts pods in place (the operator's) also answers their entry point on the
     `inplace` path beside `status` (kube/inpod/torchjob_inplace.py): `in_place(reporter, None)` is
     the pod's verdict (GET); with the report of an attempt that ended, it is recorded first (POST).
-    Raises LookupError (404), ValueError (422), Conflict (409), TryLater (503)."""
+    Raises LookupError (404), ValueError (422), Conflict (409), TryLater (503). `wait_in_place(reporter, seen,
+    timeout_s) -> bool`, where it has one, blocks a GET's `long_poll` until the verdict may differ from `seen`."""
 
     def in_place(self, reporter: Reporter, ended: Any) -> dict[str, Any]: ...
+
+
+def long_poll(path: str) -> tuple[float, tuple[int, int | None, bool]] | None:
+    """A GET's `?wait=S&seen=A,STOP,RELEASE` (STOP empty for none, RELEASE 0|1): how long it may wait for
+    its verdict to differ from the one it holds (at most LONG_POLL_MAX_S); None: it is answered at once."""
+    try:
+        query = urllib.parse.parse_qs(path.partition("?")[2])
+        wait, (attempt, stop, release) = float(query["wait"][0]), query["seen"][0].split(",")
+        seen = (int(attempt), None if stop == "" else int(stop), release == "1")
+    except (KeyError, ValueError):
+        return None
+    return (min(wait, LONG_POLL_MAX_S), seen) if math.isfinite(wait) and wait > 0 else None
 
 
 def bearer(header: str | None) -> str:
@@ -345,7 +360,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _in_place(self, who: Reporter, length: int | None) -> None:
         """A pod's entry point asks for its verdict, or (a body) reports an attempt that ended first."""
-        serve = getattr(self.server.receiver, "in_place", None)
+        receiver = self.server.receiver
+        serve = getattr(receiver, "in_place", None)
         if serve is None:
             self._fail(404, "NotFound", "this endpoint restarts no pod in place")
             return
@@ -368,6 +384,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         try:
             answer = serve(who, ended)
+            poll, hold = long_poll(self.path) if ended is None else None, getattr(receiver, "wait_in_place", None)
+            held = tuple(answer.get(k) for k in ("attempt", "stop", "release"))
+            if poll is not None and hold is not None and held == poll[1] and hold(who, poll[1], poll[0]):
+                answer = serve(who, None)  # changed, or the wait is over: the verdict as it is now
         except TryLater as e:
             self._fail(503, "ServiceUnavailable", str(e), {"Retry-After": str(e.retry_after_s)})
         except Conflict as e:

@@ -107,6 +107,8 @@ class Controller:
         if not pods:
             del self.index.live[key]
         self.queue.add(key)
+        if self.progress is not None:  # a pod's entry point waiting for its verdict learns it now (a long poll)
+            self.progress.waits.changed((self.kind.plural, key[0], name))
 
     def _on_owned(self, obj: dict[str, Any]) -> None:
         key = owner_key(obj)

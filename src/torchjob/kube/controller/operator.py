@@ -212,7 +212,8 @@ def _serve_progress(api: Api, config: OperatorConfig, controllers: dict[str, Con
     books, seal = link.books, link.seal
     caches = {plural: c.caches() for plural, c in controllers.items()}
     receiver = ProgressReceiver(api, caches, books, loop,
-                                on_first_report=lambda plural, key: controllers[plural].queue.add(key), seal=seal)
+                                on_first_report=lambda plural, key: controllers[plural].queue.add(key), seal=seal,
+                                waits=link.waits)
     writer = ProgressWriter(api, caches, books, config.progress_write_s,
                             on_written=lambda plural, stored: controllers[plural].remember(stored))
     gauges.register(books, caches)

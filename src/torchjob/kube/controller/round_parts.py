@@ -16,6 +16,7 @@ from torchjob.kube.machinery.informer import Informer, Key
 from torchjob.kube.objects import inplace
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.tls import Trust
+from torchjob.kube.progress.waits import PodWaits
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,13 @@ class ProgressLink:
     """What a round needs of progress: the reports' books (for stalls), the endpoint's CAs as the pods
     must trust them now (renewed in place: tls.keep), published in each namespace where pods are made,
     and the seal of what the operator writes on pods restarting in place (objects/inplace.py; the
-    receiver seals what it records with the same)."""
+    receiver seals what it records with the same), and the endpoint's threads waiting for a pod to change
+    (the controllers tell them of each pod event)."""
 
     books: Books
     trust: Trust
     seal: inplace.Seal = field(default_factory=lambda: inplace.Seal(secrets.token_bytes(32)))
+    waits: PodWaits = field(default_factory=PodWaits)
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,21 @@
-"""The entry point of a pod that restarts its replica in place (runPolicy.warmSpares on a cluster): a program run in
-the pod, not a module of torchjob, shipped by the operator in a ConfigMap with the local spare launcher
-(torchjob_spare.py), in front of the training container's command (`ARGV0 -I -c BOOT ARGV...`: objects/inplace.boot
-runs it if its hash is the pod's). It runs ARGV as a child (a session of its own; the pod's environment less
-TORCHJOB_INPLACE_* and TORCHJOB_SPARE_AFTER_S) and, SPARE_AFTER_S after an attempt starts, a warm spare (ARGV's
-interpreter and options, the launcher behind SPARE_BOOT, the rest of ARGV) that imports torch and waits. While the
-attempt runs it asks the operator every second whether to stop it (SIGTERM to its group, SIGKILL after GRACE_S). An
-attempt that exits 0 ends the pod. One that fails (128+N for signal N) or was stopped is reported with the last 4096
-bytes of its TORCHELASTIC_ERROR_FILE (again every REPORT_AGAIN_S) until the verdict: a newer attempt (the error file
-truncated; the spare handed the environment becomes it, or ARGV starts cold), or release (it exits with the attempt's
-code, the error file the termination message); an endpoint failing for PATIENCE_S in a row meanwhile, the same.
-SIGTERM or SIGINT goes to the running attempt's group (its code then the wrapper's), or ends a waiting wrapper at
-once. As PID 1 it reaps every orphan; what is left of an ended attempt's group is killed. Nothing on stdout; on
-trouble one line `torchjob-inplace: ...` on stderr. Standard library only.
+"""The entry point of a pod that restarts its replica in place (runPolicy.warmSpares on a cluster; objects/inplace.py
+ships it and says how it is run, docs/explanation/faults.md what it does): standard library only. It runs ARGV as a
+child (its own session; the pod's environment less the settings below) and, SPARE_AFTER_S after an attempt starts, a
+warm spare (ARGV's interpreter and options, the launcher behind SPARE_BOOT, the rest of ARGV). While the attempt runs it
+asks the operator whether to stop it (SIGTERM to its group, SIGKILL after GRACE_S). One that exits 0 ends the pod; one
+that fails (128+N for signal N) or was stopped is reported with the last 4096 bytes of its TORCHELASTIC_ERROR_FILE
+(again every REPORT_AGAIN_S) until the verdict: a newer attempt (the error file truncated; the spare becomes it, or ARGV
+starts cold), or release (it exits with the attempt's code); an endpoint failing for PATIENCE_S, the same. SIGTERM or
+SIGINT goes to the running attempt's group, or ends a waiting wrapper. As PID 1 it reaps every orphan.
 
 Protocol (JSON, `Authorization: Bearer <token>`) at KUBEFLOW_TRAINER_SERVER_URL, `/status` -> `/inplace`: GET -> 200
 {"attempt": A, "stop": S|null, "release": bool}; POST {"attempt", "exitCode", "message", "finishedAt"} -> 200 as GET;
-409: not the pod's current attempt (then GET); 429/503: again after Retry-After (or 1 s); else again soon.
-Environment: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: no spare, for a command that is not
-python), _ATTEMPT (the pod's first attempt), _GRACE_S (3), _PATIENCE_S (120), _LAUNCHER_SHA256 (one that differs is
-not run: no spare), TORCHJOB_SPARE_AFTER_S (5), KUBEFLOW_TRAINER_SERVER_URL, _TOKEN (a file, read for each request),
-_CA_CERT; TORCHELASTIC_ERROR_FILE. Test knobs: TORCHJOB_INPLACE_POLL_S (1), _LAUNCHER, _WARM (torch), _REPORT_AGAIN_S
-(10). Without a URL, or with a setting it cannot read, it says so and runs ARGV in its own place (exec).
+409: not the pod's current attempt; 429/503: again after Retry-After. A GET `?wait=LONG_POLL_S&seen=A,S,0|1` (the
+verdict held) is answered once that changes (a long poll; given up for a child's end), or at once (asked again after
+POLL_S, 0.2 s once parked). Settings: TORCHJOB_INPLACE_OPTIONS (interpreter options after ARGV0; unset: no spare),
+_ATTEMPT, _GRACE_S (3), _PATIENCE_S (120), _LAUNCHER_SHA256, TORCHJOB_SPARE_AFTER_S (5), the endpoint's URL, _TOKEN (a
+file), _CA_CERT; for tests _POLL_S (1), _LAUNCHER, _WARM (torch), _REPORT_AGAIN_S (10). One unread or no URL: it says so
+and execs ARGV.
 """
 
 from __future__ import annotations
@@ -43,9 +38,8 @@ from typing import Any, NoReturn
 
 PREFIX = "TORCHJOB_INPLACE_"
 OWN_ENV = ("TORCHJOB_SPARE_AFTER_S",)
-MESSAGE_BYTES = 4096  # what the kubelet keeps of a termination message
-PARKED_POLL_S = 0.2
-REQUEST_TIMEOUT_S = 5.0
+# what the kubelet keeps of a termination message; the polls (a long poll within the endpoint's limit, 4 s)
+MESSAGE_BYTES, PARKED_POLL_S, LONG_POLL_S, REQUEST_TIMEOUT_S = 4096, 0.2, 3.0, 5.0
 # A spare's `-c` before the launcher's path: the launcher read once, run only if its SHA-256 is the pod's, as by path
 SPARE_BOOT = ("import sys\nh = sys.path.pop(0) if not sys.flags.safe_path and sys.path else None\nimport hashlib\n"
               "p = sys.argv[1]\ntry:\n    b = open(p, 'rb').read()\nexcept OSError:\n    b = b''\nif hashlib.sha256("
@@ -65,13 +59,10 @@ def say(line: str) -> None:
 
 def _number(env: dict[str, str], name: str, default: float | None, kind: type = float) -> Any:
     raw = env.get(name, "")
-    try:
-        value = default if raw == "" else kind(raw)
-    except ValueError:
-        value = None
-    if value is None or value < 0:
-        raise ValueError(f"{name}={raw!r} is not a number >= 0")
-    return value
+    with contextlib.suppress(ValueError):
+        if (value := default if raw == "" else kind(raw)) is not None and value >= 0:
+            return value
+    raise ValueError(f"{name}={raw!r} is not a number >= 0")
 
 
 class Endpoint:
@@ -86,25 +77,31 @@ class Endpoint:
         self.token_file, self.context = token_file, ssl.create_default_context(cafile=ca_file) if self.https else None
         self.conn: http.client.HTTPConnection | None = None
 
-    def call(self, method: str, body: dict[str, Any] | None = None) -> tuple[int, Any, float]:
-        """(status, the JSON answer or None, Retry-After seconds); OSError where no answer came."""
+    def call(self, method: str, body: dict[str, Any] | None = None, seen: tuple[int, int | None, bool] | None = None,
+             wait_s: float = 0.0, wake: int | None = None) -> tuple[int, Any, float]:
+        """(status, JSON answer or None, Retry-After s); OSError: none. A GET with `seen` long-polls (0: wake first)."""
+        query = f"wait={wait_s:.3f}&seen={seen[0]},{'' if seen[1] is None else seen[1]},{int(seen[2])}" if seen else ""
+        path = self.path + ("&" if "?" in self.path else "?") + query if seen and wait_s > 0 else self.path
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json", **({"Content-Type": "application/json"} if data else {})}
         if self.token_file:
             with open(self.token_file) as f:  # the kubelet renews it: read for each request
                 headers["Authorization"] = f"Bearer {f.read().strip()}"
         for fresh in (self.conn is None, True):
-            if self.conn is None:
-                self.conn = (http.client.HTTPSConnection(self.host, self.port, timeout=REQUEST_TIMEOUT_S,
-                                                         context=self.context) if self.https else
-                             http.client.HTTPConnection(self.host, self.port, timeout=REQUEST_TIMEOUT_S))
+            conn = self.conn = self.conn or (
+                http.client.HTTPSConnection(self.host, self.port, timeout=REQUEST_TIMEOUT_S, context=self.context)
+                if self.https else http.client.HTTPConnection(self.host, self.port, timeout=REQUEST_TIMEOUT_S))
             try:
-                self.conn.request(method, self.path, body=data, headers=headers)
-                resp = self.conn.getresponse()
+                conn.request(method, path, body=data, headers=headers)
+                if wake is not None and wake in select.select([conn.sock, wake], [], [], REQUEST_TIMEOUT_S)[0]:
+                    conn.close()  # a signal came first (a child's end): the request is given up, and its connection
+                    self.conn = None
+                    return 0, None, 0.0
+                resp = conn.getresponse()
                 raw = resp.read()
                 break
             except (OSError, http.client.HTTPException) as e:
-                self.conn.close()
+                conn.close()
                 self.conn = None
                 if fresh:  # a kept-alive connection the server had closed is tried once more
                     raise OSError(f"{method} {self.path}: {e or type(e).__name__}") from None
@@ -118,9 +115,8 @@ class Endpoint:
 
 def verdict_of(answer: Any) -> tuple[int, int | None, bool] | None:
     """(attempt, stop, release) of an answer, None where it is not one."""
-    got: list[Any] = [answer.get(k) for k in ("attempt", "stop", "release")] if isinstance(answer, dict) else []
-    ok = len(got) == 3 and type(got[0]) is int and (got[1] is None or type(got[1]) is int) and type(got[2]) is bool
-    return (got[0], got[1], got[2]) if ok else None
+    a, s, r = [answer.get(k) for k in ("attempt", "stop", "release")] if isinstance(answer, dict) else (None, 0, 0)
+    return (a, s, r) if type(a) is int and (s is None or type(s) is int) and type(r) is bool else None
 
 
 class Wrapper:
@@ -289,11 +285,12 @@ class Wrapper:
                 self.forward(signal.SIGKILL)
                 kill_at = None
             if now >= next_poll:
-                next_poll = now + self.poll_s
-                try:
-                    _, answer, _ = self.endpoint.call("GET")
+                wait_s = min(LONG_POLL_S, spare_at - now) if not stopped and self.signalled is None else 0.0
+                try:  # a long poll, given up for a signal (the wakeup pipe: a child's end is seen to first)
+                    _, answer, _ = self.endpoint.call("GET", None, (self.attempt, None, False), wait_s, self.wake_r)
                 except OSError:
                     answer = None  # while the attempt runs, the endpoint's trouble changes nothing
+                next_poll = max(now + self.poll_s, time.monotonic())  # one that waited is asked again at once
                 verdict = verdict_of(answer)
                 if verdict is not None and verdict[1] == self.attempt and not stopped and self.signalled is None:
                     stopped = True
@@ -308,21 +305,24 @@ class Wrapper:
             raise _Stop()
         report = {"attempt": ended, "exitCode": code, "message": message, "finishedAt": finished}
         reported, failing_since, failures, why, delay = False, None, 0, "", 0.0
-        again = 0.0  # when the report is sent again (an end lost or removed since is recorded again)
+        again, held = 0.0, None  # when the report is sent again (an end lost or removed since); the verdict held
         while True:
             if delay:
                 time.sleep(delay)
             self.reap()
-            post = not reported or time.monotonic() >= again
-            again = time.monotonic() + self.report_again_s if post else again
+            asked = time.monotonic()  # a GET waits (a long poll) while no report is to be sent (again) meanwhile
+            post = not reported or asked >= again
+            again = asked + self.report_again_s if post else again
             try:
-                status, answer, retry = self.endpoint.call("POST" if post else "GET", report if post else None)
+                status, answer, retry = self.endpoint.call("POST" if post else "GET", report if post else None,
+                                                           held, 0.0 if post else min(LONG_POLL_S, again - asked))
                 why = f"HTTP {status}"
             except OSError as e:
                 status, answer, retry, why = 0, None, 0.0, str(e)
             verdict = verdict_of(answer) if status == 200 else None
-            if verdict is not None:
-                reported, failing_since, failures, delay = True, None, 0, PARKED_POLL_S
+            if verdict is not None:  # asked again at once after a poll that waited
+                reported, failing_since, failures, held = True, None, 0, verdict
+                delay = max(0.0, PARKED_POLL_S - (time.monotonic() - asked))
                 if verdict[0] > ended:
                     return verdict[0]
                 if verdict[2]:

@@ -40,6 +40,7 @@ from torchjob.kube.objects.labels import LABEL_JOB, attempt_of, replica_name
 from torchjob.kube.objects.ownership import controller_of
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.view import CachesView, Key
+from torchjob.kube.progress.waits import PodWaits
 from torchjob.progress.book import Book
 from torchjob.progress.server import Conflict, Reporter, TryLater, audience
 
@@ -59,9 +60,11 @@ class ProgressReceiver:
     review_queue = REVIEW_QUEUE
 
     def __init__(self, api: Api, caches: CachesView, books: Books, loop: asyncio.AbstractEventLoop,
-                 on_first_report: Callable[[str, Key], None], seal: inplace.Seal = inplace.NO_SEAL) -> None:
+                 on_first_report: Callable[[str, Key], None], seal: inplace.Seal = inplace.NO_SEAL,
+                 waits: PodWaits | None = None) -> None:
         self.api, self.caches, self.books, self.loop = api, caches, books, loop
         self.seal = seal  # the operator's (objects/inplace.py): what it records is sealed, and read only so
+        self.waits = waits or PodWaits()  # woken by the controllers' pod events (waits.py)
         self.on_first_report = on_first_report
         # by token: the reporter it stands for, the uid of its pod's controller, until when it holds
         self.reviews: dict[str, tuple[Reporter | None, str, float]] = {}
@@ -160,6 +163,19 @@ class ProgressReceiver:
                     future.cancel()
                     raise TryLater("the attempt's end could not be recorded now; try again") from e
         return here.verdict()
+
+    def wait_in_place(self, reporter: Reporter, seen: tuple[int, int | None, bool], timeout_s: float) -> bool:
+        """The inplace path's long poll (progress/server.py): until the pod's verdict is no longer `seen`
+        (as its cache has it: each change of the pod wakes this), at most timeout_s."""
+        def same() -> bool:
+            try:
+                verdict = self.in_place(reporter, None)
+            except Exception:  # whatever it is now, the GET that follows says it
+                return False
+            return (verdict["attempt"], verdict["stop"], verdict["release"]) == seen
+
+        pod = (reporter.plural, reporter.namespace, f"{reporter.job}-{reporter.replica}")
+        return self.waits.wait(pod, same, timeout_s)
 
     def _owned(self, who: Reporter | None, owner: str) -> Reporter | None:
         """The reporter, when its pod's controller is the job the report is for, as the job is now
