@@ -284,3 +284,17 @@ def test_the_inplace_path_is_a_clusters_only_and_status_takes_no_get(endpoint: L
             conn.close()
     finally:
         conn.close()
+
+
+def test_an_endpoint_stops_at_once() -> None:
+    """A local job's supervisor stops its endpoint last (every job's end waited for it): its serving loop looks
+    whether to stop every 0.05 s, not socketserver's 0.5 s (a stop took 0-0.5 s, 0.33 s in a profile)."""
+    took = []
+    for _ in range(5):
+        ep = LocalEndpoint("j", lambda *a: None)
+        ep.start()
+        time.sleep(0.05)
+        t = time.monotonic()
+        ep.stop()
+        took.append(time.monotonic() - t)
+    assert max(took) < 0.2, took

@@ -19,6 +19,8 @@ MAX_PER_SOURCE = 16  # of them from one address (a pod reports over one kept-ali
 REQUEST_DEADLINE_S = 10.0  # a whole request, however slowly it comes
 STALE_S = 1.0  # a connection that has sent no request this long may be let go for a new one, at a cap
 REFUSALS_PER_S, REFUSALS_BURST = 1.0, 20  # refused costly token checks a source may cause before it gets 429
+SERVE_POLL_S = 0.05  # how often the serving loop looks whether to stop (socketserver's default, 0.5 s, was what
+# stop() waited for: up to half a second at the end of every local job, whose supervisor stops its endpoint last)
 DRAIN_S = 1.0  # after a refusal, how long the rest of a request's body may take (then the connection is cut)
 SHED = -1  # the counters' code of a connection closed at once (over a cap)
 EVICTED = -2  # of a kept-alive idle connection let go for a new one
@@ -71,7 +73,7 @@ class GuardedServer(ThreadingHTTPServer):
 
     def serve_in_thread(self, name: str) -> None:
         """Serve on a thread of that name, each request's deadline kept by another."""
-        threading.Thread(target=self.serve_forever, name=name, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(SERVE_POLL_S,), name=name, daemon=True).start()
         threading.Thread(target=self._reap, name=f"{name}-deadlines", daemon=True).start()
 
     def stop(self) -> None:
