@@ -68,6 +68,7 @@ def test_run_and_describe_say_the_scripts_own_error(kubeconfig: str, kube: Clien
     failure = job_status(kube, "rc", namespace)["failure"]
     assert failure["message"] == f"worker-0 failed with exit code 2 (restartPolicy Never): {ERROR}"
     block = err[err.index("rc FAILED: ReplicaFailed"):]
+    assert err.count("rc FAILED") == 1, err  # the block once
     assert "  replica   : worker-0 (attempt 0, node rank 1, pod rc-worker-0)" in block
     assert "  exit code : 2" in block
     # its log cannot be read here (no node): its termination message's lines are quoted

@@ -194,13 +194,9 @@ def run(target: tuple[str, ...], quiet: bool, ranks_filter: str | None, runtimes
     job = rt.run(made, quiet, shown)
     if not job.status.is_true(ConditionType.SUCCEEDED) and job.root_cause:
         cause = job.root_cause
-        if not quiet and not where.get("kube"):  # its traceback was just streamed here: once is enough
-            from torchjob.core.diagnosis.torch_errors import brief
-
-            failed = job.status.failure.replica if job.status.failure else None
-            filt = ranks.line_filter(made.job, wanted) if wanted is not None and failed else None
-            cause = brief(cause, f"`torchjob logs {job.name}` shows it again",
-                          None if filt is None else lambda line: filt(str(failed), line))
+        if not quiet:  # its traceback was just streamed here: once is enough
+            cause = views.briefly(cause, job, rt, bool(where.get("kube")),
+                                  ranks.line_filter(made.job, wanted) if wanted is not None else None)
         click.echo(cause, err=True)
     views.outcome(job.name, job.status, rt.flags)
 

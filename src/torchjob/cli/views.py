@@ -91,7 +91,7 @@ def summary(v: JobView) -> dict[str, Any]:
         "restarts": st.restartCount,
         "created": _when(v.created),
         "reason": st.failure.reason if st.failure else None,
-        "progress": show.percent(st.progress) if st.progress else None,
+        "progress": show.percent(st.progress) + show.straggler_mark(st.progress) if st.progress else None,
     })
     return row
 
@@ -109,7 +109,7 @@ def _progress_lines(p: Progress | None, running: bool = True) -> list[str]:
         out[-1] += f" (from {p.reporter})"
     if p.metrics:
         out.append("Metrics:     " + ", ".join(f"{m.name}={m.value}" for m in p.metrics))
-    return out + show.history_lines(p.history)
+    return out + show.stragglers(p) + show.history_lines(p.history)
 
 
 def list_jobs(views: list[JobView], fmt: str, dump: Dump, every_namespace: bool = False) -> None:
@@ -259,3 +259,21 @@ def outcome(name: str, st: JobStatus, flags: str) -> None:
                f"see `torchjob describe{flags} {name}` and `torchjob logs{flags} {name}`", err=True)
     stopped_by = st.failure.signal if st.failure and st.failure.reason == Reason.TERMINATED else None
     sys.exit({"SIGINT": 130, "SIGTERM": 143}.get(stopped_by or "", 1))
+
+
+def briefly(cause: str, job: JobView, rt: Any, kube: bool, filt: Callable[[str, str], bool] | None) -> str:
+    """`run`'s root cause under the output it just streamed: a traceback it quotes that was streamed
+    is said in brief (torch_errors.brief), not twice. `filt`: --ranks-filter's (replica, line) -> shown.
+    On a cluster, only the lines the pods' streams carried here count (a pod gone first gave none)."""
+    from torchjob.core.diagnosis.torch_errors import brief
+
+    f = job.status.failure
+    failed = str(f.replica) if f is not None else None
+    shown = None if filt is None or failed is None else lambda line: filt(failed, line)
+    again = f"`torchjob logs {job.name}` shows it again"
+    if kube:
+        streamed = set(getattr(rt, "streamed", {}).get(failed, ()))
+        shown = lambda line: line in streamed and (filt is None or failed is None or filt(failed, line))  # noqa: E731
+        where = f" --replica {failed} --attempt {f.attempt}" if f is not None and f.attempt is not None else ""
+        again = f"`torchjob logs --kube {job.name}{where}` shows it again"
+    return brief(cause, again, shown)

@@ -23,6 +23,21 @@ STREAM_DRAIN_S = 5.0  # at most this long, once the job ended, for the replicas'
 Stream = Callable[[str, str], None]  # (replica, one line of its output)
 
 
+STREAMED_KEPT = 200  # lines of each replica's stream remembered: a root cause quoting them says "above" instead
+
+
+def recording(say: Stream, into: dict[str, Any]) -> Stream:
+    """`say`, remembering each replica's last STREAMED_KEPT lines in `into` (replica -> deque): `run
+    --kube` then quotes no line of its root cause that was just streamed (torch_errors.brief)."""
+    from collections import deque
+
+    def stream(replica: str, line: str) -> None:
+        into.setdefault(replica, deque(maxlen=STREAMED_KEPT)).append(line)
+        say(replica, line)
+
+    return stream
+
+
 class Interrupted(UserError):
     """Ctrl-C in `run --kube`: the job goes on on the cluster."""
 

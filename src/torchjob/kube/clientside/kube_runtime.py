@@ -28,6 +28,7 @@ from torchjob.kube.clientside.following import (
     Stream,
     Streams,
     pull_refusal,
+    recording,
     unpullable,
 )
 from torchjob.kube.clientside.job_pods import (
@@ -311,6 +312,7 @@ class KubeRuntime:
                  ) -> None:
         self.kubeconfig, self.context, self.namespace = kubeconfig, context, namespace
         self._client: Client | None = None
+        self.streamed: dict[str, Any] = {}  # run's: each replica's last lines streamed (following.recording)
 
     @property
     def kube(self) -> Client:
@@ -339,7 +341,7 @@ class KubeRuntime:
         ns = submit(self.kube, plan.job, self.namespace, plan.configmap)
         print(f"torchjob: job {name} created in {ns}", file=sys.stderr, flush=True)
         shown = console(None) if console is not None else Console(None)
-        stream = None if quiet else (lambda replica, line: shown.line(replica, line.encode()))
+        stream = None if quiet else recording(lambda replica, line: shown.line(replica, line.encode()), self.streamed)
         try:
             follow(self.kube, name, ns, shown.note, on_progress=lambda p: shown.progress(p, name), stream=stream)
         except KeyboardInterrupt:
