@@ -343,8 +343,7 @@ class Reconciler:
         raise_first(done)
 
     async def _delete_pods(self, ns: str, pods: list[tuple[str, int | None]]) -> None:
-        """Pods (name, grace) deleted at once, as a round's pods are created (the client bounds how
-        many are in flight); the first error raised once all have answered."""
+        """Pods (name, grace) deleted at once, as its pods are created; the first error once all answered."""
         raise_first(await asyncio.gather(*(self.api.delete("Pod", name, ns, grace_s=grace) for name, grace in pods),
                                          return_exceptions=True))
 
@@ -387,9 +386,11 @@ class Reconciler:
             if once not in told:
                 told.add(once)
                 self.spawn(self.api.event(raw, EventType.WARNING, reason, message))
-        for p in out.force:
-            meta = p["metadata"]
+        for p in (p for p in out.force if f"forcing {p['metadata'].get('uid')}" not in told):
+            meta, once = p["metadata"], f"forcing {p['metadata'].get('uid')}"
+            told.add(once)  # once each, again if that failed: a big job's rounds came while thousands were in flight
             log.warning("force-deleting %s, stuck terminating since %s", meta["name"], meta["deletionTimestamp"])
-            self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
+            task = self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
+            task.add_done_callback(lambda t, k=once: t.cancelled() or t.exception() is None or told.discard(k))
         return (out.recheck_at - now).total_seconds() if out.recheck_at is not None else None
 
