@@ -18,6 +18,7 @@ Warning event says so once; it goes once every pod has a node (`placement`)."""
 
 from __future__ import annotations
 
+import heapq
 from datetime import datetime
 
 from torchjob.api.model import TorchJob
@@ -81,19 +82,24 @@ def placement(world: World, plan: Plan, now: datetime) -> None:
     waiting: list[tuple[str, int, str]] = []  # (type, index, name): master-0 before worker-2 before worker-10
     said = ""
     if not (status.finished or status.is_true(ConditionType.SUSPENDED)):
-        for name, obs in [*world.replicas.items(), *world.steps.items()]:
-            kept = status.replicas.get(name)
-            if obs.unschedulable is None or obs.phase is not Phase.PENDING or obs.stopping or obs.deleted or (
-                    kept is not None and obs.attempt < kept.attempt):
-                continue  # on a node, going away, or an old attempt about to go
-            waiting.append((obs.replica.rtype, obs.replica.index, name))
-            said = said or obs.unschedulable
+        # one cheap pass (a round of thousands of replicas pays little): only the unschedulable looked at
+        for steps, found in ((False, world.replicas), (True, world.steps)):
+            for name, obs in found.items():
+                if obs.unschedulable is None or obs.phase is not Phase.PENDING or obs.stopping or obs.deleted:
+                    continue  # on a node (or not tried yet), or going away
+                kept = None if steps else status.replicas.get(name)
+                if kept is not None and obs.attempt < kept.attempt:
+                    continue  # an old attempt, about to go
+                waiting.append((obs.replica.rtype, obs.replica.index, name))
+                said = said or obs.unschedulable
     if not waiting:
         if status.condition(ConditionType.SCHEDULED) is not None:
             drop_condition(status, ConditionType.SCHEDULED)
         return
     verb = "waits" if len(waiting) == 1 else "wait"
-    message = f"{_names([n for _, _, n in sorted(waiting)])} {verb} for a node: {said[:SAID_AT_MOST]}"
+    first = [n for _, _, n in heapq.nsmallest(NAMED_AT_MOST, waiting)]
+    more = f" and {len(waiting) - NAMED_AT_MOST:,} more" if len(waiting) > NAMED_AT_MOST else ""
+    message = f"{', '.join(first)}{more} {verb} for a node: {said[:SAID_AT_MOST]}"
     if set_condition(status, ConditionType.SCHEDULED, False, Reason.WAITING_FOR_NODE, message, now):
         plan.event(EventType.WARNING, Reason.WAITING_FOR_NODE, message)
         return
@@ -101,8 +107,3 @@ def placement(world: World, plan: Plan, now: datetime) -> None:
     if current is not None and current.message != message:  # other replicas, or the scheduler's new words
         current.message, current.lastUpdateTime = message, now
 
-
-def _names(names: list[str]) -> str:
-    shown = ", ".join(names[:NAMED_AT_MOST])
-    more = len(names) - NAMED_AT_MOST
-    return f"{shown} and {more:,} more" if more > 0 else shown
