@@ -10,6 +10,7 @@ downloading it. On the real node it runs in stand-in images named as Trainer's
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,25 @@ TAG = "v2.4.0"  # Trainer's release tag (an untagged image is :latest, which the
 LIST_WORKSPACE = ("import pathlib; w = pathlib.Path('/workspace'); "
                   "print('workspace:', sorted(str(p.relative_to(w)) for p in w.rglob('*') if p.is_file()), flush=True)")
 
+# torchtune-llama3.2-1b.yaml's (charts/kubeflow-trainer/files/runtimes), its claim made per TrainJob
+CLAIM_POLICY = {"templates": [{"metadata": {"name": "initializer"}, "spec": {
+    "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "20Gi"}}}}]}
 
-def runtime(name: str, workspace: str, *, node_image: str, local: bool = False, backoff: int = 0,
+
+def runtime(name: str, workspace: str | None, *, node_image: str, local: bool = False, backoff: int = 0,
             namespace: str | None = None) -> dict[str, Any]:
-    """A runtime whose initializers fill the hostPath `workspace`; `local`: they run
-    tests/programs/initializer.py by its path with this repository's hub (a local run has no image)."""
-    volume = {"name": "initializer", "hostPath": {"path": workspace, "type": "DirectoryOrCreate"}}
+    """A runtime whose initializers fill the hostPath `workspace`, or with None the claim `initializer`
+    of a volumeClaimPolicies template as Trainer's torchtune runtimes have it (20Gi ReadWriteOnce, no
+    pod volume: JobSet, here torchjob, adds it); `local`: they run tests/programs/initializer.py by its
+    path with this repository's hub (a local run has no image)."""
+    host = {"path": workspace, "type": "DirectoryOrCreate"}
+    volumes = [{"name": "initializer", "hostPath": host}] if workspace else []
     mount = {"name": "initializer", "mountPath": "/workspace"}
 
     def job(step: str, container: dict[str, Any], **more: Any) -> dict[str, Any]:
         return {"name": step, **more, "template": {"metadata": {"labels": {ANCESTOR: step}}, "spec": {
             "backoffLimit": backoff, "template": {"spec": {"containers": [{**container, "volumeMounts": [mount]}],
-                                                           "volumes": [volume]}}}}}
+                                                           **({"volumes": volumes} if volumes else {})}}}}}
 
     inits = []
     for step in STEPS:
@@ -46,13 +54,14 @@ def runtime(name: str, workspace: str, *, node_image: str, local: bool = False, 
     node = job("node", {"name": "node", "image": node_image}, dependsOn=[
         {"name": s, "status": "Complete"} for s in STEPS])
     node["template"]["metadata"]["labels"][ANCESTOR] = "trainer"
+    claims = {} if workspace else {"volumeClaimPolicies": [copy.deepcopy(CLAIM_POLICY)]}
     meta: dict[str, Any] = {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}}
     if namespace is not None:
         meta["namespace"] = namespace
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1",
             "kind": "TrainingRuntime" if namespace is not None else "ClusterTrainingRuntime", "metadata": meta,
             "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
-                     "template": {"spec": {"replicatedJobs": [*inits, node]}}}}
+                     "template": {"spec": {**claims, "replicatedJobs": [*inits, node]}}}}
 
 
 def trainjob(name: str, runtime_name: str, dataset: str, model: str, *, kind: str = "ClusterTrainingRuntime",

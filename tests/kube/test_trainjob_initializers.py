@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.types import PatchType
 
 from tests.docs import blocks
@@ -24,6 +24,7 @@ from tests.kube.test_trainjob_api import (  # noqa: F401 (trainer_api, trainer_o
     trainer_operator,
     wait_trainjob,
 )
+from tests.kube.test_trainjob_api import trainjob as trainjob_of
 from tests.trainjob_initializers import STEPS, runtime
 from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.labels.trainjob import JOBSET_NAME, REPLICATED_JOB
@@ -69,7 +70,7 @@ def start(kubeconfig: str, namespace: str, dataset: str, runtime: dict[str, Any]
 @pytest.mark.usefixtures("trainer_operator")
 def test_the_initializers_run_first_and_the_sdk_lists_their_steps(
         kube: Client, kubeconfig: str, namespace: str) -> None:
-    # the runtime the docs show (Trainer's torchtune runtime, its workspace a claim)
+    # the runtime the docs show (Trainer's torchtune runtime, its workspace a volumeClaimPolicies claim)
     (page,) = blocks.tested(PAGE, "test_the_initializers_run_first_and_the_sdk_lists_their_steps")
     client, name = start(kubeconfig, namespace, "hf://tj/tiny-data", yaml.safe_load(page))
     steps = wait_steps(kube, name, namespace)
@@ -78,6 +79,17 @@ def test_the_initializers_run_first_and_the_sdk_lists_their_steps(
     assert (data.name, data.image, env["STORAGE_URI"]) == (
         "dataset-initializer", "ghcr.io/kubeflow/trainer/dataset-initializer:v2.4.0", "hf://tj/tiny-data")
     assert [(m.name, m.mountPath) for m in data.volumeMounts] == [("initializer", "/workspace")]
+    # its volumeClaimPolicies' claim, made as JobSet makes it: TEMPLATE-TRAINJOB, the template's spec,
+    # owned by the TrainJob (goes with it); every pod mounts it by the template's name
+    claim = kube.get(PersistentVolumeClaim, f"initializer-{name}", namespace=namespace)
+    assert claim.metadata.labels[JOBSET_NAME] == name
+    assert (claim.spec.accessModes, claim.spec.resources.requests) == (["ReadWriteOnce"], {"storage": "20Gi"})
+    (owner,) = claim.metadata.ownerReferences
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+        "TrainJob", name, trainjob_of(kube, name, namespace)["metadata"]["uid"], True)
+    for p in steps.values():
+        assert [(v.name, v.persistentVolumeClaim.claimName) for v in p.spec.volumes
+                if v.persistentVolumeClaim] == [("initializer", f"initializer-{name}")]
     model_env = {e.name: e.value for e in steps["model-initializer"].spec.containers[0].env}
     assert model_env["STORAGE_URI"] == "hf://tj/tiny-model" and "*.bin" in model_env["IGNORE_PATTERNS"]
     assert sorted(s.name for s in client.get_job(name).steps) == list(STEPS)
@@ -90,6 +102,9 @@ def test_the_initializers_run_first_and_the_sdk_lists_their_steps(
     assert not list(kube.list(Pod, namespace=namespace, labels={JOBSET_NAME: name, REPLICATED_JOB: "node"}))
     set_pod(kube, steps["model-initializer"], "Succeeded", 0)
     nodes = node_pods(kube, name, namespace, 2)  # only now
+    for p in nodes.values():
+        assert [v.persistentVolumeClaim.claimName for v in p.spec.volumes if v.persistentVolumeClaim] == [
+            f"initializer-{name}"]
     assert sorted(s.name for s in client.get_job(name).steps) == [*STEPS, "node-0", "node-1"]
     for p in nodes.values():
         set_pod(kube, p, "Succeeded", 0)

@@ -47,3 +47,18 @@ def test_a_failing_initializer_is_the_root_cause_and_no_node_starts(torchjob: To
     assert "State:       Failed (InitializerFailed)" in shown, shown
     assert "replica   : dataset-initializer-0 (attempt 0)" in shown  # the root cause: no rank
     assert "  dataset-initializer-0  0        " in shown  # its attempts, in a column as wide as their names
+
+
+def test_the_workspace_claimed_by_volume_claim_policies_is_a_directory_of_the_job(
+        torchjob: Torchjob, tmp_path: Path) -> None:
+    """Trainer's torchtune runtimes' shape: no pod volume, a volumeClaimPolicies template `initializer`
+    mounted at /workspace by the initializers and the node; locally the claim `initializer-NAME` is a
+    directory of the job's, shared by its processes (before: 'exists only on a cluster')."""
+    rt = runtime("torch-with-claim", None, node_image="train:1", local=True)
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump_all([trainjob("claim-ok", "torch-with-claim", "hf://tj/tiny-data",
+                                                 "hf://tj/tiny-model"), rt], sort_keys=False))
+    proc = torchjob("run", str(path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = "workspace: ['dataset/train.jsonl', 'model/config.json']"
+    assert proc.stdout.count(seen) == 2, proc.stdout  # each node reads what both initializers wrote

@@ -44,6 +44,13 @@
 - apiGroups:
   - ''
   resources:
+  - persistentvolumeclaims
+  verbs:
+  - get
+  - create
+- apiGroups:
+  - ''
+  resources:
   - events
   verbs:
   - create

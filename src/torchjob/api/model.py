@@ -58,7 +58,7 @@ __all__ = [
     "PodSpec", "PodTemplateSpec", "PolicyAction", "PolicyEvent", "Progress", "RdzvConf", "ReplicaAttemptState",
     "ReplicaSpec", "ReplicaStatus", "ResourceRequirements", "RestartPolicy", "RunMode", "RunPolicy",
     "SchedulingPolicy", "Strict", "TemplateMeta", "TensorBoardSpec", "TorchJob", "TorchJobSpec", "VolcanoEnv",
-    "Volume", "VolumeMount", "WaitForMaster",
+    "Volume", "VolumeClaim", "VolumeMount", "WaitForMaster",
 ]
 
 API_VERSION: Final = "torchjob.dev/v1"
@@ -144,6 +144,19 @@ class Initializer(Strict):
     name: str
     template: PodTemplateSpec
     backoffLimit: int | None = Field(default=None, ge=0)  # unset: 0, no retry
+
+
+class VolumeClaim(Strict):
+    """A PersistentVolumeClaim the operator makes for the job before its pods (JobSet's
+    volumeClaimPolicies, as Kubeflow Trainer's runtimes give a TrainJob its workspace): named `name`,
+    with `spec` as written; owned by the job (deleted with it) unless `whenDeleted` is Retain. Its
+    pods mount it by a persistentVolumeClaim volume of that claimName; locally it is a directory."""
+
+    name: str
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    spec: dict[str, Any]
+    whenDeleted: Literal["Delete", "Retain"] = "Delete"
 
 
 class SchedulingPolicy(Strict):
@@ -269,6 +282,7 @@ class TorchJobSpec(Strict):
     volcano: VolcanoEnv | None = None
     waitForMaster: WaitForMaster | None = None
     initializers: list[Initializer] | None = None  # run to completion, all at once, before any replica
+    volumeClaims: list[VolumeClaim] | None = None  # made before any pod; locally directories
 
     @field_validator("pytorchReplicaSpecs", mode="before")
     @classmethod

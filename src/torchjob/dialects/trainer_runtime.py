@@ -5,8 +5,10 @@ the pod template of the replicated job the `trainer.kubeflow.org/trainjob-ancest
 label marks (its `node` container is the training container), `mlPolicy.numNodes` and
 `mlPolicy.torch`, the Job's `backoffLimit`, and `podGroupPolicy`; and the jobs labelled
 `dataset-initializer` and `model-initializer` (Trainer's initializers: their pod templates and
-backoffLimit), which run before the nodes. What it cannot honour is refused (another framework's
-policy, a launcher or any other job) or named in a warning; nothing is dropped silently.
+backoffLimit), which run before the nodes; and the JobSet's volumeClaimPolicies (the workspace
+claim Trainer's torchtune runtimes give each TrainJob: dialects/volume_claims.py). What it cannot
+honour is refused (another framework's policy, a launcher or any other job) or named in a warning;
+nothing is dropped silently.
 Facts from kubeflow/trainer @8c0f505 (pkg/apis/trainer/v1alpha1, plugins/torch/torch.go). Runtimes
 written for Trainer v2.0/v2.1 carry `mlPolicy.torch.numProcPerNode` (an integer or `auto`, `cpu`,
 `gpu`; the TrainJob's default there) and `elasticPolicy` (accepted there, never acted on); both
@@ -21,7 +23,7 @@ from typing import Any
 
 from torchjob.api.source import Document
 from torchjob.api.validate import digits
-from torchjob.dialects import Notes
+from torchjob.dialects import Notes, volume_claims
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -78,6 +80,7 @@ class Runtime:
     scheduling: dict[str, Any] = field(default_factory=dict)  # native schedulingPolicy
     warnings: list[str] = field(default_factory=list)
     initializers: list[InitJob] = field(default_factory=list)  # in the runtime's order
+    claims: list[dict[str, Any]] = field(default_factory=list)  # volumeClaimPolicies' (volume_claims.read)
 
 
 def is_runtime(data: dict[str, Any]) -> bool:
@@ -192,7 +195,7 @@ def read(doc: Document) -> Runtime:
     jobset = notes.section(template, "spec", ["spec", "template"])
     jpath: Path = ["spec", "template", "spec"]
     for key in jobset:
-        if key != "replicatedJobs":
+        if key not in ("replicatedJobs", "volumeClaimPolicies"):
             notes.warn([*jpath, key], "a JobSet setting torchjob does not use; ignored")
     (index, rj), found = _jobs(notes, notes.items(jobset, "replicatedJobs", jpath), [*jpath, "replicatedJobs"])
     pod, backoff = _pod_template(notes, rj, [*jpath, "replicatedJobs", index])
@@ -202,11 +205,13 @@ def read(doc: Document) -> Runtime:
         inits.append(InitJob(str(_ancestor(job)), str(job.get("name", _ancestor(job))), template,
                              JOB_BACKOFF_DEFAULT if limit is None else limit))
     scheduling = _gang(notes, spec, pod)
+    claims = volume_claims.read(notes, jobset, [pod, *(i.pod_template for i in inits)], jpath)
     notes.raise_if_any()
     meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     return Runtime(name=str((meta or {}).get("name", "")), pod_template=pod, job_name=str(rj.get("name", NODE)),
                    num_nodes=num_nodes or 1, backoff_limit=JOB_BACKOFF_DEFAULT if backoff is None else backoff,
-                   num_proc_per_node=num_proc, scheduling=scheduling, warnings=notes.warnings, initializers=inits)
+                   num_proc_per_node=num_proc, scheduling=scheduling, warnings=notes.warnings, initializers=inits,
+                   claims=claims)
 
 
 def _pod_template(notes: Notes, rj: dict[str, Any], path: Path,

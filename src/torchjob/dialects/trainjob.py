@@ -15,7 +15,8 @@ The runtime's dataset and model initializer jobs become the job's `initializers`
 completion before the nodes; `spec.initializer.dataset` and `.model` fill them as Trainer's jobset
 plugin does (builder.go `Initializer`): in the container named `dataset-initializer` (or
 `model-initializer`) the env `STORAGE_URI` and the given env are upserted, and the `secretRef` is
-added as an `envFrom`. Facts from kubeflow/trainer @8c0f505 and v2.1.0.
+added as an `envFrom`. The runtime's volumeClaimPolicies become the job's `volumeClaims` and its pods'
+volumes, as JobSet makes and mounts them (dialects/volume_claims.py). Facts from kubeflow/trainer @8c0f505 and v2.1.0.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torchjob.api.model import KIND as NATIVE_KIND
 from torchjob.api.model import MASTER, PORT_NAME, WORKER
 from torchjob.api.source import Document
 from torchjob.api.validate import digits
-from torchjob.dialects import Converted, Notes, trainer_runtime
+from torchjob.dialects import Converted, Notes, trainer_runtime, volume_claims
 from torchjob.dialects.patches import apply_patches, write_patches
 from torchjob.dialects.trainer_runtime import JOB_BACKOFF_DEFAULT
 
@@ -253,6 +254,9 @@ def read(doc: Document) -> Converted:
     pod = rt.pod_template
     apply_patches(notes, spec, pod, rt.job_name)
     c = _node(notes, trainer, pod)
+    job_name = str((data.get("metadata") or {}).get("name") or "")
+    for template in [pod, *(s["template"] for s in steps)]:  # as JobSet adds them to each Job it makes
+        volume_claims.mount(template, rt.claims, job_name)
     count = nodes or rt.num_nodes
     restart = (pod.get("spec") or {}).pop("restartPolicy", None) or "OnFailure"  # JobSet's default
     rp: dict[str, Any] = {"backoffLimit": rt.backoff_limit}
@@ -284,6 +288,8 @@ def read(doc: Document) -> Converted:
                                    "nprocPerNode": nproc(resources or {}, given, rt.num_proc_per_node)}
     if steps:
         native_spec["initializers"] = steps
+    if rt.claims:
+        native_spec["volumeClaims"] = volume_claims.native(notes, rt.claims, job_name)
     if elastic is not None:
         native_spec["elasticPolicy"] = {"minReplicas": elastic[0], "maxReplicas": elastic[1], "rdzvBackend": "c10d"}
     elif count > 1:  # JobSet's success: every node's Job completed, not node 0's alone (core's minSuccess rule)
@@ -356,6 +362,8 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     lost += [f"spec.{k} has no TrainJob equivalent" for k in ("elasticPolicy", "policies", "minSuccess", "runMode",
                                                                "tensorboard", "volcano", "waitForMaster")
              if k in spec and not (k == "minSuccess" and every_node)]
+    if spec.get("volumeClaims"):
+        lost.append("spec.volumeClaims: a TrainJob's claims are its runtime's volumeClaimPolicies; not written")
     if spec.get("initializers"):
         lost.append("spec.initializers: a TrainJob's initializers are its runtime's jobs (and spec.initializer "
                     "fills them); not written")

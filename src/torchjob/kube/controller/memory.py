@@ -29,6 +29,7 @@ class JobMemory:
     learned: Refusal | None = None  # what acting taught, for the next round's World
     gone: dict[str, dict[str, Any]] = field(default_factory=dict)  # its pods deleted since (their last state)
     board: bool = False  # its TensorBoard was created or found
+    claims: bool = False  # its volume claims (spec.volumeClaims) were created or found
     told: set[str] = field(default_factory=set)  # what its events said once (a pod not ours, a pod leaving)
     gang: GangMemory = field(default_factory=GangMemory)
 

@@ -63,7 +63,7 @@ from torchjob.kube.controller.round_parts import Decision, JobCaches, ProgressLi
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Key, only_status_changed
-from torchjob.kube.objects import gang, inplace, ownership, tensorboard
+from torchjob.kube.objects import claims, gang, inplace, ownership, tensorboard
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.labels import LABEL_JOB, pod_name
 from torchjob.kube.objects.ownership import owner_reference
@@ -184,6 +184,10 @@ class Reconciler:
         raw, job, key, memory, plan, now = d.raw, d.job, d.key, d.memory, d.plan, d.now
         if not plan.status.finished and (key[0], job.name) not in self.services.cache:
             await self._create(pod_objects.service(job))  # before the pods: their names resolve as they start
+        if job.spec.volumeClaims and not plan.status.finished and not memory.claims:
+            for claim in claims.claims(job):  # before the pods, which mount them
+                await self._create(claim)
+            memory.claims = True
         if creates and self.progress is not None and any(isinstance(a, Create) for a in plan.actions):
             # before the pods, which project them: the endpoint's CA, and the entry point of a pod restarting in place
             await self.configmaps.publish(ca_configmap(key[0], self.progress.trust.pem))

@@ -69,11 +69,12 @@ def dict_resource(kind: str, plural: str) -> Any:
 
 Pod, Service, Event = dict_resource("Pod", "pods"), dict_resource("Service", "services"), dict_resource("Event",
                                                                                                      "events")
+PersistentVolumeClaim = dict_resource("PersistentVolumeClaim", "persistentvolumeclaims")
 
 # By kind, or by apiVersion/kind where two groups share a kind.
 KINDS: dict[str, Any] = {
     "TorchJob": TorchJobRes, "Pod": Pod, "Service": Service, "Event": Event, "Lease": Lease, "Deployment": Deployment,
-    "Secret": Secret, "ConfigMap": ConfigMap,
+    "Secret": Secret, "ConfigMap": ConfigMap, "PersistentVolumeClaim": PersistentVolumeClaim,
     "scheduling.volcano.sh/v1beta1/PodGroup": VolcanoPodGroup,
     "scheduling.x-k8s.io/v1alpha1/PodGroup": PluginsPodGroup,
     "kueue.x-k8s.io/v1beta1/Workload": KueueWorkload,

@@ -56,13 +56,17 @@ def mounts_for(
             source = _mount_point(job_dir, rid, "configMap", vol.configMap.name)
         elif vol.persistentVolumeClaim is not None:
             claim = str(vol.persistentVolumeClaim.get("claimName", ""))
-            if claim not in opts.pvcs:
+            if claim not in opts.pvcs and any(c.name == claim for c in job.spec.volumeClaims or []):
+                # a claim the job makes (a TrainJob's workspace): a directory of its own, shared by its processes
+                source = _mount_point(job_dir, rid, "persistentVolumeClaim", claim)
+            elif claim not in opts.pvcs:
                 raise UserError(
                     f"{rid.name}: volume {vol.name!r} is persistentVolumeClaim {claim!r}, which exists only on a "
                     "cluster",
                     fix=f"pass --pvc {claim}=DIR to stand in a local directory for it",
                 )
-            source = Path(opts.pvcs[claim])
+            else:
+                source = Path(opts.pvcs[claim])
         else:
             raise UserError(
                 f"{rid.name}: volume {vol.name!r} ({kind}) cannot be provided locally",

@@ -65,6 +65,8 @@ JOB_RULES: list[dict[str, Any]] = [
     # patch: a pod restarting in place is told its next attempt (objects/inplace.py)
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
+    # a TrainJob's workspace (spec.volumeClaims); get: whose is the claim a create answered 409 for
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create"]},  # TensorBoard
     # Volcano's PodGroups and Kueue's Workloads are watched from the first one made or found
