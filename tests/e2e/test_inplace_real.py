@@ -78,12 +78,12 @@ def attempts(log: str) -> list[tuple[int, list[int]]]:
     return found
 
 
-def container_processes(node: Client, pod: str, ns: str) -> tuple[str, list[int]]:
+def container_processes(node: Client, pod: str, ns: str, sock: Path = SOCK) -> tuple[str, list[int]]:
     """The pod's training container and the host pids of every process in it (its cgroup, as its
-    containerd lists it)."""
+    node's containerd, at `sock`, lists it)."""
     cid = running_container(node.get(Pod, pod, namespace=ns), "pytorch")
     assert cid, f"{pod} has no running training container"
-    out = subprocess.run(["ctr", "--address", str(SOCK), "-n", "k8s.io", "tasks", "ps", cid], capture_output=True,
+    out = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "tasks", "ps", cid], capture_output=True,
                          text=True, timeout=30, check=True).stdout
     return cid, [int(line.split()[0]) for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
 
@@ -100,11 +100,12 @@ def ns_pid(pid: int) -> int | None:
     return None
 
 
-def training_process(node: Client, pod: str, ns: str, uid: str, rank: int) -> tuple[int, int | None]:
+def training_process(node: Client, pod: str, ns: str, uid: str, rank: int,
+                     sock: Path = SOCK) -> tuple[int, int | None]:
     """(the host pid of the attempt's training process in the pod's container, the spare's or None):
     a process of that container running the trainer, with the job's uid and the rank in its environment;
     the spare runs it behind the spare launcher; the entry point (the container's PID 1) is neither."""
-    _, procs = container_processes(node, pod, ns)
+    _, procs = container_processes(node, pod, ns, sock)
     trainers: list[int] = []
     spares: list[int] = []
     for pid in procs:
@@ -116,15 +117,15 @@ def training_process(node: Client, pod: str, ns: str, uid: str, rank: int) -> tu
     return trainers[0], (spares[0] if spares else None)
 
 
-def kill_trainer(node: Client, pod: str, ns: str, uid: str, rank: int) -> int:
+def kill_trainer(node: Client, pod: str, ns: str, uid: str, rank: int, sock: Path = SOCK) -> int:
     """SIGKILL the training process of the pod's container (not its PID 1 when an entry point runs in
     front of it); its pid in the container. Sent through a pidfd to a process checked again as the one
     found: in that container still (its cgroup), the trainer of this job's rank."""
-    pid, _ = training_process(node, pod, ns, uid, rank)
+    pid, _ = training_process(node, pod, ns, uid, rank, sock)
     inner, since = ns_pid(pid), pids.started(pid)
 
     def still(p: int) -> bool:
-        return (pids.started(p) == since and p in container_processes(node, pod, ns)[1]
+        return (pids.started(p) == since and p in container_processes(node, pod, ns, sock)[1]
                 and pids.environ_has(p, f"TORCHJOB_JOB_UID={uid}") and pids.environ_has(p, f"RANK={rank}"))
 
     assert inner is not None and pids.send(pid, 9, still), f"the trainer of {pod} (pid {pid}) could not be killed"

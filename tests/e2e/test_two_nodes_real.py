@@ -3,7 +3,8 @@ own containerd and pod /24, on one control plane), and a 1+3 gloo DDP TorchJob w
 scheduler spreads over both, rendezvousing by the headless Service's names through the one CoreDNS
 and training over the pods' routes between the two bridges. Then a node drained under a job that
 spans both: a Kubeflow PyTorchJob (kubectl, torchjob serving Kubeflow's API) whose drained rank saves
-on notice, made again on the other node, resuming with no step lost (docs/how-to/preemption.md).
+on notice, made again on the other node, resuming with no step lost (docs/how-to/preemption.md). And
+warm spares across both: a rank killed on the second node restarts in place in its pod there.
 
 Its own cluster (its own group in tests/conftest.py's SHARED_CLUSTER): a state dir and two /24s of
 its own beside the worker's one-node cluster."""
@@ -27,16 +28,19 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
 
 from tests.docs import blocks
-from tests.e2e.conftest import INIT_IMAGE, STATE, pods, torchjob, wait_for
+from tests.e2e.conftest import INIT_IMAGE, STATE, pods, status_of, torchjob, wait_for
 from tests.e2e.images import PROGRAMS, STANDINS, TESTS_IMAGE
+from tests.e2e.test_inplace_real import attempts, job_file, kill_trainer, ns_pid, pod_log, training_process
 from tests.jobs import job_data
 from tests.kube.conftest import ENABLED, REPO, Operator, ensure_usable, wait_established
 from tests.kube.test_kubeflow_api import state
-from torchjob.kube.objects import kubeflow_crd
+from torchjob.kube.machinery.client import TorchJobRes
+from torchjob.kube.objects import inplace, kubeflow_crd
 from torchjob.kube.objects.crd import CRD_NAME, crd
 from torchjob.kube.objects.install import apply
-from torchjob.kube.objects.labels import LABEL_JOB
+from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB
 from torchjob.kube.objects.labels.kubeflow import LABEL_JOB_NAME
+from torchjob.local.supervisor import pids
 
 pytestmark = pytest.mark.kube
 
@@ -289,3 +293,74 @@ def test_a_kubeflow_pytorchjob_across_both_nodes_drained_saves_on_notice_and_los
             line, described)
     print(f"drained {NODES[1]} in {drain_s:.1f}s (the notice saved step {saved}, no step lost); the job succeeded "
           f"{ended_s:.1f}s after the drain began; placed {first}, then {again}")
+
+
+def node_sock(name: str) -> Path:
+    """The node's containerd socket, as scripts/real-node.sh lays out node i's state (realnode, realnode-1)."""
+    i = NODES.index(name)
+    return STATE2 / f"realnode{f'-{i}' if i else ''}" / "containerd" / "containerd.sock"
+
+
+@pytest.mark.timeout(300)
+def test_warm_spares_restart_a_rank_in_place_on_the_second_node(node_kubeconfig: str, node: Client, ns: str,
+                                                                 tmp_path: Path) -> None:
+    """runPolicy.warmSpares across both nodes (docs/explanation/faults.md, a restart in place): the master
+    on real-node-0, the worker on real-node-1, its trainer SIGKILLed there through real-node-1's own
+    containerd. Both ranks restart in place, each in its pod on its node as the spare the pod had warmed
+    (the entry point reached the operator from either node), resume after the checkpoint and succeed."""
+    t0 = time.monotonic()
+    path, data = job_file(tmp_path, "sp", spares=True)
+    job = yaml.safe_load(path.read_text())
+    placed = {"Master": NODES[0], "Worker": NODES[1]}
+    for kind, rspec in job["spec"]["pytorchReplicaSpecs"].items():
+        rspec["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": placed[kind]}
+    path.write_text(yaml.safe_dump(job))
+    assert torchjob(node_kubeconfig, "submit", str(path), "-n", ns).returncode == 0
+    ranks = {"sp-master-0": (0, node_sock(NODES[0])), "sp-worker-0": (1, node_sock(NODES[1]))}
+    wait_for("both ranks training", lambda: all(
+        any(s and s[-1] >= 5 for _, s in attempts(pod_log(node, p, ns))[-1:]) for p in ranks), timeout=150, every=0.5)
+    before = {p.metadata.name: (p.metadata.uid, p.spec.nodeName) for p in pods(node, "sp", ns)}
+    assert {n: at for n, (_, at) in before.items()} == {"sp-master-0": NODES[0], "sp-worker-0": NODES[1]}, before
+    t_training = time.monotonic() - t0
+    uid = str(node.get(TorchJobRes, "sp", namespace=ns).metadata.uid)
+    spares: dict[str, int] = {}
+
+    def warm() -> bool:  # each pod's spare started and waiting, each seen through its own node's containerd
+        for pod, (rank, sock) in ranks.items():
+            _, spare = training_process(node, pod, ns, uid, rank, sock)
+            if spare is None or not pids.spare_waiting(spare) or (inner := ns_pid(spare)) is None:
+                return False
+            spares[pod] = inner
+        return True
+
+    wait_for("the warm spares on both nodes", warm, timeout=90, every=0.5)
+    t_warm = time.monotonic() - t0
+    killed = kill_trainer(node, "sp-worker-0", ns, uid, 1, ranks["sp-worker-0"][1])
+    wait_for("training resumed in place on both nodes", lambda: all(
+        len(runs := attempts(pod_log(node, p, ns))) == 2 and len(runs[1][1]) >= 3 for p in ranks),
+        timeout=120, every=0.5)
+    t_resumed = time.monotonic() - t0
+    (data / "stop").write_text("")
+    status = wait_for("the job's end", lambda: (s := status_of(node, "sp", ns)).get("state") in (
+        "Succeeded", "Failed") and not any(r.get("active") for r in s.get("replicaStatuses", {}).values())
+        and s, timeout=90, every=0.5)
+    t_ended = time.monotonic() - t0
+    assert status["state"] == "Succeeded" and status["restartCount"] == 1, status
+    after = {p.metadata.name: p for p in pods(node, "sp", ns)}
+    # the same two pods, each still on its node, at attempt 1 in place, their containers never restarted
+    assert {n: (p.metadata.uid, p.spec.nodeName) for n, p in after.items()} == before, (before, after.keys())
+    for name, pod in after.items():
+        assert pod.metadata.annotations[ANNOTATION_ATTEMPT] == "1", (name, pod.metadata.annotations)
+        assert pod.metadata.annotations[inplace.ANNOTATION_IN_PLACE] == "true", name
+        cs = next(c for c in pod.status.containerStatuses if c.name == "pytorch")
+        assert cs.restartCount == 0 and cs.state.terminated and cs.state.terminated.exitCode == 0, (name, cs)
+    logs = {p: pod_log(node, p, ns) for p in ranks}
+    checkpoint = attempts(logs["sp-master-0"])[0][1][-1]  # the last step rank 0 finished before the kill
+    for name, log in logs.items():
+        (_, first), (second_pid, second) = attempts(log)
+        assert second_pid == spares[name], (name, second_pid, spares, log)  # the pod's spare, on its node
+        assert first and second[0] == checkpoint + 1, (name, first, second)
+        assert second == list(range(second[0], second[0] + len(second))), (name, second)
+    assert attempts(logs["sp-worker-0"])[0][0] == killed  # the process killed on real-node-1 was the trainer
+    print(f"warm spares on two nodes: in place on {NODES[1]} and {NODES[0]}, training at {t_training:.1f}s, "
+          f"spares warm at {t_warm:.1f}s, resumed at {t_resumed:.1f}s, ended at {t_ended:.1f}s")
