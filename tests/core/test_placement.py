@@ -87,3 +87,15 @@ def test_a_stopped_job_waits_for_no_node() -> None:
     assert waiting(d) is not None
     d(world(up(M0), unschedulable(W[0]), stop="SIGTERM"), 2)
     assert d.status.finished and waiting(d) is None
+
+
+def test_a_suspended_job_waits_for_no_node() -> None:
+    d = Driver(make_job(workers=1))
+    d(World(), 0)
+    d(world(up(M0), unschedulable(W[0])), 1)
+    assert waiting(d) is not None
+    d.job = d.job.model_copy(update={"spec": d.job.spec.model_copy(update={
+        "runPolicy": d.job.spec.runPolicy.model_copy(update={"suspend": True})})})
+    plan = d(world(up(M0, stopping=True), unschedulable(W[0])), 2)
+    assert d.status.is_true(ConditionType.SUSPENDED) and waiting(d) is None and plan.events[-1].reason != (
+        "WaitingForNode")

@@ -243,3 +243,15 @@ def test_a_job_kubeflow_finished_stays_finished_when_torchjob_takes_over() -> No
     assert status.finished and status.condition(ConditionType.SUCCEEDED).reason == "Succeeded"  # type: ignore[union-attr]
     assert status.completionTime == T0 + timedelta(minutes=1)
     assert not kf.torchjob_status(None).conditions
+
+
+def test_a_job_that_waits_for_a_node_keeps_kubeflows_condition_types() -> None:
+    job = make_job(workers=1)
+    waits = JobStatus.model_validate({"conditions": [
+        {"type": "Created", "status": "True", "reason": "Created", "message": "made", "lastTransitionTime": T0},
+        {"type": "Scheduled", "status": "False", "reason": "WaitingForNode", "message": "worker-0 waits for a node: "
+         "0/2 nodes are available", "lastTransitionTime": T0 + timedelta(seconds=1)}]})
+    out = project(job, waits)
+    assert [c["type"] for c in out["status"]["conditions"]] == ["Created"]  # `kubectl get pytorchjobs`: Created
+    assert state(out) == "Created"
+    assert out["status"]["torchjob"]["conditions"][1]["reason"] == "WaitingForNode"  # torchjob's own, whole

@@ -89,3 +89,14 @@ def test_t9k_phase_and_aggregate() -> None:
     assert {t["type"]: t["restartCount"] for t in out["tasks"]} == {"master": 0, "worker": 2}
     assert t9k.t9k_status(None, status(("Suspended", "True", "Suspended")), NOW)["phase"] == "Paused"
     assert t9k.t9k_status(None, status(), NOW)["phase"] == "Pending"
+
+
+def test_a_node_that_waits_for_a_node_is_a_scheduled_false_condition_until_it_has_one() -> None:
+    waits = status(("Created", "True", "Created"), ("Scheduled", "False", "WaitingForNode"),
+                   replicaStatuses={"Master": {"active": 1}, "Worker": {"active": 1}})
+    out = trainjob.trainjob_status(None, waits, NOW)
+    assert out["conditions"] == [{"type": "Scheduled", "status": "False", "reason": "WaitingForNode",
+                                  "message": "Scheduled WaitingForNode", "lastTransitionTime": T}]
+    assert trainjob.status_of({"status": out}) == waits
+    running = status(("Created", "True", "Created"), ("Running", "True", "Running"))
+    assert trainjob.trainjob_status(None, running, NOW)["conditions"] == []  # gone with it: the SDK says Running
