@@ -201,6 +201,15 @@ class MetricHistory(BaseModel):
     omitted: int = Field(0, description="Metrics reported but not kept (past the history's number of series).")
 
 
+class Straggler(BaseModel):
+    """A replica whose step time is far over the others' (torchjob.progress.stragglers decides)."""
+
+    replica: str = Field(description="The replica that reports (under torchrun: one node's workers).")
+    factor: float = Field(description="Its step time over the median of the others' step time.")
+    stepSeconds: float = Field(description="Its seconds per step over the last minute.")
+    message: str = Field(description="In words: `worker-2: 1.9x the median step time over the last minute`.")
+
+
 class Progress(BaseModel):
     """How far the job is, from the replicas' latest progress report. Written by the runtime (the
     local supervisor, the operator) as reports arrive, never by `core`."""
@@ -214,6 +223,8 @@ class Progress(BaseModel):
     lastReportTime: datetime | None = Field(None, description="When the latest report arrived.")
     reporter: str | None = Field(None, description="The replica that sent the latest report.")
     history: MetricHistory | None = Field(None, description="The metrics over steps, downsampled.")
+    stragglers: list[Straggler] = Field(
+        default_factory=list, description="Replicas far slower per step than the others, now (never a stall).")
 
 
 class JobStatus(BaseModel):

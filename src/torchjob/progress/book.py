@@ -10,9 +10,10 @@ from collections import deque
 from datetime import datetime
 
 from torchjob.api.model import Metric, Progress
-from torchjob.api.status import MetricHistory
-from torchjob.progress.history import LOCAL_CAPACITY, LOCAL_SERIES, History
+from torchjob.api.status import MetricHistory, Straggler
+from torchjob.progress.history import LOCAL_CAPACITY, LOCAL_SERIES, History, number
 from torchjob.progress.protocol import Report
+from torchjob.progress.stragglers import STEP_TIME, Change, Stragglers
 
 RATE_WINDOW_S = 60.0  # the rate is the steps made over about this long
 REPORTS_PER_S = 20.0  # a job's sustained report rate (a helper sends one per replica per second)
@@ -63,6 +64,8 @@ class Book:
         self.version = 0  # bumped by every accepted report: writers compare it to what they wrote
         self.limit = RateLimit()
         self._admitted: dict[tuple[str, int], float] = {}  # (replica, attempt) -> when last let through
+        self._stragglers = Stragglers()
+        self._news: list[Change] = []  # straggler changes not yet said as events (see news)
 
     def admit(self, replica: str, attempt: int, now: float) -> float:
         """The job's rate limit for a report of this replica attempt (`now`: monotonic seconds): 0 when
@@ -105,6 +108,9 @@ class Book:
                     restart = True
                 p.step = report.step
                 self._steps.append((at, report.step))
+                own = number(report.metrics.get(STEP_TIME, "-"))
+                self._stragglers.note(replica, at, report.step, own if isinstance(own, float) else None)
+                self._news += self._stragglers.judge(at)
                 while len(self._steps) > 2 and (at - self._steps[0][0]).total_seconds() > RATE_WINDOW_S:
                     self._steps.popleft()
                 p.rate = self._rate()
@@ -134,6 +140,12 @@ class Book:
         dt = (t1 - t0).total_seconds()
         return round((s1 - s0) / dt, 4) if dt > 0 and s1 >= s0 else None
 
+    def news(self) -> list[Change]:
+        """The replicas that became stragglers or caught up since the last call: each said once, as an event."""
+        with self._lock:
+            out, self._news = self._news, []
+            return out
+
     def last_report(self, replica: str, attempt: int) -> datetime | None:
         with self._lock:
             return self._last.get((replica, attempt))
@@ -153,6 +165,8 @@ class Book:
             out = self._progress.model_copy(deep=True)
             # dumped when read (once per write interval), not at every report
             out.history = self._history.dump() if history and self._history.points() else None
+            out.stragglers = [Straggler(replica=s.reporter, factor=s.factor, stepSeconds=s.seconds, message=s.message)
+                              for s in self._stragglers.current.values()]
             return out
 
 

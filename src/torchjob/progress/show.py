@@ -60,6 +60,18 @@ def summary(p: Progress, now: datetime | None = None) -> str:
     return " · ".join(parts) or "-"
 
 
+def stragglers(p: Progress) -> list[str]:
+    """describe's Stragglers line, under Progress: `Stragglers:  worker-2: 1.9x the median step time ...`."""
+    return [f"Stragglers:  {'; '.join(s.message for s in p.stragglers)}"] if p.stragglers else []
+
+
+def straggler_mark(p: Progress | None) -> str:
+    """list's short marker after the progress: ` (straggler worker-2)`, ` (2 stragglers)`."""
+    if p is None or not p.stragglers:
+        return ""
+    return f" (straggler {p.stragglers[0].replica})" if len(p.stragglers) == 1 else f" ({len(p.stragglers)} stragglers)"
+
+
 SPARKS = "▁▂▃▄▅▆▇█"
 
 

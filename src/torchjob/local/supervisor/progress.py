@@ -18,7 +18,7 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
-from torchjob.api.status import MetricHistory
+from torchjob.api.status import MetricHistory, Progress
 from torchjob.api.validate import digits
 from torchjob.local.store.files import private_dir
 from torchjob.progress.book import Book
@@ -79,6 +79,15 @@ class LocalEndpoint:
     def shared_env(self) -> dict[str, str]:
         """Those of the variables that are the same for every attempt (a warm spare starts with them)."""
         return {"KUBEFLOW_TRAINER_SERVER_URL": self.url, "KUBEFLOW_TRAINER_SERVER_CA_CERT": ca_bundle()}
+
+    def progress(self, say: Callable[[str, str, str], None]) -> Progress | None:
+        """The job's progress; each straggler named, or caught up, is said once by `say(type, reason, message)`."""
+        for change in self.reports.news():
+            if change.straggler is not None:
+                say("Warning", "Straggler", change.straggler.message)
+            else:
+                say("Normal", "StragglerCaughtUp", f"{change.reporter}: back within the others' step time")
+        return self.reports.progress()
 
     # --- Receiver ---
 

@@ -233,7 +233,7 @@ class Supervisor:
         assert self.endpoint is not None
         self._progress_version = self.endpoint.reports.version
         self._progress_at = time.monotonic()
-        progress = self.endpoint.reports.progress()
+        progress = self.endpoint.progress(lambda kind, why, msg: self.store.add_event(self.name, kind, why, msg))
         status = (self.job.status or JobStatus()).model_copy(update={"progress": progress})
         self.job = self.job.model_copy(update={"status": status})
         self.store.set_status(self.name, status)  # for `list` and `describe`, from other processes
