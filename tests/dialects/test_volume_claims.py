@@ -16,6 +16,7 @@ from tests.trainjob_initializers import runtime, trainjob
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import MASTER, WORKER, TorchJob
 from torchjob.dialects.load import load
+from torchjob.kube.objects import claims
 
 
 def _load(tmp_path: Path, rt: dict[str, Any], name: str = "tune") -> TorchJob:
@@ -52,6 +53,11 @@ def test_the_claim_is_made_per_trainjob_and_mounted_where_its_name_is(tmp_path: 
             ("initializer", {"claimName": "initializer-tune"})]
     kept = _load(tmp_path, _runtime(retentionPolicy={"whenDeleted": "Retain"}))
     assert [c.whenDeleted for c in kept.spec.volumeClaims or []] == ["Retain"]
+    # the objects the operator makes: owned by the job (deleted with it) unless Retain
+    (made,) = claims.claims(job)
+    assert (made["metadata"]["name"], made["spec"]) == ("initializer-tune", claim.spec)
+    assert [r["name"] for r in made["metadata"]["ownerReferences"]] == ["tune"]
+    assert "ownerReferences" not in claims.claims(kept)[0]["metadata"]
 
 
 def test_what_jobsets_webhook_refuses_is_refused_naming_the_runtimes_field(tmp_path: Path) -> None:
