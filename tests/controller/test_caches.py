@@ -68,3 +68,21 @@ def test_owned_objects_and_jobs_are_cached_lean() -> None:
     job["metadata"]["annotations"] = {LAST_APPLIED: "{...the whole object again...}", "keep": "me"}
     kept = whole(job)
     assert kept["metadata"]["annotations"] == {"keep": "me"} and kept["spec"] == job["spec"]
+
+
+def test_a_pending_pod_the_scheduler_found_no_node_for_keeps_its_words_in_the_cache() -> None:
+    job, pods = real_pods()
+    said = ("0/2 nodes are available: 1 node(s) didn't match pod topology spread constraints, "
+            "1 node(s) were unschedulable")
+    pending = {**pods[1], "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said,
+         "lastTransitionTime": "2026-01-01T00:00:01Z"}, {"type": "Ready", "status": "False"}]}}
+    cached = pod_cached(pending)
+    assert cached["status"]["conditions"] == [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}]
+    assert observe(job, [pending]) == observe(job, [cached])
+    assert observe(job, [cached]).replicas["worker-0"].unschedulable == said
+    # scheduled: its PodScheduled True is not kept, and nothing waits
+    scheduled = {**pending, "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    assert "conditions" not in pod_cached(scheduled)["status"]
+    assert observe(job, [pod_cached(scheduled)]).replicas["worker-0"].unschedulable is None
