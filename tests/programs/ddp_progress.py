@@ -6,6 +6,8 @@
 --hang-replica NAME       that replica deadlocks in an all-reduce at --hang-at (on a side group the
 --hang-at K               others never enter, while they wait in the step's all-reduce): every rank
 --once-dir DIR            then hangs in all_reduce. With --once-dir only the first attempt hangs.
+--slow-replica NAME       that replica's own work takes twice --step-time (a straggler: the others wait
+                          for it in the all-reduce); every rank then reports its own time as step_time
 """
 
 import argparse
@@ -22,6 +24,7 @@ parser.add_argument("--kubeflow", action="store_true")
 parser.add_argument("--hang-replica")
 parser.add_argument("--hang-at", type=int, default=5)
 parser.add_argument("--once-dir")
+parser.add_argument("--slow-replica")
 args = parser.parse_args()
 
 name = f"{os.environ['TORCHJOB_REPLICA_TYPE']}-{os.environ['TORCHJOB_REPLICA_INDEX']}"
@@ -48,7 +51,9 @@ for step in range(1, args.steps + 1):
     dist.all_reduce(grad)
     weight -= 0.01 * grad / world
     loss = float(weight.abs().sum())
-    time.sleep(args.step_time)
+    started = time.perf_counter()
+    time.sleep(args.step_time * (2 if args.slow_replica == name else 1))
+    own = {"step_time": time.perf_counter() - started} if args.slow_replica else {}
     if args.kubeflow:
         if rank == 0:
             sent = update_trainjob_status(progress_percent=int(100 * step / args.steps),
@@ -57,6 +62,6 @@ for step in range(1, args.steps + 1):
             if sent:
                 print(f"kubeflow update_trainjob_status sent at step {step}", flush=True)
     else:
-        report(step=step, total=args.steps, loss=loss)
+        report(step=step, total=args.steps, loss=loss, **own)
 print(f"rank {rank} done after {args.steps} steps, loss {loss:.4f}", flush=True)
 dist.destroy_process_group()
