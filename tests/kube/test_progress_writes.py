@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from torchjob.kube.progress.books import Books
@@ -19,10 +19,14 @@ INTERVAL = 0.1
 
 
 class Api:
-    """Records the status patches the writer sends (the writer's only call)."""
+    """Records the status patches and the events the writer sends (its only calls)."""
 
     def __init__(self) -> None:
         self.writes: list[tuple[float, str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str, str]] = []
+
+    async def event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
 
     async def patch_status(self, name: str, namespace: str, status: dict[str, Any],
                            kind: str = "TorchJob", seen: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -60,3 +64,23 @@ def test_status_progress_is_written_at_most_once_per_interval_per_job() -> None:
     assert 3 <= len(a) <= elapsed / INTERVAL + 1, (len(a), elapsed)
     assert all(t1 - t0 >= INTERVAL * 0.9 for (t0, _), (t1, _) in itertools.pairwise(a))
     assert a[-1][1]["progress"]["step"] == 100 and a[-1][1]["progress"]["percent"] == 100.0
+
+
+def test_a_straggler_is_said_once_as_an_event_with_the_write() -> None:
+    """The book names worker-1 (1.9x the others' step time over 30 s of reports, times given); the
+    writer says it once, as a Warning event on the job, beside the status.progress.stragglers it writes."""
+    async def scenario() -> Api:
+        api, books, book = Api(), Books(), Book()
+        caches = {"torchjobs": KindCaches(TORCHJOB, {("ns", "a"): {}}, {})}
+        books.books[("torchjobs", "ns", "a")] = book
+        writer = ProgressWriter(api, caches, books, INTERVAL, on_written=lambda plural, obj: None)  # type: ignore[arg-type]
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        for t in range(0, 40):
+            for r, pace in {"master-0": 0.1, "worker-0": 0.1, "worker-1": 0.19}.items():
+                book.record(r, 0, Report(step=int(t / pace)), t0 + timedelta(seconds=t))
+            await writer.write_changed()
+        return api
+
+    api = asyncio.run(scenario())
+    assert api.events == [("Warning", "Straggler", "worker-1: 1.9x the median step time over the last minute")]
+    assert api.writes[-1][2]["progress"]["stragglers"][0]["replica"] == "worker-1"

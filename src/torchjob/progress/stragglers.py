@@ -52,6 +52,13 @@ class Change:
     straggler: Straggler | None
 
 
+def said(change: Change) -> tuple[str, str, str]:
+    """The event that says a change once: (type, reason, message)."""
+    if change.straggler is not None:
+        return "Warning", "Straggler", change.straggler.message
+    return "Normal", "StragglerCaughtUp", f"{change.reporter}: back within the others' step time"
+
+
 class Stragglers:
     def __init__(self) -> None:
         self._seen: dict[str, deque[tuple[datetime, int, float | None]]] = {}  # reporter -> (at, step, step_time)

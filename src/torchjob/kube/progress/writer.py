@@ -13,6 +13,7 @@ from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.client import Api
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.view import CachesView
+from torchjob.progress.stragglers import said
 
 log = logging.getLogger("torchjob.kube")
 
@@ -51,5 +52,7 @@ class ProgressWriter:
                 log.warning("progress of %s %s/%s not written: %s", caches.kind.kind, ns, name, e)
                 continue
             self.on_written(plural, stored)
+            for change in book.news():  # a straggler named, or caught up: once, as an event on the job
+                await self.api.event(stored, *said(change))
             self.books.written[key] = version
             metrics.PROGRESS_WRITES.inc()

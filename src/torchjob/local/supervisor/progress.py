@@ -23,6 +23,7 @@ from torchjob.api.validate import digits
 from torchjob.local.store.files import private_dir
 from torchjob.progress.book import Book
 from torchjob.progress.server import TORCHJOBS, ProgressServer, Reporter, status_path
+from torchjob.progress.stragglers import said
 
 LOCAL_NAMESPACE = "default"
 TOKEN_PREFIX = "tj1"
@@ -83,10 +84,7 @@ class LocalEndpoint:
     def progress(self, say: Callable[[str, str, str], None]) -> Progress | None:
         """The job's progress; each straggler named, or caught up, is said once by `say(type, reason, message)`."""
         for change in self.reports.news():
-            if change.straggler is not None:
-                say("Warning", "Straggler", change.straggler.message)
-            else:
-                say("Normal", "StragglerCaughtUp", f"{change.reporter}: back within the others' step time")
+            say(*said(change))
         return self.reports.progress()
 
     # --- Receiver ---
