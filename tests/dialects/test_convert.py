@@ -165,6 +165,9 @@ def everything() -> TorchJob:
     spec["runMode"] = {"debug": {"enabled": True}}
     spec["tensorboard"] = {"logDirs": ["/logs"]}
     spec["volcano"] = {"taskIndex": True}
+    pod = spec["pytorchReplicaSpecs"]["Master"]["template"]
+    spec["initializers"] = [{"name": "dataset-initializer", "template": pod}]
+    spec["volumeClaims"] = [{"name": "initializer-rich", "spec": {"accessModes": ["ReadWriteOnce"]}}]
     return job_from_data(data)
 
 
@@ -181,6 +184,8 @@ def test_what_kubeflow_loses() -> None:
         "spec.runMode has no Kubeflow equivalent",
         "spec.tensorboard has no Kubeflow equivalent",
         "spec.volcano has no Kubeflow equivalent",
+        "spec.initializers has no Kubeflow equivalent",
+        "spec.volumeClaims has no Kubeflow equivalent",
         "pytorchReplicaSpecs.Worker.policies has no Kubeflow equivalent",
         "pytorchReplicaSpecs.Worker.maxRestarts has no Kubeflow equivalent",
         "pytorchReplicaSpecs.Worker.dependsOn has no Kubeflow equivalent",
@@ -216,6 +221,8 @@ def test_what_volcano_loses() -> None:
         "spec.nprocPerNode has no Volcano equivalent",
         "spec.runMode has no Volcano equivalent",
         "spec.tensorboard has no Volcano equivalent",
+        "spec.initializers has no Volcano equivalent",
+        "spec.volumeClaims has no Volcano equivalent",
     ]
     spec = data["spec"]
     assert spec["tasks"][1]["template"]["spec"]["restartPolicy"] == "Never"

@@ -78,7 +78,8 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             lost.append(f"runPolicy.schedulingPolicy.{key} has no Kubeflow field (Kubeflow sets the scheduler "
                         "per operator: --gang-scheduler-name)")
             del sp[key]
-    for key in ("policies", "minSuccess", "runMode", "tensorboard", "volcano", "waitForMaster"):
+    for key in ("policies", "minSuccess", "runMode", "tensorboard", "volcano", "waitForMaster", "initializers",
+                "volumeClaims"):
         if key in spec:
             lost.append(f"spec.{key} has no Kubeflow equivalent")
     replicas: dict[str, Any] = {}

@@ -321,7 +321,7 @@ def write(job_data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         out_spec["policies"] = copy.deepcopy(spec["policies"])
     if "minSuccess" in spec:
         out_spec["minSuccess"] = spec["minSuccess"]
-    for key in ("elasticPolicy", "nprocPerNode", "runMode", "tensorboard"):
+    for key in ("elasticPolicy", "nprocPerNode", "runMode", "tensorboard", "initializers", "volumeClaims"):
         if key in spec:
             lost.append(f"spec.{key} has no Volcano equivalent")
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": copy.deepcopy(job_data["metadata"]),
