@@ -1,7 +1,8 @@
 """The Kubeflow SDK's TrainerClient (`kubeflow` from PyPI, code unchanged) against torchjob serving
 Kubeflow Trainer v2's TrainJob API on the real node: the function the SDK ships runs as real torch
 on two nodes (real pods, real torch.distributed over the pods' network, PET_MASTER_ADDR resolved by
-CoreDNS) after the runtime's dataset and model initializers filled its workspace, the SDK follows it
+CoreDNS) after the runtime's dataset and model initializers filled its workspace (the claim of its
+volumeClaimPolicies, as Trainer's torchtune runtimes have it), the SDK follows it
 to Running and Complete, reads its steps, logs and events, a failing function or initializer makes
 it raise, and deleting the TrainJob takes its pods (the garbage collector follows their owner
 reference)."""
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim, Pod
 
 from tests.e2e.conftest import wait_for
 from tests.e2e.images import TESTS_IMAGE
@@ -82,7 +83,7 @@ def test_the_sdk_trains_a_function_on_two_real_nodes_after_its_initializers_and_
     from tests.e2e.conftest import torchjob
 
     apply([runtime(None, "torch-distributed"), *trainer_objects.public_objects()[:2]], node_kubeconfig)
-    client, name, workspace = train_with_initializers(node_kubeconfig, ns, "hf://tj/tiny-data")
+    client, name, workspace = train_with_initializers(node_kubeconfig, node, ns, "hf://tj/tiny-data")
     try:
         assert "torch-distributed" in [r.name for r in client.list_runtimes()]
         client.wait_for_job_status(name, status={"Running", "Complete"}, timeout=240, polling_interval=1)
@@ -111,11 +112,17 @@ def test_the_sdk_trains_a_function_on_two_real_nodes_after_its_initializers_and_
         assert [(j["name"], j["succeeded"]) for j in status["jobsStatus"]] == [
             ("dataset-initializer", 1), ("model-initializer", 1), ("node", 1)]
         assert any(e.involved_object_kind == "TrainJob" for e in client.get_job_events(name))
+        # the workspace claim, made as JobSet makes it and bound to the test's volume, owned by the TrainJob
+        claim = node.get(PersistentVolumeClaim, f"initializer-{name}", namespace=ns)
+        assert claim.status.phase == "Bound" and claim.spec.volumeName == f"workspace-{ns}"
         client.delete_job(name)
         wait_for("its pods collected", lambda: not pods_of(node, name, ns), timeout=120)
+        wait_for("its claim collected with it", lambda: not list(node.list(PersistentVolumeClaim, namespace=ns)),
+                 timeout=60)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
         node.delete(ClusterTrainingRuntimeRes, f"init-{ns}")
+        node.delete(PersistentVolume, f"workspace-{ns}")
 
 
 def test_a_failing_function_makes_the_sdk_raise(node_kubeconfig: str, node: Client, ns: str) -> None:
@@ -157,13 +164,22 @@ def test_an_elastic_trainjob_of_min_max_nodes_runs(node_kubeconfig: str, node: C
     assert logs.count("all-reduce ok: 3") == 2, logs  # both nodes in one group of 2: 1 + 2
 
 
-def train_with_initializers(node_kubeconfig: str, ns: str, dataset: str) -> tuple[Any, str, str]:
-    """train(initializer=...) on two nodes against a runtime whose stand-in initializers (images named
-    as Trainer's, tests/e2e/images.py: no hub can be reached here) fill a hostPath workspace."""
+def train_with_initializers(node_kubeconfig: str, node: Client, ns: str, dataset: str) -> tuple[Any, str, str]:
+    """train(initializer=...) on two nodes against a runtime of Trainer's torchtune shape whose stand-in
+    initializers (images named as Trainer's, tests/e2e/images.py: no hub can be reached here) fill the
+    workspace its volumeClaimPolicies claim; the node has no provisioner, so the test makes a hostPath
+    PersistentVolume that kube-controller-manager binds the claim to."""
+    from lightkube import codecs
+
     from tests.trainjob_initializers import runtime as initializer_runtime
 
     workspace = f"/tmp/torchjob-e2e-workspace-{ns}"
-    apply([initializer_runtime(f"init-{ns}", workspace, node_image=TESTS_IMAGE)], node_kubeconfig)
+    apply([initializer_runtime(f"init-{ns}", None, node_image=TESTS_IMAGE)], node_kubeconfig)
+    node.create(codecs.from_dict({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"workspace-{ns}"},
+        "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "hostPath": {"path": workspace, "type": "DirectoryOrCreate"}}}))
     client = sdk(node_kubeconfig, ns)
     name = client.train(runtime=f"init-{ns}", initializer=trainer.Initializer(
         dataset=trainer.HuggingFaceDatasetInitializer(storage_uri=dataset),
@@ -180,7 +196,7 @@ def test_a_failing_initializer_fails_the_job_with_its_words_and_makes_no_node(no
     from tests.e2e.conftest import torchjob
     from tests.kube.test_trainjob_api import condition
 
-    client, name, workspace = train_with_initializers(node_kubeconfig, ns, "hf://tj/missing")
+    client, name, workspace = train_with_initializers(node_kubeconfig, node, ns, "hf://tj/missing")
     try:
         with pytest.raises(RuntimeError, match="Failed"):
             client.wait_for_job_status(name, status={"Complete"}, timeout=300, polling_interval=1)
@@ -195,3 +211,4 @@ def test_a_failing_initializer_fails_the_job_with_its_words_and_makes_no_node(no
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
         node.delete(ClusterTrainingRuntimeRes, f"init-{ns}")
+        node.delete(PersistentVolume, f"workspace-{ns}")
