@@ -1,12 +1,13 @@
 """A Kubeflow Trainer runtime with dataset and model initializer jobs, shaped as Trainer's own
 (manifests/base/runtimes/torchtune/*.yaml: the `trainjob-ancestor-step` labels, a container named as
 its job, the workspace volume `initializer` at /workspace, the node job dependsOn both Complete), for
-the tests that run one locally and on the real node. Two differences, both because no model hub can
-be reached here: the workspace is a hostPath directory (Trainer's runtimes claim a PVC per job, which
-needs a provisioner this node lacks), and the initializers are tests/programs/initializer.py, a
-stand-in of Trainer's images that copies `hf://ORG/NAME` from a local directory (HUB_DIR) instead of
-downloading it. On the real node it runs in stand-in images named as Trainer's
-(tests/e2e/images.py); locally by its path."""
+the tests that run one locally and on the real node. Its workspace is, as Trainer's, the claim of a
+volumeClaimPolicies template (the real node has no provisioner: its test makes a hostPath
+PersistentVolume for the claim), or a hostPath directory given. Its initializers are
+tests/programs/initializer.py, a stand-in of Trainer's images that copies `hf://ORG/NAME` from a
+local directory (HUB_DIR) instead of downloading it, because no model hub can be reached here. On
+the real node it runs in stand-in images named as Trainer's (tests/e2e/images.py); locally by its
+path."""
 
 from __future__ import annotations
 
