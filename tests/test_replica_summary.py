@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.docs.blocks import tested as page_blocks
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import JobStatus
@@ -40,6 +41,11 @@ def test_many_replicas_are_counted_by_state_and_those_not_running_named(capsys: 
     assert "(Unschedulable: 0/4 nodes are available)" in out
     views.describe(view(63, ODD), "text", lambda *_: None, every_replica=True)
     assert len(attempt_lines(capsys.readouterr().out)) == 64
+    views.describe(view(4095, ODD), "text", lambda *_: None)  # the line docs/explanation/performance.md shows
+    out = capsys.readouterr().out
+    page = page_blocks("explanation/performance.md",
+                  "tests/test_replica_summary.py::test_many_replicas_are_counted_by_state_and_those_not_running_named")
+    assert page and all(line in out.splitlines() for block in page for line in block.splitlines())
 
 
 def test_a_small_job_is_described_line_by_line_as_before(capsys: pytest.CaptureFixture[str]) -> None:
