@@ -83,8 +83,21 @@ def test_a_reporter_that_stops_is_no_longer_named_and_a_restart_starts_afresh() 
     assert set(s.current) == {"c"}
     changes = run(s, {"a": 0.1, "b": 0.1}, 31, 100)  # c stops reporting (a stall, judged elsewhere)
     assert [(c.reporter, c.straggler) for c in changes] == [("c", None)]
-    s.note("a", T0 + timedelta(seconds=101), 0)  # a restarted from scratch
+    before = s.step_time("a", T0 + timedelta(seconds=100))
+    s.note("a", T0 + timedelta(seconds=100.5), 5)  # a step behind (another of a torchrun replica's workers)
+    assert s.step_time("a", T0 + timedelta(seconds=100.5)) == before
+    s.forget("a")  # a new attempt of a (a restart from a checkpoint): timed afresh
+    s.note("a", T0 + timedelta(seconds=101), 0)
     assert s.step_time("a", T0 + timedelta(seconds=101)) is None
+
+
+def test_a_restarted_attempt_is_timed_afresh_by_the_book() -> None:
+    book = Book()
+    for t in range(0, 30):
+        for r in ("master-0", "worker-0", "worker-1"):
+            book.record(r, 0, Report(step=t * 10), T0 + timedelta(seconds=t))
+    book.record("worker-1", 1, Report(step=0), T0 + timedelta(seconds=30))  # its attempt 1 starts at step 0
+    assert book._stragglers.step_time("worker-1", T0 + timedelta(seconds=30)) is None
 
 
 def test_the_book_shows_the_straggler_in_progress_and_says_it_once() -> None:

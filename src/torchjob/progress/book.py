@@ -108,6 +108,8 @@ class Book:
                     restart = True
                 p.step = report.step
                 self._steps.append((at, report.step))
+                if first:  # a new attempt (a restart): its step time starts afresh
+                    self._stragglers.forget(replica)
                 own = number(report.metrics.get(STEP_TIME, "-"))
                 self._stragglers.note(replica, at, report.step, own if isinstance(own, float) else None)
                 self._news += self._stragglers.judge(at)

@@ -65,10 +65,12 @@ class Stragglers:
         self.current: dict[str, Straggler] = {}
 
     def note(self, reporter: str, at: datetime, step: int, step_time: float | None = None) -> None:
-        """One report of `reporter` at `at`; a step that goes back (a restart) starts it afresh."""
+        """One report of `reporter` at `at`. A step behind its latest is not counted (under torchrun a
+        replica's workers report with one token, one a step behind another); a new attempt of the
+        replica (a restart from a checkpoint) is `forget` first."""
         q = self._seen.setdefault(reporter, deque())
         if q and step < q[-1][1]:
-            q.clear()
+            return
         q.append((at, step, step_time))
         while len(q) > 2 and (at - q[0][0]).total_seconds() > WINDOW_S:
             q.popleft()
