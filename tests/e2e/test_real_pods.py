@@ -4,6 +4,7 @@ resolved by CoreDNS, process groups over the pod network, exits and kills that r
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,22 @@ def test_the_example_ddp_job_trains_as_real_pods(node_kubeconfig: str, node: Cli
     ips = [p.status.podIP for p in pods(node, "ddp-example", ns)]
     assert ips and all(ip.startswith(HOST.rsplit(".", 1)[0] + ".") for ip in ips), ips  # the CNI bridge's
     print(f"example job: run --kube to succeeded in {time.monotonic() - t0:.1f}s")
+    # then the tutorial's next block as written (docs/tutorials/to-a-cluster.md), on the job it just ran
+    t1 = time.monotonic()
+    page = (REPO / "docs" / "tutorials" / "to-a-cluster.md").read_text()
+    block = page.split("torchjob run --kube examples/ddp/job.yaml", 1)[1].split("```bash\n", 1)[1].split("```")[0]
+    said = {}
+    for line in block.splitlines():
+        args = [a for a in shlex.split(line, comments=True) if a != "--kube"]
+        assert args[0] == "torchjob", line
+        said[args[1]] = torchjob(node_kubeconfig, *args[1:], "-n", ns)
+        assert said[args[1]].returncode == 0, line + said[args[1]].stderr
+    assert list(said) == ["list", "describe", "logs", "delete"], block
+    assert re.search(r"^ddp-example\s+Succeeded", said["list"].stdout, re.M), said["list"].stdout
+    assert "Succeeded" in said["describe"].stdout and "worker-1" in said["describe"].stdout, said["describe"].stdout
+    assert re.search(r"^\[worker-1\] rank 2 epoch 5/5 loss 0\.0\d+$", said["logs"].stdout, re.M), said["logs"].stdout
+    wait_for("the job deleted", lambda: not list(node.list(TorchJobRes, namespace=ns)) or None, timeout=60)
+    print(f"the tutorial's list, describe, logs and delete: {time.monotonic() - t1:.1f}s")
 
 
 def test_torchrun_with_two_processes_per_node(node_kubeconfig: str, node: Client, ns: str,

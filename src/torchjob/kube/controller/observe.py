@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from torchjob.api.model import TorchJob
-from torchjob.api.status import KeptTail
+from torchjob.api.status import JobStatus, KeptTail
 from torchjob.api.validate import training_container
 from torchjob.core.diagnosis import torch_errors
+from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Admission, Observed, Phase, Refusal, World
 from torchjob.kube.machinery.client import parse_time
 from torchjob.kube.objects import inplace, pod_status
@@ -114,3 +115,8 @@ def tails(job: TorchJob, gone: Iterable[dict[str, Any]]) -> list[KeptTail]:
             out.append(KeptTail(replica=rid.name, attempt=attempt_of(pod), exitCode=ended.get("exitCode"),
                                 tail=ended["message"]))
     return out
+
+
+def kept_tails(status: JobStatus, job: TorchJob, gone: list[dict[str, Any]]) -> JobStatus:
+    """`status` keeping a few of the gone pods' ends of logs (core/round/kept.py); itself when none went."""
+    return kept.keep(status, tails(job, gone)) if gone else status

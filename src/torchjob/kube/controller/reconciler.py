@@ -32,7 +32,6 @@ from lightkube.core.exceptions import ApiError
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType, EventType, Reason
 from torchjob.core.policies import spares
-from torchjob.core.round import kept
 from torchjob.core.round.initializers import is_step
 from torchjob.core.round.reconcile import (
     Abandon,
@@ -56,7 +55,7 @@ from torchjob.kube.controller.gates import KueueGate, Look, PodGroupGate
 from torchjob.kube.controller.leaving import leaving
 from torchjob.kube.controller.memory import JobMemory, Memories
 from torchjob.kube.controller.names import check_taken
-from torchjob.kube.controller.observe import observe, tails
+from torchjob.kube.controller.observe import kept_tails, observe
 from torchjob.kube.controller.outcome import DONE, GONE, Result
 from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
 from torchjob.kube.controller.round_parts import Decision, JobCaches, ProgressLink
@@ -118,8 +117,7 @@ class Reconciler:
         world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key),
                         admission=admission, seal=self.seal, reported_done=self._done(key))
         plan = reconcile(job, world, now)
-        if gone:  # what their logs' ends the kubelet kept: the status keeps a few (logs --kube --attempt)
-            plan.status = kept.keep(plan.status, tails(job, gone))
+        plan.status = kept_tails(plan.status, job, gone)  # the gone pods' ends of logs (logs --kube --attempt)
         self._say_not_in_place(job, plan)
         if plan.admission and plan.admission[0].ends_round:
             # Kueue's say changes the job's spec first: nothing else is written or done; its watch
