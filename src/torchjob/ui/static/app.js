@@ -328,6 +328,7 @@
       ["ETA", p.etaSeconds !== undefined && j.state === "Running" ? duration(p.etaSeconds) : null],
       ["metrics", (p.metrics || []).map((m) => m.name + "=" + m.value).join("  ")],
       ["last report", p.lastReportTime ? new Date(p.lastReportTime).toLocaleString() + (p.reporter ? " from " + p.reporter : "") : null],
+      ["stragglers", (p.stragglers || []).map((s) => s.message).join("; ")],  // named by torchjob.progress.stragglers
     ])) : el("p", { class: "muted" }, "no progress reported (report it with torchjob.report)"));
     charts(j.history);
     // a job that has not failed has no root cause to show: no card
