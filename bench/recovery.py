@@ -31,6 +31,8 @@ torch imported, rendezvous done, past k + 1) and, on the node, from the pods as 
 (the killed container seen dead, the old pods gone, the new ones made and running).
 
 Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--kubeconfig PATH] [--no-spares]
+       python bench/recovery.py --nodes 2 [--repeat 1]   a job across two real nodes: a rank killed on the
+       second node with warm spares, the second node drained (bench/recovery_nodes.py)
 With --node and no --kubeconfig it starts a real-node cluster (root) in /tmp/torchjob-bench-recovery
 (TORCHJOB_E2E_DEVCLUSTER_DIR to change) on 10.252.0.0/24 (DEVCLUSTER_POD_SUBNET to change) and stops
 it at the end. On the node every job trains until the trial has measured (steps.py --stop-file).
@@ -714,6 +716,8 @@ def main() -> None:
     parser.add_argument("--local", action="store_true", help="torchjob vs torchrun on this machine")
     parser.add_argument("--node", action="store_true", help="torchjob vs Kubeflow on the real node (root)")
     parser.add_argument("--elastic", action="store_true", help="also the elastic job")
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                        help="2: the job across two real nodes, one fault a run (bench/recovery_nodes.py)")
     parser.add_argument("--kubeconfig", help="a real-node cluster already up (its containerd under "
                                              "TORCHJOB_E2E_DEVCLUSTER_DIR)")
     parser.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()), help="where the trials' logs go")
@@ -723,6 +727,12 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=REPO / "src",
                         help="the torchjob source tree whose operator runs (another tree's: before/after)")
     args = parser.parse_args()
+    if args.nodes == 2:
+        import recovery_nodes
+
+        report(recovery_nodes.main(args.repeat, Path(tempfile.mkdtemp(prefix="recovery-nodes-", dir=args.keep)),
+                                   args.src), [])
+        return
     if not (args.local or args.node):
         args.local = True
     kinds = [False, True] if args.elastic else [False]
