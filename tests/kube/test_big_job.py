@@ -82,7 +82,7 @@ def test_a_job_of_512_pods_runs_and_describe_summarises_its_replicas(kubeconfig:
         while (n := running(kube, namespace)) < PODS and time.monotonic() < end:
             time.sleep(1)
         assert n == PODS, f"{n} of {PODS} pods Running"
-        wait_job(kube, "big", namespace, lambda s: s.get("state") == "Running", timeout=60)
+        wait_job(kube, "big", namespace, lambda s: s.get("state") == "Running", timeout=180)
 
         lines = describe(kubeconfig, namespace)
         attempts = next(i for i, line in enumerate(lines) if line.startswith("Attempts:"))
