@@ -7,6 +7,8 @@ there `force_after_s` later sits on a node that is gone, and is force-deleted (a
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,3 +46,12 @@ def leaving(pods: list[dict[str, Any]], now: datetime, force_after_s: float) -> 
         elif out.recheck_at is None or due < out.recheck_at:
             out.recheck_at = due
     return out
+
+
+def again_if_failed(told: set[str], key: str) -> Callable[[asyncio.Future[Any]], None]:
+    """A force delete's done-callback: `key` (its note in the job's memory) forgotten if it failed, so
+    that the next round asks again."""
+    def done(task: asyncio.Future[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            told.discard(key)
+    return done

@@ -52,7 +52,7 @@ from torchjob.core.round.reconcile import refuse as refuse_unreadable
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.configmaps import ConfigMaps
 from torchjob.kube.controller.gates import KueueGate, Look, PodGroupGate
-from torchjob.kube.controller.leaving import leaving
+from torchjob.kube.controller.leaving import again_if_failed, leaving
 from torchjob.kube.controller.memory import JobMemory, Memories
 from torchjob.kube.controller.names import check_taken
 from torchjob.kube.controller.observe import kept_tails, observe
@@ -393,6 +393,6 @@ class Reconciler:
             told.add(once)  # once each, again if that failed: a big job's rounds came while thousands were in flight
             log.warning("force-deleting %s, stuck terminating since %s", meta["name"], meta["deletionTimestamp"])
             task = self.spawn(self.api.delete("Pod", meta["name"], meta.get("namespace", "default"), 0))
-            task.add_done_callback(lambda t, k=once: t.cancelled() or t.exception() is None or told.discard(k))
+            task.add_done_callback(again_if_failed(told, once))
         return (out.recheck_at - now).total_seconds() if out.recheck_at is not None else None
 
