@@ -19,7 +19,8 @@ from pydantic import BaseModel
 from tests.core.sim import T0, at, ended, running, up, world
 from tests.jobs import job_data, make_job
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.api.status import Reason
+from torchjob.api.status import KeptTail, Reason
+from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Refusal, refuse
 from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.machinery.client import TorchJobRes
@@ -99,6 +100,9 @@ def rounds() -> list[tuple[TorchJob, JobStatus]]:
         if not d.status.finished:
             d(world(up(m), up(w0), up(w1, attempt + 1)), t + 30)  # made again once its backoff is over
             out.append((d.job, d.status))
+    # the job's end deleted the master's pod: the end of its log the kubelet kept (observe.kept_tails)
+    said = KeptTail(replica="master-0", attempt=0, exitCode=143, tail="epoch 3\nstopping on SIGTERM\n")
+    out.append((d.job, kept.keep(d.status, [said])))
     return out
 
 
