@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from tests.core.sim import T0, at, ended, running, up, world
 from tests.jobs import job_data, make_job
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.api.status import KeptTail, Reason
+from torchjob.api.status import InitializerStatus, KeptTail, Reason, StepState
 from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Refusal, refuse
 from torchjob.core.shape.topology import ReplicaId
@@ -103,6 +103,9 @@ def rounds() -> list[tuple[TorchJob, JobStatus]]:
     # the job's end deleted the master's pod: the end of its log the kubelet kept (observe.kept_tails)
     said = KeptTail(replica="master-0", attempt=0, exitCode=143, tail="epoch 3\nstopping on SIGTERM\n")
     out.append((d.job, kept.keep(d.status, [said])))
+    # a TrainJob's initializer step that failed past its retries (core/round/initializers.py's words)
+    step = InitializerStatus(state=StepState.FAILED, attempt=2, message="model-initializer: no such model")
+    out.append((d.job, d.status.model_copy(update={"initializers": {"model-initializer": step}})))
     return out
 
 
@@ -117,6 +120,19 @@ def progress_patch() -> dict[str, Any]:
     return TORCHJOB.progress_patch(progress.model_dump(mode="json", exclude_none=True))
 
 
+def straggler_patch() -> dict[str, Any]:
+    """The progress writer's patch of a job one of whose three replicas takes three times the others'
+    step time (its reports' step_time): a straggler in the progress."""
+    book = Book()
+    for step in range(1, 21):
+        for replica, seconds in (("master-0", 0.1), ("worker-0", 0.1), ("worker-1", 0.3)):
+            book.record(replica, 0, Report(step=step, total=100, metrics={"step_time": str(seconds)}),
+                        T0 + timedelta(seconds=step))
+    progress = book.progress()
+    assert progress is not None and [s.replica for s in progress.stragglers] == ["worker-1"]
+    return TORCHJOB.progress_patch(progress.model_dump(mode="json", exclude_none=True))
+
+
 def patches() -> list[dict[str, Any]]:
     """The status patches the operator sends for that job, in order: the reconciler's (the kind's status
     patch and the generation decided on), the progress writer's among them."""
@@ -125,6 +141,7 @@ def patches() -> list[dict[str, Any]]:
         out.append({**TORCHJOB.status_patch(job, status, at(0)), "observedGeneration": GENERATION})
         if len(out) == 3:
             out.append(progress_patch())
+            out.append(straggler_patch())
     return out
 
 
@@ -183,7 +200,7 @@ def data_paths(value: Any, path: str = "status") -> set[str]:
         return set()
     out = set()
     for k, v in value.items():
-        p = f"{path}.*" if path.endswith((".replicaStatuses", ".replicas")) else f"{path}.{k}"
+        p = f"{path}.*" if path.endswith((".replicaStatuses", ".replicas", ".initializers")) else f"{path}.{k}"
         if v is not None:
             out |= {p, *data_paths(v, p)}
     return out
