@@ -111,3 +111,13 @@ def test_the_book_shows_the_straggler_in_progress_and_says_it_once() -> None:
     assert stragglers(p) == ["Stragglers:  worker-1: 1.9x the median step time over the last minute"]
     assert straggler_mark(p) == " (straggler worker-1)"
     assert [c.reporter for c in book.news()] == ["worker-1"] and book.news() == []
+
+
+def test_a_reporter_that_reports_very_fast_keeps_a_bounded_window() -> None:
+    """A report's cost does not grow with the reports of the last minute (a job reporting every step of
+    a fast loop): about 240 samples a reporter, the latest always kept."""
+    s = Stragglers()
+    for i in range(20_000):
+        s.note("master-0", T0 + timedelta(milliseconds=i), i)
+    kept = s._seen["master-0"]
+    assert len(kept) <= 241 and kept[-1][1] == 19_999

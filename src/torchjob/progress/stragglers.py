@@ -31,6 +31,9 @@ MIN_STEPS = 3  # ... and at least this many steps (or step_time values)
 FACTOR = 1.5  # a straggler: at least this many times the median of the others' step time
 CLEAR_FACTOR = 1.25  # ... until it is under this
 MIN_REPORTERS = 3
+# A reporter's samples are kept at least this far apart (its latest report replacing one closer): a window
+# holds about 240 of them however fast it reports, and a report costs the same at 1 report/s or 1,000
+SAMPLE_S = WINDOW_S / 240
 STEP_TIME = "step_time"  # the metric a rank may report its own step time in (seconds)
 
 
@@ -71,7 +74,10 @@ class Stragglers:
         q = self._seen.setdefault(reporter, deque())
         if q and step < q[-1][1]:
             return
-        q.append((at, step, step_time))
+        if len(q) >= 2 and (at - q[-2][0]).total_seconds() < SAMPLE_S:
+            q[-1] = (at, step, step_time)  # the latest replaces a sample too close to the one before it
+        else:
+            q.append((at, step, step_time))
         while len(q) > 2 and (at - q[0][0]).total_seconds() > WINDOW_S:
             q.popleft()
 
