@@ -49,7 +49,8 @@ def result(mod: ModuleType, name: str, jobs_running_s: float | None, cpu_s: floa
 
 
 def args() -> argparse.Namespace:
-    return argparse.Namespace(jobs=10, nodes=4, workers=4, fast_scheduler=False, kubeconfig=None)
+    return argparse.Namespace(jobs=10, nodes=4, workers=4, fast_scheduler=False, kubeconfig=None,
+                              job_pods=None, pods=4)
 
 
 def test_every_other_round_runs_the_phases_in_reverse() -> None:
