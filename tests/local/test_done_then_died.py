@@ -16,8 +16,11 @@ pytestmark = pytest.mark.e2e
 
 def test_a_worker_aborting_after_every_rank_reported_done_does_not_restart_the_job(
         torchjob: Torchjob, tmp_path: Path) -> None:
+    sync = tmp_path / "reported"  # each replica's report landed: worker-0 aborts only once both have
+    sync.mkdir()
     data = job_data("teardown", workers=1, restart_policy="OnFailure", restart_scope=None,
-                    command=["python", str(PROGRAMS / "done_then_abort.py"), "--abort", "worker-0"],
+                    command=["python", str(PROGRAMS / "done_then_abort.py"), "--abort", "worker-0",
+                             "--sync-dir", str(sync)],
                     run_policy={"backoffLimit": 3})
     proc = torchjob("run", str(write_job(tmp_path / "job.yaml", data)), timeout=120)
     assert proc.returncode == 0, proc.stderr
