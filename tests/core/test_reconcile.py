@@ -581,6 +581,19 @@ def test_suspend_stops_and_forgets_and_resume_restarts_the_clock() -> None:
     assert plan.status.state == "Running"
 
 
+def test_a_suspend_that_lands_after_the_work_is_done_lets_the_job_succeed() -> None:
+    """Every rank had ended 0 when the suspend landed: the job succeeded, with nothing to resume
+    (it was left Suspended, and `resume` ran it again)."""
+    d, _ = running_job(workers=1)
+    d.with_spec(suspend=True)
+    plan = d(world(ended(M0, 0, 2.0), ended(W0, 0, 2.0)), 3)
+    assert plan.status.state == "Succeeded" and reason_of(plan.status, ConditionType.SUSPENDED) is None
+    # still running when it landed: suspended as ever
+    d, _ = running_job(workers=1)
+    d.with_spec(suspend=True)
+    assert d(world(up(M0), ended(W0, 0, 2.0)), 3).status.state == "Suspended"
+
+
 def test_suspend_clears_restarting() -> None:
     d, _ = running_job(workers=1, restart_policy="OnFailure")
     d(world(up(M0), ended(W0, 1, 1.0)), 1)

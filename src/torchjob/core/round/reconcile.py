@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from torchjob.api.model import MASTER, REPLICA_TYPES, WORKER, RestartScope, TorchJob
+from torchjob.api.model import MASTER, REPLICA_TYPES, RestartScope, TorchJob
 from torchjob.api.status import (
     ConditionType,
     EventType,
@@ -65,6 +65,7 @@ from torchjob.core.round.plan import (
     Round,
     Stop,
 )
+from torchjob.core.round.success import success
 from torchjob.core.round.world import Admission, Observed, Phase, Refusal, Seen, World
 from torchjob.core.shape.topology import ReplicaId, has_master, replica_total, replicas
 
@@ -189,6 +190,10 @@ def _hold_suspended(r: Round) -> bool:
     status, job = r.status, r.job
     if not job.run_policy.suspend or r.world.stop_requested:
         return False
+    current = {n: o for n, o in r.world.replicas.items()
+               if n in status.replicas and o.attempt >= status.replicas[n].attempt}
+    if not status.is_true(ConditionType.SUSPENDED) and success(job, current):
+        return False  # its work was done before the suspend landed: it succeeds, with nothing to resume
     if set_condition(status, ConditionType.SUSPENDED, True, Reason.SUSPENDED, f"TorchJob {job.name} is suspended.",
                      r.now):
         r.plan.event(EventType.NORMAL, Reason.SUSPENDED, "job suspended: every replica is stopped")
@@ -253,7 +258,7 @@ def _succeeded(r: Round) -> bool:
     expected = replicas(r.job)
     act_on_completed_types(r, expected)
     if not r.status.finished:
-        _apply_success_rules(r, expected)
+        _apply_success_rules(r)
     if not r.status.finished:
         return False
     if any(o.phase.active for o in r.world.replicas.values()):
@@ -261,28 +266,18 @@ def _succeeded(r: Round) -> bool:
     return True
 
 
-def _apply_success_rules(r: Round, expected: list[ReplicaId]) -> None:
-    job, current = r.job, r.current
-    done = [o for o in current.values() if o.phase is Phase.SUCCEEDED]
-    workers = [current.get(rid.name) for rid in expected if rid.rtype == WORKER]
-    if job.spec.minSuccess is not None:  # it replaces the default rules (as in Volcano)
-        if len(done) >= job.spec.minSuccess:
-            finish(r.plan, r.now, True, Reason.MIN_SUCCESS,
-                   f"{len(done)} replicas succeeded (minSuccess {job.spec.minSuccess})")
-    elif has_master(job):
-        master = current.get(ReplicaId(MASTER, 0).name)
-        if master is not None and master.phase is Phase.SUCCEEDED:
-            finish(r.plan, r.now, True, Reason.SUCCEEDED, "the master replica succeeded")
-            for o in current.values():
-                if o.phase is Phase.FAILED and o.reported_done and o.exit_code is not None:
-                    r.plan.event(EventType.WARNING, Reason.FAILED_AFTER_DONE,
-                                 f"{o.replica.name} ended with {policy.describe_exit(o.exit_code)} after every rank "
-                                 "reported its work complete; the master succeeded, so the job succeeded without "
-                                 "a restart")
-    elif workers and all(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
-        finish(r.plan, r.now, True, Reason.SUCCEEDED, "every worker succeeded")
-    elif job.spec.elasticPolicy is not None and any(w is not None and w.phase is Phase.SUCCEEDED for w in workers):
-        finish(r.plan, r.now, True, Reason.SUCCEEDED, "a worker of the elastic job succeeded")
+def _apply_success_rules(r: Round) -> None:
+    won = success(r.job, r.current)
+    if won is None:
+        return
+    finish(r.plan, r.now, True, *won)
+    if r.job.spec.minSuccess is None and has_master(r.job):
+        for o in r.current.values():
+            if o.phase is Phase.FAILED and o.reported_done and o.exit_code is not None:
+                r.plan.event(EventType.WARNING, Reason.FAILED_AFTER_DONE,
+                             f"{o.replica.name} ended with {policy.describe_exit(o.exit_code)} after every rank "
+                             "reported its work complete; the master succeeded, so the job succeeded without "
+                             "a restart")
 
 
 # --- 6. exits and stalls -----------------------------------------------------------------------
