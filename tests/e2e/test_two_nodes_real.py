@@ -4,7 +4,9 @@ scheduler spreads over both, rendezvousing by the headless Service's names throu
 and training over the pods' routes between the two bridges. Then a node drained under a job that
 spans both: a Kubeflow PyTorchJob (kubectl, torchjob serving Kubeflow's API) whose drained rank saves
 on notice, made again on the other node, resuming with no step lost (docs/how-to/preemption.md). And
-warm spares across both: a rank killed on the second node restarts in place in its pod there.
+warm spares across both: a rank killed on the second node restarts in place in its pod there. A
+Trainer v2 TrainJob through the Kubeflow SDK (`CustomTrainer(func, num_nodes=2)`) with a node pod on
+each machine.
 
 Its own cluster (its own group in tests/conftest.py's SHARED_CLUSTER): a state dir and two /24s of
 its own beside the worker's one-node cluster."""
@@ -40,6 +42,8 @@ from torchjob.kube.objects.crd import CRD_NAME, crd
 from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB
 from torchjob.kube.objects.labels.kubeflow import LABEL_JOB_NAME
+from torchjob.kube.objects.labels.trainjob import COMPLETION_INDEX, JOBSET_NAME, REPLICATED_JOB
+from torchjob.kube.served import trainer_objects
 from torchjob.local.supervisor import pids
 
 pytestmark = pytest.mark.kube
@@ -75,8 +79,9 @@ def node_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = up.stdout.strip().splitlines()[-1].removeprefix("export KUBECONFIG=").strip()
     started = "already up" not in up.stderr  # one kept up by hand stays up
     try:
-        apply([crd(), kubeflow_crd.crd()], path)
-        for name in (CRD_NAME, kubeflow_crd.CRD_NAME):
+        trainer = trainer_objects.crds()  # Trainer v2's TrainJob and runtimes, served by the operator
+        apply([crd(), kubeflow_crd.crd(), *trainer], path)
+        for name in (CRD_NAME, kubeflow_crd.CRD_NAME, *(c["metadata"]["name"] for c in trainer)):
             wait_established(Client(config=KubeConfig.from_file(path)), name)
         spec = tmp_path_factory.mktemp("images") / "tests-image.json"
         spec.write_text(json.dumps([i for i in STANDINS if i["name"] == TESTS_IMAGE]))
@@ -173,6 +178,57 @@ def test_a_ddp_job_trains_with_its_ranks_on_both_nodes(node_kubeconfig: str, nod
     for rank in range(4):
         assert re.search(rf"rank {rank} epoch 3/3 loss \d", logs.stdout), logs.stdout
     print(f"two-node job: run --kube to succeeded in {time.monotonic() - t0:.1f}s; placed {placed}")
+
+
+@pytest.mark.timeout(300)
+def test_the_sdk_trains_a_trainjob_with_a_node_on_each_real_node(node_kubeconfig: str, node: Client, ns: str) -> None:
+    """The Kubeflow SDK (code unchanged) against torchjob serving Trainer v2's TrainJob:
+    `CustomTrainer(func, num_nodes=2)` on a TrainingRuntime whose node template spreads a TrainJob's
+    node pods over the hosts (matchLabelKeys: each TrainJob's own pods), so node-0 and node-1 land on
+    different machines, rendezvous by PET_MASTER_ADDR across them, all-reduce over gloo and complete."""
+    from tests.e2e.test_trainjob_real import runtime, sdk, trainer
+
+    rt = runtime(ns, "torch-spread")
+    node_pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    node_pod["topologySpreadConstraints"] = [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {REPLICATED_JOB: "node"}}, "matchLabelKeys": [JOBSET_NAME]}]
+    apply([rt], node_kubeconfig)
+    client = sdk(node_kubeconfig, ns)
+    t0 = time.monotonic()
+    name = client.train(runtime="torch-spread", trainer=trainer.CustomTrainer(
+        func=all_reduce_across, image=TESTS_IMAGE, num_nodes=2, resources_per_node={"cpu": 1}))
+    job = client.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
+    assert {s.name: s.status for s in job.steps} == {"node-0": "Succeeded", "node-1": "Succeeded"}, job.steps
+    found = {p.metadata.labels[COMPLETION_INDEX]: p for p in node.list(Pod, namespace=ns, labels={JOBSET_NAME: name})}
+    placed = {rank: p.spec.nodeName for rank, p in found.items()}
+    assert sorted(placed.values()) == sorted(NODES), placed  # a node pod on each machine
+    subnet_of = dict(zip(NODES, (s.rsplit(".", 1)[0] + "." for s in SUBNETS.split()), strict=True))
+    for rank in (0, 1):
+        said = "".join(client.get_job_logs(name, step=f"node-{rank}"))
+        me, peer = found[str(rank)].status.podIP, found[str(1 - rank)].status.podIP
+        assert me.startswith(subnet_of[placed[str(rank)]]), (rank, me, placed)
+        # 2 nodes x 1 process: ranks 0 and 1 add 1 and 2, the peer's traffic from the other node's /24
+        assert f"rank {rank} of 2 sum 3 at {me}, peer at {peer}" in said, said
+    print(f"TrainJob of 2 nodes through the SDK: Complete in {time.monotonic() - t0:.1f}s; placed {placed}")
+
+
+def all_reduce_across() -> None:
+    """Shipped by the SDK into each node's command and run there by torchrun: an all-reduce over gloo,
+    and the pod addresses of both ranks (gathered over the same group)."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.tensor([rank + 1])
+    dist.all_reduce(t)
+    ips: list[str] = [""] * world
+    dist.all_gather_object(ips, socket.gethostbyname(socket.gethostname()))
+    print(f"rank {rank} of {world} sum {int(t.item())} at {ips[rank]}, peer at {ips[1 - rank]}", flush=True)
+    dist.destroy_process_group()
 
 
 def kubectl(kubeconfig: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
