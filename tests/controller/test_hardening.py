@@ -16,6 +16,7 @@ from torchjob.kube.controller import gates
 from torchjob.kube.controller.outcome import Result
 from torchjob.kube.controller.reconciler import STALE_RECHECK_S
 from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects import stacks as pod_stacks
 from torchjob.kube.objects.init_container import ANNOTATION_WAIT
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
 from torchjob.kube.objects.labels import kubeflow as kfl
@@ -25,7 +26,7 @@ from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
 RESERVED_LABELS = {kfl.LABEL_OPERATOR: kfl.OPERATOR_NAME, kfl.LABEL_JOB_NAME: "victim",
                    LABEL_JOB: "victim", LABEL_TYPE: "master", "team": "a"}
 RESERVED_ANNOTATIONS = {ANNOTATION_SERVED_AS: "kubeflow.org/v1/PyTorchJob", ANNOTATION_ATTEMPT: "7",
-                        ANNOTATION_WAIT: "false", "note": "b"}
+                        ANNOTATION_WAIT: "false", pod_stacks.ANNOTATION_CONTAINER: "sidecar", "note": "b"}
 
 
 def impostor(name: str = "demo") -> dict[str, Any]:
@@ -47,7 +48,9 @@ def test_a_templates_reserved_labels_and_annotations_never_reach_its_pods() -> N
     pod = pod_objects.pod(job, ReplicaId("Worker", 1), attempt=0)
     meta = pod["metadata"]
     assert meta["labels"] == {LABEL_JOB: "demo", LABEL_TYPE: "worker", LABEL_INDEX: "1", "team": "a"}
-    assert meta["annotations"] == {ANNOTATION_ATTEMPT: "0", ANNOTATION_WAIT: "false", "note": "b"}
+    # the stacks front's container is the one torchjob wrapped, not what the template said
+    assert meta["annotations"] == {ANNOTATION_ATTEMPT: "0", ANNOTATION_WAIT: "false",
+                                   pod_stacks.ANNOTATION_CONTAINER: "pytorch", "note": "b"}
     assert meta["ownerReferences"][0]["kind"] == "TorchJob" and meta["ownerReferences"][0]["uid"] == "u-1"
     assert "initContainers" not in pod["spec"]  # the one annotation a template may set still works
     # the PyTorchJob controller's pod informer does not select it; the TorchJob controller's does

@@ -13,6 +13,7 @@ from tests.dialects.util import doc, line_of, problem_at, problems, read
 from torchjob.api.model import TorchJob
 from torchjob.core.shape.topology import Placement, ReplicaId, replicas
 from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects import stacks as pod_stacks
 from torchjob.local.inspect.render import render
 from torchjob.local.start.launch import LaunchSpec, LocalOptions
 
@@ -120,7 +121,8 @@ def test_explicit_launcher_arguments_are_kept(tmp_path: Path) -> None:
     s = local(job, tmp_path)["worker-0"]
     assert s.argv == command and s.torchrun
     pod = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
-    assert pod["spec"]["containers"][0]["command"] == command
+    # the command unchanged behind torchjob's stacks front (python -I -c SOURCE, then the command as written)
+    assert pod["spec"]["containers"][0]["command"] == ["python", "-I", "-c", pod_stacks.source(), *command]
 
 
 # --- case 3: $(VAR) in command and args ---------------------------------------------------------------------

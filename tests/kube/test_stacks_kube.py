@@ -1,8 +1,8 @@
 """`torchjob stacks --kube`'s side of the API (kube/clientside/stacks.py) against a real kube-apiserver and the
-operator, the pods on a KWOK node (whose logs never answer): an annotated job's running pods are each asked through
-their annotation torchjob.dev/stacks-request, and a pod that does not answer is said, after the bound it was given;
-a job whose pods cannot give stacks is refused, saying why and what to do. Real pods answering:
-tests/e2e/test_stacks_real.py."""
+operator, the pods on a KWOK node (whose logs never answer): a job's running pods (by default made with the front) are
+each asked through their annotation torchjob.dev/stacks-request, and a pod that does not answer is said, after the
+bound it was given; a job whose pods cannot give stacks, or that opted out, is refused, saying why and what to do.
+Real pods answering: tests/e2e/test_stacks_real.py."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ pytestmark = pytest.mark.kube
 KWOK = [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
 
 
-def on_kwok(kube: Client, namespace: str, name: str, command: list[str]) -> None:
+def on_kwok(kube: Client, namespace: str, name: str, command: list[str], annotation: str | None = None) -> None:
     data = job_data(name, workers=1, command=command)
-    data["metadata"]["annotations"] = {pod_stacks.ANNOTATION: "true"}
+    if annotation is not None:
+        data["metadata"]["annotations"] = {pod_stacks.ANNOTATION: annotation}
     for spec in data["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["tolerations"] = KWOK
     create(kube, data, namespace)
@@ -34,6 +35,7 @@ def test_each_running_pod_is_asked_and_one_that_does_not_answer_is_said(kubeconf
                                                                          namespace: str, operator: Operator) -> None:
     on_kwok(kube, namespace, "asked", ["python", "train.py"])
     on_kwok(kube, namespace, "nofront", ["bash", "-c", "python train.py"])
+    on_kwok(kube, namespace, "optout", ["python", "train.py"], annotation="false")
     rt = KubeRuntime(kubeconfig, namespace=namespace)
     taken = rt.stacks("asked", wait_s=1.0)
     assert taken.processes == [] and 1.0 <= taken.seconds < 10, taken
@@ -45,10 +47,16 @@ def test_each_running_pod_is_asked_and_one_that_does_not_answer_is_said(kubeconf
     assert all(requests.values())  # one request, written on each pod
     assert all(pod_stacks.container_of(p.to_dict()) == "pytorch" for p in pods_of(kube, "asked", namespace))
 
-    # annotated, but its command is not Python's: its pods were made without the front
+    # its command is not Python's: its pods were made without the front
     with pytest.raises(UserError) as refused:
         rt.stacks("nofront", wait_s=1.0)
-    assert "asks for its stacks, but its pods run without torchjob's front" in refused.value.message
+    assert "pods run without torchjob's front, which gives their stacks" in refused.value.message
     assert "python -m torch.distributed.run" in (refused.value.fix or "")
-    assert not any((p.metadata.annotations or {}).get(pod_stacks.ANNOTATION_REQUEST)
-                   for p in kube.list(Pod, namespace=namespace, labels={"torchjob.dev/job-name": "nofront"}))
+    # opted out (torchjob.dev/stacks: "false"): made without the front, and said so
+    with pytest.raises(UserError) as opted:
+        rt.stacks("optout", wait_s=1.0)
+    assert 'opted out of stacks (its annotation torchjob.dev/stacks: "false")' in opted.value.message
+    assert "remove the job's metadata.annotations torchjob.dev/stacks" in (opted.value.fix or "")
+    for job in ("nofront", "optout"):
+        assert not any((p.metadata.annotations or {}).get(pod_stacks.ANNOTATION_REQUEST)
+                       for p in kube.list(Pod, namespace=namespace, labels={"torchjob.dev/job-name": job}))

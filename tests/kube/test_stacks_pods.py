@@ -1,5 +1,6 @@
-"""What a pod is made with when its job asks for its stacks (kube/objects/stacks.py; metadata.annotations
-torchjob.dev/stacks "true"): the watcher in front of a command Python runs, its two volumes; nothing otherwise.
+"""What a pod is made with so that its ranks give their stacks (kube/objects/stacks.py; by default, unless the job's
+metadata.annotations torchjob.dev/stacks says "false"): the watcher in front of a command Python runs, its two
+volumes, the annotation naming its container; nothing otherwise.
 Pure (the program itself: tests/inpod/test_stacks_front.py; on real pods: tests/e2e/test_stacks_real.py)."""
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects import stacks as pod_stacks
 
 
-def pod_of(command: list[str], annotated: bool = True, **kw: Any) -> dict[str, Any]:
+def pod_of(command: list[str], annotation: str | None = None, **kw: Any) -> dict[str, Any]:
     data = job_data("j", workers=1, command=command, **kw)
-    if annotated:
-        data["metadata"]["annotations"] = {pod_stacks.ANNOTATION: "true"}
+    if annotation is not None:
+        data["metadata"]["annotations"] = {pod_stacks.ANNOTATION: annotation}
     return pod_objects.pod(job_from_data(data), ReplicaId("Worker", 0), 0, progress_url="https://10.0.0.1:8443/x/status")
 
 
-def test_an_annotated_jobs_pods_run_the_watcher_in_front_of_the_command() -> None:
+def test_a_jobs_pods_run_the_watcher_in_front_of_the_command_by_default() -> None:
     pod = pod_of(["python", "-u", "train.py", "--lr", "0.1"])
     c = pod["spec"]["containers"][0]
     assert c["command"] == ["python", "-I", "-c", pod_stacks.source(), "python", "-u", "train.py", "--lr", "0.1"]
     assert c["args"] == [] and pod_stacks.container_of(pod) == c["name"]
+    # the operator's cache keeps torchjob's annotations, not the spec: where a stalled job's answer is read
+    assert pod["metadata"]["annotations"][pod_stacks.ANNOTATION_CONTAINER] == c["name"]
+    assert pod_of(["python", "-u", "train.py", "--lr", "0.1"], annotation="true") == pod
     source = pod_stacks.source()  # torchjob's start-up hook is in it, as the text the front writes out
     assert source.startswith(pod_stacks.HEAD) and pod_stacks.HOOK_LINE not in source and "_register_stacks()" in source
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
@@ -38,19 +42,19 @@ def test_an_annotated_jobs_pods_run_the_watcher_in_front_of_the_command() -> Non
 
 def windows_pod() -> dict[str, Any]:
     data = job_data("j", workers=1, command=["python", "train.py"])
-    data["metadata"]["annotations"] = {pod_stacks.ANNOTATION: "true"}
     for rspec in data["spec"]["pytorchReplicaSpecs"].values():
         rspec["template"]["spec"]["os"] = {"name": "windows"}  # the front forks and reads /proc: POSIX only
     return pod_objects.pod(job_from_data(data), ReplicaId("Worker", 0), 0)
 
 
-def test_pods_are_unchanged_without_the_annotation_or_a_python_command() -> None:
-    for pod in (pod_of(["python", "train.py"], annotated=False), pod_of(["bash", "-c", "python train.py"]),
-                windows_pod()):
+def test_pods_are_unchanged_when_opted_out_or_without_a_python_command() -> None:
+    for pod in (pod_of(["python", "train.py"], annotation="false"), pod_of(["python", "train.py"], annotation="False"),
+                pod_of(["bash", "-c", "python train.py"]), pod_of(["torchrun", "train.py"]), windows_pod()):
         c = pod["spec"]["containers"][0]
         assert c["command"][:1] != ["python"] or c["command"] == ["python", "train.py"]
         assert pod_stacks.container_of(pod) is None
         assert not any(v["name"].startswith("torchjob-stacks") for v in pod["spec"].get("volumes", []))
+        assert pod_stacks.ANNOTATION_CONTAINER not in pod["metadata"]["annotations"]
 
 
 def test_a_pod_that_restarts_in_place_keeps_its_own_front() -> None:

@@ -1,5 +1,6 @@
 """`torchjob stacks --kube NAME` and a cluster job's `handle.stacks()`: the stacks of every rank of a job whose pods
-were made to give them (kube/objects/stacks.py: the job's annotation torchjob.dev/stacks "true"). Each running pod
+were made to give them (kube/objects/stacks.py: by default, unless the job's annotation torchjob.dev/stacks says
+"false"). Each running pod
 is asked by a new value of its annotation torchjob.dev/stacks-request; its watcher (kube/inpod/torchjob_stacks.py)
 signals the pod's rank processes and writes their dumps to the container's log, read back here. What this needs of
 RBAC: get and list on pods, patch on pods, get on pods/log (no pods/exec). core.stacks reads and groups them."""
@@ -39,15 +40,16 @@ def take(kube: Client, data: dict[str, Any], wait_s: float = WAIT_S) -> Stacks:
     made = [(p, pod_stacks.container_of(to_dict(p))) for p in running]
     if all(c is None for _, c in made):
         if pod_stacks.wanted(data["metadata"].get("annotations")):
-            raise UserError(f"job {name} asks for its stacks, but its pods run without torchjob's front: their "
+            raise UserError(f"job {name}'s pods run without torchjob's front, which gives their stacks: their "
                             "command does not start with a Python interpreter, they restart in place "
                             "(runPolicy.warmSpares), or they run Windows",
                             fix="start the command with python (python -m torch.distributed.run for torchrun), "
                                 "without warmSpares: see docs/how-to/hangs.md")
-        raise UserError(f"job {name}'s pods were not made to give their stacks",
-                        fix=f'set the job\'s metadata.annotations {pod_stacks.ANNOTATION}: "true" (its pods are '
-                            "then made with torchjob's watcher in front of a command run by python), and submit it "
-                            "again: see docs/how-to/hangs.md")
+        raise UserError(f'job {name} opted out of stacks (its annotation {pod_stacks.ANNOTATION}: "false"): its pods '
+                        "were made without torchjob's front",
+                        fix=f"remove the job's metadata.annotations {pod_stacks.ANNOTATION} (its pods are then made "
+                            "with torchjob's front in front of a command run by python), and submit it again: see "
+                            "docs/how-to/hangs.md")
     request = f"{int(time.time())}-{uuid.uuid4().hex[:8]}"
     asked: dict[str, tuple[str, str]] = {}  # pod -> (replica, container)
     missing: list[str] = []

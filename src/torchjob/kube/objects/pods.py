@@ -171,8 +171,10 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
         inplace.wrap(c, argv, len(entry.options), attempt, RESTART_GRACE_S if grace is None else grace)
         spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") != inplace.VOLUME],
                            inplace.volume()]
-    elif debug is None and entry is not None and stacks.wanted(job.metadata.annotations) and not is_windows(spec):
-        stacks.wrap(spec, c, argv)  # its ranks give their stacks on request (kube/objects/stacks.py; POSIX only)
+    front = (not in_place and debug is None and entry is not None and stacks.wanted(job.metadata.annotations)
+             and not is_windows(spec))
+    if front:  # by default its ranks give their stacks on request (kube/objects/stacks.py; POSIX only)
+        stacks.wrap(spec, c, argv)
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": master_port(job)})
@@ -190,7 +192,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
     labels = {**_users(meta.get("labels")), **_kubeflow_labels(job, rid), LABEL_JOB: job.name,
               LABEL_TYPE: rid.rtype.lower(), LABEL_INDEX: str(rid.index)}
     annotations = {**_users(meta.get("annotations")), ANNOTATION_ATTEMPT: str(attempt),
-                   **({inplace.ANNOTATION_IN_PLACE: "true"} if in_place else {})}
+                   **({inplace.ANNOTATION_IN_PLACE: "true"} if in_place else {}),
+                   **({stacks.ANNOTATION_CONTAINER: c["name"]} if front else {})}
     gang.decorate_pod(job, rid.rtype, spec, labels, annotations)
     return {
         "apiVersion": "v1",

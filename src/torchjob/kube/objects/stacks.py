@@ -1,5 +1,6 @@
-"""Stacks in pods (issue 42): what a pod whose job asked for them (metadata.annotations torchjob.dev/stacks: "true")
-is made with, and the request `torchjob stacks --kube` writes on it. Pure, but for reading the two programs shipped
+"""Stacks in pods (issue 42): what a pod is made with so that its ranks give their stacks (by default; a job
+annotated torchjob.dev/stacks: "false" opts out), and the request `torchjob stacks --kube` (and the operator, before
+it stops a stalled job: kube/controller/stall_stacks.py) writes on it. Pure, but for reading the two programs shipped
 from torchjob's own package.
 
 The training container runs kube/inpod/torchjob_stacks.py in front of its command (`ARGV0 -I -c SOURCE ARGV...`:
@@ -15,7 +16,10 @@ import functools
 from pathlib import Path
 from typing import Any
 
-ANNOTATION = "torchjob.dev/stacks"  # on the job: "true" makes its pods with the watcher
+ANNOTATION = "torchjob.dev/stacks"  # on the job: "false" makes its pods without the watcher (default: with it)
+# on a pod made with the watcher: the container that runs it (the operator's cache keeps torchjob's annotations,
+# not the pod's spec): where the operator reads a stalled job's answer
+ANNOTATION_CONTAINER = "torchjob.dev/stacks-container"
 ANNOTATION_REQUEST = "torchjob.dev/stacks-request"  # on a pod: each new value asks for its stacks
 VOLUME = "torchjob-stacks"  # an emptyDir: the hook and each process's stacks file
 REQUEST_VOLUME = "torchjob-stacks-request"  # the downward API file of the request
@@ -28,7 +32,8 @@ _PACKAGE = Path(__file__).resolve().parents[2]
 
 
 def wanted(annotations: dict[str, str] | None) -> bool:
-    return (annotations or {}).get(ANNOTATION, "").lower() == "true"
+    """Whether a job's pods are made to give their stacks: by default, unless its annotation says "false"."""
+    return (annotations or {}).get(ANNOTATION, "").strip().lower() != "false"
 
 
 @functools.cache
