@@ -1,18 +1,18 @@
 """A job's initializers (core/round/initializers.py): every step to completion before any replica,
-all at once; a failed one retried up to its backoffLimit, then the job's root cause with nothing else
-made; a finished job's steps stopped; done for good once they succeeded."""
+all at once; a failed one retried up to its backoffLimit (after a Job's backoff), then the job's root
+cause with nothing else made; a finished job's steps stopped; done for good once they succeeded."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from tests.core.sim import Driver, ended, up, world
+from tests.core.sim import Driver, at, ended, up, world
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import TorchJob
 from torchjob.api.status import StepState
-from torchjob.core.round.initializers import step
+from torchjob.core.round.initializers import retry_delay, step
 from torchjob.core.round.reconcile import Create, Forget, Plan, Stop, World
 from torchjob.core.shape.topology import ReplicaId
 
@@ -68,15 +68,44 @@ def test_a_failed_initializer_fails_the_job_with_its_words_stops_the_other_and_m
     assert creates(plan) == [] and plan.done
 
 
-def test_a_failed_initializer_is_retried_up_to_its_backoff_limit() -> None:
-    d = Driver(job(backoff=1))
+def test_a_failed_initializer_is_retried_up_to_its_backoff_limit_after_a_jobs_backoff() -> None:
+    """Each retry waits as a Kubernetes Job's replacement pod does: 10 s after the first failure's end,
+    20 s after the second's; the failed attempt is forgotten at once (its pod name is the next one's)."""
+    d = Driver(job(backoff=2))
     d(steps_world(), 0)
     plan = d(steps_world(ended(DATA, 1, 1), up(MODEL)), 1)
     assert [a.replica.name for a in plan.actions if isinstance(a, Forget)] == ["dataset-initializer-0"]
-    assert not d.status.finished and d.status.initializers["dataset-initializer"].attempt == 1
-    assert creates(d(steps_world(up(MODEL)), 2)) == ["dataset-initializer-0"]  # once the failed one is gone
-    plan = d(steps_world(ended(DATA, 1, 3, attempt=1), up(MODEL)), 3)
-    assert d.status.finished and d.status.failure is not None and d.status.failure.attempt == 1
+    st = d.status.initializers["dataset-initializer"]
+    assert not d.status.finished and st.attempt == 1 and st.notBefore == at(11)
+    assert [e.message for e in plan.events if e.reason == "Restarting"] == [
+        "initializer dataset-initializer failed (exit code 1); retried 10s after its end (attempt 1 of 2)"]
+    plan = d(steps_world(up(MODEL)), 2)  # the failed one is gone: the next waits
+    assert creates(plan) == [] and plan.requeue_at == at(11)
+    assert creates(d(steps_world(up(MODEL)), 10.9)) == []
+    assert [(a.replica.name, a.attempt) for a in d(steps_world(up(MODEL)), 11).actions if isinstance(a, Create)] == [
+        ("dataset-initializer-0", 1)]
+    assert d.status.initializers["dataset-initializer"].notBefore is None
+    d(steps_world(ended(DATA, 1, 15, attempt=1), up(MODEL)), 15)
+    assert d.status.initializers["dataset-initializer"].notBefore == at(35)  # 20 s after the second failure
+    assert creates(d(steps_world(up(MODEL)), 34)) == []
+    assert creates(d(steps_world(up(MODEL)), 35)) == ["dataset-initializer-0"]
+    d(steps_world(ended(DATA, 1, 40, attempt=2), up(MODEL)), 40)
+    assert d.status.finished and d.status.failure is not None and d.status.failure.attempt == 2
+
+
+def test_a_retry_waits_from_the_failures_end_not_from_when_it_was_seen() -> None:
+    d = Driver(job(backoff=1))
+    d(steps_world(), 0)
+    d(steps_world(ended(DATA, 1, 1), up(MODEL)), 8)  # ended at 1, first seen at 8
+    assert d.status.initializers["dataset-initializer"].notBefore == at(11)
+    assert creates(d(steps_world(up(MODEL)), 9)) == []
+    assert creates(d(steps_world(up(MODEL)), 30)) == ["dataset-initializer-0"]  # long past: at once
+
+
+def test_a_jobs_retry_delay_doubles_from_10_s_to_at_most_10_min() -> None:
+    """kubernetes pkg/controller/job: DefaultJobPodFailureBackOff 10 s, MaxJobPodFailureBackOff 10 min."""
+    assert [retry_delay(n) for n in range(9)] == [0, 10, 20, 40, 80, 160, 320, 600, 600]
+    assert retry_delay(100) == 600
 
 
 def test_a_job_past_its_deadline_stops_its_initializers() -> None:

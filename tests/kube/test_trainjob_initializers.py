@@ -6,6 +6,9 @@ jobs in `status.jobsStatus`; a failed one is the TrainJob's Failed condition, wi
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -38,13 +41,13 @@ def step_pods(kube: Client, name: str, namespace: str) -> dict[str, Any]:
     return {p.metadata.labels[REPLICATED_JOB]: p for p in pods}
 
 
-def wait_steps(kube: Client, name: str, namespace: str) -> dict[str, Any]:
-    import time
-
+def wait_steps(kube: Client, name: str, namespace: str,
+               new: Callable[[Any], bool] = lambda p: True) -> dict[str, Any]:
+    """Both initializer pods of `name`, once each is one that `new` accepts."""
     end = time.monotonic() + 30
     while time.monotonic() < end:
         found = step_pods(kube, name, namespace)
-        if len(found) == 2:
+        if len(found) == 2 and all(new(p) for p in found.values()):
             return found
         time.sleep(0.1)
     raise AssertionError(f"no initializer pods of {name}: {found}")
@@ -114,21 +117,36 @@ def test_the_initializers_run_first_and_the_sdk_lists_their_steps(
         ("dataset-initializer", 1), ("model-initializer", 1), ("node", 1)]
 
 
+def fail_step(kube: Client, pod: Any, namespace: str, words: str) -> str:
+    """End `pod` Failed as the kubelet does: the end of its log as the termination message
+    (FallbackToLogsOnError); its finishedAt (returned)."""
+    ended = {"exitCode": 1, "reason": "Error", "message": words, "finishedAt": now_iso()}
+    name = pod.spec.containers[0].name
+    status = {"phase": "Failed", "containerStatuses": [{"name": name, "image": "x", "imageID": "", "ready": False,
+                                                        "restartCount": 0, "state": {"terminated": ended}}]}
+    kube.patch(Pod.Status, pod.metadata.name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE)
+    return ended["finishedAt"]
+
+
 @pytest.mark.usefixtures("trainer_operator")
-def test_a_failed_initializer_fails_the_trainjob_with_its_words_and_no_node_pod_is_made(
+def test_a_failed_initializer_is_retried_after_a_jobs_backoff_then_fails_the_trainjob_with_its_words(
         kube: Client, kubeconfig: str, namespace: str) -> None:
-    # its initializers' Jobs with backoffLimit 0: the first failure fails the job (the docs' runtime retries 6 times)
-    once = runtime("torch-init-once", "/tmp/ws", node_image="x:1")
+    """Its Jobs' backoffLimit 1 (the docs' runtime retries 6 times): the failed pod's replacement is made
+    10 s after its end, as a Kubernetes Job makes it; the second failure fails the TrainJob with the
+    step's last words, and no node pod is ever made."""
+    once = runtime("torch-init-retry", "/tmp/ws", node_image="x:1", backoff=1)
     client, name = start(kubeconfig, namespace, "hf://tj/missing", once)
     steps = wait_steps(kube, name, namespace)
     words = "Downloading dataset: tj/missing\nRepositoryNotFoundError: dataset tj/missing is not on the hub\n"
-    # as the kubelet ends it: the end of its log as the termination message (FallbackToLogsOnError)
-    ended = {"exitCode": 1, "reason": "Error", "message": words, "finishedAt": now_iso()}
-    status = {"phase": "Failed", "containerStatuses": [{"name": "dataset-initializer", "image": "x", "imageID": "",
-                                                        "ready": False, "restartCount": 0,
-                                                        "state": {"terminated": ended}}]}
-    kube.patch(Pod.Status, steps["dataset-initializer"].metadata.name, {"status": status}, namespace=namespace,
-               patch_type=PatchType.MERGE)
+    first = steps["dataset-initializer"]
+    failed_at = datetime.fromisoformat(fail_step(kube, first, namespace, words))
+    waits = wait_trainjob(kube, name, namespace, lambda s: (s.get("torchjob") or {}).get("initializers", {}).get(
+        "dataset-initializer", {}).get("notBefore") is not None)["status"]["torchjob"]["initializers"]
+    assert datetime.fromisoformat(waits["dataset-initializer"]["notBefore"]) == failed_at + timedelta(seconds=10)
+    again = wait_steps(kube, name, namespace, lambda p: p.metadata.uid != first.metadata.uid)["dataset-initializer"]
+    assert again.metadata.creationTimestamp >= failed_at + timedelta(seconds=10)  # not at once
+    assert not list(kube.list(Pod, namespace=namespace, labels={JOBSET_NAME: name, REPLICATED_JOB: "node"}))
+    fail_step(kube, again, namespace, words)
     status = wait_trainjob(kube, name, namespace, lambda s: condition(s, "Failed") is not None)["status"]
     failed = condition(status, "Failed")
     assert failed is not None and failed["reason"] == "InitializerFailed"

@@ -163,6 +163,8 @@ class InitializerStatus(BaseModel):
     state: StepState = Field(StepState.PENDING, description="Pending, Running, Succeeded or Failed.")
     attempt: int = Field(0, description="Its current attempt (0 for the first; retries up to its backoffLimit).")
     message: str | None = Field(None, description="Its last words when an attempt failed (its termination message).")
+    notBefore: datetime | None = Field(None, description="Its next attempt starts no earlier: a failed attempt's retry "
+                                       "waits as a Kubernetes Job's does (10 s, doubling, at most 10 min).")
 
 
 class KeptTail(BaseModel):

@@ -1,11 +1,11 @@
-"""A job's initializers (`spec.initializers`; Kubeflow Trainer's `dataset-initializer` and
-`model-initializer` jobs): each runs to completion before any replica is made, all of them at once,
-as Trainer's JobSet runs them (its `node` job dependsOn both with status Complete). A failed step is
-made again up to its `backoffLimit` (its Job's retries); past it the job fails with the step's own
-last words (its termination message) as the root cause, the other steps are stopped, and no replica
-is ever made. Once every step has succeeded they are done for good: a restart of the replicas does
-not run them again (what they filled is kept). A finished job's steps are stopped; a suspended job's
-unfinished steps start anew on resume. Pure.
+"""A job's initializers (`spec.initializers`; Kubeflow Trainer's `dataset-initializer` and `model-initializer`
+jobs): each runs to completion before any replica is made, all of them at once, as
+Trainer's JobSet runs them (its `node` job dependsOn both with status Complete). A failed step is
+made again up to its `backoffLimit` (its Job's retries), after a Job's backoff (`retry_delay`); past
+it the job fails with the step's own last words (its termination message) as the root cause, the
+other steps are stopped, and no replica is ever made. Once every step has succeeded they are done
+for good: a restart of the replicas does not run them again (what they filled is kept). A finished
+job's steps are stopped; a suspended job's unfinished steps start anew on resume. Pure.
 
 A step is carried out as an attempt of `ReplicaId(name, 0)` (Create, Stop, Forget): its pod (on
 Kubernetes) or process (locally) is `<name>-0`, never a rank."""
@@ -13,6 +13,7 @@ Kubernetes) or process (locally) is `<name>-0`, never a rank."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from torchjob.api.model import Initializer, TorchJob
 from torchjob.api.status import ConditionType, EventType, FailureInfo, InitializerStatus, Reason, StepState
@@ -20,6 +21,26 @@ from torchjob.core.round.conditions import exit_text, fail
 from torchjob.core.round.plan import Create, Plan, Round, Stop
 from torchjob.core.round.world import Phase, World
 from torchjob.core.shape.topology import ReplicaId
+
+# A Kubernetes Job makes a failed pod's replacement after 10 s, doubling with each failure, at most
+# 10 min, counted from the failed pod's end (kubernetes pkg/controller/job: job_controller.go
+# DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff; backoff_utils.go getRemainingTimeForFailuresCount;
+# its docs still say "capped at six minutes", the code's cap is 10 min). Trainer's initializers are Jobs.
+JOB_RETRY_BASE_S = 10.0
+JOB_RETRY_MAX_S = 600.0
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds a Job waits after its `failures`-th failure (1, 2, ...) before it makes the next pod:
+    10, 20, 40, ... at most 600."""
+    if failures <= 0:
+        return 0.0
+    return min(JOB_RETRY_BASE_S * 2 ** min(failures - 1, 16), JOB_RETRY_MAX_S)
+
+
+def retry_at(failures: int, failed_at: datetime) -> datetime:
+    """When the next attempt after the `failures`-th failure, ended at `failed_at`, may be made."""
+    return failed_at + timedelta(seconds=retry_delay(failures))
 
 
 def step(name: str) -> ReplicaId:
@@ -49,8 +70,12 @@ def ready(r: Round) -> bool:
         if obs is not None and obs.attempt < st.attempt:
             r.plan.retire(obs, "replaced by a newer attempt")  # the next attempt once it is gone
         elif obs is None:
-            r.plan.actions.append(Create(step(s.name), st.attempt))
             st.state = StepState.PENDING
+            if st.notBefore is not None and r.now < st.notBefore:
+                r.plan.requeue(st.notBefore)  # a retry waits out its backoff
+            else:
+                st.notBefore = None
+                r.plan.actions.append(Create(step(s.name), st.attempt))
         elif obs.phase.active:
             st.state = StepState.RUNNING if obs.phase is Phase.RUNNING else StepState.PENDING
         elif obs.phase is Phase.SUCCEEDED:
@@ -58,8 +83,10 @@ def ready(r: Round) -> bool:
             r.plan.event(EventType.NORMAL, Reason.INITIALIZED, f"initializer {s.name} completed")
         elif st.attempt < (s.backoffLimit or 0):
             st.attempt, st.state, st.message = st.attempt + 1, StepState.PENDING, obs.message
-            r.plan.event(EventType.WARNING, Reason.RESTARTING, f"initializer {s.name} failed ({exit_text(obs)}); "
-                         f"retried (attempt {st.attempt} of {s.backoffLimit})")
+            st.notBefore = retry_at(st.attempt, obs.finished_at or r.now)
+            r.plan.event(EventType.WARNING, Reason.RESTARTING,
+                         f"initializer {s.name} failed ({exit_text(obs)}); retried {retry_delay(st.attempt):g}s "
+                         f"after its end (attempt {st.attempt} of {s.backoffLimit})")
             r.plan.retire(obs, "retried")
         else:
             st.state, st.message = StepState.FAILED, obs.message
@@ -81,7 +108,7 @@ def halt(job: TorchJob, world: World, plan: Plan) -> None:
     for name, obs in world.steps.items():
         st = plan.status.initializers.get(name)
         if suspended and st is not None and st.state is not StepState.SUCCEEDED:
-            st.attempt, st.state = max(st.attempt, obs.attempt + 1), StepState.PENDING
+            st.attempt, st.state, st.notBefore = max(st.attempt, obs.attempt + 1), StepState.PENDING, None
             plan.retire(obs, "the job is suspended")
         elif obs.phase.active and not obs.stopping and obs.replica not in stopping:
             plan.actions.append(Stop(obs.replica, obs.attempt, "the job has finished"))

@@ -16,6 +16,7 @@ from torchjob.core.diagnosis import torch_errors
 from torchjob.core.round.world import Observed, Phase
 from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.objects import pod_status
+from torchjob.kube.objects.inplace import parse_time
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB, LABEL_STEP, attempt_of, pod_name
 from torchjob.kube.objects.labels import trainjob as trainjob_labels
 from torchjob.kube.objects.ownership import owner_reference, served_as
@@ -71,7 +72,12 @@ def observe_step(job: TorchJob, pod: Mapping[str, Any]) -> Observed | None:
         code = 0
     said = terminated.get("message") or status.get("message")
     message = torch_errors.said(said) if said else None
-    stopping = pod.get("metadata", {}).get("deletionTimestamp") is not None
+    meta = pod.get("metadata", {})
+    stopping = meta.get("deletionTimestamp") is not None
+    # when it ended (a retry's backoff counts from it, as a Job's from its failed pod's end)
+    finished = None
+    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+        finished = parse_time(terminated.get("finishedAt")) or parse_time(meta.get("creationTimestamp"))
     return Observed(ReplicaId(name, 0), attempt_of(pod), phase, code, status.get("reason") or terminated.get("reason"),
-                    message, stopping=stopping,
+                    message, finished, stopping=stopping,
                     unschedulable=pod_status.unschedulable(pod) if phase is Phase.PENDING else None)
