@@ -185,6 +185,10 @@ class RunPolicy(Strict):
     # Once a replica has reported progress, no new report from it for this long is the event
     # Stalled (the name Deployments use for the same idea).
     progressDeadlineSeconds: int | None = None
+    # No rank of the job moved (its main thread's stack and its CPU time unchanged in samples taken
+    # every tenth of it) for this long: the event Stalled too, for a job that never reports. Unset:
+    # core/policies/hangs.py's DEFAULT_S; 0: not watched. Local runs only, so far.
+    hangDeadlineSeconds: int | None = None
     # What a failed replica's restart (by its restartPolicy) restarts: `Job`, every replica at once,
     # counted as one restart (the default of a job that is not elastic: no rank can go on without the
     # others, which would fail in their next collective or hang in it); `Replica`, only the failed

@@ -71,6 +71,7 @@ class Reason(StrEnum):
     TASK_FAILED = "TaskFailed"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+    HANG_DEADLINE_EXCEEDED = "HangDeadlineExceeded"  # no rank moved for runPolicy.hangDeadlineSeconds
     STALLED = "Stalled"  # an event: replicas went quiet
     TERMINATED = "Terminated"  # a user's stop, or a TerminateJob policy
     INITIALIZER_FAILED = "InitializerFailed"  # an initializer step failed past its backoffLimit

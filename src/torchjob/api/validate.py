@@ -220,7 +220,8 @@ def validate(job: TorchJob, doc: Document | None = None) -> list[Problem]:
     _validate_policies(job, add)
 
     rp = job.run_policy
-    for fname in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit", "progressDeadlineSeconds"):
+    for fname in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit", "progressDeadlineSeconds",
+                  "hangDeadlineSeconds"):
         value = getattr(rp, fname)
         if value is not None and value < 0:
             add(["spec", "runPolicy", fname], f"must not be negative, got {value}")

@@ -3,11 +3,12 @@ is the event Stalled; a lifecycle policy acts on it, or the job fails with Progr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from torchjob.api.model import LifecycleEvent, TorchJob
 from torchjob.api.status import EventType, FailureInfo, Reason
+from torchjob.core.policies import hangs
 from torchjob.core.policies.lifecycle import match_policy, take_action, waits_for_timeout
 from torchjob.core.round.conditions import fail
 from torchjob.core.round.plan import Round
@@ -39,16 +40,36 @@ def quiet_replicas(job: TorchJob, current: Mapping[str, Observed], now: datetime
 
 def act_on_stalls(r: Round) -> None:
     """The event Stalled: a lifecycle policy on it acts (its restart counts toward backoffLimit);
-    with none the job fails with ProgressDeadlineExceeded, naming the replicas that went quiet."""
+    with none the job fails with ProgressDeadlineExceeded, naming the replicas that went quiet. Then
+    a hang (no rank moved for runPolicy.hangDeadlineSeconds, core/policies/hangs.py), the same way."""
     quiet, due = quiet_replicas(r.job, r.current, r.now)
     if due is not None:
         r.plan.requeue(due)
-    if not quiet:
+    if quiet:
+        quiet_for = timedelta(seconds=r.job.run_policy.progressDeadlineSeconds or 0)
+        names = ", ".join(o.replica.name for o in quiet)
+        _stalled(r, quiet, f"{names} sent no progress report for {quiet_for.total_seconds():.0f}s "
+                 "(runPolicy.progressDeadlineSeconds)", lambda o: (o.last_report or r.now) + quiet_for,
+                 Reason.PROGRESS_DEADLINE_EXCEEDED, "stalled")
+    still = r.world.still
+    if r.status.finished or still is None or not hangs.hung(r.job, still):
         return
-    limit = r.job.run_policy.progressDeadlineSeconds
-    assert limit is not None
-    names = ", ".join(o.replica.name for o in quiet)
-    why = f"{names} sent no progress report for {limit}s (runPolicy.progressDeadlineSeconds)"
+    running = [o for o in r.current.values() if o.phase is Phase.RUNNING and not o.stopping]
+    if running:
+        limit = hangs.deadline(r.job) or 0
+        began = still.since + timedelta(seconds=limit)
+        _stalled(r, running, f"no rank moved for {limit}s (runPolicy.hangDeadlineSeconds: the same stack, "
+                 "no CPU)", lambda o: began, Reason.HANG_DEADLINE_EXCEEDED, "hung")
+
+
+def _stalled(r: Round, quiet: list[Observed], why: str, began: Callable[[Observed], datetime], reason: str,
+             verdict: str) -> None:
+    """The event Stalled for `quiet` (`began`: when each one's stall began, from which a policy's timeout
+    counts): a lifecycle policy acts, or the job fails with `reason`; not before the stacks the runtime is
+    taking (World.stacks_due), at most until then."""
+    if r.world.stacks_due is not None and r.now < r.world.stacks_due:
+        r.plan.requeue(r.world.stacks_due)
+        return
     if r.world.stacks:
         why += f"; where the ranks were: {r.world.stacks}"
     told = False
@@ -58,15 +79,14 @@ def act_on_stalls(r: Round) -> None:
         if r.current.get(obs.replica.name) is not obs:
             continue  # restarted by a policy acted on earlier in this loop
         pol = match_policy(r.job, obs.replica.rtype, LifecycleEvent.STALLED, None)
-        assert obs.last_report is not None
-        if pol is not None and waits_for_timeout(r.plan, pol, obs.last_report + timedelta(seconds=limit), r.now):
+        if pol is not None and waits_for_timeout(r.plan, pol, began(obs), r.now):
             continue
         if not told:
             r.plan.event(EventType.WARNING, Reason.STALLED, why)
             told = True
         if pol is None:
-            msg = f"{why}: the job is stalled"
-            fail(r.plan, r.now, Reason.PROGRESS_DEADLINE_EXCEEDED, msg, FailureInfo(
-                reason=Reason.PROGRESS_DEADLINE_EXCEEDED, message=msg, replica=obs.replica.name, attempt=obs.attempt))
+            msg = f"{why}: the job is {verdict}"
+            fail(r.plan, r.now, reason, msg, FailureInfo(
+                reason=reason, message=msg, replica=obs.replica.name, attempt=obs.attempt))
             return
-        take_action(r, pol.action, obs, f"{obs.replica.name} stalled", rtype=obs.replica.rtype)
+        take_action(r, pol.action, obs, f"{obs.replica.name} {verdict}", rtype=obs.replica.rtype)

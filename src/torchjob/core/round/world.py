@@ -86,6 +86,15 @@ class Admission:
 
 
 @dataclass(frozen=True)
+class Still:
+    """No rank of the job moved (its main thread's stack the same, its CPU time the same) from `since`
+    to `seen_at`, the runtime's latest sample of every running replica's ranks (core/policies/hangs.py)."""
+
+    since: datetime
+    seen_at: datetime
+
+
+@dataclass(frozen=True)
 class World:
     replicas: Mapping[str, Observed] = field(default_factory=dict)  # by replica name
     stop_requested: str | None = None  # why the user stopped the job (e.g. "SIGINT")
@@ -100,6 +109,12 @@ class World:
     # rank 3 in recv (train.py:33)`), taken by the runtime before a stall's replicas are stopped; the
     # stall's message carries it.
     stacks: str | None = None
+    # The runtime is taking the quiet replicas' stacks until then (the operator, without holding its round:
+    # kube/controller/stall_stacks.py): core waits for them, at most until then, before it acts on the stall.
+    stacks_due: datetime | None = None
+    # Since when no rank moved, as the runtime's samples of every rank's stack saw it (None: it does not
+    # sample, or some running replica had no rank to sample): runPolicy.hangDeadlineSeconds judges it.
+    still: Still | None = None
     # The initializer steps (spec.initializers), each its current attempt by step name
     # (core/round/initializers.py): `replica` is ReplicaId(step, 0).
     steps: Mapping[str, Observed] = field(default_factory=dict)

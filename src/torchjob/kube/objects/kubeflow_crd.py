@@ -152,6 +152,7 @@ def _run_policy() -> dict[str, Any]:
             "backoffLimit": _INT32,
             # torchjob's extension (no field of Kubeflow's): the stall deadline, as on a TorchJob
             "progressDeadlineSeconds": {**_INT32, "minimum": 1},
+            "hangDeadlineSeconds": {**_INT32, "minimum": 0},
             "restartScope": {"type": "string", "enum": ["Job", "Replica"]},
             "schedulingPolicy": {"type": "object", "properties": {
                 "minAvailable": _INT32,

@@ -9,15 +9,11 @@ import dataclasses
 import os
 import signal
 import sysconfig
+import threading
 import time
-from collections.abc import Callable, Mapping
-from datetime import datetime
 from pathlib import Path
 
-from torchjob.api.model import TorchJob
 from torchjob.core.diagnosis.stacks import ProcessStacks, Stacks, full, parse, short
-from torchjob.core.policies.stalls import quiet_replicas
-from torchjob.core.round.world import Observed
 from torchjob.local.ranktag import HOOK_DIR
 from torchjob.local.start.launch import LaunchSpec
 from torchjob.local.supervisor import pids
@@ -26,6 +22,7 @@ SIGNAL = signal.SIGUSR2
 ENV = "TORCHJOB_STACKS_DIR"
 WAIT_S = 3.0  # how long the processes get to answer, all together
 SETTLE_S = 0.05  # a dump is whole once its file stopped growing this long
+_COLLECTING = threading.Lock()
 
 
 def stacks_dir(attempt_dir: Path) -> Path:
@@ -55,7 +52,14 @@ def library_dirs() -> tuple[str, ...]:
 
 
 def collect(attempts: dict[str, Path], wait_s: float = WAIT_S) -> Stacks:
-    """The stacks of every live process of these attempts (replica -> its attempt's folder)."""
+    """The stacks of every live process of these attempts (replica -> its attempt's folder); one
+    collection at a time in this process (the hang watch's thread and a stall's), so that each reads
+    only its own dumps."""
+    with _COLLECTING:
+        return _collect(attempts, wait_s)
+
+
+def _collect(attempts: dict[str, Path], wait_s: float) -> Stacks:
     t0 = time.monotonic()
     sent: dict[Path, tuple[str, int, int]] = {}  # file -> (replica, pid, its size before)
     missing: list[str] = []
@@ -135,11 +139,13 @@ def _pid_of(name: str) -> int | None:
     return int(pid) if sep and pid.isdigit() else None
 
 
-def for_stall(live: dict[str, Path], quiet: dict[str, Path]) -> tuple[str, str, str | None]:
+def for_stall(live: dict[str, Path], quiet: dict[str, Path], taken: Stacks | None = None,
+              what: str = "stalled") -> tuple[str, str, str | None]:
     """A stalled job's stacks, before its replicas are stopped: every live attempt's (replica -> its
-    folder), the full form kept in each quiet attempt's folder (stacks.txt). Returns the StacksTaken
-    event's message, the block for the job's log, and the short form for the stall's message."""
-    taken = collect(live)
+    folder; `taken`: those already taken), the full form kept in each quiet attempt's folder (stacks.txt).
+    Returns the StacksTaken event's message, the block for the job's log, and the short form for the
+    stall's message."""
+    taken = taken or collect(live)
     brief = short(taken) or None
     body = full(taken)
     for adir in quiet.values():
@@ -148,31 +154,7 @@ def for_stall(live: dict[str, Path], quiet: dict[str, Path]) -> tuple[str, str, 
         except OSError:
             pass
     where = ", ".join(f"{name}: {adir / 'stacks.txt'}" for name, adir in sorted(quiet.items()))
-    event = (f"stacks taken in {taken.seconds:.2f} s before stopping the stalled job "
+    event = (f"stacks taken in {taken.seconds:.2f} s before stopping the {what} job "
              f"({len(taken.processes)} process(es)): {brief}; in full: {where}")
     block = "where the ranks were (torchjob stacks), most recent call first (. marks a library frame):\n" + body
     return event, block, brief
-
-
-class StallStacks:
-    """A stalled job's stacks, taken once per set of quiet attempts (a policy that waits sees the same
-    set again at each round), before core stops them."""
-
-    def __init__(self) -> None:
-        self._for: tuple[tuple[str, int], ...] = ()
-        self._brief: str | None = None
-
-    def take(self, job: TorchJob, seen: Mapping[str, Observed], now: datetime, live: dict[str, Path],
-             record: Callable[[str], None], show: Callable[[str], None]) -> str | None:
-        """The short form for the stall's message (None when no replica is quiet); when taken now, the
-        StacksTaken event's message is recorded and the full form shown (the job's log)."""
-        quiet, _ = quiet_replicas(job, seen, now)
-        if not quiet:
-            return None
-        key = tuple(sorted((o.replica.name, o.attempt) for o in quiet))
-        if key != self._for:
-            self._for = key
-            event, block, self._brief = for_stall(live, {n: live[n] for n, _ in key if n in live})
-            record(event)
-            show(block)
-        return self._brief

@@ -38,7 +38,7 @@ from torchjob.core.round.reconcile import (
     World,
     reconcile,
 )
-from torchjob.local.inspect import stacks
+from torchjob.local.inspect import stacks, stalls
 from torchjob.local.inspect.render import render, warnings
 from torchjob.local.spares.keeper import SpareKeeper, SpareWarm
 from torchjob.local.start import tensorboard, volumes
@@ -90,7 +90,7 @@ class Supervisor:
         self._progress_version = 0  # the endpoint's book version last merged into the status
         self._progress_at = 0.0  # monotonic time of that merge
         self._progress_wake = False  # a wake-up for new progress is queued
-        self._stall = stacks.StallStacks()
+        self._stall = stalls.StallStacks(lambda: self.events.put(None))  # None: the hang watch wakes the loop
         self.spares = SpareKeeper(self.events, lambda line: self.console.note(line, warning=True),
                                   self._tell_watchdog)
 
@@ -255,14 +255,13 @@ class Supervisor:
                 phase = Phase.SUCCEEDED if p.exit_code == 0 else Phase.FAILED
                 seen[name] = Observed(p.spec.replica, p.attempt, phase, p.exit_code, _reason(p), p.error,
                                       finished_at=datetime.fromtimestamp(p.ended_at, UTC), reported_done=done)
-        return with_steps(self.job, World(replicas=seen, stop_requested=self.stop_requested,
-                                          stacks=self._stall_stacks(seen)))
-
-    def _stall_stacks(self, seen: dict[str, Observed]) -> str | None:
-        """Stacks before core stops a stalled job (local/inspect/stacks.py): the short form is a fact."""
-        return self._stall.take(self.job, seen, now(), {n: p.log_path.parent for n, p in self.procs.items() if p.alive},
-                                lambda msg: self.store.add_event(self.name, "Warning", "StacksTaken", msg),
-                                self.console.block)
+        # stacks before core stops a stalled or hung job (local/inspect/stalls.py): the short form is a fact
+        brief, still = self._stall.take(self.job, seen, now(), {n: (p.attempt, p.log_path.parent) for n, p in
+                                                                self.procs.items() if p.alive},
+                                        lambda msg: self.store.add_event(self.name, "Warning", "StacksTaken", msg),
+                                        self.console.block)
+        return with_steps(self.job, World(replicas=seen, stop_requested=self.stop_requested, stacks=brief,
+                                          still=still))
 
     def _apply(self, plan: Plan) -> bool:
         """Carry the plan out; returns whether the world changed (then core looks again at once)."""
@@ -364,6 +363,7 @@ class Supervisor:
                 p.kill()
 
     def _shutdown(self) -> None:
+        self._stall.close()
         self.spares.discard_all()
         if self.endpoint is not None:
             self.endpoint.stop()
