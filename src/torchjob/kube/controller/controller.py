@@ -104,8 +104,10 @@ class Controller:
         elif name in pods:
             pods.discard(name)
             self.memories.of(key).gone[name] = obj  # its last state: an eviction, maybe
+        self.index.changed(key, name)
         if not pods:
             del self.index.live[key]
+            self.index.drop(key)
         self.queue.add(key)
         if self.progress is not None:  # a pod's entry point waiting for its verdict learns it now (a long poll)
             self.progress.waits.changed((self.kind.plural, key[0], name))
@@ -199,6 +201,7 @@ class Controller:
         of that name must see them). The progress book is the endpoint's, shared with its receiver,
         and keyed by kind too."""
         self.memories.forget(key)
+        self.index.drop(key)
         self.queue.forget(key)
         if self.progress is not None:
             self.progress.books.forget(self.kind.plural, key)

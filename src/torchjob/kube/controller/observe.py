@@ -28,6 +28,7 @@ PHASES = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Unknown": Phase.R
           "Succeeded": Phase.SUCCEEDED, "Failed": Phase.FAILED}
 UNKNOWN_EXIT = 0xBEEF  # like Kubeflow: a pod that failed before its container ran (>= 128: retryable)
 LastReport = Callable[[str, int], datetime | None]  # (replica, attempt) -> when it last reported
+Seen = tuple[Observed | None, Observed | None]  # a pod as observed: its replica's attempt, its step's
 
 
 def observe_pod(job: TorchJob, pod: dict[str, Any], seal: inplace.Seal = inplace.NO_SEAL) -> Observed | None:
@@ -69,35 +70,54 @@ def observe_pod(job: TorchJob, pod: dict[str, Any], seal: inplace.Seal = inplace
                     unschedulable=waits)
 
 
+def observe_one(job: TorchJob, p: dict[str, Any], seal: inplace.Seal = inplace.NO_SEAL,
+                was_deleted: bool = False) -> Seen:
+    """One pod as `observe` counts it: its replica's attempt (None: not a replica's), with its
+    deletion folded in, else an initializer step's attempt (None: not a step's). Depends on the pod
+    and the job's spec only: kept between rounds while neither changes (controller/seen_pods.py)."""
+    obs = observe_pod(job, p, seal)
+    step = observe_step(job, p) if obs is None and not was_deleted else None
+    if obs is not None and (was_deleted or obs.stopping):
+        since = parse_time(p["metadata"].get("deletionTimestamp"))
+        obs = replace(obs, deleted=True, stopping=not was_deleted, finished_at=obs.finished_at or since)
+    return obs, step
+
+
 def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dict[str, Any]] = (),
-             last_report: LastReport | None = None, refused: Refusal | None = None,
-             admission: Admission | None = None, seal: inplace.Seal = inplace.NO_SEAL,
-             reported_done: Callable[[str, int], bool] | None = None) -> World:
+            last_report: LastReport | None = None, refused: Refusal | None = None,
+            admission: Admission | None = None, seal: inplace.Seal = inplace.NO_SEAL,
+            reported_done: Callable[[str, int], bool] | None = None) -> World:
     """The one place a round's `World` is built: the replicas from the job's pods and those deleted
     since, each running attempt's last progress report, and a refusal the operator learned. A pod
     being deleted that torchjob did not stop, or one of `gone` (deleted since; its last state), is
     `deleted`: core decides whether that is an eviction. `seal`: the operator's (inplace.Seal)."""
+    seen = [*(observe_one(job, p, seal) for p in pods), *(observe_one(job, p, seal, True) for p in gone)]
+    return world(seen, last_report=last_report, refused=refused, admission=admission, reported_done=reported_done)
+
+
+def world(observed: Iterable[Seen], *, last_report: LastReport | None = None, refused: Refusal | None = None,
+          admission: Admission | None = None, reported_done: Callable[[str, int], bool] | None = None) -> World:
+    """`observe`'s World from pods already observed (`observe_one`, the job's pods then those gone):
+    each replica's latest attempt, each step's."""
     seen: dict[str, Observed] = {}
     steps: dict[str, Observed] = {}  # the initializers' pods (objects/steps.py): none of them is a replica
-    for p, was_deleted in [*((p, False) for p in pods), *((p, True) for p in gone)]:
-        obs = observe_pod(job, p, seal)
-        step = observe_step(job, p) if obs is None and not was_deleted else None
+    for obs, step in observed:
         if step is not None and (step.replica.rtype not in steps or steps[step.replica.rtype].attempt < step.attempt):
             steps[step.replica.rtype] = step
         if obs is None:
             continue
-        if was_deleted or obs.stopping:
-            since = parse_time(p["metadata"].get("deletionTimestamp"))
-            obs = replace(obs, deleted=True, stopping=not was_deleted, finished_at=obs.finished_at or since)
         old = seen.get(obs.replica.name)
         if old is None or obs.attempt > old.attempt:
             seen[obs.replica.name] = obs
-    if last_report is not None:
-        seen = {name: replace(o, last_report=last_report(name, o.attempt)) if o.phase is Phase.RUNNING else o
-                for name, o in seen.items()}
+    if last_report is not None:  # replaced only where there is a report (4,096 replicas, most never report)
+        for name, o in seen.items():
+            at = last_report(name, o.attempt) if o.phase is Phase.RUNNING else None
+            if at is not None:
+                seen[name] = replace(o, last_report=at)
     if reported_done is not None:  # (replica, attempt) -> its latest report said 100 %: core/round/reconcile.py
-        seen = {name: replace(o, reported_done=True) if reported_done(name, o.attempt) else o
-                for name, o in seen.items()}
+        for name, o in seen.items():
+            if reported_done(name, o.attempt):
+                seen[name] = replace(o, reported_done=True)
     return World(replicas=seen, refused=refused, admission=admission or Admission(), steps=steps)
 
 

@@ -4,19 +4,21 @@ since (kept in the job's memory until core has decided on them)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from torchjob.api.model import TorchJob
 from torchjob.core.round.initializers import step
 from torchjob.core.shape.topology import replicas
 from torchjob.kube.controller.memory import JobMemory
 from torchjob.kube.controller.observe import observe_pod
-from torchjob.kube.machinery.informer import Key
+from torchjob.kube.controller.seen_pods import KEEP_FROM, JobPods, JobSeen, Whose, see
+from torchjob.kube.machinery.informer import Key, Packed, unpack
 from torchjob.kube.objects.inplace import Seal
 from torchjob.kube.objects.labels import pod_name
-from torchjob.kube.objects.ownership import controller_of, left_by_earlier, owned_by
+from torchjob.kube.objects.ownership import controller_of
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
@@ -27,32 +29,53 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 @dataclass
 class PodIndex:
     """The pods of each job, from the pod informer: their names by job, the pods themselves read
-    from its cache (packed: not held twice). Those deleted since are in the job's memory, kept until
-    core has decided on them."""
+    from its cache (packed: not held twice), and for a big job what its last round saw of each
+    (seen_pods.py: only those changed since are read again). Those deleted since are in the job's
+    memory, kept until core has decided on them."""
 
-    pods: Mapping[Key, dict[str, Any]]  # the pod informer's cache
+    pods: Packed  # the pod informer's cache
     live: dict[Key, set[str]] = field(default_factory=dict)
+    kept: dict[Key, JobSeen] = field(default_factory=dict)  # a big job's pods as seen (KEEP_FROM)
 
-    def split(self, job: TorchJob, key: Key, memory: JobMemory) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                        list[dict[str, Any]], list[dict[str, Any]]]:
+    def changed(self, key: Key, name: str) -> None:
+        """A pod of the job changed, came or went (the controller's pod events): read again next round."""
+        seen = self.kept.get(key)
+        if seen is not None:
+            seen.dirty.add(name)
+
+    def drop(self, key: Key) -> None:
+        """The job has no pod left (or is forgotten): nothing kept of its pods."""
+        self.kept.pop(key, None)
+
+    def split(self, raw: dict[str, Any], job: TorchJob, key: Key, memory: JobMemory, seal: Seal) -> JobPods:
         """The job's pods; pods of an earlier job of the same name and kind, named as this job's
         (left by it); pods labelled as the job's that are neither (not ours to touch); the job's pods
-        deleted since."""
-        pods: list[dict[str, Any]] = []
-        stale: list[dict[str, Any]] = []
-        foreign: list[dict[str, Any]] = []
-        here = {name: self.pods[(key[0], name)] for name in self.live.get(key, ()) if (key[0], name) in self.pods}
-        names = {pod_name(job, r) for r in [*replicas(job), *(step(s.name) for s in job.spec.initializers or [])]}
-        for p in here.values():
-            if owned_by(p, job):
-                pods.append(p)
-            elif left_by_earlier(p, job) and p["metadata"]["name"] in names:
-                stale.append(p)
-            else:
-                foreign.append(p)
+        deleted since. Read from what the last round saw of them, the changed ones read again."""
+        live = self.live.get(key, set())
+        shape = (job.metadata.uid, msgspec.json.encode(raw.get("spec")))
+        seen = self.kept.pop(key, None)
+        if seen is None or seen.shape != shape:
+            seen, dirty = JobSeen(shape), live
+        else:
+            dirty, seen.dirty = seen.dirty, set()
+        names: set[str] = set()
+
+        def job_names() -> set[str]:  # asked only of an earlier job's pod, once a round
+            if not names:
+                made = [*replicas(job), *(step(s.name) for s in job.spec.initializers or [])]
+                names.update(pod_name(job, r) for r in made)
+            return names
+
+        for name in dirty:
+            blob = self.pods.blob((key[0], name)) if name in live else None
+            seen.read(name, blob, lambda b: see(job, unpack(b), b, seal, job_names))
+        if len(live) >= KEEP_FROM:
+            self.kept[key] = seen
         since, memory.gone = memory.gone, {}
-        gone = [p for name, p in since.items() if name not in here and controller_uid(p) == job.metadata.uid]
-        return pods, stale, foreign, gone
+        gone = [p for name, p in since.items() if name not in live and controller_uid(p) == job.metadata.uid]
+        others = [(s.whose, unpack(s.blob)) for s in seen.others.values()]
+        return JobPods(seen.own, [p for w, p in others if w is Whose.STALE],
+                       [p for w, p in others if w is Whose.FOREIGN], gone)
 
     @staticmethod
     def keep_undecided(decided: TorchJob, memory: JobMemory, gone: list[dict[str, Any]], seal: Seal) -> None:

@@ -49,16 +49,19 @@ from torchjob.core.round.reconcile import (
     reconcile,
 )
 from torchjob.core.round.reconcile import refuse as refuse_unreadable
+from torchjob.kube.controller import observe
 from torchjob.kube.controller.config import OperatorConfig
 from torchjob.kube.controller.configmaps import ConfigMaps
 from torchjob.kube.controller.gates import KueueGate, Look, PodGroupGate
 from torchjob.kube.controller.leaving import again_if_failed, leaving
 from torchjob.kube.controller.memory import JobMemory, Memories
 from torchjob.kube.controller.names import check_taken
-from torchjob.kube.controller.observe import kept_tails, observe
+from torchjob.kube.controller.observe import kept_tails
 from torchjob.kube.controller.outcome import DONE, GONE, Result
 from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
 from torchjob.kube.controller.round_parts import Decision, JobCaches, ProgressLink
+from torchjob.kube.controller.seen_pods import JobPods
+from torchjob.kube.controller.stall_stacks import StallStacks
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Key, only_status_changed
@@ -73,8 +76,7 @@ from torchjob.kube.served.kinds import ServedKind
 from torchjob.kube.served.reading import Unreadable
 
 log = logging.getLogger("torchjob.kube")
-# How long past its grace an attempt asked to stop in place may go unreported before its pod is deleted.
-STOP_PATIENCE_S = 30
+STOP_PATIENCE_S = 30  # how long past its grace an attempt asked to stop in place may go unreported (then deleted)
 STALE_RECHECK_S = 1.0  # how soon a job looks again whether an earlier job's pods have freed its names
 
 
@@ -89,7 +91,7 @@ class Reconciler:
         self.progress, self.spawn = progress, spawn
         self.jobs, self.pods, self.services, self.index = caches.jobs, caches.pods, caches.services, caches.index
         self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate
-        self.pod_options = config.pods
+        self.pod_options, self.stall_stacks = config.pods, StallStacks(api, spawn)
         self.configmaps = ConfigMaps(api, self._create)
         self.seal = progress.seal if progress is not None else inplace.NO_SEAL
 
@@ -112,12 +114,14 @@ class Reconciler:
         queue = await self.kueue_gate.observe(raw, job, key, memory) if self.kind.own_kueue else Look()
         group = await self.podgroup_gate.observe(job, key, memory)
         result = DONE.after(queue.recheck_s).after(group.recheck_s)
-        pods, stale, foreign, gone = self.index.split(job, key, memory)
-        admission = Admission(queue.seen, queue.finished, group.seen, group.awaited)
-        world = observe(job, pods, gone=gone, refused=memory.learned, last_report=self._reports(key),
-                        admission=admission, seal=self.seal, reported_done=self._done(key))
+        pods = self.index.split(raw, job, key, memory, self.seal)  # only those changed since read again
+        gone, admission = pods.gone, Admission(queue.seen, queue.finished, group.seen, group.awaited)
+        world = observe.world(pods.observed(job, self.seal), refused=memory.learned, last_report=self._reports(key),
+                              admission=admission, reported_done=self._done(key))
+        world, soon = self.stall_stacks.fact(job, world, lambda: map(pods.pod, list(pods.own)), memory, now)
         plan = reconcile(job, world, now)
         plan.status = kept_tails(plan.status, job, gone)  # the gone pods' ends of logs (logs --kube --attempt)
+        self.stall_stacks.keep(plan, memory)  # a stall's stacks (stall_stacks.py): status.keptStacks, an event
         self._say_not_in_place(job, plan)
         if plan.admission and plan.admission[0].ends_round:
             # Kueue's say changes the job's spec first: nothing else is written or done; its watch
@@ -130,9 +134,9 @@ class Reconciler:
         if plan.status.finished:
             memory.learned = None  # decided on: a finished job ignores it
         decision = Decision(raw, job, key, memory, plan, now)
-        creates, result = await self._admit(decision, queue, group, bool(pods), result)
-        result = await self._act(decision, pods, stale, result, creates)
-        self._tell_foreign(raw, key, memory, foreign)
+        creates, result = await self._admit(decision, queue, group, bool(pods.own), result.after(soon))
+        result = await self._act(decision, pods, result, creates)
+        self._tell_foreign(raw, key, memory, pods.foreign)
         return result
 
     def _say_not_in_place(self, job: TorchJob, plan: Plan) -> None:
@@ -175,8 +179,7 @@ class Reconciler:
             await self.podgroup_gate.wait(raw, job, memory)
         return creates, result
 
-    async def _act(self, d: Decision, pods: list[dict[str, Any]], stale: list[dict[str, Any]], result: Result,
-                   creates: bool) -> Result:
+    async def _act(self, d: Decision, pods: JobPods, result: Result, creates: bool) -> Result:
         """Carry the plan out; returns `result` with what acting adds: a fact learned (look again at
         once), the earlier job's pods to wait for, the plan's deadline, a stuck pod's."""
         raw, job, key, memory, plan, now = d.raw, d.job, d.key, d.memory, d.plan, d.now
@@ -191,9 +194,8 @@ class Reconciler:
             await self.configmaps.publish(ca_configmap(key[0], self.progress.trust.pem))
             if job.run_policy.warmSpares:
                 await self.configmaps.publish(inplace.configmap(key[0]))
-        blocked = await self._clear_stale(job, stale)
-        if blocked:
-            result = result.after(STALE_RECHECK_S)
+        blocked = await self._clear_stale(job, pods.stale)
+        result = result.after(STALE_RECHECK_S) if blocked else result
         try:
             await self._apply(job, plan, blocked, pods, creates=creates)
         except PodRefused as e:
@@ -207,13 +209,13 @@ class Reconciler:
             await self._create_tensorboard(raw, job, memory)
         if plan.requeue_at is not None:
             result = result.after((plan.requeue_at - now).total_seconds())
-        for pod in pods:  # an attempt asked to stop in place whose entry point does not answer: its pod goes
+        for pod in pods.stop_pending():  # an attempt asked to stop in place, its entry point not answering: it goes
             due = inplace.stop_overdue(pod, now, self.seal)
             if due is not None and due <= 0:
                 log.warning("%s: its attempt asked to stop has not ended; deleting the pod", pod["metadata"]["name"])
                 await self.api.delete("Pod", pod["metadata"]["name"], key[0], grace_s=0)
             result = result.after(due) if due is not None and due > 0 else result
-        return result.after(self._force_delete_stuck(raw, memory, pods, now))
+        return result.after(self._force_delete_stuck(raw, memory, pods.going(), now))
 
     async def _write(self, raw: dict[str, Any], job: TorchJob | None, status: JobStatus, plan: Plan) -> None:
         """The decision, before it is acted on: the status (when it or the generation it was decided on
@@ -291,10 +293,9 @@ class Reconciler:
             self.services.remember(created, quiet=True)  # not created twice before its watch event
         return True
 
-    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], pods: list[dict[str, Any]],
-                     creates: bool) -> None:
+    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], pods: JobPods, creates: bool) -> None:
         ns = job.metadata.namespace or "default"
-        by_name = {p["metadata"]["name"]: p for p in pods}
+        forgotten: set[str] = set()  # pods deleted as finished: no attempt starts in them
         # A pod restarting in place (objects/inplace.py) is kept through its replica's restart: its
         # attempt is stopped, and its next one started, in it. Not once the job ends or is suspended.
         ending = plan.status.finished or plan.status.is_true(ConditionType.SUSPENDED)
@@ -303,7 +304,7 @@ class Reconciler:
         for a in plan.actions:
             match a:
                 case Stop():
-                    pod = by_name.get(pod_name(job, a.replica))
+                    pod = pods.pod(pod_name(job, a.replica))
                     rspec = job.spec.pytorchReplicaSpecs.get(a.replica.rtype)  # None: an initializer's
                     grace = rspec.template.spec.terminationGracePeriodSeconds if rspec is not None else None
                     # not the pod's 30 s: a peer hung in a collective of the failed rank (its PID 1 ignores
@@ -315,11 +316,11 @@ class Reconciler:
                         continue
                     deletes.append((pod_name(job, a.replica), grace))
                 case Forget() | Purge():  # a finished pod: nothing runs in it
-                    pod = by_name.get(pod_name(job, a.replica))
+                    pod = pods.pod(pod_name(job, a.replica))
                     if (isinstance(a, Forget) and not ending and pod is not None
                             and inplace.parked(pod, a.attempt, self.seal)):
                         continue  # its replica's next attempt starts in it
-                    by_name.pop(pod_name(job, a.replica), None)
+                    forgotten.add(pod_name(job, a.replica))
                     deletes.append((pod_name(job, a.replica), 0))
                 case DeleteJob():  # after its pods' deletes
                     await self._delete_pods(ns, deletes)
@@ -333,15 +334,15 @@ class Reconciler:
                     assert_never(a)
         await self._delete_pods(ns, deletes)
         if plan.status.finished:  # what ended in place ends its pod now, with that attempt's exit code
-            for pod in by_name.values():
+            for pod in pods.in_place(but=forgotten):
                 here = inplace.in_place(pod, self.seal)
                 if here is not None and inplace.parked(pod, here.attempt, self.seal):
                     await self._note(pod, inplace.release_note(here.attempt))
         # Not created: pods whose name an earlier job's pod still holds, or all while the PodGroup
         # waits (both requeued). The others at once: a job's pods are independent requests.
-        done = await asyncio.gather(*(self._start(job, a, by_name.get(pod_name(job, a.replica))) for a in made
-                                      if creates and pod_name(job, a.replica) not in blocked),
-                                    return_exceptions=True)
+        starts = [(a, pod_name(job, a.replica)) for a in made if creates]
+        done = await asyncio.gather(*(self._start(job, a, None if n in forgotten else pods.pod(n))
+                                      for a, n in starts if n not in blocked), return_exceptions=True)
         raise_first(done)
 
     async def _delete_pods(self, ns: str, pods: list[tuple[str, int | None]]) -> None:

@@ -159,7 +159,12 @@ class Packed(MutableMapping[Key, dict[str, Any]]):
     def version(self, key: Key) -> int:
         """The cached object's resourceVersion as a number (0: none cached, or opaque), unpacking nothing."""
         packed = self._blobs.get(key)
-        return int(packed[:packed.index(b"|")]) if packed is not None else 0
+        return version_of(packed) if packed is not None else 0
+
+    def blob(self, key: Key) -> bytes | None:
+        """The cached object still packed (`unpack` reads it): kept by a reader that reads it later as it
+        was now, sharing the cache's bytes while the object does not change."""
+        return self._blobs.get(key)
 
 
 # msgspec's JSON (lightkube parses every answer with it): the same compact JSON as the json module's
@@ -167,6 +172,11 @@ class Packed(MutableMapping[Key, dict[str, Any]]):
 # encode, every read of a cached object one parse.
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
+
+
+def version_of(blob: bytes) -> int:
+    """A packed object's resourceVersion (0: opaque)."""
+    return int(blob[:blob.index(b"|")])
 
 
 def unpack(blob: bytes) -> dict[str, Any]:
