@@ -70,6 +70,7 @@ class FakeApi:
         self.calls: list[Call] = []
         self.failures: list[tuple[Callable[[Call], bool], ApiError]] = []
         self.missing_kinds: set[str] = set()  # kinds whose CRD is not installed: every call answers 404
+        self.logs: dict[tuple[str, str, str], list[str]] = {}  # (namespace, pod, container) -> its log's lines
         self._rv = itertools.count(1)
         self._watchers: list[tuple[str, str | None, dict[str, Any] | None, asyncio.Queue[tuple[str, Any]]]] = []
         self._uids = itertools.count(1)
@@ -179,6 +180,15 @@ class FakeApi:
             raise api_error(409, f'{kind} "{name}": the object has been modified', kind.lower() + "s", name)
         return self._merge(Call("patch_annotations", kind, name, namespace, copy.deepcopy(annotations)),
                            {"metadata": {"annotations": annotations}}, {"metadata": {"uid": uid}} if uid else None)
+
+    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> list[str]:
+        """What `logs` holds for the pod's container, `{request}` read as the pod's torchjob.dev/stacks-request
+        annotation now (a test writes there what the pod's stacks watcher would answer to it)."""
+        self._check(Call("log", "Pod", pod, namespace, container))
+        obj = self.objects.get(("Pod", namespace, pod)) or {}
+        request = ((obj.get("metadata") or {}).get("annotations") or {}).get("torchjob.dev/stacks-request", "")
+        return [line.replace("{request}", request) for line in self.logs.get((namespace, pod, container), [])
+                if request or "{request}" not in line][-tail_lines:]
 
     async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None:
         self._merge(Call("patch_data", kind, name, namespace, copy.deepcopy(data)), {"data": data})

@@ -35,6 +35,12 @@
 - apiGroups:
   - ''
   resources:
+  - pods/log
+  verbs:
+  - get
+- apiGroups:
+  - ''
+  resources:
   - services
   verbs:
   - get

@@ -73,6 +73,7 @@ class Reason(StrEnum):
     PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
     HANG_DEADLINE_EXCEEDED = "HangDeadlineExceeded"  # no rank moved for runPolicy.hangDeadlineSeconds
     STALLED = "Stalled"  # an event: replicas went quiet
+    STACKS_TAKEN = "StacksTaken"  # an event: where every rank was, taken before a stall's replicas were stopped
     TERMINATED = "Terminated"  # a user's stop, or a TerminateJob policy
     INITIALIZER_FAILED = "InitializerFailed"  # an initializer step failed past its backoffLimit
     INITIALIZED = "Initialized"  # an event: an initializer step completed
@@ -180,6 +181,20 @@ class KeptTail(BaseModel):
     tail: str = Field(description="The end of its log, as the kubelet kept it (2 KiB at most here).")
 
 
+class KeptStacks(BaseModel):
+    """Where every rank was when replicas stalled, taken by the operator before it stopped them (issue 42): the
+    stacks its pods' watchers gave (kube/controller/stall_stacks.py), kept in the status with that attempt, since
+    the restart or the job's end deletes the pods and their logs."""
+
+    attempts: dict[str, int] = Field(description="The replica attempts that were asked (replica -> attempt): the "
+                                     "stacks are theirs.")
+    stalled: list[str] = Field(description="The replicas that went quiet (runPolicy.progressDeadlineSeconds).")
+    takenAt: datetime = Field(description="When they were asked.")
+    short: str = Field(description="For each group of ranks with the same stack, the innermost frame of the user's "
+                       "own code, as the root cause and the Stalled event say it.")
+    stacks: str = Field(description="The stacks in full, grouped (8 KiB at most here; a longer text is cut).")
+
+
 class Metric(BaseModel):
     """A named value a replica reported (Kubeflow Trainer's `trainerStatus.metrics[]` entry)."""
 
@@ -248,6 +263,9 @@ class JobStatus(BaseModel):
     keptTails: list[KeptTail] = Field(
         default_factory=list, description="The end of the logs of replica attempts whose pods are gone, newest "
         "attempt first, a few at most (on Kubernetes; `logs --kube --replica R --attempt N` shows them).")
+    keptStacks: list[KeptStacks] = Field(
+        default_factory=list, description="Where every rank was before a stall's replicas were stopped, newest "
+        "first, a few at most (on Kubernetes; `logs --kube --replica R --attempt N` shows them with that attempt).")
     progress: Progress | None = Field(None, description="How far the job is, as its replicas report it.")
 
     def condition(self, ctype: ConditionType) -> Condition | None:

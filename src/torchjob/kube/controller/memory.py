@@ -8,8 +8,10 @@ once. Lost on a restart, it is learned again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from torchjob.core.diagnosis.stacks import Stacks
 from torchjob.core.round.reconcile import Refusal
 from torchjob.kube.machinery.informer import Key
 
@@ -25,6 +27,18 @@ class GangMemory:
 
 
 @dataclass
+class StallStacksMemory:
+    """The stacks taken of a stalled job's pods (stall_stacks.py), for one set of quiet attempts."""
+
+    quiet: tuple[tuple[str, int], ...]  # the quiet (replica, attempt)s they are for
+    asked_at: datetime
+    due: datetime  # core waits for them until then (World.stacks_due)
+    attempts: dict[str, int]  # every replica attempt asked (its pod made with the front)
+    taken: Stacks | None = None  # once every pod answered, or the bound passed
+    said: bool = False  # their StacksTaken event was planned
+
+
+@dataclass
 class JobMemory:
     learned: Refusal | None = None  # what acting taught, for the next round's World
     gone: dict[str, dict[str, Any]] = field(default_factory=dict)  # its pods deleted since (their last state)
@@ -32,6 +46,7 @@ class JobMemory:
     claims: bool = False  # its volume claims (spec.volumeClaims) were created or found
     told: set[str] = field(default_factory=set)  # what its events said once (a pod not ours, a pod leaving)
     gang: GangMemory = field(default_factory=GangMemory)
+    stacks: StallStacksMemory | None = None  # a stall's stacks, taken or being taken
 
 
 class Memories:

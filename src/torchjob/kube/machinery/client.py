@@ -286,6 +286,12 @@ class Api:
                                       patch_type=PatchType.MERGE)
         return to_dict(obj)
 
+    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> list[str]:
+        """A pod's container's log lines of the last `since_s` seconds, its last `tail_lines` at most: a stalled
+        job's stacks, which its pods' watchers answer there (kube/controller/stall_stacks.py)."""
+        return [line async for line in self.client.log(pod, namespace=namespace, container=container, since=since_s,
+                                                       tail_lines=tail_lines)]
+
     async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None:
         """Merge-patch an object's `data` (a ConfigMap's)."""
         await self.client.patch(KINDS[kind], name, {"data": data}, namespace=namespace, patch_type=PatchType.MERGE)

@@ -64,6 +64,8 @@ JOB_RULES: list[dict[str, Any]] = [
     # get: whose is the pod or Service a create answered 409 for
     # patch: a pod restarting in place is told its next attempt (objects/inplace.py)
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
+    # a stalled job's stacks, answered in its pods' logs (controller/stall_stacks.py); no pods/exec
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create"]},
     # a TrainJob's workspace (spec.volumeClaims); get: whose is the claim a create answered 409 for
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create"]},
