@@ -16,6 +16,12 @@ the same run, one after the other on the same cluster (--phases picks some, in t
   floor     the writes floor: the very writes the operator makes for each job (status, events,
             Service, pods; see scale_floor.py), made by this client with the operator's
             concurrency (--workers) and no operator, given the same N TorchJobs;
+  volcano   `torchjob operator` given the same TorchJobs, each one gang (schedulingPolicy
+            schedulerName volcano, minAvailable every pod) that Volcano's vc-scheduler (built by
+            hack/volcano/build.sh, run alone) admits and binds: "torchjob+volcano";
+  kueue     `torchjob operator` given the same TorchJobs in a Kueue queue (each pod requesting 10m
+            CPU), Kueue's manager (hack/kueue/build.sh, run alone) admitting each whole job by a
+            ClusterQueue's quota that holds them all: "torchjob+kueue" (bench/admitters.py);
   ptj       with --pytorchjobs, `torchjob operator --kubeflow-api on` given the very N
             PyTorchJobs the Kubeflow peer gets, on torchjob's `pytorchjobs.kubeflow.org` CRD
             (`torchjob install --kubeflow-api`): torchjob serving Kubeflow's API;
@@ -81,6 +87,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
+import admitters
 import big_job
 from scale_floor import ANY_NAME, ANY_NAMESPACE, Plan, Written, least, objects
 from scale_measure import (
@@ -129,7 +136,8 @@ KUBEFLOW_SECRET = "training-operator-webhook-cert"
 TORCHJOB_PTJ = "torchjob-ptj"  # torchjob serving PyTorchJobs (--pytorchjobs)
 BEFORE = "torchjob (before)"  # torchjob from --baseline-src
 FLOOR = "writes floor"
-PHASES = ("api", "before", "torchjob", "floor", "ptj", "kubeflow")
+PHASES = ("api", "before", "torchjob", "floor", "volcano", "kueue", "ptj", "kubeflow")
+ADMITTED = {"volcano": "torchjob+volcano", "kueue": "torchjob+kueue"}  # torchjob given admitters (admitters.py)
 TORCHJOB_CRD, PYTORCHJOB_CRD = "torchjobs.torchjob.dev", "pytorchjobs.kubeflow.org"
 INSTALL_MANAGER = "torchjob-install"  # `torchjob install`'s field manager: the bench applies CRDs as it does
 
@@ -343,7 +351,9 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
             if then is not None:
                 await then(op, res)
 
-        async def torchjob_op(ns: str, name: str, code: Tree) -> Result:
+        async def torchjob_op(ns: str, name: str, code: Tree,
+                              shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Result:
+            """`shape`: each job changed for an admitter (admitters.py); then no gang restart nor readers."""
             await use_crd(client, kubeconfig, code.crds[TORCHJOB_CRD], TorchJobRes)
             port = free_port()
             seen = written[name] = Written()
@@ -355,11 +365,12 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                 cmd = [cmd[0], str(Path(__file__).with_name("operator_memory.py")), "--out", str(profile), "--",
                        *cmd[1:]]
                 after = functools.partial(memory_report, profile)
-            if args.job_pods:  # the gang restart, then the readers, while the operator runs
+            if args.job_pods and shape is None:  # the gang restart, then the readers, while the operator runs
                 after = functools.partial(big_after, ns, code, after,
                                           big_job.fail_one(client, ns, "j0", n_pods))
             res = await run_operator(client, name, cmd, code.env(), f"http://127.0.0.1:{port}/readyz", log, ns,
-                                     [TorchJobRes.from_dict(torchjob(f"j{i}", ns, workers)) for i in range(args.jobs)],
+                                     [TorchJobRes.from_dict((shape or (lambda j: j))(torchjob(f"j{i}", ns, workers)))
+                                      for i in range(args.jobs)],
                                      TorchJobRes, torchjob_running, args, observe=seen, after=after)
             await seen.count_events(client, ns, "TorchJob")
             res.notes.append(f"ran {code.where}; wrote {fmt(seen.writes_per_job())} status writes and "
@@ -393,6 +404,18 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                 writes = ", ".join(f"{n} {what}" for what, n in sorted(made["writes"].items()))
                 res.notes.append(f"wrote {writes}; {made['source']}")
                 res.notes.extend(f"{n} x {err}" for err, n in made["errors"].items())
+            return res
+
+        async def admitted_op(ns: str, admitter: str) -> Result:
+            """torchjob given the same jobs, each admitted by Volcano's gang or Kueue's quota (admitters.py)."""
+            work = Path(tempfile.mkdtemp(prefix=f"torchjob-bench-{admitter}-"))
+            if admitter == "volcano":
+                running, shape = admitters.vc_scheduler(kubeconfig, work), admitters.gang
+            else:
+                running, shape = admitters.kueue(kubeconfig, work, ns, n_pods), admitters.queued
+            with running as log:
+                res = await torchjob_op(ns, ADMITTED[admitter], tree, shape)
+            res.notes.append(f"{admitter}'s log: {log}")
             return res
 
         async def torchjob_pytorchjobs_op(ns: str) -> Result:
@@ -435,6 +458,10 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                          lambda ns: torchjob_op(ns, "torchjob", tree), TorchJobRes),
             "floor": (FLOOR, f"the operator's writes for {args.jobs} TorchJobs, made directly with "
                              f"{args.workers} workers", floor, TorchJobRes),
+            "volcano": (ADMITTED["volcano"], f"torchjob operator, {args.jobs} TorchJobs as Volcano gangs",
+                        lambda ns: admitted_op(ns, "volcano"), TorchJobRes),
+            "kueue": (ADMITTED["kueue"], f"torchjob operator, {args.jobs} TorchJobs admitted by Kueue",
+                      lambda ns: admitted_op(ns, "kueue"), TorchJobRes),
             "ptj": (TORCHJOB_PTJ, f"torchjob operator --kubeflow-api on, {args.jobs} PyTorchJobs",
                     torchjob_pytorchjobs_op, PyTorchJobRes),
             "kubeflow": ("kubeflow", f"Kubeflow training-operator {KUBEFLOW_VERSION}, {args.jobs} PyTorchJobs",
@@ -513,6 +540,11 @@ def ratios(results: list[Result]) -> list[tuple[str, float | None]]:
             out.append((f"{a.name} / {b.name}: time to every job Running", rel(a.jobs_running_s, b.jobs_running_s)))
             out.append((f"{a.name} / {b.name}: peak RSS", rel(a.rss_peak_mb, b.rss_peak_mb)))
             out.append((f"{a.name} / {b.name}: CPU time", rel(a.cpu_s, b.cpu_s)))
+    for admitted in (by.get(name) for name in ADMITTED.values()):  # what an admitter adds to torchjob alone
+        if admitted is not None and tj is not None:
+            out.append((f"{admitted.name} / torchjob: every pod Running",
+                        rel(admitted.pods_running_s, tj.pods_running_s)))
+            out.append((f"{admitted.name} / torchjob: operator CPU time", rel(admitted.cpu_s, tj.cpu_s)))
     return out
 
 
@@ -683,7 +715,7 @@ def main() -> None:
         if args.job_pods < 2:
             parser.error(f"--job-pods {args.job_pods}: a job of a master and at least one worker is 2 pods or more")
         if args.phases and any(p in args.phases for p in ("ptj", "kubeflow")):
-            parser.error("--job-pods measures TorchJobs: phases api, before, torchjob and floor")
+            parser.error("--job-pods measures TorchJobs: phases api, before, torchjob, floor, volcano and kueue")
         args.jobs, args.pods, args.kubeflow, args.pytorchjobs = 1, args.job_pods, "no", False
     else:
         args.pods = 4

@@ -95,3 +95,21 @@ def test_a_round_count_under_one_is_refused_naming_the_flag() -> None:
                          text=True, timeout=120)
     assert run.returncode == 2 and "--rounds 0: a round count is 1 or more" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_job_through_volcano_and_kueue_is_put_against_torchjob_alone() -> None:
+    """--phases torchjob,volcano,kueue: what each admitter adds to the time to every pod Running."""
+    mod = bench()
+    tj = mod.Result("torchjob", 40, pods_running_s=10.0, cpu_s=4.0)
+    volcano = mod.Result("torchjob+volcano", 40, pods_running_s=15.0, cpu_s=5.0)
+    kueue = mod.Result("torchjob+kueue", 40, pods_running_s=12.0, cpu_s=4.4)
+    assert dict(mod.ratios([tj, volcano, kueue])) == {
+        "torchjob+volcano / torchjob: every pod Running": 1.5, "torchjob+volcano / torchjob: operator CPU time": 1.25,
+        "torchjob+kueue / torchjob: every pod Running": 1.2, "torchjob+kueue / torchjob: operator CPU time": 1.1}
+    job = mod.torchjob("j0", "ns", workers=7)
+    assert mod.admitters.gang(job)["spec"]["runPolicy"]["schedulingPolicy"] == {"schedulerName": "volcano",
+                                                                                 "minAvailable": 8}
+    queued = mod.admitters.queued(mod.torchjob("j0", "ns", workers=7))
+    assert queued["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "bench"}
+    assert {c["resources"]["requests"]["cpu"] for r in queued["spec"]["pytorchReplicaSpecs"].values()
+            for c in r["template"]["spec"]["containers"]} == {"10m"}
