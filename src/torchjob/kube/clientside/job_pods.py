@@ -17,7 +17,7 @@ from lightkube.resources.core_v1 import Event, Pod, PodLog
 from torchjob.api.errors import UserError
 from torchjob.api.pod import training_index
 from torchjob.api.status import ConditionType, JobStatus
-from torchjob.core.round.kept import kept_tail
+from torchjob.core.round.kept import kept_tail, stacks_of
 from torchjob.kube.machinery.client import parse_time, status_code, to_dict
 from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
@@ -123,23 +123,31 @@ def pod_logs(kube: Client, name: str, every: list[Any], replica: str | None = No
 
 def kept_logs(status: JobStatus, every: list[Any], replica: str | None, attempt: int | None) -> list[str] | None:
     """What the status kept of a replica attempt whose pod is gone (core/round/kept.py: the end of its
-    log, from its termination message), said to be only that; None where its pod is there to read, or
-    nothing was kept (`pod_logs` says why). Without `attempt`, the replica's newest kept one, when no
-    pod of it is left."""
+    log, from its termination message, and where every rank was when a stall stopped it), said to be only that;
+    None where its pod is there to read, or nothing was kept (`pod_logs` says why). Without `attempt`, the
+    replica's newest kept one, when no pod of it is left."""
     if replica is None:
         return None
     mine = [pod_attempt(to_dict(p)) for p in every if replica_name(p.metadata.labels) == replica]
     if attempt is None:
-        tails = [t for t in status.keptTails if t.replica == replica]
-        tail = max(tails, key=lambda t: t.attempt) if tails and not mine else None
-    else:
-        tail = kept_tail(status, replica, attempt) if attempt not in mine else None
-    if tail is None:
+        known = [t.attempt for t in status.keptTails if t.replica == replica]
+        known += [k.attempts[replica] for k in status.keptStacks if replica in k.attempts]
+        attempt = max(known) if known and not mine else None
+    if attempt is None or attempt in mine:
         return None
-    code = f", exit code {tail.exitCode}" if tail.exitCode is not None else ""
-    prefix = f"[{replica}] "
-    return [f"{prefix}(attempt {tail.attempt}: its pod is gone; the end of its log as the kubelet kept it{code}, "
-            "not the whole log)", *(prefix + line for line in tail.tail.rstrip("\n").split("\n"))]
+    tail, stacks = kept_tail(status, replica, attempt), stacks_of(status, replica, attempt)
+    if tail is None and stacks is None:
+        return None
+    prefix, out = f"[{replica}] ", []
+    if tail is not None:
+        code = f", exit code {tail.exitCode}" if tail.exitCode is not None else ""
+        out += [f"{prefix}(attempt {tail.attempt}: its pod is gone; the end of its log as the kubelet kept it{code}, "
+                "not the whole log)", *(prefix + line for line in tail.tail.rstrip("\n").split("\n"))]
+    if stacks is not None:
+        out += [f"{prefix}(attempt {attempt}: where every rank was at {stacks.takenAt:%Y-%m-%d %H:%M:%S}, before the "
+                f"stall of {', '.join(stacks.stalled)} stopped it; most recent call first, . marks a library frame)",
+                *(prefix + line for line in stacks.stacks.rstrip("\n").split("\n"))]
+    return out
 
 
 def _tail(kube: Client, pod: str, namespace: str, lines: int, limit_bytes: int, follow: bool) -> Iterator[str]:
