@@ -296,7 +296,8 @@ def describe(name: str, output: str, replicas: str, **where: Any) -> None:
     """A job's spec summary, replica attempts with exit codes, conditions and events."""
     from torchjob.cli import views
 
-    views.describe(_runtime(**where).describe(name), output, _dump, every_replica=replicas == "all")
+    summary = output == "text" and replicas == "auto"  # -o json/yaml: each pod whole
+    views.describe(_runtime(**where).describe(name, summary=summary), output, _dump, every_replica=replicas == "all")
 
 
 @cli.command()

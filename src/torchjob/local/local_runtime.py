@@ -198,8 +198,8 @@ class LocalRuntime:
             raise no_such_job(name, [r.name for r, _ in read.visible(self.store)])
         return found
 
-    def describe(self, name: str) -> JobView:
-        rec, v = self._find(local_name(name))
+    def describe(self, name: str, summary: bool = False) -> JobView:
+        rec, v = self._find(local_name(name))  # the store's rows are cheap: `summary` reads no less
         return read.view(self.store, rec, v)
 
     def list(self) -> list[JobView]:

@@ -235,7 +235,7 @@ class Source:
         ref = job_ref(kind, name)
         rt = self._runtime_for(namespace, ref)
         with self._calling():
-            return detail(rt.describe(ref), every_replica)
+            return detail(rt.describe(ref, summary=not every_replica), every_replica)
 
     def log(self, namespace: str, name: str, replica: str, attempt: int | None,
             kind: str | None = None) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from torchjob.kube.machinery.client import parse_time, status_code, to_dict
 from torchjob.kube.objects import inplace
 from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
 from torchjob.kube.objects.labels import attempt_of as pod_attempt
-from torchjob.kube.objects.ownership import controller_of
 from torchjob.kube.objects.pod_status import terminated
 from torchjob.runtime import AttemptView, no_output
 
@@ -70,8 +69,14 @@ def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
     labels = {**served(data).pod_labels, LABEL_JOB: meta["name"]}
     found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels=labels)
     uid = meta.get("uid")
-    mine = [p for p in found if uid and (controller_of(to_dict(p)) or {}).get("uid") == uid]
+    mine = [p for p in found if uid and controls(uid, p.metadata.ownerReferences)]
     return sorted(mine, key=_order)
+
+
+def controls(uid: str, refs: list[Any] | None) -> bool:
+    """Whether `uid` is the controller among a pod's owner references (lightkube's): read off the
+    model, not its dict (thousands of pods)."""
+    return any(r.controller and r.uid == uid for r in refs or [])
 
 
 def _order(pod: Any) -> tuple[bool, str, int, str]:
@@ -200,15 +205,17 @@ def attempt_of(pod: Any) -> AttemptView:
     )
 
 
-def attempts(found: list[Any], status: Any) -> list[AttemptView]:
+def attempts(found: list[Any], status: Any, running: list[AttemptView] | None = None) -> list[AttemptView]:
     """The attempts table of a job on a cluster: each pod's attempt (one being deleted while it ran:
     Stopping, as the job's end or restart stops it), and a row for each replica whose pod is gone
     (deleted by the job's end, a restart or a suspend), at its attempt the status keeps: the root
-    cause's replica with its exit code, the others Deleted."""
+    cause's replica with its exit code, the others Deleted. `running`: the rows of pods read as
+    their metadata only (pod_listing.summary_pods), beside `found`."""
     rows = [attempt_of(p) for p in found]
     for i, p in enumerate(found):
         if p.metadata.deletionTimestamp and rows[i].reason in ("Pending", "Running"):
             rows[i] = replace(rows[i], reason="Stopping")
+    rows += running or []
     have = {a.replica for a in rows}
     f = status.failure
     for name, state in status.replicas.items():

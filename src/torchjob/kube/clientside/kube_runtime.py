@@ -45,10 +45,12 @@ from torchjob.kube.clientside.job_pods import (
     waiting,
 )
 from torchjob.kube.clientside.plan import KubePlan, refuse_without_image
+from torchjob.kube.clientside.pod_listing import job_pods_for
 from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, status_code, to_dict
 from torchjob.kube.objects import kueue
 from torchjob.kube.objects.labels import replica_name
 from torchjob.runtime import (
+    SUMMARY_OVER,
     Code,
     EventView,
     JobView,
@@ -276,18 +278,22 @@ def logs(kube: Client, name: str, namespace: str | None, replica: str | None = N
                                                         attempt, tail, limit_bytes)
 
 
-def view_of(data: dict[str, Any], kube: Client | None = None, reader: served_jobs.Reader | None = None) -> JobView:
+def view_of(data: dict[str, Any], kube: Client | None = None, reader: served_jobs.Reader | None = None,
+            summary: bool = False) -> JobView:
     """What list (without `kube`) and describe (with it: pods and events) show of a job of any served
-    kind (`reader` reads it: a listing's one, its runtimes fetched once)."""
+    kind (`reader` reads it: a listing's one, its runtimes fetched once). `summary`: its replicas will
+    be shown summarised (Runtime.describe): a job of more than SUMMARY_OVER has its running pods read
+    as their metadata only (pod_listing), and no `raw`."""
     meta = data["metadata"]
     created = meta.get("creationTimestamp")
     job = (reader or served_jobs.Reader(kube)).read(data)
     out = JobView(name=meta["name"], job=job, status=status_of(data), namespace=meta.get("namespace"),
                   uid=meta.get("uid"), created=timestamp(created), kind=served_jobs.kind_name(data))
     if kube is not None:
-        found = pods(kube, data)
+        light = summary and sum(out.replicas.values()) > SUMMARY_OVER
+        found, running = job_pods_for(kube, data, light)
         evs = events(kube, data)
-        out.attempts = attempts(found, out.status)
+        out.attempts = attempts(found, out.status, running)
         out.events = [EventView(e.type or EventType.NORMAL, e.reason or "", e.message or "",
                                 timestamp(e.eventTime or e.firstTimestamp or e.metadata.creationTimestamp))
                       for e in evs]
@@ -298,8 +304,9 @@ def view_of(data: dict[str, Any], kube: Client | None = None, reader: served_job
         if out.root_cause is None and out.status.failure is not None:  # ended otherwise (a refusal...)
             f = out.status.failure
             out.root_cause = f"{f.reason}: {f.message}"
-        out.raw = {"job": data, "pods": [p.to_dict() for p in found],
-                   "events": [{"type": e.type, "reason": e.reason, "message": e.message} for e in evs]}
+        if not light:
+            out.raw = {"job": data, "pods": [p.to_dict() for p in found],
+                       "events": [{"type": e.type, "reason": e.reason, "message": e.message} for e in evs]}
     return out
 
 
@@ -352,8 +359,8 @@ class KubeRuntime:
             shown.close()
         return view_of(get(self.kube, name, ns), self.kube)
 
-    def describe(self, name: str) -> JobView:
-        return view_of(find(self.kube, name, self.namespace), self.kube)
+    def describe(self, name: str, summary: bool = False) -> JobView:
+        return view_of(find(self.kube, name, self.namespace), self.kube, summary=summary)
 
     def list(self) -> list[JobView]:
         """TorchJobs and the jobs of the kinds served beside them, by namespace and name."""
