@@ -15,10 +15,11 @@ from pathlib import Path
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType
-from torchjob.core.diagnosis import rank_errors, torch_errors
+from torchjob.core.diagnosis import flight_recorder, rank_errors, torch_errors
 from torchjob.core.round.initializers import step_named
 from torchjob.core.round.reconcile import Abandon, DeleteJob, Event, Observed, Phase, World, reconcile
 from torchjob.core.shape.topology import ReplicaId, node_rank, nproc_per_node
+from torchjob.local.inspect import flight
 from torchjob.local.start.prepare import supervisor_alive
 from torchjob.local.store.store import JobRecord, Store
 from torchjob.local.supervisor.process import error_file_summary
@@ -215,5 +216,6 @@ def root_cause(job: JobView, log_lines: int = 15) -> str | None:
                     words = last_words(log, log_lines)
                     out += words + _first_own(job, attempt, log, log_lines)
                 out += advice(job, "\n".join(out))
+        out += flight_recorder.said(flight.dumps(Path(a.log).parent for a in job.attempts if a.log))
     out.append(bar)
     return "\n".join(out)

@@ -36,7 +36,8 @@ WARM_ENV = "TORCHJOB_SPARE_WARM"
 # What only an attempt knows (its error file, its progress token): the rest of a replica's
 # environment is the same for each of its attempts, and a spare starts with it.
 ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN",
-                         "TORCHJOB_STACKS_DIR"})  # the last: local/inspect/stacks.py
+                         "TORCHJOB_STACKS_DIR",  # local/inspect/stacks.py
+                         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})  # local/inspect/flight.py: the attempt's folder
 # torchrun's agent, as a local replica runs it, and what it imports itself before its rendezvous
 # (loopback_torchrun.install patches what these hold, as it does when it imports them itself).
 TORCHRUN_AGENT = "torchjob.local.start.loopback_torchrun"

@@ -38,7 +38,7 @@ from torchjob.core.round.reconcile import (
     World,
     reconcile,
 )
-from torchjob.local.inspect import stacks, stalls
+from torchjob.local.inspect import flight, stacks, stalls
 from torchjob.local.inspect.render import render, warnings
 from torchjob.local.spares.keeper import SpareKeeper, SpareWarm
 from torchjob.local.start import tensorboard, volumes
@@ -300,7 +300,7 @@ class Supervisor:
         spec = self.specs[name]
         adir = self.dir / "replicas" / name / f"attempt-{attempt}"
         progress = self.endpoint.env(name, attempt, adir) if self.endpoint is not None else {}
-        spec = dataclasses.replace(spec, env={**spec.env, **progress, **stacks.env(adir)})  # stacks.env: where they go
+        spec = dataclasses.replace(spec, env={**spec.env, **progress, **stacks.env(adir), **flight.env(adir, spec.env)})
         p = ReplicaProcess(spec, attempt, adir / "output.log", adir / "error.json")
         spare = self.spares.take(name)
         try:
