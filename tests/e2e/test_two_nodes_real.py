@@ -420,3 +420,100 @@ def test_warm_spares_restart_a_rank_in_place_on_the_second_node(node_kubeconfig:
     assert attempts(logs["sp-worker-0"])[0][0] == killed  # the process killed on real-node-1 was the trainer
     print(f"warm spares on two nodes: in place on {NODES[1]} and {NODES[0]}, training at {t_training:.1f}s, "
           f"spares warm at {t_warm:.1f}s, resumed at {t_resumed:.1f}s, ended at {t_ended:.1f}s")
+
+
+ELASTIC = "test_an_elastic_job_across_both_nodes_goes_on_at_one_when_drained_and_grows_back_to_two"
+REGROWN = "e2e.torchjob.dev/regrown"  # read by the pod's env when its container starts
+
+
+def pdb(ns: str, min_available: int) -> dict[str, Any]:
+    """docs/how-to/preemption.md's PodDisruptionBudget over the elastic job's pods, in `ns`."""
+    (page,) = blocks.tested(PAGE, ELASTIC, "yaml")
+    doc: dict[str, Any] = yaml.safe_load(page)
+    assert doc["spec"]["selector"]["matchLabels"] == {LABEL_JOB: "el"}, doc
+    doc["metadata"]["namespace"] = ns
+    doc["spec"]["minAvailable"] = min_available
+    return doc
+
+
+@pytest.mark.timeout(420)
+def test_an_elastic_job_across_both_nodes_goes_on_at_one_when_drained_and_grows_back_to_two(
+        node_kubeconfig: str, node: Client, ns: str, tmp_path: Path) -> None:
+    """An elastic TorchJob (torchrun, `nnodes 1:2`, c10d) with a worker on each node (a required pod
+    anti-affinity: never two of its pods on one host) and a PodDisruptionBudget. With `minAvailable: 2`
+    `kubectl drain` of worker-1's node is refused, the pod untouched; with `minAvailable: 1` the drain
+    evicts it, worker-0's agent restarts its worker in a rendezvous of one and trains on alone, while the
+    pod made again waits for a node (the job's WaitingForNode); `kubectl uncordon` lets it on its node
+    again, it joins, and the two train as one world again until the job succeeds."""
+    from tests.e2e.test_real_pods import conditions, ended, job_file, pod_log
+
+    t0 = time.monotonic()
+    data = job_data("el", master=False, workers=2, restart_policy="OnFailure", nproc_per_node=1,
+                    # 400 steps of 0.25 s a round (cut short by each change of the world); 8 in the round
+                    # the pod made again joins (tests/e2e/programs/elastic.py: POD_ATTEMPT not 0)
+                    command=("torchrun", "/opt/tests/elastic.py", "400", "0.25", "8"),
+                    elastic={"minReplicas": 1, "maxReplicas": 2, "rdzvBackend": "c10d", "maxRestarts": 3,
+                             "rdzvConf": [{"key": "last_call_timeout", "value": "2"}]})
+    pod_spec = data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    # a deletion is no failure: the pod made again has the same attempt; the test marks it while it waits
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {"annotations": {REGROWN: "0"}}
+    marked = {"fieldRef": {"fieldPath": f"metadata.annotations['{REGROWN}']"}}
+    pod_spec["containers"][0]["env"] = [{"name": "POD_ATTEMPT", "valueFrom": marked}]
+    pod_spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {LABEL_JOB: "el"}}}]}}
+    apply([pdb(ns, 2)], node_kubeconfig)  # every rank kept: no eviction
+    assert torchjob(node_kubeconfig, "submit", str(job_file(tmp_path, data)), "-n", ns).returncode == 0
+
+    def logs() -> str:
+        return "\n".join(pod_log(node, f"el-worker-{i}", ns) for i in range(2))
+
+    def survivor_since(mark: int) -> str:  # worker-0's log from a point on (a pod's log only grows)
+        return pod_log(node, "el-worker-0", ns)[mark:]
+
+    wait_for("a world of 2", lambda: re.search(r"round \d+ world 2 step 2\n", logs()), timeout=180, every=0.5)
+    t_two = time.monotonic() - t0
+    first = {p.metadata.name: (p.metadata.uid, p.spec.nodeName) for p in pods(node, "el", ns)}
+    assert sorted(at for _, at in first.values()) == sorted(NODES), first
+    # worker-0's agent holds the c10d store (the rendezvous host): the node drained is worker-1's
+    drained = first["el-worker-1"][1]
+    try:
+        refused = kubectl(node_kubeconfig, "drain", drained, "--ignore-daemonsets", "--delete-emptydir-data",
+                          "--timeout", "2s", timeout=60)
+        assert refused.returncode != 0, refused.stdout + refused.stderr
+        (said,) = blocks.tested(PAGE, ELASTIC, "text")  # the page's words of kubectl drain
+        assert said.strip().replace("NAMESPACE", ns) in refused.stderr, refused.stderr
+        assert node.get(Pod, "el-worker-1", namespace=ns).metadata.uid == first["el-worker-1"][0]
+        apply([pdb(ns, 1)], node_kubeconfig)  # the page's: one rank may go
+        t_drain, mark = time.monotonic(), len(pod_log(node, "el-worker-0", ns))
+        evicted = kubectl(node_kubeconfig, "drain", drained, "--ignore-daemonsets", "--delete-emptydir-data",
+                          "--timeout", "120s", timeout=180)
+        assert evicted.returncode == 0, evicted.stdout + evicted.stderr
+        assert "evicting pod" in evicted.stdout + evicted.stderr, evicted.stdout + evicted.stderr
+        # worker-0 trains on alone, while the pod made again for worker-1 waits for a node
+        wait_for("a world of 1", lambda: re.search(r"world 1 step 1\n", survivor_since(mark)), timeout=120, every=0.5)
+        t_alone = time.monotonic() - t_drain
+        waiting = wait_for("the job waiting for a node", lambda: next(
+            (c for c in status_of(node, "el", ns).get("conditions", [])
+             if c["type"] == "Scheduled" and c["reason"] == "WaitingForNode"), None), timeout=60, every=0.5)
+        assert waiting["message"].startswith("worker-1 waits for a node: 0/2 nodes are available"), waiting
+        pending = node.get(Pod, "el-worker-1", namespace=ns)
+        assert pending.metadata.uid != first["el-worker-1"][0] and not pending.spec.nodeName, pending.spec.nodeName
+        node.patch(Pod, "el-worker-1", {"metadata": {"annotations": {REGROWN: "1"}}}, namespace=ns)
+    finally:
+        kubectl(node_kubeconfig, "uncordon", drained)
+    t_back = time.monotonic()
+    # the pod goes on its node again, joins the rendezvous, and the two train as one world again
+    wait_for("a world of 2 again", lambda: "world 2 step 0\n" in survivor_since(mark).partition("world 1 step 1\n")[2],
+             timeout=180, every=0.5)
+    t_grown = time.monotonic() - t_back
+    status = wait_for("the job's end", lambda: ended(node, "el", ns), timeout=120, every=0.5)
+    assert "Succeeded" in conditions(status), status
+    again = {p.metadata.name: (p.metadata.uid, p.spec.nodeName) for p in pods(node, "el", ns)}
+    assert again["el-worker-0"] == first["el-worker-0"], (first, again)  # the survivor's pod never made again
+    assert again["el-worker-1"][1] == drained and again["el-worker-1"][0] != first["el-worker-1"][0], (first, again)
+    out = pod_log(node, "el-worker-0", ns)
+    worlds = [int(w) for w in re.findall(r"rank \d round \d+ world (\d) step 0\n", out)]
+    assert worlds[-3:] == [2, 1, 2], out  # two nodes, one, two again
+    assert re.search(r"world 2 done\n", out) and re.search(r"world 2 done\n", pod_log(node, "el-worker-1", ns))
+    print(f"elastic across two nodes: world 2 at {t_two:.1f}s; drained {drained}, alone {t_alone:.1f}s after; "
+          f"uncordoned, world 2 again {t_grown:.1f}s after; placed {first}, then {again}")
