@@ -385,10 +385,9 @@ class Reconciler:
         """Pods on their way out (controller/leaving.py): said on the job once, force-deleted when stuck.
         Returns when the next one is due (seconds), if one is."""
         out, told = leaving(pods, now, self.config.force_delete_after_s), memory.told
-        for once, reason, message in out.said:
-            if once not in told:
-                told.add(once)
-                self.spawn(self.api.event(raw, EventType.WARNING, reason, message))
+        for keys, reason, message in out.events(told):  # many pods of one reason: one event
+            told.update(keys)
+            self.spawn(self.api.event(raw, EventType.WARNING, reason, message))
         for p in (p for p in out.force if f"forcing {p['metadata'].get('uid')}" not in told):
             meta, once = p["metadata"], f"forcing {p['metadata'].get('uid')}"
             told.add(once)  # once each, again if that failed: a big job's rounds came while thousands were in flight
