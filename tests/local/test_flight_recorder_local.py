@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 DUMP = """
 import os, sys, time
 prefix = os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-print("prefix", prefix, os.environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT"), os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"))
+print("prefix", prefix, os.environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT"), os.environ.get("TORCH_FR_BUFFER_SIZE"))
 if os.environ["RANK"] == "0":
     with open(prefix + os.environ["RANK"], "wb") as f:
         f.write(b"a pickled flight record")

@@ -12,8 +12,10 @@ from collections.abc import Mapping, Sequence
 
 PREFIX = "nccl_trace_rank_"  # torch's default file name, then the rank: /tmp/nccl_trace_rank_0
 BUFFER_SIZE = "2000"  # entries kept per rank (torch 2.15's default where neither name is set; older torch: 0, off)
-# (the name torchjob sets, read by every torch since 2.2; the newer name torch reads first)
-BUFFER = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE")
+# (the name torchjob sets, the other name torch reads): the buffer's under its newer name, since torch 2.15
+# warns on every process group (gloo's too) that TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated; the dump's
+# under the older, which older torch reads too and 2.15 does not warn about
+BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 DUMP_ON_TIMEOUT = ("TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_ON_TIMEOUT")
 DUMP_FILE = ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
 
