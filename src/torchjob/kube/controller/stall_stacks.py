@@ -106,6 +106,10 @@ class StallStacks:
                        f"stacks taken in {t.seconds:.2f} s before stopping the stalled job ({len(t.processes)} "
                        f"process(es)): {short(t) or 'no rank answered'}; in full: status.keptStacks, and logs --kube "
                        "--replica R --attempt N")
+            # said before the Stalled event whose message it ends (as it happened: taken, then stopped)
+            said = plan.events.pop()
+            at = next((i for i, e in enumerate(plan.events) if e.reason == Reason.STALLED), len(plan.events))
+            plan.events.insert(at, said)
 
     async def _take(self, taking: StallStacksMemory, asked: list[tuple[str, str, str, int, str]], ns: str) -> None:
         t0 = time.monotonic()
