@@ -115,3 +115,20 @@ def test_a_stalled_policy_restarts_a_hung_job() -> None:
     assert restarting and "hung" in restarting[0], plan.events
     assert {a.replica.name for a in plan.actions if isinstance(a, Stop)} == {"master-0", "worker-0"}
     assert not [a for a in plan.actions if isinstance(a, Create)]  # made again once they are gone
+
+
+def test_stacks_are_needed_only_where_no_rank_moved_by_its_counters() -> None:
+    # a running job's ranks are never signalled: a signal can cut a system call short
+    s = observed((0, {"r0": RankSample(STUCK, 1.0, 10), "r1": RankSample(STUCK, 2.0, 7)}))
+    assert s.needs_stacks(at(1), {"r0": RankSample(None, 1.0, 11), "r1": RankSample(None, 2.0, 7)})
+    assert not s.needs_stacks(at(1), {"r0": RankSample(None, 1.5, 10), "r1": RankSample(None, 2.0, 7)})  # CPU
+    assert not s.needs_stacks(at(1), {"r0": RankSample(None, 1.0, 20), "r1": RankSample(None, 2.0, 7)})  # woke
+    assert not s.needs_stacks(at(1), {"r0": RankSample(None, 1.0, 10)})  # r1 went: a move
+    assert not Stillness().needs_stacks(at(0), {"r0": RankSample(None, 1.0, 10)})  # nothing to compare with
+
+
+def test_a_sample_without_stacks_is_judged_by_its_counters() -> None:
+    # the first sample, and one whose counters moved, take no stacks: the stacks after them are not a move
+    s = observed((0, {"r0": RankSample(None, 1.0, 10)}), (1, {"r0": RankSample(STUCK, 1.0, 10)}),
+                 (2, {"r0": RankSample(STUCK, 1.0, 10)}))
+    assert s.still() == Still(since=at(0), seen_at=at(2))

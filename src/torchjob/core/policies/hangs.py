@@ -53,7 +53,7 @@ def bound(limit: float) -> float:
 @dataclass(frozen=True)
 class RankSample:
     """One rank process at a sample: its main thread's stack (any hashable form), its CPU seconds and
-    its main thread's voluntary context switches (None: not known)."""
+    its main thread's voluntary context switches (None: not known, not taken)."""
 
     stack: Hashable
     cpu_s: float | None = None
@@ -63,13 +63,23 @@ class RankSample:
 class Stillness:
     """Since when no sampled rank moved. `observe` each sample (every running replica's ranks, by a
     key that names a process: a new key is a move); `still` is None until a sample covered every
-    running replica."""
+    running replica. A sample's stacks are needed only where the counters (CPU, wakes) say no rank
+    moved (`needs_stacks`): a running job's ranks are then never signalled, since a signal can cut a
+    system call short (a socket's connect or poll returns EINTR, and torch retries it with a warning)."""
 
     def __init__(self) -> None:
         self._last: dict[Hashable, tuple[RankSample, datetime]] = {}
         self._moved_at: datetime | None = None
         self._seen_at: datetime | None = None
         self._complete = False
+
+    def needs_stacks(self, at: datetime, ranks: Mapping[Hashable, RankSample]) -> bool:
+        """Whether these ranks (their counters, no stacks yet) moved by their counters alone since the
+        latest sample: if none did, the runtime takes their stacks to tell."""
+        if not ranks or set(ranks) != set(self._last):
+            return False
+        return not any(_moved(self._last[k][0], RankSample(None, r.cpu_s, r.wakes),
+                              (at - self._last[k][1]).total_seconds()) for k, r in ranks.items())
 
     def observe(self, at: datetime, ranks: Mapping[Hashable, RankSample], complete: bool) -> None:
         """A sample taken at `at`; `complete`: it holds a rank of every running replica."""
@@ -91,7 +101,7 @@ class Stillness:
 
 
 def _moved(before: RankSample, now: RankSample, seconds: float) -> bool:
-    if now.stack != before.stack:
+    if now.stack is not None and before.stack is not None and now.stack != before.stack:
         return True
     if now.wakes is not None and before.wakes is not None and now.wakes - before.wakes > SIGNAL_WAKES:
         return True

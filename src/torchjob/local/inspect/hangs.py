@@ -1,12 +1,13 @@
 """Watching a local job for a hang without any report (runPolicy.hangDeadlineSeconds): a thread of the
-supervisor takes every rank's stacks (local/inspect/stacks.py: faulthandler, a signal and a file per
-process) every tenth of the deadline and reads from /proc each rank process's CPU time and its main
-thread's voluntary context switches; core decides from them whether a rank moved
+supervisor reads from /proc, every tenth of the deadline, each rank process's CPU time and its main thread's
+voluntary context switches, and where none moved by them takes every rank's stacks (local/inspect/
+stacks.py: faulthandler, a signal and a file per process); core decides from them whether a rank moved
 (core/policies/hangs.py) and whether the job is hung. The latest sample is the hung job's stacks:
 they were the same for the whole deadline."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Hashable
@@ -98,12 +99,20 @@ class HangWatch:
             self.sample(job, live)
 
     def sample(self, job: TorchJob | None, live: dict[str, tuple[int, Path]]) -> None:
-        """One sample of these attempts (the thread's; a test's)."""
-        taken = stacks.collect({n: d for n, (_, d) in live.items()})
+        """One sample of these attempts (the thread's; a test's): each rank process's counters from /proc,
+        and its stacks only where no rank moved by them (core/policies/hangs.Stillness.needs_stacks)."""
+        folders = {n: d for n, (_, d) in live.items()}
+        procs = stacks.registered(folders)
         at = datetime.now(UTC)
-        ranks = {(p.replica, p.pid): hangs.RankSample(main_stack(p), cpu_seconds(p.pid), wakes(p.pid))
-                 for p in taken.processes}
-        complete = {p.replica for p in taken.processes} == set(live)
+        ranks: dict[Hashable, hangs.RankSample] = {
+            (replica, pid): hangs.RankSample(None, cpu_seconds(pid), wakes(pid)) for replica, pid in procs}
+        with self._lock:
+            needed = self._stillness.needs_stacks(at, ranks)
+        taken = stacks.collect(folders) if needed else None
+        for p in taken.processes if taken is not None else ():
+            if (key := (p.replica, p.pid)) in ranks:
+                ranks[key] = dataclasses.replace(ranks[key], stack=main_stack(p))
+        complete = {replica for replica, _ in procs} == set(live)
         with self._lock:
             if {n: a for n, (a, _) in self._live.items()} != {n: a for n, (a, _) in live.items()}:
                 return  # the attempts changed while it was taken

@@ -59,26 +59,34 @@ def collect(attempts: dict[str, Path], wait_s: float = WAIT_S) -> Stacks:
         return _collect(attempts, wait_s)
 
 
+def registered(attempts: dict[str, Path]) -> list[tuple[str, int]]:
+    """(replica, pid) of every live process of these attempts that registered for its stacks (its file
+    open), without signalling any."""
+    return [(replica, pid) for replica, f, pid in _files(attempts) if _holds(f)(pid)]
+
+
+def _files(attempts: dict[str, Path]) -> list[tuple[str, Path, int]]:
+    found: list[tuple[str, Path, int]] = []
+    for replica, adir in sorted(attempts.items()):
+        try:
+            files = sorted(stacks_dir(adir).iterdir())
+        except OSError:
+            continue
+        found += [(replica, f, pid) for f in files if (pid := _pid_of(f.name)) is not None]
+    return found
+
+
 def _collect(attempts: dict[str, Path], wait_s: float) -> Stacks:
     t0 = time.monotonic()
     sent: dict[Path, tuple[str, int, int]] = {}  # file -> (replica, pid, its size before)
     missing: list[str] = []
-    for replica, adir in sorted(attempts.items()):
-        folder = stacks_dir(adir)
+    for replica, f, pid in _files(attempts):
         try:
-            files = sorted(folder.iterdir())
+            size = f.stat().st_size
         except OSError:
             continue
-        for f in files:
-            pid = _pid_of(f.name)
-            if pid is None:
-                continue
-            try:
-                size = f.stat().st_size
-            except OSError:
-                continue
-            if pids.send(pid, SIGNAL, _holds(f)):
-                sent[f] = (replica, pid, size)
+        if pids.send(pid, SIGNAL, _holds(f)):
+            sent[f] = (replica, pid, size)
     # faulthandler writes from its signal handler at once; wait until every file grew and settled
     end = t0 + wait_s
     done: dict[Path, str] = {}
