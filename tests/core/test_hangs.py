@@ -90,8 +90,8 @@ def test_a_hung_job_fails_with_the_stacks_once_no_rank_moved_for_the_deadline() 
     plan = d(replace(w, still=Still(at(0), at(10)), stacks=where), 10.2)
     failure = plan.status.failure
     assert failure is not None and failure.reason == "HangDeadlineExceeded" and failure.replica == "master-0"
-    assert failure.message == ("no rank moved for 10s (runPolicy.hangDeadlineSeconds: the same stack, no CPU); "
-                               f"where the ranks were: {where}: the job is hung")
+    assert failure.message == ("no rank moved for 10s (runPolicy.hangDeadlineSeconds: each one asleep at the same "
+                               f"stack); where the ranks were: {where}: the job is hung")
     assert [e.reason for e in plan.events if e.reason == "Stalled"] == ["Stalled"]
     assert {a.replica.name for a in plan.actions if isinstance(a, Stop)} == {"master-0", "worker-0"}
 

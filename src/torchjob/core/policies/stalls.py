@@ -58,8 +58,8 @@ def act_on_stalls(r: Round) -> None:
     if running:
         limit = hangs.deadline(r.job) or 0
         began = still.since + timedelta(seconds=limit)
-        _stalled(r, running, f"no rank moved for {limit}s (runPolicy.hangDeadlineSeconds: the same stack, "
-                 "no CPU)", lambda o: began, Reason.HANG_DEADLINE_EXCEEDED, "hung")
+        _stalled(r, running, f"no rank moved for {limit}s (runPolicy.hangDeadlineSeconds: each one asleep at "
+                 "the same stack)", lambda o: began, Reason.HANG_DEADLINE_EXCEEDED, "hung")
 
 
 def _stalled(r: Round, quiet: list[Observed], why: str, began: Callable[[Observed], datetime], reason: str,
