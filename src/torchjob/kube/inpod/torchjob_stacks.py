@@ -19,11 +19,10 @@ TORCHJOB_STACKS_POLL_S (0.2)."""
 
 from __future__ import annotations
 
+import _signal as signal  # the signal module's C half: no enum imported at the pod's start (its constants are ints)
 import errno
 import os
-import signal
 import sys
-import sysconfig
 import time
 
 HOOK = ""  # torchjob's start-up hook: kube/objects/stacks.py puts its source here
@@ -131,6 +130,8 @@ def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
         os.write(2, f"torchjob-stacks: begin request={request}\n".encode() + dump.rstrip(b"\n")
                  + f"\ntorchjob-stacks: end request={request}\n".encode())
     missing = ",".join(str(pid) for path, (pid, _) in sent.items() if path not in done)
+    import sysconfig  # here, in the watcher: not on the way to the command
+
     stdlib = sysconfig.get_paths().get("stdlib", "")
     say(f"answered request={request} processes={len(done)} missing={missing} stdlib={stdlib}")
 

@@ -1,15 +1,22 @@
 """torchjob's rank tag (torchjob.local.ranktag): in a process torchrun started for a local job
 (TORCHJOB_RANK_TAG=1, LOCAL_RANK set), every line written to sys.stdout and sys.stderr starts with
 `[rankN]: `, N the process's RANK, and is written whole. Then the user's own sitecustomize, if there
-is one further on the path, runs as it would have. Standard library only; any Python 3."""
+is one further on the path, runs as it would have. Standard library only; any Python 3.
+
+Every rank's interpreter runs it at start-up (locally, and in pods through the stacks front), before the
+user's code: it imports no more than it needs (no typing, threading or signal, whose enum alone cost a loaded
+machine 30 ms of CPU for a script that would not import them; bench/stacks_front.py)."""
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
-import threading
 import time
-from typing import Any, TextIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 
 class _Tagged:
@@ -29,7 +36,7 @@ class _Tagged:
         self._at_start = True
         self._bar_shown = float("-inf")  # when a bar's state was last written (time.monotonic)
         self._bar_ended = False  # a bar's state was just written as a line: its own newline is not another
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def _emit(self, text: str) -> str:
         # torch's excepthook tags a traceback's lines itself (`[rank1]: Traceback ...`): once is enough
@@ -112,8 +119,8 @@ def _register_stacks() -> None:
     if not where or "LOCAL_RANK" not in os.environ:
         return
     try:
+        import _signal  # the signal module's C half: its constants without enum's import
         import faulthandler
-        import signal
 
         rank = os.environ.get("RANK", os.environ["LOCAL_RANK"])
         os.makedirs(where, mode=0o700, exist_ok=True)
@@ -122,10 +129,14 @@ def _register_stacks() -> None:
         fd = os.open(os.path.join(where, "rank-" + rank + "-pid-" + pid + ".txt"),
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         f = os.fdopen(fd, "a")
-        main = format(threading.main_thread().ident or 0, "016x")  # as faulthandler writes a thread's id
+        # as faulthandler writes a thread's id; at start-up this is the main thread (a warm spare registers later,
+        # once threading is imported)
+        threading = sys.modules.get("threading")
+        ident = threading.main_thread().ident if threading is not None else _thread.get_ident()
+        main = format(ident or 0, "016x")
         f.write("# torchjob stacks: rank=" + rank + " pid=" + pid + " main=0x" + main + "\n")
         f.flush()
-        faulthandler.register(signal.SIGUSR2, file=f, all_threads=True, chain=False)
+        faulthandler.register(_signal.SIGUSR2, file=f, all_threads=True, chain=False)
         old, _stacks_file = _stacks_file, f
         if old is not None:  # a warm spare's, registered before it took its attempt: that one answers now
             os.unlink(old.name)
