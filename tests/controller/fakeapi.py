@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -181,7 +181,7 @@ class FakeApi:
         return self._merge(Call("patch_annotations", kind, name, namespace, copy.deepcopy(annotations)),
                            {"metadata": {"annotations": annotations}}, {"metadata": {"uid": uid}} if uid else None)
 
-    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> list[str]:
+    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> Sequence[str]:
         """What `logs` holds for the pod's container, `{request}` read as the pod's torchjob.dev/stacks-request
         annotation now (a test writes there what the pod's stacks watcher would answer to it)."""
         self._check(Call("log", "Pod", pod, namespace, container))

@@ -117,7 +117,7 @@ class StallStacks:
         missing: list[str] = []
         try:
             request = f"stall-{int(time.time())}-{uuid.uuid4().hex[:8]}"
-            note = {pod_stacks.ANNOTATION_REQUEST: request}
+            note: dict[str, str | None] = {pod_stacks.ANNOTATION_REQUEST: request}
             done = await asyncio.gather(*(self.api.patch_annotations("Pod", pod, ns, note, uid=uid or None)
                                           for pod, uid, *_ in asked), return_exceptions=True)
             waiting = [a for a, d in zip(asked, done, strict=True) if not isinstance(d, BaseException)]

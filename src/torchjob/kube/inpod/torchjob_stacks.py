@@ -19,7 +19,7 @@ TORCHJOB_STACKS_POLL_S (0.2)."""
 
 from __future__ import annotations
 
-import _signal as signal  # the signal module's C half: no enum imported at the pod's start (its constants are ints)
+import _signal as signal  # type: ignore[import-not-found]  # the signal module's C half: no enum imported at the pod's start (its constants are ints)
 import errno
 import os
 import sys

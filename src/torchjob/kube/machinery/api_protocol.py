@@ -5,7 +5,7 @@ fall-through to a client that is not there. mypy checks both (`_conforms` here a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -38,7 +38,7 @@ class ApiProtocol(Protocol):
     async def patch_annotations(self, kind: str, name: str, namespace: str, annotations: dict[str, str | None],
                                 uid: str | None = None, resource_version: str | None = None) -> dict[str, Any]: ...
 
-    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> list[str]: ...
+    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> Sequence[str]: ...
 
     async def patch_data(self, kind: str, name: str, namespace: str, data: dict[str, Any]) -> None: ...
 

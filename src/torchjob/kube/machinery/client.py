@@ -10,7 +10,7 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -286,7 +286,7 @@ class Api:
                                       patch_type=PatchType.MERGE)
         return to_dict(obj)
 
-    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> list[str]:
+    async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> Sequence[str]:
         """A pod's container's log lines of the last `since_s` seconds, its last `tail_lines` at most: a stalled
         job's stacks, which its pods' watchers answer there (kube/controller/stall_stacks.py)."""
         return [line async for line in self.client.log(pod, namespace=namespace, container=container, since=since_s,

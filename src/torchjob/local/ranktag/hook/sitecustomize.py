@@ -119,7 +119,7 @@ def _register_stacks() -> None:
     if not where or "LOCAL_RANK" not in os.environ:
         return
     try:
-        import _signal  # the signal module's C half: its constants without enum's import
+        import _signal  # type: ignore[import-not-found]  # signal's C half: its constants without enum's import
         import faulthandler
 
         rank = os.environ.get("RANK", os.environ["LOCAL_RANK"])
