@@ -597,6 +597,8 @@ def targets(args: argparse.Namespace, results: list[Result], floor_rel: float | 
     elif tj is not None and floor is not None:
         out.append(f">= 0.8x the writes floor's jobs Running/s: {floor_how}{fmt(floor_rel)}, "
                    + ("met" if floor_rel is not None and floor_rel >= 0.8 else "NOT met"))
+    if tj is not None and tj.reads:
+        out.append(f"readers: {big_job.goal(tj.reads)}")
     tjs = [r for r in results if r.name == "torchjob"]
     if tjs:
         peaks = [r.rss_peak_mb for r in tjs if r.rss_peak_mb is not None]
