@@ -279,8 +279,9 @@ def test_who_made_an_object_is_read_from_its_metadata() -> None:
     objs = trainer_objects.trainer_api_objects(OWNER)
     assert {f"{o['kind']}/{o['metadata']['name']}" for o in install_owner.to_take_over(objs)} == {
         *(f"CustomResourceDefinition/{c['metadata']['name']}" for c in trainer_objects.crds()),
-        "ClusterTrainingRuntime/torch-distributed", "ConfigMap/kubeflow-trainer-public", "Role/kubeflow-trainer-public",
-        "RoleBinding/kubeflow-trainer-public"}
+        "ClusterTrainingRuntime/torch-distributed", "ClusterTrainingRuntime/torchtune-llama3.2-1b",
+        "ClusterTrainingRuntime/torchtune-llama3.2-3b", "ClusterTrainingRuntime/torchtune-qwen2.5-1.5b",
+        "ConfigMap/kubeflow-trainer-public", "Role/kubeflow-trainer-public", "RoleBinding/kubeflow-trainer-public"}
     assert all(install_owner.ours(o) for o in install_owner.to_take_over(objs))
     # --kubeflow-api's CRD is not checked: replacing the training-operator's is the migration path
     made = manifests_of(InstallOptions(namespace=OWNER, kubeflow_api=True))

@@ -110,6 +110,7 @@ def test_the_sdk_lists_the_runtime_trains_on_two_nodes_follows_it_to_complete_an
     client = sdk(kubeconfig, namespace)
     runtimes = {r.name: r for r in client.list_runtimes()}
     assert "torch-distributed" in runtimes and runtimes["torch-distributed"].trainer.framework == "torch"
+    assert runtimes["torchtune-llama3.2-1b"].trainer.framework == "torchtune"  # installed beside it
     name = client.train(runtime="torch-distributed", trainer=CustomTrainer(
         func=train, func_args={"x": 3}, image="busybox:1.36", num_nodes=2, resources_per_node={"cpu": 1}))
     pods = node_pods(kube, name, namespace, 2)
@@ -353,6 +354,28 @@ def test_torchjob_install_trainer_api_applies_the_runtime_once_its_crd_is_served
     assert node["containers"][0]["image"] == "img:9"
     public = kube.get(ConfigMap, trainer_objects.PUBLIC_CONFIGMAP, namespace=trainer_objects.SYSTEM_NAMESPACE)
     assert public.data == {"kubeflow_trainer_version": trainer_objects.TRAINER_VERSION}
+    # Trainer's torchtune runtimes, as its manifests make them: both initializers (Trainer's images, tagged
+    # with the release served), then the node, all mounting the claim of the workspace template at /workspace
+    tag = trainer_objects.TRAINER_VERSION
+    for name, model in (("torchtune-llama3.2-1b", "hf://meta-llama/Llama-3.2-1B-Instruct"),
+                        ("torchtune-llama3.2-3b", "hf://meta-llama/Llama-3.2-3B-Instruct"),
+                        ("torchtune-qwen2.5-1.5b", "hf://Qwen/Qwen2.5-1.5B-Instruct")):
+        assert f"applied ClusterTrainingRuntime/{name}" in out.stdout
+        rt = kube.get(ClusterTrainingRuntimeRes, name).to_dict()
+        assert rt["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torchtune"
+        spec = rt["spec"]["template"]["spec"]
+        assert [t["metadata"]["name"] for p in spec["volumeClaimPolicies"] for t in p["templates"]] == ["initializer"]
+        jobs = {j["name"]: j for j in spec["replicatedJobs"]}
+        assert list(jobs) == ["dataset-initializer", "model-initializer", "node"]
+        assert jobs["node"]["dependsOn"] == [{"name": "dataset-initializer", "status": "Complete"},
+                                             {"name": "model-initializer", "status": "Complete"}]
+        pods = {n: j["template"]["spec"]["template"]["spec"]["containers"][0] for n, j in jobs.items()}
+        assert [(c["image"], c.get("env")) for c in pods.values()][:2] == [
+            (f"ghcr.io/kubeflow/trainer/dataset-initializer:{tag}", [{"name": "STORAGE_URI",
+                                                                      "value": "hf://tatsu-lab/alpaca"}]),
+            (f"ghcr.io/kubeflow/trainer/model-initializer:{tag}", [{"name": "STORAGE_URI", "value": model}])]
+        assert pods["node"]["image"] == f"ghcr.io/kubeflow/trainer/torchtune-trainer:{tag}"
+        assert all(c["volumeMounts"] == [{"mountPath": "/workspace", "name": "initializer"}] for c in pods.values())
 
 
 def test_a_trainjob_under_a_kueue_queue_waits_for_admission_and_runs_where_kueue_placed_it(

@@ -53,7 +53,8 @@ class InstallOptions:
               help="Also Kubeflow's pytorchjobs.kubeflow.org CRD and its RBAC: the operator serves PyTorchJobs too.")
 @click.option("--trainer-api", is_flag=True,
               help="Also Kubeflow Trainer v2's CRDs (trainjobs, trainingruntimes, clustertrainingruntimes.trainer."
-                   "kubeflow.org), the torch-distributed runtime, the kubeflow-trainer-public ConfigMap and their "
+                   "kubeflow.org), the torch-distributed runtime, Trainer's torchtune runtimes (with dataset and model "
+                   "initializers), the kubeflow-trainer-public ConfigMap and their "
                    "RBAC: the operator serves TrainJobs too. Refused where Kubeflow Trainer's own install made "
                    "them (see --take-over).")
 @click.option("--trainer-runtime-image", default=None, metavar="IMAGE",

@@ -52,6 +52,9 @@ REPLACED_BY_PATCHES = ("podTemplateOverrides", "labels", "annotations")
 Path = list[str | int]
 INITIALIZER_FIELDS = {"storageUri", "env", "secretRef"}
 STORAGE_URI = "STORAGE_URI"  # what Trainer's initializers read (pkg/initializers/utils STORAGE_URI_ENV)
+# The Kubeflow SDK's BuiltinTrainer(TorchTuneConfig) writes this command and its config as args; Trainer's
+# controller completes it with a recipe, a config and the runtime's overrides (plugins/torch/torchtune.go)
+TORCHTUNE_ENTRYPOINT = ["tune", "run"]
 # The env Trainer's torch plugin sets in the node container; its webhook refuses a TrainJob that sets
 # one (torch.go's Validate): what to write instead.
 RESERVED_ENV = {
@@ -138,6 +141,13 @@ def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[st
     for key in ("command", "args"):
         if key in trainer:
             c[key] = notes.strings(trainer, key, path)
+    if trainer.get("command") == TORCHTUNE_ENTRYPOINT:
+        notes.error([*path, "command"], "`tune run` alone is the Kubeflow SDK's BuiltinTrainer(TorchTuneConfig), "
+                    "which Kubeflow Trainer's controller completes with a recipe, a config and the runtime's "
+                    "overrides; torchjob does not (not served)",
+                    "use CustomTrainer(func) on the runtime, write the whole command (e.g. the runtime's own: tune "
+                    "run --rdzv_endpoint=localhost:29500 full_finetune_distributed --config llama3_2/1B_full ...), "
+                    "or leave spec.trainer.command unset to run the runtime's")
     # Keyed by name; an entry whose name is not a string keeps a key of its own, for the model to refuse.
     env = {_env_key(e, f"<runtime env {i}>"): e for i, e in enumerate(c.get("env") or []) if isinstance(e, dict)}
     for i, e in notes.items(trainer, "env", path):
@@ -254,7 +264,8 @@ def read(doc: Document) -> Converted:
     pod = rt.pod_template
     apply_patches(notes, spec, pod, rt.job_name)
     c = _node(notes, trainer, pod)
-    job_name = str((data.get("metadata") or {}).get("name") or "")
+    meta = data.get("metadata")
+    job_name = str(meta.get("name") or "") if isinstance(meta, dict) else ""  # not a mapping: said by the model
     for template in [pod, *(s["template"] for s in steps)]:  # as JobSet adds them to each Job it makes
         volume_claims.mount(template, rt.claims, job_name)
     count = nodes or rt.num_nodes

@@ -1,9 +1,11 @@
 """Kubeflow Trainer v2's API as torchjob serves it (`torchjob install --trainer-api`): the CRDs
 `trainjobs`, `trainingruntimes` and `clustertrainingruntimes` of `trainer.kubeflow.org/v1alpha1`, the
 default `torch-distributed` ClusterTrainingRuntime as Trainer v2.3 ships it
-(manifests/base/runtimes/torch_distributed.yaml; its image a setting), the `kubeflow-trainer-public`
-ConfigMap the Kubeflow SDK reads (with the Role that lets every authenticated user read it, as
-Trainer's chart has), and the operator's RBAC for them. Pure: dicts out.
+(manifests/base/runtimes/torch_distributed.yaml; its image a setting), Trainer's torchtune runtimes,
+whose dataset and model initializers fill the workspace before the node (trainer_runtimes.py), the
+`kubeflow-trainer-public` ConfigMap the Kubeflow SDK reads (with the Role that lets every
+authenticated user read it, as Trainer's chart has), and the operator's RBAC for them. Pure: dicts
+out.
 
 The TrainJob schema types what Trainer v2.3's does for the fields the Kubeflow SDK writes
 (runtimeRef, trainer {image, command, args, env, numNodes, resourcesPerNode, numProcPerNode},
@@ -33,6 +35,7 @@ from torchjob.api.errors import UserError
 from torchjob.dialects.trainer_runtime import REPLICATED_JOB_NAME_MAX, TORCH_DISTRIBUTED
 from torchjob.kube.objects import install
 from torchjob.kube.objects.install import owner as install_owner
+from torchjob.kube.served.trainer_runtimes import torchtune_runtimes
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -283,8 +286,9 @@ def trainer_api_objects(namespace: str, watch_namespaces: Sequence[str] = (), cr
                         runtime_image: str = DEFAULT_RUNTIME_IMAGE,
                         runtime_readers: Sequence[dict[str, str]] = DEFAULT_RUNTIME_READERS) -> list[dict[str, Any]]:
     """What `torchjob install --trainer-api` adds: the CRDs (alone with `crd_only`), then the default
-    runtime, the SDK's ConfigMap and the RBAC (`runtime_readers`: who may list the ClusterTrainingRuntimes)."""
+    runtime and the torchtune ones (with initializers), the SDK's ConfigMap and the RBAC (`runtime_readers`:
+    who may list the ClusterTrainingRuntimes)."""
     if crd_only:
         return crds()
-    return [*crds(), default_runtime(runtime_image), *public_objects(),
+    return [*crds(), default_runtime(runtime_image), *torchtune_runtimes(TRAINER_VERSION), *public_objects(),
             *operator_rbac(namespace, watch_namespaces, runtime_readers)]
