@@ -31,8 +31,9 @@ torch imported, rendezvous done, past k + 1) and, on the node, from the pods as 
 (the killed container seen dead, the old pods gone, the new ones made and running).
 
 Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--kubeconfig PATH] [--no-spares]
-       python bench/recovery.py --nodes 2 [--repeat 1]   a job across two real nodes: a rank killed on the
-       second node with warm spares, the second node drained (bench/recovery_nodes.py)
+       python bench/recovery.py --nodes 2 [--repeat 1] [--no-kubeflow]   a job across two real nodes: a rank
+       killed on the second node with warm spares, the second node drained, and the same drain under
+       Kubeflow's training-operator (bench/recovery_nodes.py)
 With --node and no --kubeconfig it starts a real-node cluster (root) in /tmp/torchjob-bench-recovery
 (TORCHJOB_E2E_DEVCLUSTER_DIR to change) on 10.252.0.0/24 (DEVCLUSTER_POD_SUBNET to change) and stops
 it at the end. On the node every job trains until the trial has measured (steps.py --stop-file).
@@ -730,8 +731,8 @@ def main() -> None:
     if args.nodes == 2:
         import recovery_nodes
 
-        report(recovery_nodes.main(args.repeat, Path(tempfile.mkdtemp(prefix="recovery-nodes-", dir=args.keep)),
-                                   args.src), [])
+        report(*recovery_nodes.main(args.repeat, Path(tempfile.mkdtemp(prefix="recovery-nodes-", dir=args.keep)),
+                                    args.src, not args.no_kubeflow))
         return
     if not (args.local or args.node):
         args.local = True

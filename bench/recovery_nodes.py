@@ -12,6 +12,12 @@ two-node dev cluster (`scripts/dev-cluster.sh up --real-nodes 2`). Once every ra
                its two pods are evicted with their grace (the notice: SIGTERM), the operator restarts
                the gang and the scheduler puts every pod on real-node-0 (node 1 is uncordoned after).
 
+The drain is also run against Kubeflow's training-operator v1.8.1 (hack/kubeflow/build.sh; a process on
+the host, as bench/recovery.py --node runs it) in the same run: the PyTorchJob a Kubeflow user writes
+for the same job (bench/recovery.py's node_job, restartPolicy OnFailure), spread the same way. Kubeflow
+makes each evicted pod again alone; the ranks left fail in their collective and their containers are
+restarted in place by the kubelet. The ratio of the two drains' recoveries is printed.
+
 Printed per fault, as bench/recovery.py does: seconds from the fault to every rank of the new world
 past step k + 1 (k: the last step any rank had logged at the fault), where the time went, the steps
 lost (the last step the old world logged minus the step the new one resumed after), the pods made
@@ -19,8 +25,8 @@ again and where the pods ran.
 
 It uses a two-node cluster already up in TORCHJOB_E2E_TWO_NODES_DIR (default
 /tmp/torchjob-bench-two-nodes) or starts one there on TORCHJOB_E2E_TWO_NODES_SUBNETS (default
-"10.253.0.0/24 10.253.1.0/24") and stops it at the end. Root. torchjob's operator only (the Kubeflow
-training-operator comparison on two nodes is not in this bench yet).
+"10.253.0.0/24 10.253.1.0/24") and stops it at the end. Root. Without the Kubeflow operator's binary
+(or with --no-kubeflow) torchjob's operator only.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ STATE = Path(os.environ.get("TORCHJOB_E2E_TWO_NODES_DIR", "/tmp/torchjob-bench-t
 SUBNETS = os.environ.get("TORCHJOB_E2E_TWO_NODES_SUBNETS", "10.253.0.0/24 10.253.1.0/24")
 NODES = ("real-node-0", "real-node-1")
 FAULTS = ("spare-kill", "drain")
-LABEL = "torchjob.dev/job-name"
+OURS, KUBEFLOW = "torchjob-operator", f"kubeflow-{rec.KUBEFLOW_VERSION}"
+LABELS = {"torchjob": "torchjob.dev/job-name", "kubeflow": "training.kubeflow.org/job-name"}
 NAME = "rec"
 
 
@@ -58,13 +65,13 @@ def sock(node: str) -> str:
     return str(STATE / f"realnode{f'-{i}' if i else ''}" / "containerd" / "containerd.sock")
 
 
-def spread(job: dict[str, Any]) -> dict[str, Any]:
+def spread(job: dict[str, Any], label: str) -> dict[str, Any]:
     for rspec in job["spec"]["pytorchReplicaSpecs"].values():
         rspec["template"]["spec"]["topologySpreadConstraints"] = [{
             "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
             # a drained node (cordoned: tainted unschedulable) is no domain to spread over, else its
             # peers' pods wait Pending for it (docs/how-to/preemption.md)
-            "nodeTaintsPolicy": "Honor", "labelSelector": {"matchLabels": {LABEL: NAME}}}]
+            "nodeTaintsPolicy": "Honor", "labelSelector": {"matchLabels": {label: NAME}}}]
     return job
 
 
@@ -78,7 +85,9 @@ def steps_lost(d: Path, t_fault: float) -> int:
     return last - (first - 1)
 
 
-def run_fault(fault: str, client: Any, kubectl: str, kubeconfig: str) -> rec.Trial:
+def run_fault(runtime: str, fault: str, client: Any, kubectl: str, kubeconfig: str) -> rec.Trial:
+    """One fault to one job: `runtime` torchjob (a TorchJob, torchjob's operator) or kubeflow (a
+    PyTorchJob, Kubeflow's training-operator)."""
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Namespace, Pod
@@ -88,15 +97,17 @@ def run_fault(fault: str, client: Any, kubectl: str, kubeconfig: str) -> rec.Tri
     client.create(Namespace(metadata=ObjectMeta(name=ns)))
     d = rec.HOST_DIR / ns
     d.mkdir(parents=True, exist_ok=True)
-    res = create_namespaced_resource("torchjob.dev", "v1", "TorchJob", "torchjobs")
-    created = client.create(res.from_dict(spread(rec.node_job("torchjob", NAME, ns, False, ns, spares))))
+    label = LABELS[runtime]
+    res = (create_namespaced_resource("torchjob.dev", "v1", "TorchJob", "torchjobs") if runtime == "torchjob" else
+           create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"))
+    created = client.create(res.from_dict(spread(rec.node_job(runtime, NAME, ns, False, ns, spares), label)))
     uid = str(created.metadata.uid)
     replicas = [f"{NAME}-master-0", *(f"{NAME}-worker-{i}" for i in range(3))]
     clock: rec.PodClock | None = None
     drain: threading.Thread | None = None
 
     def where() -> dict[str, str]:
-        return {p.metadata.name: p.spec.nodeName for p in client.list(Pod, namespace=ns, labels={LABEL: None})
+        return {p.metadata.name: p.spec.nodeName for p in client.list(Pod, namespace=ns, labels={label: None})
                 if not p.metadata.deletionTimestamp}
 
     def warm() -> bool:  # every pod's spare warm and waiting, each seen through its own node's containerd
@@ -110,7 +121,7 @@ def run_fault(fault: str, client: Any, kubectl: str, kubeconfig: str) -> rec.Tri
 
     def kill(lines: list[rec.Line]) -> float:
         nonlocal clock, drain
-        clock = rec.PodClock(client, ns, LABEL)
+        clock = rec.PodClock(client, ns, label)
         time.sleep(0.3)  # its first poll has the pods as they were
         if not spares:
             drain = threading.Thread(target=subprocess.run, daemon=True, kwargs={
@@ -144,11 +155,14 @@ def run_fault(fault: str, client: Any, kubectl: str, kubeconfig: str) -> rec.Tri
         (d / "stop").write_text("")  # measured: the job ends
         assert clock is not None
         stages.update(clock.stages(t_fault))
-        note = (f"k={k}, steps lost {lost}, {clock.made_again(t_fault)} pods made again; pods on "
-                f"{sorted(before.values())} then {sorted(after.values())}")
-        return rec.Trial(fault, "ddp 1+3", recovery, stages, note)
+        in_place = sum(int(s.get("restarts", 0)) for s in clock.seen.values())
+        note = (f"k={k}, steps lost {lost}, {clock.made_again(t_fault)} pods made again"
+                + (f", {in_place} containers restarted in place" if in_place else "")
+                + f"; pods on {sorted(before.values())} then {sorted(after.values())}")
+        return rec.Trial(name_of(runtime, fault), "ddp", recovery, stages, note)
     except TimeoutError as e:
-        return rec.Trial(fault, "ddp 1+3", float("nan"), {}, f"no recovery: {e}; pods {before} -> {where()}")
+        return rec.Trial(name_of(runtime, fault), "ddp", float("nan"), {},
+                         f"no recovery: {e}; pods {before} -> {where()}")
     finally:
         if drain is not None:
             drain.join(timeout=240)
@@ -157,8 +171,13 @@ def run_fault(fault: str, client: Any, kubectl: str, kubeconfig: str) -> rec.Tri
         shutil.rmtree(d, ignore_errors=True)
 
 
-def main(repeat: int, logs: Path, src: Path) -> list[rec.Trial]:
-    """One run of each fault per repeat, on the two-node cluster (started if none is up)."""
+def name_of(runtime: str, fault: str) -> str:
+    return f"{OURS if runtime == 'torchjob' else KUBEFLOW} {fault}"
+
+
+def main(repeat: int, logs: Path, src: Path, kubeflow: bool = True) -> tuple[list[rec.Trial], list[Any]]:
+    """One run of each fault per repeat, on the two-node cluster (started if none is up); the trials
+    and the pairs whose ratio bench/recovery.py's report prints."""
     up = devcluster("up", "--real-nodes", "2")
     if up.returncode != 0:
         raise RuntimeError(f"dev-cluster.sh up --real-nodes 2 failed:\n{up.stderr[-3000:]}")
@@ -169,16 +188,21 @@ def main(repeat: int, logs: Path, src: Path) -> list[rec.Trial]:
     # the pods of either node reach at node 0's bridge address
     rec.CLUSTER_DIR, rec.SUBNET = str(STATE), SUBNETS.split()[0]
     os.environ["DEVCLUSTER_POD_SUBNETS"] = SUBNETS
-    node = rec.Node(kubeconfig, logs, src, kubeflow=False)
+    node = rec.Node(kubeconfig, logs, src, kubeflow=kubeflow)
+    runs = [("torchjob", f) for f in FAULTS] + ([("kubeflow", "drain")] if node.kubeflow else [])
+    if kubeflow and not node.kubeflow:
+        print(f"no Kubeflow training-operator at {rec.KUBEFLOW_BIN}: bash hack/kubeflow/build.sh builds it")
     trials: list[rec.Trial] = []
     try:
-        for _ in range(repeat):
-            for fault in FAULTS:
-                t = run_fault(fault, node.client, kubectl, kubeconfig)
-                print(f"two nodes, {fault}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
+        for i in range(repeat):
+            for runtime, fault in (runs if i % 2 == 0 else runs[::-1]):
+                t = run_fault(runtime, fault, node.client, kubectl, kubeconfig)
+                print(f"two nodes, {t.runtime}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
                 trials.append(t)
     finally:
         node.close()
         if started:
             devcluster("down", timeout=300)
-    return trials
+        print(f"operators' logs: {logs}")
+    peers = [(name_of("torchjob", "drain"), name_of("kubeflow", "drain"), {})] if node.kubeflow else []
+    return trials, peers
