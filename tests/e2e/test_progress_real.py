@@ -14,6 +14,7 @@ from lightkube.resources.core_v1 import Event
 from tests.e2e.conftest import status_of, torchjob, wait_for
 from tests.e2e.images import TESTS_IMAGE
 from tests.jobs import job_data
+from torchjob.kube.clientside.kube_runtime import KubeRuntime
 
 TRAIN = ("python", "/opt/tests/ddp_progress.py")
 
@@ -53,12 +54,27 @@ def test_a_rank_hung_in_all_reduce_on_real_pods_is_restarted_by_a_stalled_policy
                         and p.get("step") == 30 and p, timeout=30)
     assert progress["percent"] == 100.0, progress
     # worker-0 hangs, and so does the master, waiting for it in the step's all_reduce: either is named
-    stalled = [e.message or "" for e in node.list(Event, namespace=ns)
-               if e.involvedObject.name == "hung" and e.reason == "Stalled"]
+    said = [e for e in node.list(Event, namespace=ns) if e.involvedObject.name == "hung"]
+    stalled = [e.message or "" for e in said if e.reason == "Stalled"]
     assert len(stalled) == 1 and "sent no progress report for 15s" in stalled[0], stalled
     assert "master-0" in stalled[0] or "worker-0" in stalled[0], stalled
+    # Where each rank was, taken by the operator before the restart stopped them, by default (the job has no
+    # annotation): rank 1 (worker-0) in the side group's all_reduce nobody else joins, rank 0 in the step's.
+    where = "rank 0 in <module> (ddp_progress.py:51); rank 1 in <module> (ddp_progress.py:50)"
+    assert stalled[0].endswith(f"; where the ranks were: {where}"), stalled
+    taken = [e.message or "" for e in said if e.reason == "StacksTaken"]
+    assert len(taken) == 1 and where in taken[0] and "(2 process(es))" in taken[0], taken
+    kept = status_of(node, "hung", ns)["keptStacks"]
+    assert [(k["attempts"], k["short"]) for k in kept] == [({"master-0": 0, "worker-0": 0}, where)], kept
     described = torchjob(node_kubeconfig, "describe", "hung", "-n", ns).stdout
     assert "100%" in described and "loss=" in described, described
+    assert "StacksTaken" in described and where in described, described
+    # the stopped attempt's pod is gone: its logs say where its ranks were, from the status (the lines
+    # `torchjob logs --kube hung --replica worker-0 --attempt 0` prints, read in this process: no CLI start)
+    logs = "\n".join(KubeRuntime(node_kubeconfig, namespace=ns).logs("hung", replica="worker-0", attempt=0))
+    assert "[worker-0] (attempt 0: where every rank was at " in logs, logs
+    assert "<module> (/opt/tests/ddp_progress.py:50)" in logs and "all_reduce (" in logs, logs
+    print(described, logs, sep="\n")  # shown with -s: the page's real output (docs/how-to/hangs.md)
 
 
 def test_the_kubeflow_sdk_reports_from_a_real_pod_unchanged(node_kubeconfig: str, node: Client, ns: str,
