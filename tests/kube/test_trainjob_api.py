@@ -266,9 +266,25 @@ def test_the_crds_refuse_what_trainers_refuse(kube: Client, trainer_api: Client,
         with pytest.raises(ApiError) as err:
             _create(kube, data, namespace)
         assert err.value.status.code == 422 and says in str(err.value.status.message)
+    # Trainer's bounds on what the SDK writes: a storageUri is a URI (or empty), numProcPerNode at least 1
+    for spec, says in (({"initializer": {"dataset": {"storageUri": "tatsu-lab/alpaca"}}}, "valid URI"),
+                       ({"trainer": {"numProcPerNode": 0}}, "numProcPerNode must be greater than or equal to 1")):
+        data = _trainjob("refused", namespace, **spec)
+        data["spec"]["trainer"] = {**_trainjob("x", namespace)["spec"]["trainer"], **spec.get("trainer", {})}
+        with pytest.raises(ApiError) as err:
+            _create(kube, data, namespace)
+        assert err.value.status.code == 422 and says in str(err.value.status.message), err.value.status.message
     with pytest.raises(ApiError) as err:
         _create(kube, _trainjob("Upper", namespace), namespace)
     assert "RFC 1035" in str(err.value.status.message)
+    # made, its trainer and initializer are immutable, as Trainer's
+    _create(kube, _trainjob("kept", namespace, initializer={"dataset": {"storageUri": "hf://tj/tiny-data"}}),
+            namespace)
+    for change, says in (({"trainer": {"numNodes": 3}}, "trainer is immutable"),
+                         ({"initializer": {"dataset": {"storageUri": "hf://tj/other"}}}, "initializer is immutable")):
+        with pytest.raises(ApiError) as err:
+            kube.patch(TrainJobRes, "kept", {"spec": change}, namespace=namespace, patch_type=PatchType.MERGE)
+        assert err.value.status.code == 422 and says in str(err.value.status.message), err.value.status.message
     rt = kube.get(ClusterTrainingRuntimeRes, "torch-distributed")
     assert rt.metadata.labels["trainer.kubeflow.org/framework"] == "torch"
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,7 @@ REPLACED_BY_PATCHES = ("podTemplateOverrides", "labels", "annotations")
 Path = list[str | int]
 INITIALIZER_FIELDS = {"storageUri", "env", "secretRef"}
 STORAGE_URI = "STORAGE_URI"  # what Trainer's initializers read (pkg/initializers/utils STORAGE_URI_ENV)
+URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$")  # a storageUri, as Trainer's CRD rule has it
 # The Kubeflow SDK's BuiltinTrainer(TorchTuneConfig) writes this command and its config as args; Trainer's
 # controller completes it with a recipe, a config and the runtime's overrides (plugins/torch/torchtune.go)
 TORCHTUNE_ENTRYPOINT = ["tune", "run"]
@@ -193,6 +195,9 @@ def _initializers(notes: Notes, init: dict[str, Any], rt: trainer_runtime.Runtim
             env = {_env_key(e, f"<runtime env {i}>"): e for i, e in enumerate(c.get("env") or [])
                    if isinstance(e, dict)}
             uri = notes.typed(given, "storageUri", path, str, "a URI, e.g. hf://org/name")
+            if uri and not URI.match(uri):  # as Trainer's CRD refuses it (kubeflow/trainer#3510)
+                notes.error([*path, "storageUri"], f"{uri!r} is not a URI (scheme://...)",
+                            "write it with its scheme, e.g. hf://tatsu-lab/alpaca or s3://bucket/path")
             if uri:
                 env[STORAGE_URI] = {"name": STORAGE_URI, "value": uri}
             for i, e in notes.items(given, "env", path):

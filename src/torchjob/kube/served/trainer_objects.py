@@ -67,7 +67,6 @@ DEFAULT_RUNTIME_READERS: tuple[dict[str, str], ...] = (
 OPERATOR_ROLE = "torchjob-operator-trainer"  # the ClusterRole (and its binding) for serving TrainJobs
 
 _FREE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-_STRINGS = {"type": "array", "items": {"type": "string"}}
 _ENV = {"type": "array", "items": {"type": "object", "required": ["name"], "x-kubernetes-preserve-unknown-fields": True,
                                    "properties": {"name": {"type": "string"}}}}
 
@@ -77,28 +76,39 @@ def _rule(rule: str, message: str) -> dict[str, str]:
 
 
 def trainjob_schema() -> dict[str, Any]:
+    # Trainer's bounds (pkg/apis/trainer/v1alpha1/trainjob_types.go at v2.3.0 and @8c0f505): a storageUri
+    # is empty or a URI (kubeflow/trainer#3510), at most 128 env entries, command and args items, and
+    # initializer and trainer immutable once made
+    env = {**_ENV, "maxItems": 128}
+    strings = {"type": "array", "maxItems": 128, "items": {"type": "string", "maxLength": 1048576}}
+    uri = _rule("self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')",
+                "storageUri may be empty, or it must be a valid URI (scheme://..., e.g. hf://ORG/NAME)")
     initializer = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
-        "storageUri": {"type": "string"}, "env": _ENV, "secretRef": _FREE}}
+        "storageUri": {"type": "string", "maxLength": 2048, "x-kubernetes-validations": [uri]}, "env": env,
+        "secretRef": _FREE}}
     trainer = {"type": "object", "properties": {
-        "image": {"type": "string"},
-        "command": _STRINGS,
-        "args": {"type": "array", "maxItems": 128, "items": {"type": "string"}},
-        "env": _ENV,
+        "image": {"type": "string", "maxLength": 500},
+        "command": strings,
+        "args": strings,
+        "env": env,
         "numNodes": {"type": "integer", "format": "int32", "minimum": 1},
         "resourcesPerNode": _FREE,
-        "numProcPerNode": {"x-kubernetes-int-or-string": True},
-    }}
+        # an integer of at least 1 since v2.2 (kubeflow/trainer @8c0f505 has the rule); v2.0/v2.1's words kept
+        "numProcPerNode": {"x-kubernetes-int-or-string": True, "x-kubernetes-validations": [
+            _rule("type(self) == string || self >= 1", "numProcPerNode must be greater than or equal to 1")]},
+    }, "x-kubernetes-validations": [_rule("self == oldSelf", "trainer is immutable")]}
     spec = {
         "type": "object",
         "required": ["runtimeRef"],
         "properties": {
             "runtimeRef": {"type": "object", "required": ["name"], "properties": {
-                "name": {"type": "string", "minLength": 1},
-                "apiGroup": {"type": "string", "default": GROUP},
+                "name": {"type": "string", "minLength": 1, "maxLength": 253},
+                "apiGroup": {"type": "string", "default": GROUP, "maxLength": 253},
                 "kind": {"type": "string", "default": CLUSTER_RUNTIME_KIND,
                          "enum": [RUNTIME_KIND, CLUSTER_RUNTIME_KIND]},
             }, "x-kubernetes-validations": [_rule("self == oldSelf", "runtimeRef is immutable")]},
-            "initializer": {"type": "object", "properties": {"dataset": initializer, "model": initializer}},
+            "initializer": {"type": "object", "properties": {"dataset": initializer, "model": initializer},
+                            "x-kubernetes-validations": [_rule("self == oldSelf", "initializer is immutable")]},
             "trainer": trainer,
             "runtimePatches": {"type": "array", "maxItems": 16, "x-kubernetes-list-type": "map",
                                "x-kubernetes-list-map-keys": ["manager"],
@@ -108,7 +118,8 @@ def trainjob_schema() -> dict[str, Any]:
                                                         "time": {"type": "string", "format": "date-time"},
                                                         "trainingRuntimeSpec": _FREE}}},
             "suspend": {"type": "boolean", "default": False},
-            "managedBy": {"type": "string", "default": MANAGED_BY_TRAINER, "x-kubernetes-validations": [
+            "managedBy": {"type": "string", "default": MANAGED_BY_TRAINER, "maxLength": 253,
+                          "x-kubernetes-validations": [
                 _rule(f"self in {MANAGERS!r}",
                       f"managedBy must be {MANAGED_BY_TRAINER} (the TrainJob controller: torchjob's operator here) "
                       f"or {MANAGED_BY_MULTIKUEUE}"),
