@@ -52,3 +52,17 @@ def test_the_sdks_builtin_torchtune_trainer_is_refused_naming_the_field_and_the_
     (p,) = err.value.problems
     assert p.path == "spec.trainer.command" and "BuiltinTrainer(TorchTuneConfig)" in p.message
     assert "CustomTrainer(func)" in (p.fix or "")
+
+
+def test_a_storage_uri_without_a_scheme_is_refused_locally_as_trainers_crd_refuses_it(tmp_path: Path) -> None:
+    (rt,) = [o for o in trainer_objects.trainer_api_objects("team") if o["metadata"]["name"] == "torchtune-llama3.2-1b"]
+    trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tune"},
+                "spec": {"runtimeRef": {"name": "torchtune-llama3.2-1b"},
+                         "initializer": {"dataset": {"storageUri": "tatsu-lab/alpaca"}},
+                         "trainer": {"command": ["python", "train.py"]}}}
+    (tmp_path / "tj.yaml").write_text(yaml.safe_dump_all([trainjob, rt]))
+    with pytest.raises(InvalidJob) as err:
+        load(tmp_path / "tj.yaml")
+    (p,) = err.value.problems
+    assert (p.path, p.message) == ("spec.initializer.dataset.storageUri",
+                                   "'tatsu-lab/alpaca' is not a URI (scheme://...)")
