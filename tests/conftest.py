@@ -11,9 +11,9 @@ import pytest
 
 CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
 # Suites that share one cluster, by the group whose tests one worker runs in order: tests/kube shares
-# the session's control plane; tests/incluster has a real node of its own; tests/e2e is three groups:
-# two each on a real node of its worker's own (pytest_configure), balanced by what they took here, and
-# one on two real nodes of its own.
+# the session's control plane; tests/incluster has a real node of its own; tests/e2e is four groups:
+# three each on a real node of its worker's own (pytest_configure), balanced by what they took here (11-15
+# min each in a clean-clone run), and one on two real nodes of its own.
 SHARED_CLUSTER = {
     "tests/kube/": "control-plane",
     # not a cluster: a wheel built and installed into a fresh venv once, by its module's fixtures, on one worker
@@ -26,6 +26,8 @@ SHARED_CLUSTER = {
     "tests/incluster/": "in-cluster",
     **{f"tests/e2e/{m}.py": "real-node-a" for m in ("test_scenarios_real", "test_chaos_real", "test_node_lost_real",
                                                     "test_kubeflow_real")},
+    **{f"tests/e2e/{m}.py": "real-node-c" for m in ("test_seeds_real", "test_inplace_real", "test_trainjob_real",
+                                                    "test_quick_real", "test_restricted_real")},
     # two real nodes of its own (scripts/dev-cluster.sh up --real-nodes 2, on 10.246.2n and 2n+1)
     "tests/e2e/test_two_nodes_real.py": "real-nodes-two",
     "tests/e2e/": "real-node-b",
@@ -52,7 +54,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             group = next((group for prefix, group in SHARED_CLUSTER.items() if nodeid.startswith(prefix)), nodeid)
             # a real node named by hand is one cluster: its suite on one worker
-            return "real-node-a" if group == "real-node-b" and named_node else group
+            return "real-node-a" if group in ("real-node-b", "real-node-c") and named_node else group
 
     named_node = "TORCHJOB_E2E_DEVCLUSTER_DIR" in os.environ
 
