@@ -20,10 +20,12 @@ Trainer v2.4's rule on it, a replicated job's name of at most 20 characters (kub
 which its API server enforces and so do these CRDs.
 
 Trainer v2.4 (kubeflow/trainer v2.4.0): the API served is v2.3's with v2.4's changes to what a
-TrainJob or runtime may say, as its release notes list them (#4394 above; #4301 and #4029 change MPI
-runtimes, which torchjob refuses; #4122 keeps the chart's CRDs on `helm uninstall`, as torchjob's chart
-does). v2.4.0's sources were not at hand here (the stored snapshot of kubeflow/trainer ends at
-2026-08-22, after v2.3.0), so the schemas are v2.3's, read in its code, with #4394 added."""
+TrainJob or runtime may say, as its release announcement names them (#4394 above; #4301 and #4029
+change MPI runtimes, which torchjob refuses; #4122 keeps the chart's CRDs on `helm uninstall`, as
+torchjob's chart does). v2.4.0's sources were not at hand here (the newest stored snapshot of
+kubeflow/trainer is 8c0f505 of 2026-08-21, after v2.3.0; fetched again on 2026-11-29, the same), so
+the schemas are v2.3.0's and that snapshot's (numProcPerNode >= 1), read in pkg/apis/trainer/v1alpha1,
+with #4394 added."""
 
 from __future__ import annotations
 
