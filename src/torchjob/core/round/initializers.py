@@ -35,7 +35,7 @@ def retry_delay(failures: int) -> float:
     10, 20, 40, ... at most 600."""
     if failures <= 0:
         return 0.0
-    return min(JOB_RETRY_BASE_S * 2 ** min(failures - 1, 16), JOB_RETRY_MAX_S)
+    return min(JOB_RETRY_BASE_S * float(2 ** min(failures - 1, 16)), JOB_RETRY_MAX_S)
 
 
 def retry_at(failures: int, failed_at: datetime) -> datetime:
