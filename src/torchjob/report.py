@@ -58,6 +58,15 @@ URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
 INTERVAL_ENV = "TORCHJOB_PROGRESS_INTERVAL"
+
+
+def _rank() -> int | None:
+    """This process's rank where its replica has several (torchrun's workers: LOCAL_WORLD_SIZE > 1), so that
+    a straggler is named by rank, not by the node's workers together; None where the replica is one rank."""
+    try:
+        return int(os.environ["RANK"]) if int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > 1 else None
+    except (KeyError, ValueError):
+        return None
 FAST_REPORTS, FAST_INTERVAL = 100, 0.05  # a process's first reports, and the least time between them
 
 
@@ -129,6 +138,9 @@ class Reporter:
             body["step"] = int(step)
         if total is not None:
             body["total"] = int(total)
+        rank = _rank()
+        if rank is not None:
+            body["rank"] = rank
         return body
 
     def flush(self, timeout: float = 2.0) -> None:

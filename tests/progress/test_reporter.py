@@ -124,3 +124,19 @@ def test_values_refused_by_the_rate_limit_go_again_and_the_last_one_at_exit(endp
     r._pending.append((10, 10, {}))  # the last values, as report() keeps them, left for the exit's flush
     r.flush()  # the bucket is empty: the flush waits the second it is told, once, and sends them
     assert step_of(endpoint) == 10 and r.refused == refused + 1
+
+
+def test_a_torchrun_worker_names_its_rank_and_a_plain_replica_does_not(endpoint: LocalEndpoint, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int | None] = []
+    record = endpoint.reports.record
+    monkeypatch.setattr(endpoint.reports, "record", lambda rep, att, report, at: (seen.append(report.rank),
+                                                                                  record(rep, att, report, at))[1])
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun's worker: two of them on this node
+    r = reporter(endpoint, tmp_path)
+    r.report(step=1, total=10)
+    wait(lambda: seen == [3])
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # a plain replica is one rank: named by its replica
+    r.report(step=2, total=10)
+    wait(lambda: seen == [3, None])

@@ -44,6 +44,7 @@ def test_torchjobs_own_shape_and_both_together() -> None:
     (body({"step": 1.5}), "step: must be an integer, got 1.5"),
     (body({"step": True}), "step: must be an integer, got True"),
     (body({"total": 0}), "total: must be at least 1, got 0"),
+    (body({"step": 1, "rank": -1}), "rank: must be at least 0, got -1"),
     (body({"trainerStatus": {"progressPercentage": 101}}),
      "trainerStatus.progressPercentage: must be between 0 and 100, got 101"),
     (body({"trainerStatus": {"estimatedRemainingSeconds": -5}}),

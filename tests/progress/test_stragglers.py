@@ -121,3 +121,22 @@ def test_a_reporter_that_reports_very_fast_keeps_a_bounded_window() -> None:
         s.note("master-0", T0 + timedelta(milliseconds=i), i)
     kept = s._seen["master-0"]
     assert len(kept) <= 241 and kept[-1][1] == 19_999
+
+
+def test_under_torchrun_each_workers_rank_is_timed_and_the_slow_one_named() -> None:
+    # two nodes of two workers each, one token per node: rank 3 (worker-0's second worker) is slow
+    book = Book()
+    ranks = {("master-0", 0): 0.1, ("master-0", 1): 0.1, ("worker-0", 2): 0.1, ("worker-0", 3): 0.19}
+    for t in range(0, 30):
+        at = T0 + timedelta(seconds=t)
+        for (replica, rank), pace in ranks.items():
+            book.record(replica, 0, Report(step=int(t / pace), total=10_000, rank=rank), at)
+    p = book.progress()
+    assert p is not None and [(s.replica, s.rank) for s in p.stragglers] == [("worker-0", 3)]
+    assert stragglers(p) == ["Stragglers:  worker-0 rank 3: 1.9x the median step time over the last minute"]
+    assert straggler_mark(p) == " (straggler worker-0 rank 3)"
+    assert [c.reporter for c in book.news()] == ["worker-0 rank 3"]
+    # the replica's new attempt (a restart) times each of its ranks afresh
+    book.record("worker-0", 1, Report(step=0, rank=2), T0 + timedelta(seconds=31))
+    assert book.progress().stragglers == []  # type: ignore[union-attr]
+    assert book._stragglers.step_time("worker-0 rank 3", T0 + timedelta(seconds=31)) is None

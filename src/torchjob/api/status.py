@@ -222,10 +222,13 @@ class MetricHistory(BaseModel):
 class Straggler(BaseModel):
     """A replica whose step time is far over the others' (torchjob.progress.stragglers decides)."""
 
-    replica: str = Field(description="The replica that reports (under torchrun: one node's workers).")
+    replica: str = Field(description="The replica that reports (under torchrun, one node's workers: `rank` "
+                         "names the worker).")
     factor: float = Field(description="Its step time over the median of the others' step time.")
     stepSeconds: float = Field(description="Its seconds per step over the last minute.")
     message: str = Field(description="In words: `worker-2: 1.9x the median step time over the last minute`.")
+    rank: int | None = Field(None, description="Under torchrun (several ranks per replica): the rank whose reports "
+                             "these are, each worker timed on its own (`worker-0 rank 3: 1.9x ...`).")
 
 
 class Progress(BaseModel):

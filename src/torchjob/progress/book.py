@@ -13,7 +13,7 @@ from torchjob.api.model import Metric, Progress
 from torchjob.api.status import MetricHistory, Straggler
 from torchjob.progress.history import LOCAL_CAPACITY, LOCAL_SERIES, History, number
 from torchjob.progress.protocol import Report
-from torchjob.progress.stragglers import STEP_TIME, Change, Stragglers
+from torchjob.progress.stragglers import RANK_SEP, STEP_TIME, Change, Stragglers
 
 RATE_WINDOW_S = 60.0  # the rate is the steps made over about this long
 REPORTS_PER_S = 20.0  # a job's sustained report rate (a helper sends one per replica per second)
@@ -111,7 +111,9 @@ class Book:
                 if first:  # a new attempt (a restart): its step time starts afresh
                     self._stragglers.forget(replica)
                 own = number(report.metrics.get(STEP_TIME, "-"))
-                self._stragglers.note(replica, at, report.step, own if isinstance(own, float) else None)
+                # under torchrun each worker (its report names its rank) is timed on its own
+                who = replica if report.rank is None else f"{replica}{RANK_SEP}{report.rank}"
+                self._stragglers.note(who, at, report.step, own if isinstance(own, float) else None)
                 self._news += self._stragglers.judge(at)
                 while len(self._steps) > 2 and (at - self._steps[0][0]).total_seconds() > RATE_WINDOW_S:
                     self._steps.popleft()
@@ -167,7 +169,8 @@ class Book:
             out = self._progress.model_copy(deep=True)
             # dumped when read (once per write interval), not at every report
             out.history = self._history.dump() if history and self._history.points() else None
-            out.stragglers = [Straggler(replica=s.reporter, factor=s.factor, stepSeconds=s.seconds, message=s.message)
+            out.stragglers = [Straggler(replica=s.reporter.partition(RANK_SEP)[0], factor=s.factor,
+                                        stepSeconds=s.seconds, message=s.message, rank=_rank_of(s.reporter))
                               for s in self._stragglers.current.values()]
             return out
 
@@ -181,3 +184,9 @@ def _step_of(report: Report, p: Progress, reports: int) -> int:
     if report.percent is not None and p.total:
         return max(p.step or 0, round(p.total * report.percent / 100))
     return p.step if p.step is not None else reports
+
+
+def _rank_of(reporter: str) -> int | None:
+    """The rank a torchrun worker's reporter names (`worker-0 rank 3`), None for a whole replica."""
+    _, sep, rank = reporter.partition(RANK_SEP)
+    return int(rank) if sep and rank.isdigit() else None

@@ -38,6 +38,7 @@ class Report:
     percent: float | None = None
     eta_seconds: int | None = None
     metrics: dict[str, str] = field(default_factory=dict)
+    rank: int | None = None  # the reporting process's rank, where its replica has several (torchrun's workers)
 
     @property
     def empty(self) -> bool:
@@ -108,6 +109,8 @@ def _trainer_status(ts: Any, out: dict[str, Any]) -> None:
 
 
 def _own(data: dict[str, Any], out: dict[str, Any]) -> None:
+    if data.get("rank") is not None:
+        out["rank"] = _int(data["rank"], "rank")
     if data.get("step") is not None:
         out["step"] = _int(data["step"], "step")
     if data.get("total") is not None:

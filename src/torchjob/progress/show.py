@@ -66,10 +66,14 @@ def stragglers(p: Progress) -> list[str]:
 
 
 def straggler_mark(p: Progress | None) -> str:
-    """list's short marker after the progress: ` (straggler worker-2)`, ` (2 stragglers)`."""
+    """list's short marker after the progress: ` (straggler worker-2)`, ` (straggler worker-0 rank 3)` under
+    torchrun, ` (2 stragglers)`."""
     if p is None or not p.stragglers:
         return ""
-    return f" (straggler {p.stragglers[0].replica})" if len(p.stragglers) == 1 else f" ({len(p.stragglers)} stragglers)"
+    if len(p.stragglers) > 1:
+        return f" ({len(p.stragglers)} stragglers)"
+    s = p.stragglers[0]
+    return f" (straggler {s.replica}" + (f" rank {s.rank})" if s.rank is not None else ")")
 
 
 SPARKS = "▁▂▃▄▅▆▇█"

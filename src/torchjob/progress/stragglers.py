@@ -1,8 +1,9 @@
 """Which reporter of a job is a straggler, from the steps its reports carry. Pure: times are given.
 
-Reports are per replica attempt (the token names the replica, not the rank), so a straggler is
-named by its replica: in plain mode a replica is one rank (`worker-2` is rank 3); under torchrun
-it is one node's workers together.
+Reports are per replica attempt (the token names the replica), so a straggler is named by its
+replica: in plain mode a replica is one rank (`worker-2` is rank 3). Under torchrun, where a
+replica is one node's workers, each worker's report also names its rank, and each rank is a
+reporter of its own (`worker-0 rank 3`).
 
 A reporter's step time is its seconds per step over the last WINDOW_S of its reports (the steps
 it advanced over the time between its first and its latest report in that window); where its
@@ -35,6 +36,7 @@ MIN_REPORTERS = 3
 # holds about 240 of them however fast it reports, and a report costs the same at 1 report/s or 1,000
 SAMPLE_S = WINDOW_S / 240
 STEP_TIME = "step_time"  # the metric a rank may report its own step time in (seconds)
+RANK_SEP = " rank "  # a torchrun worker's reporter: REPLICA rank RANK
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,12 @@ class Stragglers:
         while len(q) > 2 and (at - q[0][0]).total_seconds() > WINDOW_S:
             q.popleft()
 
-    def forget(self, reporter: str) -> None:
-        """A reporter that is gone (its replica stopped): neither timed nor named any more."""
-        self._seen.pop(reporter, None)
-        self.current.pop(reporter, None)
+    def forget(self, replica: str) -> None:
+        """A replica that is gone or restarted, and each of its ranks: neither timed nor named any more."""
+        for reporter in [r for r in self._seen.keys() | self.current.keys()
+                         if r == replica or r.startswith(replica + RANK_SEP)]:
+            self._seen.pop(reporter, None)
+            self.current.pop(reporter, None)
 
     def step_time(self, reporter: str, now: datetime) -> float | None:
         """Its seconds per step over the last WINDOW_S; None without MIN_SPAN_S and MIN_STEPS of reports
