@@ -20,6 +20,7 @@ from tests.core.sim import T0, at, ended, running, up, world
 from tests.jobs import job_data, make_job
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import InitializerStatus, KeptTail, Reason, StepState
+from torchjob.core.diagnosis.stacks import ProcessStacks, Stacks, parse
 from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Refusal, refuse
 from torchjob.core.shape.topology import ReplicaId
@@ -103,6 +104,12 @@ def rounds() -> list[tuple[TorchJob, JobStatus]]:
     # the job's end deleted the master's pod: the end of its log the kubelet kept (observe.kept_tails)
     said = KeptTail(replica="master-0", attempt=0, exitCode=143, tail="epoch 3\nstopping on SIGTERM\n")
     out.append((d.job, kept.keep(d.status, [said])))
+    # a stall's stacks, taken of its pods before its replicas were stopped (kube/controller/stall_stacks.py)
+    dump = ("# torchjob stacks: rank=0 pid=1 main=0x00007f0000000001\n"
+            "Current thread 0x00007f0000000001 (most recent call first):\n"
+            '  File "/opt/train.py", line 41 in step\n')
+    taken = Stacks([ProcessStacks("master-0", 0, 1, tuple(parse(dump)[2]))])
+    out.append((d.job, kept.keep_stacks(d.status, kept.stacks_kept(taken, {"master-0": 0}, ["master-0"], T0))))
     # a TrainJob's initializer step that failed past its retries (core/round/initializers.py's words)
     step = InitializerStatus(state=StepState.FAILED, attempt=2, message="model-initializer: no such model")
     out.append((d.job, d.status.model_copy(update={"initializers": {"model-initializer": step}})))
