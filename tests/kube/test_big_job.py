@@ -64,16 +64,17 @@ def big_job(name: str, namespace: str, mark: str) -> dict[str, Any]:
                                              "Worker": {"replicas": PODS - 1, "template": template}}}}
 
 
-def delete_pods(kubeconfig: str, kube: Client, namespace: str, timeout: float = 180) -> None:
+def delete_pods(kubeconfig: str, namespace: str, timeout: float = 180) -> None:
     """Every pod of the namespace deleted with grace 0, and gone. One DELETE of the collection: the API
     server answers it once every pod is deleted, which for 512 pods under the suite's load took longer
     than lightkube's 10 s read timeout (a CI teardown failed so); its own client waits up to `timeout`,
     and the server goes on deleting even if that runs out, so what counts is the list emptying."""
     slow = Client(config=KubeConfig.from_file(kubeconfig), timeout=httpx.Timeout(10, read=timeout))
-    end = time.monotonic() + timeout
-    while (left := len(list(kube.list(Pod, namespace=namespace)))) and time.monotonic() < end:
-        try:
-            slow.deletecollection(Pod, namespace=namespace, grace_period=0)
+    end, left = time.monotonic() + timeout, -1
+    while left and time.monotonic() < end:
+        try:  # the listing of 512 pods under load is slow too: the same patient client
+            if left := len(list(slow.list(Pod, namespace=namespace))):
+                slow.deletecollection(Pod, namespace=namespace, grace_period=0)
         except (httpx.TimeoutException, ApiError):  # the server's own timeout (504) too: asked again
             time.sleep(1)
     assert not left, f"{left} pods of {namespace} not gone {timeout} s after their deletion"
@@ -112,7 +113,7 @@ def test_a_job_of_512_pods_runs_and_describe_summarises_its_replicas(kubeconfig:
         assert [(j["name"], j["state"], j["replicas"]) for j in json.loads(listed.stdout)] == [("big", "Running", PODS)]
     finally:  # no garbage collector in this cluster: the pods go with grace 0, before their nodes
         kube.delete(TorchJobRes, "big", namespace=namespace)
-        delete_pods(kubeconfig, kube, namespace)
+        delete_pods(kubeconfig, namespace)
 
 
 def test_the_status_of_a_job_of_4096_replicas_is_written(kubeconfig: str, kube: Client, namespace: str) -> None:
