@@ -111,8 +111,11 @@ def rounds() -> list[tuple[TorchJob, JobStatus]]:
     taken = Stacks([ProcessStacks("master-0", 0, 1, tuple(parse(dump)[2]))])
     out.append((d.job, kept.keep_stacks(d.status, kept.stacks_kept(taken, {"master-0": 0}, ["master-0"], T0))))
     # a TrainJob's initializer step that failed past its retries (core/round/initializers.py's words)
+    # and one whose retry waits out a Job's backoff (notBefore)
     step = InitializerStatus(state=StepState.FAILED, attempt=2, message="model-initializer: no such model")
-    out.append((d.job, d.status.model_copy(update={"initializers": {"model-initializer": step}})))
+    waits = InitializerStatus(state=StepState.PENDING, attempt=1, message="hub unreachable", notBefore=at(20))
+    out.append((d.job, d.status.model_copy(update={"initializers": {"model-initializer": step,
+                                                                    "dataset-initializer": waits}})))
     return out
 
 
