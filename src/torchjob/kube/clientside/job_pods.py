@@ -69,7 +69,7 @@ def pods(kube: Client, data: dict[str, Any]) -> list[Any]:
     labels = {**served(data).pod_labels, LABEL_JOB: meta["name"]}
     found = kube.list(Pod, namespace=meta.get("namespace", "default"), labels=labels)
     uid = meta.get("uid")
-    mine = [p for p in found if uid and controls(uid, p.metadata.ownerReferences)]
+    mine = [p for p in found if uid and p.metadata and controls(uid, p.metadata.ownerReferences)]
     return sorted(mine, key=_order)
 
 
