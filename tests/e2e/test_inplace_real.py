@@ -25,7 +25,7 @@ from tests.e2e.images import TESTS_IMAGE
 from tests.jobs import job_data
 from tests.kube.conftest import REPO
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects import inplace, stacks
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT
 from torchjob.local.supervisor import pids
 
@@ -104,13 +104,14 @@ def training_process(node: Client, pod: str, ns: str, uid: str, rank: int,
                      sock: Path = SOCK) -> tuple[int, int | None]:
     """(the host pid of the attempt's training process in the pod's container, the spare's or None):
     a process of that container running the trainer, with the job's uid and the rank in its environment;
-    the spare runs it behind the spare launcher; the entry point (the container's PID 1) is neither."""
+    the spare runs it behind the spare launcher; the entry point (the container's PID 1) and the stacks front
+    (`python -I -c SOURCE python steps.py ...`: the command is its arguments) are neither."""
     _, procs = container_processes(node, pod, ns, sock)
     trainers: list[int] = []
     spares: list[int] = []
     for pid in procs:
         args = pids.cmdline(pid)
-        if (not any(inplace.ENTRY in a for a in args) and "/opt/train/steps.py" in args
+        if (not any(inplace.ENTRY in a or a.startswith(stacks.HEAD) for a in args) and "/opt/train/steps.py" in args
                 and pids.environ_has(pid, f"TORCHJOB_JOB_UID={uid}") and pids.environ_has(pid, f"RANK={rank}")):
             (spares if any(a.endswith(inplace.LAUNCHER) for a in args) else trainers).append(pid)
     assert len(trainers) == 1 and len(spares) <= 1, (pod, trainers, spares, {p: pids.cmdline(p) for p in procs})
