@@ -5,6 +5,7 @@ bench/chaos.py."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -51,3 +52,29 @@ def start_daemon(state: Path, name: str, timeout: float = 60) -> int:
             return pid
         time.sleep(0.1)
     raise RuntimeError(f"{name} was not started again within {timeout:g} s: see {state / (name + '.log')}")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out += [int(p), *_children(int(p))]
+    return out
+
+
+def kill_node(state: Path, index: int) -> int:
+    """Real node `index` of a `--real-nodes N` cluster dies as a machine does: its kubelet and containerd
+    SIGKILLed and held down (until `start_daemon` of each), and every process of its containers (its
+    containerd's shims and all under them). How many container processes were killed."""
+    suffix = f"-{index}" if index else ""
+    kill_daemon(state, f"kubelet{suffix}")
+    kill_daemon(state, f"containerd{suffix}")
+    sock = str(state / f"realnode{suffix}" / "containerd") + "/"
+    shims = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
+             if any("shim" in a for a in pids.cmdline(int(p))[:1]) and any(sock in a for a in pids.cmdline(int(p)))]
+    victims = [(v, pids.started(v)) for v in [c for s in shims for c in _children(s)] + shims]
+    return sum(pids.send(v, signal.SIGKILL, pids.started_at(ticks)) for v, ticks in victims)  # the same processes

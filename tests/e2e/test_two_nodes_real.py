@@ -6,7 +6,9 @@ spans both: a Kubeflow PyTorchJob (kubectl, torchjob serving Kubeflow's API) who
 on notice, made again on the other node, resuming with no step lost (docs/how-to/preemption.md). And
 warm spares across both: a rank killed on the second node restarts in place in its pod there. A
 Trainer v2 TrainJob through the Kubeflow SDK (`CustomTrainer(func, num_nodes=2)`) with a node pod on
-each machine.
+each machine. Last, a node lost for good under a job across both (its kubelet, containerd and
+containers killed): its pods force-deleted, made again on the node left, the job resumed from its
+checkpoint (node 1 started again after, for a module kept up by hand).
 
 Its own cluster (its own group in tests/conftest.py's SHARED_CLUSTER): a state dir and two /24s of
 its own beside the worker's one-node cluster."""
@@ -27,10 +29,11 @@ import pytest
 import yaml
 from lightkube import Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import Event, Namespace, Node, Pod
 
 from tests.docs import blocks
 from tests.e2e.conftest import INIT_IMAGE, STATE, pods, status_of, torchjob, wait_for
+from tests.e2e.daemons import kill_node, start_daemon
 from tests.e2e.images import PROGRAMS, STANDINS, TESTS_IMAGE
 from tests.e2e.test_inplace_real import attempts, job_file, kill_trainer, ns_pid, pod_log, training_process
 from tests.jobs import job_data
@@ -54,6 +57,10 @@ _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or
 STATE2 = Path(os.environ.get("TORCHJOB_E2E_TWO_NODES_DIR", f"{STATE}-two-nodes"))
 SUBNETS = os.environ.get("TORCHJOB_E2E_TWO_NODES_SUBNETS", f"10.246.{2 * _WORKER}.0/24 10.246.{2 * _WORKER + 1}.0/24")
 NODES = ("real-node-0", "real-node-1")
+# The operator's --force-delete-after for this module (torchjob's default: 60): no shorter than the
+# node controller's node-monitor-grace-period (50 s, which the dev cluster keeps), so that a lost
+# node is NotReady and tainted by the time its pods are force-deleted and made again elsewhere.
+FORCE_DELETE_AFTER_S = 50
 
 
 def devcluster(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
@@ -110,7 +117,8 @@ def node(node_kubeconfig: str) -> Client:
 def node_operator(node_kubeconfig: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     # pods on either node reach the host at node 0's bridge address (a local address of the host)
-    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE, "--kubeflow-api", "on"),
+    op = Operator(node_kubeconfig, log, ("--no-leader-elect", "--init-image", INIT_IMAGE, "--kubeflow-api", "on",
+                                           "--force-delete-after", str(FORCE_DELETE_AFTER_S)),
                   progress_host=SUBNETS.split()[0].rsplit(".", 1)[0] + ".1")
     op.start()
     yield op
@@ -517,3 +525,98 @@ def test_an_elastic_job_across_both_nodes_goes_on_at_one_when_drained_and_grows_
     assert re.search(r"world 2 done\n", out) and re.search(r"world 2 done\n", pod_log(node, "el-worker-1", ns))
     print(f"elastic across two nodes: world 2 at {t_two:.1f}s; drained {drained}, alone {t_alone:.1f}s after; "
           f"uncordoned, world 2 again {t_grown:.1f}s after; placed {first}, then {again}")
+
+
+def rank_steps(data: Path) -> dict[int, tuple[list[float], list[tuple[float, int]]]]:
+    """bench/programs/steps.py's lines in the job's shared directory: each rank's attempts' start times
+    and the (time, step) of each step it did."""
+    found = {}
+    for f in data.glob("rank-*.log"):
+        text = f.read_text()
+        found[int(f.stem.removeprefix("rank-"))] = ([float(m[1]) for m in STARTED.finditer(text)],
+                                                    [(float(m[1]), int(m[2])) for m in LOGGED.finditer(text)])
+    return found
+
+
+LOGGED = re.compile(r"^@([\d.]+) rank \d+ step (\d+)$", re.M)
+STARTED = re.compile(r"^@([\d.]+) rank \d+ start ", re.M)
+
+
+def node_ready(node: Client, name: str) -> str:
+    n = node.get(Node, name)
+    return next((c.status for c in (n.status.conditions or []) if c.type == "Ready"), "?") if n.status else "?"
+
+
+# Last in the module: node 1 is dead for a minute (started again once the job's pods are on node 0).
+@pytest.mark.timeout(420)
+def test_a_job_across_both_nodes_whose_second_node_is_lost_for_good_resumes_on_the_first(
+        node_kubeconfig: str, node: Client, ns: str, tmp_path: Path) -> None:
+    """A 1+1 TorchJob of bench/programs/steps.py (rank 0 checkpoints every step), one rank on each node;
+    then real-node-1 dies as a machine does: its kubelet and containerd SIGKILLed and held down, every
+    process of its containers killed. The rank left fails in its all-reduce, the operator restarts the
+    gang; no kubelet confirms the end of node 1's pod, so the operator force-deletes it
+    --force-delete-after (FORCE_DELETE_AFTER_S) past its grace, by which time the node controller has
+    marked the node NotReady and tainted it (node-monitor-grace-period, Kubernetes' 50 s, which the dev
+    cluster keeps); both pods are made again on real-node-0 and resume after the checkpoint."""
+    path, data = job_file(tmp_path, "gone", spares=False)
+    job = yaml.safe_load(path.read_text())
+    for rspec in job["spec"]["pytorchReplicaSpecs"].values():
+        pod_spec = rspec["template"]["spec"]
+        pod_spec["terminationGracePeriodSeconds"] = 1
+        pod_spec["topologySpreadConstraints"] = [{  # a rank on each node; a tainted node is no domain
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+            "nodeTaintsPolicy": "Honor", "labelSelector": {"matchLabels": {LABEL_JOB: "gone"}}}]
+    path.write_text(yaml.safe_dump(job))
+    t0 = time.monotonic()
+    assert torchjob(node_kubeconfig, "submit", str(path), "-n", ns).returncode == 0
+    wait_for("both ranks 5 steps in", lambda: len(s := rank_steps(data)) == 2 and all(
+        len(steps) >= 5 for _, steps in s.values()), timeout=180, every=0.5)
+    t_training = time.monotonic() - t0
+    before = {p.metadata.name: (p.metadata.uid, p.spec.nodeName) for p in pods(node, "gone", ns)}
+    assert sorted(at for _, at in before.values()) == sorted(NODES), before
+    lost = next(name for name, (_, at) in before.items() if at == NODES[1])
+    killed = time.time()
+    assert kill_node(STATE2, 1) > 0  # its containers' processes: the shims and the ranks under them
+    seen: dict[str, float] = {}
+    try:
+        def replaced() -> bool:
+            if "NotReady" not in seen and node_ready(node, NODES[1]) != "True":
+                seen["NotReady"] = time.time() - killed
+            now = {p.metadata.name: (p.metadata.uid, p.spec.nodeName) for p in pods(node, "gone", ns)}
+            return (set(now) == set(before) and not {u for u, _ in now.values()} & {u for u, _ in before.values()}
+                    and all(now.values()) and all(at for _, at in now.values()))
+
+        wait_for("the job's pods made again", replaced, timeout=150, every=1)
+        seen["made again"] = time.time() - killed
+    finally:
+        start_daemon(STATE2, "containerd-1")  # node 1 back for the next run of the module; its pods are gone
+        start_daemon(STATE2, "kubelet-1")
+    again = {p.metadata.name: p.spec.nodeName for p in pods(node, "gone", ns)}
+    assert set(again.values()) == {NODES[0]}, again  # on the node left, not back onto the dead one
+    forced = [e for e in node.list(Event, namespace=ns) if e.reason == "ForceDeleted"]
+    assert any(f"pod {lost} on node {NODES[1]} was still terminating {FORCE_DELETE_AFTER_S} s past" in (e.message or "")
+               for e in forced), [e.message for e in forced]
+
+    def new_steps(rank: int) -> list[int]:  # the steps of the attempt that started after the kill
+        starts, steps = rank_steps(data)[rank]
+        return [n for t, n in steps if t > starts[-1]] if starts[-1] > killed else []
+
+    wait_for("every rank 3 steps into the new attempt", lambda: all(len(new_steps(r)) >= 3 for r in (0, 1)),
+             timeout=180, every=0.5)
+    seen["trained again"] = time.time() - killed
+    (data / "stop").write_text("")
+    status = wait_for("the job's end", lambda: (s := status_of(node, "gone", ns)).get("state") in (
+        "Succeeded", "Failed") and s, timeout=90, every=0.5)
+    assert status["state"] == "Succeeded", status
+    resumed = {r: new_steps(r)[0] - 1 for r in (0, 1)}  # the step each resumed after: the checkpoint's
+    ends = {r: rank_steps(data)[r] for r in (0, 1)}
+    done = {r: [n for t, n in ends[r][1] if t < min(s for s in ends[r][0] if s > killed)] for r in (0, 1)}
+    assert resumed[0] == resumed[1] >= 5, (resumed, ends)  # from the checkpoint, not from the start
+    # rank 0 saves a step before it logs it: the checkpoint is its last step logged, or the next one
+    assert resumed[0] - done[0][-1] in (0, 1), (resumed, done)
+    lost = max(d[-1] for d in done.values()) - resumed[0]
+    assert 0 <= lost <= 1, (lost, resumed, done)  # a step a rank did that rank 0 had not saved, at most
+    wait_for(f"{NODES[1]} Ready again", lambda: node_ready(node, NODES[1]) == "True", timeout=90, every=1)
+    print(f"node lost across two nodes: training at {t_training:.1f}s; {NODES[1]} killed, then "
+          + ", ".join(f"{what} {s:.1f}s" for what, s in seen.items())
+          + f"; steps lost {lost}; placed {before}, then {again}")
