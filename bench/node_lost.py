@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,14 +42,13 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.e2e.daemons import kill_daemon, start_daemon  # noqa: E402
+from tests.e2e.daemons import kill_node, start_daemon  # noqa: E402
 from tests.e2e.images import STANDINS, TESTS_IMAGE  # noqa: E402
 from tests.jobs import job_data  # noqa: E402
 
 from torchjob.kube.objects.crd import crd  # noqa: E402
 from torchjob.kube.objects.install import apply  # noqa: E402
 from torchjob.kube.objects.labels import LABEL_JOB  # noqa: E402
-from torchjob.local.supervisor import pids  # noqa: E402
 
 STATE = Path(os.environ.get("TORCHJOB_E2E_TWO_NODES_DIR", "/tmp/torchjob-bench-two-nodes"))
 SUBNETS = os.environ.get("TORCHJOB_E2E_TWO_NODES_SUBNETS", "10.253.0.0/24 10.253.1.0/24")
@@ -101,29 +99,6 @@ def steps(data: Path) -> dict[str, list[tuple[float, int]]]:
 def ready(kube: Client, name: str) -> str:
     n = kube.get(Node, name)
     return next((c.status for c in (n.status.conditions or []) if c.type == "Ready"), "?") if n.status else "?"
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for p in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid:
-            out += [int(p), *children(int(p))]
-    return out
-
-
-def kill_node() -> int:
-    """real-node-1 dies: its kubelet and containerd (held down), its containers' shims and everything under them."""
-    kill_daemon(STATE, "kubelet-1")
-    kill_daemon(STATE, "containerd-1")
-    sock = str(STATE / "realnode-1" / "containerd")
-    shims = [int(p) for p in filter(str.isdigit, os.listdir("/proc"))
-             if any("shim" in a for a in pids.cmdline(int(p))[:1]) and any(sock in a for a in pids.cmdline(int(p)))]
-    victims = [(v, pids.started(v)) for v in [c for s in shims for c in children(s)] + shims]
-    return sum(pids.send(v, signal.SIGKILL, pids.started_at(ticks)) for v, ticks in victims)  # the same processes
 
 
 def watch(kube: Client, ns: str, data: Path, killed: float, last: int) -> dict[str, float]:
@@ -186,7 +161,7 @@ def main() -> None:
             time.sleep(0.5)
         print("placed:", {p.metadata.name: p.spec.nodeName for p in kube.list(Pod, namespace=ns)})
         killed = time.time()
-        print(f"{LOST} killed ({kill_node()} processes of its containers)")
+        print(f"{LOST} killed ({kill_node(STATE, 1)} processes of its containers)")
         last = max(s[-1][1] for s in steps(work / "data").values())
         try:
             watch(kube, ns, work / "data", killed, last)
