@@ -49,7 +49,7 @@ def wrap(spec: dict[str, Any], container: dict[str, Any], argv: list[str]) -> No
     """Put the watcher in front of the container's command (`argv`, headed by a Python interpreter), with its
     two volumes."""
     container["command"] = [argv[0], "-I", "-c", source(), *argv]
-    container["args"] = []
+    container.pop("args", None)  # in the command now (an empty list: the API server stores none)
     mine = (VOLUME, REQUEST_VOLUME)
     container["volumeMounts"] = [*[m for m in container.get("volumeMounts", []) if m.get("name") not in mine],
                                  {"name": VOLUME, "mountPath": DIR},
