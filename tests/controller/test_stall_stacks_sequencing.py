@@ -118,3 +118,26 @@ def test_the_operator_may_read_its_pods_logs_and_never_exec_into_them() -> None:
     assert {v for r, v in granted if r == "pods/log"} == {"get"}
     running_code = ("pods/exec", "pods/attach", "pods/portforward", "pods/ephemeralcontainers")
     assert not {r for r, _ in granted if r in running_code}
+
+
+def test_a_pod_whose_log_cannot_be_read_is_not_waited_for() -> None:
+    """A pod the API server will not give the log of (400: no node; 403: an install without get on pods/log) is
+    named and not waited for: the stall is acted on at the first read, not after the bound."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(stalled_job())
+        api.logs[(NS, MASTER, "pytorch")] = answer(0, 51)
+        api.fail(lambda call: call.verb == "log" and call.name == WORKER, 403, "forbidden")
+        progress = link()
+        async with running_with(api, progress) as c:
+            await running_and_quiet(api, c, progress.books)
+            await settled(api, c)
+            await c.reconciler.reconcile(KEY)
+            await asyncio.sleep(stall_stacks.POLL_S + 0.3)  # one read of each
+            await one_round(api, c)
+            message = status_of(api)["failure"]["message"]
+            assert message.endswith("where the ranks were: rank 0 in <module> (ddp_progress.py:51); worker-0 (its log "
+                                    "cannot be read: 403): no answer: the job is stalled"), message
+            assert len([call for call in api.calls if call.verb == "log" and call.name == WORKER]) == 1
+
+    run(scenario)

@@ -132,9 +132,9 @@ class StallStacks:
                     try:
                         lines = await self.api.log(pod, ns, container, int(time.monotonic() - t0) + 10, TAIL_LINES)
                     except Exception as e:  # gone, its node not answering: asked again at the next poll
-                        if status_code(e) == 400:  # no node, no such container: it never will be
+                        if status_code(e) in (400, 403):  # no node, no such container, no right: it never will be
                             unreadable.add(pod)
-                            missing.append(f"{replica} (its log cannot be read)")
+                            missing.append(f"{replica} (its log cannot be read: {status_code(e)})")
                         return
                 got = answer_in(lines, request)
                 if got is not None:
