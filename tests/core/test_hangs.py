@@ -70,6 +70,9 @@ def test_nothing_is_judged_without_a_sample_of_every_running_replica() -> None:
 def test_the_deadline_its_default_its_samples_and_its_bound() -> None:
     assert hangs.deadline(make_job("j")) == hangs.DEFAULT_S == 300
     assert hangs.deadline(make_job("j", run_policy={"hangDeadlineSeconds": 0})) is None  # 0: not watched
+    debug = job_data("j", run_policy={"hangDeadlineSeconds": 60})
+    debug["spec"]["runMode"] = {"debug": {"enabled": True}}
+    assert hangs.deadline(job_from_data(debug)) is None  # a debug run's replicas wait for you
     assert hangs.sample_every(300) == 30 and hangs.sample_every(3) == 0.5 and hangs.sample_every(3600) == 60
     assert hangs.bound(300) == 360 and hangs.bound(3) == 4
 

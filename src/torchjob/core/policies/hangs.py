@@ -32,7 +32,10 @@ SIGNAL_WAKES = 2  # a sample's signal may wake the main thread (its handler, the
 
 
 def deadline(job: TorchJob) -> int | None:
-    """The job's hang deadline in seconds (None: not watched)."""
+    """The job's hang deadline in seconds (None: not watched, as a debug run is: its replicas wait for you)."""
+    debug = job.spec.runMode.debug if job.spec.runMode is not None else None
+    if debug is not None and debug.enabled:
+        return None
     value = job.run_policy.hangDeadlineSeconds
     if value is None:
         return DEFAULT_S
