@@ -1,7 +1,7 @@
 """What taking a stuck job's stacks costs (issue 42): the time to collect every rank's stacks, and the collector's
 CPU time, for N ranks of a local job (`torchjob submit -j 1xN`, the ranks hung as in tests/programs/
 hang_collective.py: all but the last in all_reduce, the last in recv) and, given a cluster, from the pods of a
-running job annotated torchjob.dev/stacks "true".
+running job's pods (made with the stacks front by default).
 
 Locally each round is LocalRuntime.stacks (what `torchjob stacks` does, without the command's start-up); on a
 cluster, KubeRuntime.stacks (a patch per pod, then its log read until it answered). Rounds are timed one after
@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--light", action="store_true", help="ranks without torch (bench/programs/idle_ranks.py)")
-    ap.add_argument("--kube-job", help="a running job on a cluster, annotated torchjob.dev/stacks: \"true\"")
+    ap.add_argument("--kube-job", help="a running job on a cluster (not annotated torchjob.dev/stacks: \"false\")")
     ap.add_argument("-n", "--namespace")
     ap.add_argument("--kubeconfig")
     args = ap.parse_args()

@@ -22,7 +22,7 @@ def stacks_command(kube_options: Callable[[Any], Any], runtime: Callable[..., An
     def stacks(name: str, all_threads: bool, output: str, **where: Any) -> None:
         """Where a running job's ranks are: the Python stack of every process of every replica (torchrun's
         workers too), identical stacks grouped, innermost call first: `ranks 0-2: all_reduce <- step (train.py:41)`.
-        With --kube, from the pods of a job annotated torchjob.dev/stacks: "true"."""
+        With --kube, from the job's pods (not a job annotated torchjob.dev/stacks: "false")."""
         take = runtime(**where).stacks
         taken: core_stacks.Stacks = take(name)
         if output == "json":

@@ -193,7 +193,7 @@ def build(scope: Scope, tools: Tools | None = None) -> MCPServer:
                    context: Context = None) -> CallToolResult:
         """Where a running job's ranks are now (a hung job: where it hangs): the Python stack of every rank's
         process, identical stacks grouped, innermost call first with each frame's file and line, and the rank
-        whose stack differs from the rest named; on a cluster, for a job annotated torchjob.dev/stacks: "true".
+        whose stack differs from the rest named; on a cluster too (not a job annotated torchjob.dev/stacks: "false").
         It stops nothing: each rank pauses while its stack is written (on a cluster, its pods are patched)."""
         return answered(lambda: t.stacks(name, all_threads, where(kube, namespace, kubeconfig, context)))
 

@@ -195,7 +195,7 @@ class JobHandle:
         with its `ranks`, `processes`, `frames` (innermost first: `file`, `line`, `function`, `user`:
         the user's own code or a library's) and a one-line `summary`; `short` (for each group the
         innermost frame of the user's code), `missing` (processes that did not answer), `seconds`.
-        On a cluster, from the pods of a job annotated `torchjob.dev/stacks: "true"`."""
+        On a cluster, from the job's pods (by default; not a job annotated `torchjob.dev/stacks: "false"`)."""
         from torchjob.core.diagnosis import stacks as core_stacks
 
         take = self._rt.stacks
