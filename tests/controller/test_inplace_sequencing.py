@@ -213,6 +213,39 @@ def test_a_peer_whose_entry_point_does_not_stop_it_in_time_loses_its_pod(monkeyp
     run(scenario)
 
 
+def test_a_gangs_peers_are_asked_to_stop_together_not_one_write_after_another() -> None:
+    """A failed rank's peers are told to stop in one round's writes issued at once (issue 46: one after another,
+    0.1 s each on a loaded node, they delayed the last peer's stop and so the gang's restart)."""
+    import asyncio
+
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(torchjob(workers=3, restart_policy="OnFailure", restart_scope=None,
+                         run_policy={"warmSpares": True, "backoffLimit": 2}))
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            for pod in (MASTER, *(f"demo-worker-{i}" for i in range(3))):
+                api.kubelet(pod, NS, "Running")
+            await one_round(api, c)
+            await ended(api, MASTER, 0, 3)
+            patch, flight = api.patch_annotations, {"now": 0, "most": 0}
+
+            async def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:  # a write that takes a loaded server's time
+                flight["now"] += 1
+                flight["most"] = max(flight["most"], flight["now"])
+                await asyncio.sleep(0.05)
+                flight["now"] -= 1
+                return await patch(*args, **kwargs)
+
+            api.patch_annotations = slow  # type: ignore[method-assign]
+            start = len(api.calls)
+            await one_round(api, c)
+            assert sorted(pod for _, pod, _ in acts(api, start)) == [f"demo-worker-{i}" for i in range(3)]
+            assert flight["most"] == 3, flight
+
+    run(scenario)
+
+
 def test_an_operator_started_in_the_middle_of_a_restart_in_place_carries_it_on() -> None:
     """Everything the operator knows of a restart in place is in the pods' annotations: a new operator
     (a restart, a new leader: nothing in memory) finishes the one its predecessor began."""

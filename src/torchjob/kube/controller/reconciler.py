@@ -301,6 +301,7 @@ class Reconciler:
         ending = plan.status.finished or plan.status.is_true(ConditionType.SUSPENDED)
         made: list[Create] = []
         deletes: list[tuple[str, int | None]] = []  # (pod, grace): asked together, a gang restart's every pod
+        stops: list[tuple[dict[str, Any], dict[str, str | None]]] = []  # in place: with the deletes (0.1 s each)
         for a in plan.actions:
             match a:
                 case Stop():
@@ -312,7 +313,7 @@ class Reconciler:
                     grace = RESTART_GRACE_S if grace is None and a.restarting else grace
                     if a.restarting and not ending and pod is not None and inplace.runs(pod, a.attempt, self.seal):
                         by = datetime.now(UTC) + timedelta(seconds=(grace or 0) + STOP_PATIENCE_S)
-                        await self._note(pod, inplace.stop_note(a.attempt, by))
+                        stops.append((pod, inplace.stop_note(a.attempt, by)))
                         continue
                     deletes.append((pod_name(job, a.replica), grace))
                 case Forget() | Purge():  # a finished pod: nothing runs in it
@@ -332,7 +333,8 @@ class Reconciler:
                     log.error("%s/%s: %s planned on Kubernetes, where no runner is lost", ns, job.name, a)
                 case _:
                     assert_never(a)
-        await self._delete_pods(ns, deletes)
+        raise_first(await asyncio.gather(*(self._note(pod, notes) for pod, notes in stops),  # bounded: Api.writes
+                                         self._delete_pods(ns, deletes), return_exceptions=True))
         if plan.status.finished:  # what ended in place ends its pod now, with that attempt's exit code
             for pod in pods.in_place(but=forgotten):
                 here = inplace.in_place(pod, self.seal)

@@ -282,8 +282,9 @@ class Api:
             meta["uid"] = uid
         if resource_version:
             meta["resourceVersion"] = resource_version
-        obj = await self.client.patch(KINDS[kind], name, {"metadata": meta}, namespace=namespace,
-                                      patch_type=PatchType.MERGE)
+        async with self.writes:  # a gang's stops and next attempts are written together
+            obj = await self.client.patch(KINDS[kind], name, {"metadata": meta}, namespace=namespace,
+                                          patch_type=PatchType.MERGE)
         return to_dict(obj)
 
     async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> Sequence[str]:
