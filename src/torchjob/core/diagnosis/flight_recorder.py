@@ -18,6 +18,7 @@ BUFFER_SIZE = "2000"  # entries kept per rank (torch 2.15's default where neithe
 BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 DUMP_ON_TIMEOUT = ("TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_ON_TIMEOUT")
 DUMP_FILE = ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
+SET = (BUFFER[0], DUMP_ON_TIMEOUT[0], DUMP_FILE[0])  # what `env` may set
 
 
 def env(folder: str, given: Mapping[str, str]) -> dict[str, str]:

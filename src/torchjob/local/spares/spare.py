@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from torchjob.core.diagnosis import flight_recorder
 from torchjob.core.policies.spares import PythonEntry
 
 # A spare starts this long after the attempt (or torchrun worker) it would replace has started: its
@@ -35,9 +36,11 @@ FD_ENV = "TORCHJOB_SPARE_FD"
 WARM_ENV = "TORCHJOB_SPARE_WARM"
 # What only an attempt knows (its error file, its progress token): the rest of a replica's
 # environment is the same for each of its attempts, and a spare starts with it.
+# The flight recorder's settings (local/inspect/flight.py) too: an attempt's own folder, set when it is created
+# (a spare starts without them; torch reads them when a process group is made, after the spare took the attempt).
 ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN",
                          "TORCHJOB_STACKS_DIR",  # local/inspect/stacks.py
-                         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})  # local/inspect/flight.py: the attempt's folder
+                         *flight_recorder.SET})
 # torchrun's agent, as a local replica runs it, and what it imports itself before its rendezvous
 # (loopback_torchrun.install patches what these hold, as it does when it imports them itself).
 TORCHRUN_AGENT = "torchjob.local.start.loopback_torchrun"
