@@ -116,7 +116,8 @@ def _scheduling_cycles(port: int) -> int:
 def vc_scheduler(kubeconfig: str, work: Path) -> Iterator[str]:
     """vc-scheduler against the cluster, scheduling (its `default` Queue it makes itself); yields its log's path."""
     binary = _build("volcano")
-    _apply_crds(Client(config=KubeConfig.from_file(kubeconfig)), binary.parent.parent / "crds")
+    _apply_crds(Client(config=KubeConfig.from_file(kubeconfig), field_manager="torchjob-bench"),
+                binary.parent.parent / "crds")
     conf = work / "conf" / "scheduler.conf"  # a directory of its own: it reloads on any write there
     conf.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "hack" / "volcano" / "scheduler.conf", conf)
