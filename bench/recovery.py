@@ -31,9 +31,11 @@ torch imported, rendezvous done, past k + 1) and, on the node, from the pods as 
 (the killed container seen dead, the old pods gone, the new ones made and running).
 
 Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--kubeconfig PATH] [--no-spares]
-       python bench/recovery.py --nodes 2 [--repeat 1] [--no-kubeflow]   a job across two real nodes: a rank
-       killed on the second node with warm spares, the second node drained, and the same drain under
-       Kubeflow's training-operator (bench/recovery_nodes.py)
+       python bench/recovery.py --nodes 2 [--repeat 1] [--no-kubeflow] [--faults F,...] [--kubeflow-faults F,...]
+       a job across two real nodes: a rank killed on the second node with warm spares (spare-kill), the
+       second node drained with the ranks saving on notice (drain) and without (drain-no-notice), and
+       lost for good (node-lost); the same faults but spare-kill under Kubeflow's training-operator
+       (bench/recovery_nodes.py)
 With --node and no --kubeconfig it starts a real-node cluster (root) in /tmp/torchjob-bench-recovery
 (TORCHJOB_E2E_DEVCLUSTER_DIR to change) on 10.252.0.0/24 (DEVCLUSTER_POD_SUBNET to change) and stops
 it at the end. On the node every job trains until the trial has measured (steps.py --stop-file).
@@ -306,7 +308,10 @@ def free_port() -> int:
 def images() -> list[dict[str, Any]]:
     nslookup = '#!/bin/sh\nexec getent hosts "$1"\n'
     return [{"name": IMAGE, "rootfs": True, "python": True,
-             "files": [{"path": "/opt/bench/steps.py", "source": str(PROGRAM)}],
+             # torchjob.report copied alone (a namespace package), as a user would: steps.py --save-on-notice
+             "files": [{"path": "/opt/bench/steps.py", "source": str(PROGRAM)},
+                       {"path": "/opt/bench/torchjob/report.py",
+                        "source": str(REPO / "src" / "torchjob" / "report.py")}],
              "config": {"WorkingDir": "/opt/bench"}},
             {"name": ALPINE, "rootfs": True, "files": [{"path": "/usr/bin/nslookup", "text": nslookup, "mode": 0o755}]}]
 
@@ -723,6 +728,10 @@ def main() -> None:
                                              "TORCHJOB_E2E_DEVCLUSTER_DIR)")
     parser.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()), help="where the trials' logs go")
     parser.add_argument("--no-kubeflow", action="store_true", help="on the node, torchjob alone")
+    parser.add_argument("--faults", default="spare-kill,drain,drain-no-notice,node-lost",
+                        help="--nodes 2: torchjob's faults, comma-separated")
+    parser.add_argument("--kubeflow-faults", default="drain,drain-no-notice,node-lost",
+                        help="--nodes 2: Kubeflow's faults, comma-separated (no spare-kill: it has no spares)")
     parser.add_argument("--no-spares", action="store_true",
                         help="not torchjob with warm spares (locally; on the node, its restart in place)")
     parser.add_argument("--src", type=Path, default=REPO / "src",
@@ -732,7 +741,8 @@ def main() -> None:
         import recovery_nodes
 
         report(*recovery_nodes.main(args.repeat, Path(tempfile.mkdtemp(prefix="recovery-nodes-", dir=args.keep)),
-                                    args.src, not args.no_kubeflow))
+                                    args.src, not args.no_kubeflow, tuple(filter(None, args.faults.split(","))),
+                                    tuple(filter(None, args.kubeflow_faults.split(",")))))
         return
     if not (args.local or args.node):
         args.local = True

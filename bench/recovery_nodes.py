@@ -9,14 +9,28 @@ two-node dev cluster (`scripts/dev-cluster.sh up --real-nodes 2`). Once every ra
                of a worker on real-node-1 is SIGKILLed through real-node-1's containerd: the ranks
                restart in place, in their pods on both nodes;
   drain        without spares, `kubectl drain real-node-1 --ignore-daemonsets --delete-emptydir-data`:
-               its two pods are evicted with their grace (the notice: SIGTERM), the operator restarts
-               the gang and the scheduler puts every pod on real-node-0 (node 1 is uncordoned after).
+               its two pods are evicted with their grace (the notice: SIGTERM); the ranks save on
+               notice (steps.py --save-on-notice: torchjob.report.stopping(), every rank stops at the
+               same step, rank 0 saves it, all exit 143), the operator restarts the gang and the
+               scheduler puts every pod on real-node-0 (node 1 is uncordoned after);
+  drain-no-notice  the same drain of a job whose program does not call stopping(): the ranks go on
+               until their pods end, and the job resumes from its last periodic checkpoint;
+  node-lost    real-node-1 dies as a machine does (tests/e2e/daemons.py kill_node: its kubelet and
+               containerd SIGKILLed and held down, every process of its containers killed); the
+               node controller marks it NotReady after its node-monitor-grace-period (50 s), the
+               operator force-deletes its pods --force-delete-after (60 s, its default) past their
+               grace, and makes them again on real-node-0. Node 1 is started again after.
 
-The drain is also run against Kubeflow's training-operator v1.8.1 (hack/kubeflow/build.sh; a process on
-the host, as bench/recovery.py --node runs it) in the same run: the PyTorchJob a Kubeflow user writes
-for the same job (bench/recovery.py's node_job, restartPolicy OnFailure), spread the same way. Kubeflow
-makes each evicted pod again alone; the ranks left fail in their collective and their containers are
-restarted in place by the kubelet. The ratio of the two drains' recoveries is printed.
+Every fault but spare-kill runs a job that checkpoints every CKPT_EVERY steps (steps.py
+--ckpt-every), so a fault without notice loses the steps since the last one.
+
+The drains and the lost node are also run against Kubeflow's training-operator v1.8.1
+(hack/kubeflow/build.sh; a process on the host, as bench/recovery.py --node runs it) in the same
+run: the PyTorchJob a Kubeflow user writes for the same job (bench/recovery.py's node_job,
+restartPolicy OnFailure), spread the same way. Kubeflow makes each evicted pod again alone; the
+ranks left fail in their collective and their containers are restarted in place by the kubelet. A
+lost node's pods it leaves Terminating: its node-lost run is given KUBEFLOW_LOST_S. The ratio of
+each fault's recoveries is printed.
 
 Printed per fault, as bench/recovery.py does: seconds from the fault to every rank of the new world
 past step k + 1 (k: the last step any rank had logged at the fault), where the time went, the steps
@@ -35,6 +49,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -43,10 +58,17 @@ from typing import Any
 
 import recovery as rec
 
+sys.path.insert(0, str(rec.REPO))
+from tests.e2e.daemons import kill_node, start_daemon
+
 STATE = Path(os.environ.get("TORCHJOB_E2E_TWO_NODES_DIR", "/tmp/torchjob-bench-two-nodes"))
 SUBNETS = os.environ.get("TORCHJOB_E2E_TWO_NODES_SUBNETS", "10.253.0.0/24 10.253.1.0/24")
 NODES = ("real-node-0", "real-node-1")
-FAULTS = ("spare-kill", "drain")
+FAULTS = ("spare-kill", "drain", "drain-no-notice", "node-lost")
+CKPT_EVERY = 10  # steps between periodic checkpoints (1 s at bench/recovery.py's STEP_TIME)
+# Kubeflow's operator leaves a lost node's pods Terminating (kubeflow/trainer #2072, #2185): its
+# node-lost run is given this long, the node controller's grace and the taint's 300 s toleration short of it
+KUBEFLOW_LOST_S = 240
 OURS, KUBEFLOW = "torchjob-operator", f"kubeflow-{rec.KUBEFLOW_VERSION}"
 LABELS = {"torchjob": "torchjob.dev/job-name", "kubeflow": "training.kubeflow.org/job-name"}
 NAME = "rec"
@@ -100,7 +122,12 @@ def run_fault(runtime: str, fault: str, client: Any, kubectl: str, kubeconfig: s
     label = LABELS[runtime]
     res = (create_namespaced_resource("torchjob.dev", "v1", "TorchJob", "torchjobs") if runtime == "torchjob" else
            create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"))
-    created = client.create(res.from_dict(spread(rec.node_job(runtime, NAME, ns, False, ns, spares), label)))
+    job = spread(rec.node_job(runtime, NAME, ns, False, ns, spares), label)
+    if not spares:  # a periodic checkpoint; the notice saved on where the program reads it
+        for rspec in job["spec"]["pytorchReplicaSpecs"].values():
+            rspec["template"]["spec"]["containers"][0]["command"] += (
+                ["--ckpt-every", str(CKPT_EVERY)] + (["--save-on-notice"] if fault == "drain" else []))
+    created = client.create(res.from_dict(job))
     uid = str(created.metadata.uid)
     replicas = [f"{NAME}-master-0", *(f"{NAME}-worker-{i}" for i in range(3))]
     clock: rec.PodClock | None = None
@@ -123,6 +150,10 @@ def run_fault(runtime: str, fault: str, client: Any, kubectl: str, kubeconfig: s
         nonlocal clock, drain
         clock = rec.PodClock(client, ns, label)
         time.sleep(0.3)  # its first poll has the pods as they were
+        if fault == "node-lost":
+            t = time.time()
+            kill_node(STATE, 1)
+            return t
         if not spares:
             drain = threading.Thread(target=subprocess.run, daemon=True, kwargs={
                 "args": [kubectl, "--kubeconfig", kubeconfig, "drain", NODES[1], "--ignore-daemonsets",
@@ -149,7 +180,8 @@ def run_fault(runtime: str, fault: str, client: Any, kubectl: str, kubeconfig: s
     try:
         rec.wait("the pods on both nodes", lambda: len(set(where().values())) == 2, 300, every=0.5)
         before = where()
-        recovery, stages, k, t_fault = rec.measure(d, kill, timeout=600, ready=warm if spares else None)
+        timeout = KUBEFLOW_LOST_S if (runtime, fault) == ("kubeflow", "node-lost") else 600
+        recovery, stages, k, t_fault = rec.measure(d, kill, timeout=timeout, ready=warm if spares else None)
         lost = steps_lost(d, t_fault)
         after = where()
         (d / "stop").write_text("")  # measured: the job ends
@@ -161,9 +193,13 @@ def run_fault(runtime: str, fault: str, client: Any, kubectl: str, kubeconfig: s
                 + f"; pods on {sorted(before.values())} then {sorted(after.values())}")
         return rec.Trial(name_of(runtime, fault), "ddp", recovery, stages, note)
     except TimeoutError as e:
+        stuck = sorted(p.metadata.name for p in client.list(Pod, namespace=ns, labels={label: None})
+                       if p.metadata.deletionTimestamp)
         return rec.Trial(name_of(runtime, fault), "ddp", float("nan"), {},
-                         f"no recovery: {e}; pods {before} -> {where()}")
+                         f"no recovery: {e}; pods {before} -> {where()}, terminating {stuck}")
     finally:
+        if fault == "node-lost":
+            node_back(client)
         if drain is not None:
             drain.join(timeout=240)
             subprocess.run([kubectl, "--kubeconfig", kubeconfig, "uncordon", NODES[1]], capture_output=True, timeout=60)
@@ -171,13 +207,33 @@ def run_fault(runtime: str, fault: str, client: Any, kubectl: str, kubeconfig: s
         shutil.rmtree(d, ignore_errors=True)
 
 
+def node_back(client: Any) -> None:
+    """real-node-1 started again after a node-lost fault (its containerd, then its kubelet), and Ready."""
+    from lightkube.resources.core_v1 import Node
+
+    start_daemon(STATE, "containerd-1")
+    start_daemon(STATE, "kubelet-1")
+
+    def ready() -> bool:
+        n = client.get(Node, NODES[1])
+        return any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+
+    rec.wait(f"{NODES[1]} Ready again", ready, 180, every=1)
+
+
 def name_of(runtime: str, fault: str) -> str:
     return f"{OURS if runtime == 'torchjob' else KUBEFLOW} {fault}"
 
 
-def main(repeat: int, logs: Path, src: Path, kubeflow: bool = True) -> tuple[list[rec.Trial], list[Any]]:
-    """One run of each fault per repeat, on the two-node cluster (started if none is up); the trials
-    and the pairs whose ratio bench/recovery.py's report prints."""
+def main(repeat: int, logs: Path, src: Path, kubeflow: bool = True, faults: tuple[str, ...] = FAULTS,
+         kubeflow_faults: tuple[str, ...] = FAULTS[1:]) -> tuple[list[rec.Trial], list[Any]]:
+    """One run of each fault per repeat (`faults` for torchjob, `kubeflow_faults` for Kubeflow's
+    operator: it has no spares), on the two-node cluster (started if none is up); the trials and the
+    pairs whose ratio bench/recovery.py's report prints."""
+    for f in (*faults, *kubeflow_faults):
+        if f not in FAULTS or (f == "spare-kill" and f in kubeflow_faults):
+            raise SystemExit(f"unknown fault {f!r}: torchjob's are {', '.join(FAULTS)}, "
+                             "Kubeflow's the same but spare-kill")
     up = devcluster("up", "--real-nodes", "2")
     if up.returncode != 0:
         raise RuntimeError(f"dev-cluster.sh up --real-nodes 2 failed:\n{up.stderr[-3000:]}")
@@ -189,7 +245,7 @@ def main(repeat: int, logs: Path, src: Path, kubeflow: bool = True) -> tuple[lis
     rec.CLUSTER_DIR, rec.SUBNET = str(STATE), SUBNETS.split()[0]
     os.environ["DEVCLUSTER_POD_SUBNETS"] = SUBNETS
     node = rec.Node(kubeconfig, logs, src, kubeflow=kubeflow)
-    runs = [("torchjob", f) for f in FAULTS] + ([("kubeflow", "drain")] if node.kubeflow else [])
+    runs = [("torchjob", f) for f in faults] + ([("kubeflow", f) for f in kubeflow_faults] if node.kubeflow else [])
     if kubeflow and not node.kubeflow:
         print(f"no Kubeflow training-operator at {rec.KUBEFLOW_BIN}: bash hack/kubeflow/build.sh builds it")
     trials: list[rec.Trial] = []
@@ -204,5 +260,6 @@ def main(repeat: int, logs: Path, src: Path, kubeflow: bool = True) -> tuple[lis
         if started:
             devcluster("down", timeout=300)
         print(f"operators' logs: {logs}")
-    peers = [(name_of("torchjob", "drain"), name_of("kubeflow", "drain"), {})] if node.kubeflow else []
+    peers = [(name_of("torchjob", f), name_of("kubeflow", f), {}) for f in faults
+             if f in kubeflow_faults] if node.kubeflow else []
     return trials, peers

@@ -8,8 +8,11 @@ Every rank appends timestamped lines to DIR/rank-<RANK>.log (and prints them):
     @<unix time> rank R joined W           init_process_group returned (rendezvous done)
     @<unix time> rank R step S             step S done
 Rank 0 writes the last step done to DIR/step after each step and tells the others where to begin,
-so a restarted job resumes where it stopped, as a training script with checkpoints does. With
---stop-file, every rank ends after the step in which rank 0 saw FILE (told in that step's all-reduce).
+so a restarted job resumes where it stopped, as a training script with checkpoints does; with
+--ckpt-every K only after every K-th step (what a job that saves periodically loses at a fault).
+With --save-on-notice every rank reads torchjob.report.stopping() each step (told to all in that
+step's all-reduce): once any rank got the notice, rank 0 saves the step, each logs "saved S" and
+exits 143. With --stop-file, every rank ends after the step in which rank 0 saw FILE.
 bench/recovery.py reads these lines to time a recovery on any runtime (same clock: one machine).
 """
 
@@ -21,7 +24,7 @@ STARTED = time.time()
 RANK = int(os.environ.get("RANK", "0"))
 
 
-def main() -> None:
+def main() -> int | None:
     import argparse
 
     parser = argparse.ArgumentParser()
@@ -32,7 +35,14 @@ def main() -> None:
     # collective where no runtime stops it; a short one lets every runtime's restart be timed
     parser.add_argument("--timeout", type=float, default=30)
     parser.add_argument("--stop-file", default=None)
+    parser.add_argument("--ckpt-every", type=int, default=1)
+    parser.add_argument("--save-on-notice", action="store_true")
     args = parser.parse_args()
+    stopping = None
+    if args.save_on_notice:  # from here on SIGTERM is a notice (the image's copy of torchjob/report.py)
+        from torchjob.report import stopping
+
+        stopping()
     os.makedirs(args.dir, exist_ok=True)
     out = open(os.path.join(args.dir, f"rank-{RANK}.log"), "a", buffering=1)  # noqa: SIM115 - for the run
 
@@ -60,16 +70,22 @@ def main() -> None:
     dist.broadcast(begin, 0)
     weight = torch.zeros(1024)
     for step in range(int(begin[0]) + 1, args.steps + 1):
-        grad = torch.ones(1025) * (RANK + 1)
+        grad = torch.ones(1026) * (RANK + 1)
         grad[1024] = float(RANK == 0 and args.stop_file is not None and os.path.exists(args.stop_file))
+        grad[1025] = float(stopping is not None and stopping())
         dist.all_reduce(grad)
         weight -= 0.01 * grad[:1024] / world
         time.sleep(args.step_time)
-        if RANK == 0:
+        if RANK == 0 and (step % args.ckpt_every == 0 or grad[1025] > 0):
             with open(ckpt + ".tmp", "w") as f:
                 f.write(str(step))
             os.replace(ckpt + ".tmp", ckpt)
         say(f"step {step}")
+        if grad[1025] > 0:
+            dist.barrier()  # every rank exits once rank 0 saved
+            dist.destroy_process_group()
+            say(f"saved {step}")
+            return 143
         if grad[1024] > 0:
             break
     dist.destroy_process_group()
