@@ -41,8 +41,9 @@ def take(kube: Client, data: dict[str, Any], wait_s: float = WAIT_S) -> Stacks:
     if all(c is None for _, c in made):
         if pod_stacks.wanted(data["metadata"].get("annotations")):
             raise UserError(f"job {name}'s pods run without torchjob's front, which gives their stacks: their "
-                            "command does not start with a Python interpreter, they restart in place "
-                            "(runPolicy.warmSpares), or they run Windows",
+                            "command does not start with a Python interpreter running a script or a module "
+                            "(torchrun, bash -c, python -c), they restart in place (runPolicy.warmSpares), they "
+                            "run Windows, or the job runs in debug mode",
                             fix="start the command with python (python -m torch.distributed.run for torchrun), "
                                 "without warmSpares: see docs/how-to/hangs.md")
         raise UserError(f'job {name} opted out of stacks (its annotation {pod_stacks.ANNOTATION}: "false"): its pods '
