@@ -131,15 +131,15 @@ def progress_patch() -> dict[str, Any]:
 
 
 def straggler_patch() -> dict[str, Any]:
-    """The progress writer's patch of a job one of whose three replicas takes three times the others'
-    step time (its reports' step_time): a straggler in the progress."""
+    """The progress writer's patch of a job one of whose three reporters takes three times the others'
+    step time (its reports' step_time): a straggler in the progress, a torchrun worker's (its rank named)."""
     book = Book()
     for step in range(1, 21):
-        for replica, seconds in (("master-0", 0.1), ("worker-0", 0.1), ("worker-1", 0.3)):
-            book.record(replica, 0, Report(step=step, total=100, metrics={"step_time": str(seconds)}),
+        for replica, rank, seconds in (("master-0", 0, 0.1), ("worker-0", 1, 0.1), ("worker-0", 2, 0.3)):
+            book.record(replica, 0, Report(step=step, total=100, metrics={"step_time": str(seconds)}, rank=rank),
                         T0 + timedelta(seconds=step))
     progress = book.progress()
-    assert progress is not None and [s.replica for s in progress.stragglers] == ["worker-1"]
+    assert progress is not None and [(s.replica, s.rank) for s in progress.stragglers] == [("worker-0", 2)]
     return TORCHJOB.progress_patch(progress.model_dump(mode="json", exclude_none=True))
 
 
