@@ -143,10 +143,12 @@ class Operator:
         self.posts: list[dict[str, Any]] = []
         self.post_statuses: list[int] = []
         self.gets = 0
+        self.asked: list[tuple[str, float]] = []  # each request's verb and when it came (monotonic)
         self.bad: list[str] = []
         self.peers: set[int] = set()  # the client ports it was asked from: its connections
         self.spares_at_post: list[list[int]] = []
         self.wrapper_pid = 0
+        self.scan = True  # for the spares at each POST (/proc read: 0.1 s loaded)
         self.token_file = tmp_path / "token"
         self.token = "token-1"
         self.token_file.write_text(self.token)
@@ -175,6 +177,7 @@ class Operator:
 
             def checked(self) -> bool:
                 op.peers.add(self.client_address[1])
+                op.asked.append((self.command, time.monotonic()))
                 if self.path.split("?")[0] != "/apis/v1/namespaces/ns/jobs/j/inplace":
                     op.bad.append(f"path {self.path}")
                 elif self.headers.get("Authorization") != f"Bearer {op.token}":
@@ -203,7 +206,7 @@ class Operator:
                     return
                 with op.lock:
                     op.posts.append(body)
-                    op.spares_at_post.append(children(op.wrapper_pid, b"torchjob_spare.py"))
+                    op.spares_at_post.append(children(op.wrapper_pid, b"torchjob_spare.py") if op.scan else [])
                     what = op.answers.pop(0) if op.answers else "hold"
                     op.token = f"token-{len(op.posts) + 1}"  # renewed: the next request must read it again
                     op.token_file.write_text(op.token)
@@ -684,6 +687,23 @@ def test_an_attempts_end_is_reported_at_once_while_its_verdict_is_asked(tmp_path
         assert rc == 0 and pod.runs() == 2 and [p["exitCode"] for p in op.posts] == [137], stderr
         assert reported < 1.5, reported
         assert held_gets <= 2, held_gets
+    finally:
+        op.close()
+    no_leftovers(pod)
+
+
+def test_a_reported_end_is_followed_at_once_by_a_long_poll_of_its_verdict(tmp_path: Path) -> None:
+    """Once its report is taken, the parked entry point waits for the verdict in a long poll at once: it slept
+    PARKED_POLL_S (0.2 s) first, which held the last peer of a gang's restart in place that long (issue 46)."""
+    op = Operator(tmp_path, ["hold", "hold", "hold", "release"], long_poll=True)
+    op.scan = False  # a POST answered at once: what follows it is the wrapper's doing
+    try:
+        pod = Pod(tmp_path, op, "fail", TORCHJOB_INPLACE_REPORT_AGAIN_S="0.5")
+        rc, _, stderr = pod.finish(timeout=20)
+        assert rc == 3 and len(op.posts) == 4, stderr
+        after = [next(t for verb, t in op.asked[i + 1:] if verb == "GET") - at
+                 for i, (verb, at) in enumerate(op.asked[:-1]) if verb == "POST" and "GET" in dict(op.asked[i + 1:])]
+        assert len(after) >= 3 and min(after) < 0.1, after  # each was >= 0.2 s, less the report's own time
     finally:
         op.close()
     no_leftovers(pod)

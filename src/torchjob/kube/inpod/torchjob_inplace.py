@@ -320,9 +320,9 @@ class Wrapper:
             except OSError as e:
                 status, answer, retry, why = 0, None, 0.0, str(e)
             verdict = verdict_of(answer) if status == 200 else None
-            if verdict is not None:  # asked again at once after a poll that waited
+            if verdict is not None:  # asked again at once after a poll that waited, or a report (a long poll next)
                 reported, failing_since, failures, held = True, None, 0, verdict
-                delay = max(0.0, PARKED_POLL_S - (time.monotonic() - asked))
+                delay = 0.0 if post else max(0.0, PARKED_POLL_S - (time.monotonic() - asked))
                 if verdict[0] > ended:
                     return verdict[0]
                 if verdict[2]:
