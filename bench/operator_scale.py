@@ -489,7 +489,7 @@ async def main_async(args: argparse.Namespace, kubeconfig: str, phases: list[str
                 if r == n_rounds - 1 and n == len(order) - 1 and not last_clean:
                     break  # the cluster goes with everything in it
                 try:  # the next phase starts from free nodes, and no operator caches these objects
-                    await clean(client, ns, job_res)
+                    await clean(client, ns, job_res, n_pods)
                 except Exception as e:
                     res.notes.append(f"cleaning {ns} failed: {e!r}")
     finally:

@@ -212,12 +212,13 @@ async def any_left(client: AsyncClient, res: Any, namespace: str) -> bool:
     return False
 
 
-async def clean(client: AsyncClient, namespace: str, job_res: Any | None) -> None:
+async def clean(client: AsyncClient, namespace: str, job_res: Any | None, pods: int = 0) -> None:
     """Delete what a phase made (the operator is stopped first): jobs, pods (grace 0), services.
     A deletecollection of tens of thousands of pods can outlast the API server's request timeout:
-    it is asked again until none is left."""
+    it is asked again until none is left. `pods`: how many the phase made (the wait grows with them:
+    4,096 pods of one job took over 120 s under a load of 25, and the next phase found the nodes full)."""
     services = [s["metadata"]["name"] async for s in client.list(ServiceG, namespace=namespace)]
-    wait_s = 120 + len(services) / 10  # thousands of pods take the API server a while
+    wait_s = 120 + max(len(services), pods) / 10  # thousands of pods take the API server a while
     end = time.monotonic() + wait_s
     asked = 0.0
     while True:
