@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 CLUSTER_SUITES = ("tests/kube/", "tests/e2e/", "tests/incluster/")
 # Suites that share one cluster, by the group whose tests one worker runs in order: tests/kube shares
@@ -33,6 +34,13 @@ SHARED_CLUSTER = {
     "tests/e2e/": "real-node-b",
 }
 _skipped: list[str] = []
+
+
+# Hypothesis draws new inputs on every run where a developer runs the suite (a fuzz finds what it finds);
+# in CI it draws the same ones each run (derandomize): a clean clone's verdict does not depend on the draw.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -151,13 +151,15 @@ def _node(notes: Notes, trainer: dict[str, Any], pod: dict[str, Any]) -> dict[st
                     "run --rdzv_endpoint=localhost:29500 full_finetune_distributed --config llama3_2/1B_full ...), "
                     "or leave spec.trainer.command unset to run the runtime's")
     # Keyed by name; an entry whose name is not a string keeps a key of its own, for the model to refuse.
-    env = {_env_key(e, f"<runtime env {i}>"): e for i, e in enumerate(c.get("env") or []) if isinstance(e, dict)}
+    own = c.get("env")  # not a list: left as it is, for the model to refuse naming the runtime's field
+    env = {_env_key(e, f"<runtime env {i}>"): e for i, e in enumerate(own if isinstance(own, list) else [])
+           if isinstance(e, dict)}
     for i, e in notes.items(trainer, "env", path):
         if isinstance(e.get("name"), str) and e["name"] in RESERVED_ENV:
             notes.error([*path, "env", i, "name"], f"{e['name']} is set by the TrainJob's torch runtime (Trainer "
                         "refuses it too)", RESERVED_ENV[str(e["name"])])
         env[_env_key(e, f"<env {i}>")] = e
-    if env:
+    if env and (own is None or isinstance(own, list)):
         c["env"] = list(env.values())
     resources = notes.typed(trainer, "resourcesPerNode", path, dict, "a mapping (requests, limits)")
     if resources is not None:

@@ -28,14 +28,19 @@ _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 
 
 def _mounts(pod: dict[str, Any]) -> set[str]:
+    """The volume names the pod's containers mount (what is not a list or a mapping, the model refuses later)."""
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     names = set()
     for group in ("containers", "initContainers"):
-        for c in (spec or {}).get(group) or []:
-            for m in (c.get("volumeMounts") or []) if isinstance(c, dict) else []:
+        for c in _list((spec or {}).get(group)):
+            for m in _list(c.get("volumeMounts")) if isinstance(c, dict) else []:
                 if isinstance(m, dict) and isinstance(m.get("name"), str):
                     names.add(m["name"])
     return names
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _volumes(pod: dict[str, Any]) -> list[Any]:
