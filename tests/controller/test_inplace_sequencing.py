@@ -74,11 +74,13 @@ def test_a_failed_rank_stops_its_peer_and_the_gang_restarts_in_the_same_pods() -
         async with running_with(api, link()) as c:
             await one_round(api, c)
             cm = api.objects[("ConfigMap", NS, inplace.CONFIGMAP)]["data"]
-            assert set(cm) == {inplace.ENTRY, inplace.LAUNCHER} and "def main" in cm[inplace.ENTRY]
+            assert set(cm) == {inplace.ENTRY, inplace.LAUNCHER, "torchjob_stacks.py"}  # and the stacks' front
+            assert "def main" in cm[inplace.ENTRY]
             pod = api.objects[("Pod", NS, MASTER)]
             assert notes(api, MASTER)[inplace.ANNOTATION_IN_PLACE] == "true"
             entry = hashlib.sha256(cm[inplace.ENTRY].encode()).hexdigest()  # run only if it is that file
-            assert pod["spec"]["containers"][0]["command"][:4] == ["python", "-I", "-c", inplace.boot(entry)]
+            booted = inplace.boot(entry, f"{inplace.DIR}/{inplace.ENTRY}")
+            assert pod["spec"]["containers"][0]["command"][:4] == ["python", "-I", "-c", booted]
             up(api)
             await one_round(api, c)
             assert condition(api, "Running") is not None

@@ -15,6 +15,7 @@ from tests.controller.test_inplace_sequencing import link
 from tests.controller.test_sequencing import KEY, NS, events, one_round, run, settled, status_of, torchjob
 from tests.controller.test_tls_renewal import running_with
 from torchjob.kube.controller import stall_stacks
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects import stacks as pod_stacks
 from torchjob.progress.protocol import Report
 from torchjob.progress.server import Reporter
@@ -104,6 +105,41 @@ def test_a_job_that_opted_out_is_stopped_at_once_and_no_pod_is_asked() -> None:
             assert status_of(api)["failure"]["reason"] == "ProgressDeadlineExceeded"
             assert not [call for call in api.calls if call.verb in ("patch_annotations", "log")]
             assert not status_of(api).get("keptStacks") and not events(api, "StacksTaken")
+
+    run(scenario)
+
+
+def test_the_fronts_source_is_in_the_namespace_before_the_pods_that_boot_it_and_not_for_a_job_that_opted_out() -> None:
+    """The pods' command carries the front's hash (kube/objects/stacks.boot), the ConfigMap its source: made before
+    the pods; a job that opted out has no front, and needs no ConfigMap of torchjob's programs."""
+    async def scenario(annotations: dict[str, str], made: bool) -> None:
+        api = FakeApi()
+        api.put(stalled_job(**annotations))
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            writes = [str(w) for w in api.writes(("ConfigMap", "Pod"))]
+            assert f"create Pod {MASTER}" in writes
+            if made:
+                data = api.objects[("ConfigMap", NS, inplace.CONFIGMAP)]["data"]
+                assert data[pod_stacks.ENTRY] == pod_stacks.source()
+                assert writes.index(f"create ConfigMap {inplace.CONFIGMAP}") < writes.index(f"create Pod {MASTER}")
+                assert pod_stacks.container_of(api.objects[("Pod", NS, MASTER)]) == "pytorch"
+            else:
+                assert ("ConfigMap", NS, inplace.CONFIGMAP) not in api.objects
+
+    run(lambda: scenario({}, True))
+    run(lambda: scenario({pod_stacks.ANNOTATION: "false"}, False))
+
+
+def test_a_configmap_the_operator_may_not_write_does_not_hold_the_pods_back() -> None:
+    """The pods mount it optionally: without it they run their command alone (no stacks); they are made."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.fail(lambda call: call.kind == "ConfigMap" and call.name == inplace.CONFIGMAP, 403, "forbidden")
+        api.put(stalled_job())
+        async with running_with(api, link()) as c:
+            await one_round(api, c)
+            assert ("Pod", NS, MASTER) in api.objects and ("ConfigMap", NS, inplace.CONFIGMAP) not in api.objects
 
     run(scenario)
 

@@ -121,8 +121,8 @@ def test_explicit_launcher_arguments_are_kept(tmp_path: Path) -> None:
     s = local(job, tmp_path)["worker-0"]
     assert s.argv == command and s.torchrun
     pod = pod_objects.pod(job, ReplicaId("Worker", 0), 0)
-    # the command unchanged behind torchjob's stacks front (python -I -c SOURCE, then the command as written)
-    assert pod["spec"]["containers"][0]["command"] == ["python", "-I", "-c", pod_stacks.source(), *command]
+    # the command unchanged behind torchjob's stacks front (python -I -c BOOT, then the command as written)
+    assert pod["spec"]["containers"][0]["command"] == ["python", "-I", "-c", pod_stacks.boot(), *command]
 
 
 # --- case 3: $(VAR) in command and args ---------------------------------------------------------------------

@@ -105,7 +105,7 @@ def training_process(node: Client, pod: str, ns: str, uid: str, rank: int,
     """(the host pid of the attempt's training process in the pod's container, the spare's or None):
     a process of that container running the trainer, with the job's uid and the rank in its environment;
     the spare runs it behind the spare launcher; the entry point (the container's PID 1) and the stacks front
-    (`python -I -c SOURCE python steps.py ...`: the command is its arguments) are neither."""
+    (`python -I -c BOOT python steps.py ...`: the command is its arguments) are neither."""
     _, procs = container_processes(node, pod, ns, sock)
     trainers: list[int] = []
     spares: list[int] = []

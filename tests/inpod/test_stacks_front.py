@@ -1,5 +1,6 @@
 """The front of a pod whose job asked for its stacks (src/torchjob/kube/inpod/torchjob_stacks.py), run here as the
-pod runs it (`python -I -c SOURCE python -c PROGRAM`, kube/objects/stacks.source()) with its two folders made
+pod runs it (`python -I -c BOOT python -c PROGRAM`, kube/objects/stacks.boot(): the source from the ConfigMap's
+file, kube/objects/stacks.source(), run only if it is the one the pod was made with) with its folders made
 temporary: it becomes the command (same pid), puts torchjob's hook ahead of the command's own PYTHONPATH, and
 answers a new request file with every rank process's stacks on its stderr (the container's log); the pod's side
 of `torchjob stacks --kube` on real pods: tests/e2e/test_stacks_real.py. Real processes throughout."""
@@ -25,13 +26,37 @@ idle()
 """
 
 
+def shipped(tmp_path: Path, source: str | None = None) -> str:
+    """The ConfigMap's file as the kubelet projects it (`source`: someone changed it)."""
+    path = tmp_path / "front" / pod_stacks.ENTRY
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(pod_stacks.source() if source is None else source)
+    return str(path)
+
+
+def test_a_front_missing_or_changed_is_not_run_and_the_command_runs_alone(tmp_path: Path) -> None:
+    """Whoever may write the ConfigMap does not run code in the pod; a pod that started without it (the volume is
+    optional) still runs its command: without stacks, said once (`torchjob stacks --kube` reads it)."""
+    show = "import os, sys; print(os.getpid(), os.environ.get('PYTHONPATH', ''))"
+    env = {**os.environ, "TORCHJOB_STACKS_POD_DIR": str(tmp_path / "pod"), "PYTHONPATH": "/users/own"}
+    for path in (str(tmp_path / "absent" / pod_stacks.ENTRY),
+                 shipped(tmp_path, pod_stacks.source() + "\nimport os; os.system('echo planted')\n")):
+        done = subprocess.run([sys.executable, "-I", "-c", pod_stacks.boot(path), sys.executable, "-c", show],
+                              env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0 and done.stdout.split()[1:] == ["/users/own"], (done.stdout, done.stderr)
+        assert done.stderr == (f"torchjob-stacks: {path} {pod_stacks.UNBOOTED}: running the command without "
+                               "stacks\n"), done.stderr
+        assert not (tmp_path / "pod").exists()
+
+
 def test_the_front_becomes_the_command_and_answers_each_request(tmp_path: Path) -> None:
     request = tmp_path / "request"
     request.write_text("made-with")  # what the pod was made with is not a request
     env = {**os.environ, "TORCHJOB_STACKS_POD_DIR": str(tmp_path / "pod"), "TORCHJOB_STACKS_REQUEST": str(request),
            "TORCHJOB_STACKS_POLL_S": "0.05", "LOCAL_RANK": "0", "RANK": "5", "PYTHONPATH": "/users/own"}
-    proc = subprocess.Popen([sys.executable, "-I", "-c", pod_stacks.source(), sys.executable, "-c", PROGRAM],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    front = [sys.executable, "-I", "-c", pod_stacks.boot(shipped(tmp_path))]
+    proc = subprocess.Popen([*front, sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stderr is not None
         ready = proc.stdout.readline().split()
@@ -80,6 +105,6 @@ def watchers(mark: str) -> list[int]:
 def test_a_command_it_cannot_start_is_said_with_exit_127(tmp_path: Path) -> None:
     env = {**os.environ, "TORCHJOB_STACKS_POD_DIR": str(tmp_path / "pod"),
            "TORCHJOB_STACKS_REQUEST": str(tmp_path / "request")}
-    done = subprocess.run([sys.executable, "-I", "-c", pod_stacks.source(), "/no/such/python"], env=env,
+    done = subprocess.run([sys.executable, "-I", "-c", pod_stacks.boot(shipped(tmp_path)), "/no/such/python"], env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 127 and "torchjob-stacks: cannot start /no/such/python" in done.stderr, done.stderr

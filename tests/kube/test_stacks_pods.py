@@ -5,11 +5,14 @@ Pure (the program itself: tests/inpod/test_stacks_front.py; on real pods: tests/
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.core.shape.topology import ReplicaId
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects import stacks as pod_stacks
 
@@ -24,7 +27,11 @@ def pod_of(command: list[str], annotation: str | None = None, **kw: Any) -> dict
 def test_a_jobs_pods_run_the_watcher_in_front_of_the_command_by_default() -> None:
     pod = pod_of(["python", "-u", "train.py", "--lr", "0.1"])
     c = pod["spec"]["containers"][0]
-    assert c["command"] == ["python", "-I", "-c", pod_stacks.source(), "python", "-u", "train.py", "--lr", "0.1"]
+    assert c["command"] == ["python", "-I", "-c", pod_stacks.boot(), "python", "-u", "train.py", "--lr", "0.1"]
+    # the spec carries the front's hash, not its source (issue 46: 4,096 pods in etcd and in every watch event)
+    assert hashlib.sha256(pod_stacks.source().encode()).hexdigest() in pod_stacks.boot()
+    assert len(json.dumps(pod)) < 6000 and pod_stacks.boot().startswith(pod_stacks.HEAD + inplace.BOOT_HEAD)
+    assert inplace.first_attempt(pod) is None  # the in-place entry point's boot is not the front's
     assert "args" not in c and pod_stacks.container_of(pod) == c["name"]
     # the operator's cache keeps torchjob's annotations, not the spec: where a stalled job's answer is read
     assert pod["metadata"]["annotations"][pod_stacks.ANNOTATION_CONTAINER] == c["name"]
@@ -33,6 +40,10 @@ def test_a_jobs_pods_run_the_watcher_in_front_of_the_command_by_default() -> Non
     assert source.startswith(pod_stacks.HEAD) and pod_stacks.HOOK_LINE not in source and "_register_stacks()" in source
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes[pod_stacks.VOLUME] == {"name": pod_stacks.VOLUME, "emptyDir": {}}
+    # the front's source from the operator's ConfigMap; optional: a pod never waits for it (then it runs without)
+    assert volumes[pod_stacks.PROGRAM_VOLUME]["configMap"] == {
+        "name": inplace.CONFIGMAP, "optional": True, "items": [{"key": pod_stacks.ENTRY, "path": pod_stacks.ENTRY}]}
+    assert inplace.configmap("ns")["data"][pod_stacks.ENTRY] == pod_stacks.source()
     field = volumes[pod_stacks.REQUEST_VOLUME]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"]
     assert field == "metadata.annotations['torchjob.dev/stacks-request']"
     mounts = {m["name"]: m for m in c["volumeMounts"]}

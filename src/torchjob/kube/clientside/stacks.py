@@ -20,6 +20,7 @@ from torchjob.api.errors import UserError
 from torchjob.core.diagnosis.stacks import PodAnswer, ProcessStacks, Stacks, answer_in
 from torchjob.kube.clientside.job_pods import pods
 from torchjob.kube.machinery.client import status_code, to_dict
+from torchjob.kube.objects import inplace
 from torchjob.kube.objects import stacks as pod_stacks
 from torchjob.kube.objects.labels import replica_name
 
@@ -90,10 +91,25 @@ def take(kube: Client, data: dict[str, Any], wait_s: float = WAIT_S) -> Stacks:
     for pod, (replica, _) in asked.items():
         got = answers.get(pod)
         if got is None:
-            missing.append(f"{replica} (its pod did not answer within {wait_s:g} s)")
+            missing.append(f"{replica} ({_silent(kube, pod, ns, asked[pod][1], wait_s)})")
             continue
         for rank, pid, threads in got.processes:
             processes.append(ProcessStacks(replica, rank, pid or 0, tuple(threads)))
         missing += [f"{replica} pid {pid}" for pid in got.missing]
     dirs = tuple(sorted({a.stdlib for a in answers.values() if a.stdlib}))
     return Stacks(processes, missing, dirs, time.monotonic() - t0)
+
+
+def _silent(kube: Client, pod: str, ns: str, container: str, wait_s: float) -> str:
+    """Why a pod did not answer: its front did not start (the ConfigMap's program was missing or not the one the
+    pod was made for: its command runs alone, saying so first in its log), or it did not answer in time."""
+    try:
+        for n, line in enumerate(kube.log(pod, namespace=ns, container=container)):
+            if pod_stacks.UNBOOTED in line and line.startswith("torchjob-stacks: "):
+                return (f"its pod runs without torchjob's front: the ConfigMap {inplace.CONFIGMAP} in namespace {ns} "
+                        "was missing or not torchjob's when it started; its next pods have it (the operator makes it)")
+            if n >= 20:  # the front's first words come first
+                break
+    except ApiError:
+        pass
+    return f"its pod did not answer within {wait_s:g} s"

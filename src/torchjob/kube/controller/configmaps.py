@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from torchjob.kube.machinery.api_protocol import ApiProtocol
+from torchjob.kube.machinery.client import status_code
 
 log = logging.getLogger("torchjob.kube")
 
@@ -27,9 +28,19 @@ class ConfigMaps:
         # by namespace and name: the data made current, until when that is trusted
         self.published: dict[tuple[str, str], tuple[dict[str, str], float]] = {}
 
-    async def publish(self, configmap: dict[str, Any]) -> None:
+    async def publish(self, configmap: dict[str, Any], optional: bool = False) -> None:
         """Looked at again only when its data changed (the CAs renewed) or after RECHECK_S (someone may
-        have changed or deleted it)."""
+        have changed or deleted it). `optional`: the pods mount it optionally (the stacks' front): one the
+        operator may not read or write (403) is said, not a failed round; the pods start without it."""
+        try:
+            await self._publish(configmap)
+        except Exception as e:
+            if not optional or status_code(e) != 403:
+                raise
+            log.warning("ConfigMap %s/%s: forbidden (%s): the pods start without its programs",
+                        configmap["metadata"]["namespace"], configmap["metadata"]["name"], e)
+
+    async def _publish(self, configmap: dict[str, Any]) -> None:
         meta, data = configmap["metadata"], configmap["data"]
         where = (meta["namespace"], meta["name"])
         published = self.published.get(where)

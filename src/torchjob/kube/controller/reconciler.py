@@ -65,7 +65,7 @@ from torchjob.kube.controller.stall_stacks import StallStacks
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Key, only_status_changed
-from torchjob.kube.objects import claims, gang, inplace, ownership, tensorboard
+from torchjob.kube.objects import claims, gang, inplace, ownership, stacks, tensorboard
 from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.labels import LABEL_JOB, pod_name
 from torchjob.kube.objects.ownership import owner_reference
@@ -189,11 +189,11 @@ class Reconciler:
             for claim in claims.claims(job):  # before the pods, which mount them
                 await self._create(claim)
             memory.claims = True
-        if creates and self.progress is not None and any(isinstance(a, Create) for a in plan.actions):
-            # before the pods, which project them: the endpoint's CA, and the entry point of a pod restarting in place
-            await self.configmaps.publish(ca_configmap(key[0], self.progress.trust.pem))
-            if job.run_policy.warmSpares:
-                await self.configmaps.publish(inplace.configmap(key[0]))
+        if creates and any(isinstance(a, Create) for a in plan.actions):  # before the pods, which project them
+            if self.progress is not None:
+                await self.configmaps.publish(ca_configmap(key[0], self.progress.trust.pem))
+            if (spares := bool(job.run_policy.warmSpares and self.progress)) or stacks.wanted(job.metadata.annotations):
+                await self.configmaps.publish(inplace.configmap(key[0]), optional=not spares)
         blocked = await self._clear_stale(job, pods.stale)
         result = result.after(STALE_RECHECK_S) if blocked else result
         try:

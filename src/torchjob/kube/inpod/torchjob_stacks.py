@@ -1,8 +1,8 @@
 """The front of a pod whose ranks give their stacks (by default; not a job annotated torchjob.dev/stacks: "false"): a
 program run inside the pod, not a module of torchjob. kube/objects/stacks.py puts it in front of the training
-container's command (`ARGV0 -I -c SOURCE ARGV...`, the same interpreter; the source is in the pod's spec, which
-nobody can change once the pod is made) with HOOK, torchjob's start-up hook (local/ranktag/hook/sitecustomize.py),
-defined ahead of it.
+container's command (`ARGV0 -I -c BOOT ARGV...`, the same interpreter: BOOT runs this source, from the operator's
+ConfigMap, only if its SHA-256 is the one in the pod's spec, which nobody can change once the pod is made) with
+HOOK, torchjob's start-up hook (local/ranktag/hook/sitecustomize.py), defined ahead of it.
 
 It writes HOOK as sitecustomize.py into the pod's own folder (an emptyDir), puts that folder first on the command's
 PYTHONPATH (as the image set it: the kubelet could not have read the image's own), forks the watcher and becomes

@@ -40,7 +40,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from torchjob.kube.objects import stacks
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, attempt_of
+from torchjob.kube.objects.shipped import BOOT_HEAD, CONFIGMAP, boot
+
+__all__ = ["BOOT_HEAD", "CONFIGMAP", "boot"]  # with the names defined here: shipped.py's, where they were
 
 ANNOTATION_IN_PLACE = "torchjob.dev/in-place"
 ANNOTATION_EXIT = "torchjob.dev/in-place-exit"
@@ -48,7 +52,6 @@ ANNOTATION_STOP = "torchjob.dev/in-place-stop"
 ANNOTATION_RELEASE = "torchjob.dev/in-place-release"
 ANNOTATION_STOP_BY = "torchjob.dev/in-place-stop-by"  # when the attempt asked to stop should have ended
 ANNOTATION_SINCE = "torchjob.dev/in-place-since"  # when the pod's current attempt was started in it
-CONFIGMAP = "torchjob-inplace"  # the entry point and the spare launcher, in each job namespace that needs them
 VOLUME = "torchjob-inplace"
 DIR = "/var/run/torchjob/inplace"
 ENTRY = "torchjob_inplace.py"
@@ -106,9 +109,12 @@ NO_SEAL = Seal(b"")  # an operator without the progress endpoint: nothing it did
 
 @functools.cache
 def programs() -> dict[str, str]:
-    """The files the ConfigMap carries, read once from torchjob's package."""
+    """The files the ConfigMap carries, read once from torchjob's package: the entry point and the spare launcher,
+    and the stacks' front of every other pod whose command Python runs (kube/objects/stacks.py: one ConfigMap, so
+    the operator needs no right on another)."""
     return {ENTRY: (_PACKAGE / "kube" / "inpod" / ENTRY).read_text(),
-            LAUNCHER: (_PACKAGE / "local" / "spares" / "launcher" / LAUNCHER).read_text()}
+            LAUNCHER: (_PACKAGE / "local" / "spares" / "launcher" / LAUNCHER).read_text(),
+            stacks.ENTRY: stacks.source()}
 
 
 def configmap(namespace: str) -> dict[str, Any]:
@@ -116,30 +122,6 @@ def configmap(namespace: str) -> dict[str, Any]:
             "metadata": {"name": CONFIGMAP, "namespace": namespace,
                          "labels": {"app.kubernetes.io/managed-by": "torchjob"}},
             "data": programs()}
-
-
-BOOT_HEAD = "import hashlib, os, sys\n"
-
-
-def boot(sha256: str, path: str = f"{DIR}/{ENTRY}") -> str:
-    """What the container's interpreter runs first (`python -I -c BOOT ARGV...`): the entry point, read
-    once and run only if its SHA-256 is the one the pod's spec carries (whoever may write the ConfigMap
-    is not to run code in the pod); else the command alone, as it would run without the entry point."""
-    return (BOOT_HEAD + f"p = {path!r}\n"
-            "try:\n    b = open(p, 'rb').read()\nexcept OSError:\n    b = b''\n"
-            f"if hashlib.sha256(b).hexdigest() != {sha256!r}:\n"
-            "    sys.stderr.write(f'torchjob-inplace: {p} is not the entry point this pod was made with: '\n"
-            "                     'running the command without restarts in place\\n')\n"
-            "    env = {k: v for k, v in os.environ.items()\n"
-            "           if not k.startswith('TORCHJOB_INPLACE_') and k != 'TORCHJOB_SPARE_AFTER_S'}\n"
-            "    try:\n        os.execvpe(sys.argv[1], sys.argv[1:], env)\n"
-            "    except OSError as e:\n"
-            "        sys.stderr.write(f'torchjob-inplace: cannot start {sys.argv[1]}: {e.strerror or e}\\n')\n"
-            "        sys.exit(127)\n"
-            "sys.argv[0] = p\n"
-            "main = sys.modules['__main__'].__dict__\n"
-            "main['__file__'] = p\n"
-            "exec(compile(b, p, 'exec'), main)\n")
 
 
 def wrap(container: dict[str, Any], argv: list[str], options: int, attempt: int, grace_s: int) -> None:
@@ -150,7 +132,7 @@ def wrap(container: dict[str, Any], argv: list[str], options: int, attempt: int,
     run: no spare)."""
     entry = hashlib.sha256(programs()[ENTRY].encode()).hexdigest()
     # -I: no PYTHONPATH of the user's (nor the working directory) shadows what it imports
-    container["command"] = [argv[0], "-I", "-c", boot(entry), *argv]
+    container["command"] = [argv[0], "-I", "-c", boot(entry, f"{DIR}/{ENTRY}"), *argv]
     container["args"] = []
     launcher = hashlib.sha256(programs()[LAUNCHER].encode()).hexdigest()
     container["env"] = [*container.get("env", []),

@@ -3,18 +3,24 @@ annotated torchjob.dev/stacks: "false" opts out), and the request `torchjob stac
 it stops a stalled job: kube/controller/stall_stacks.py) writes on it. Pure, but for reading the two programs shipped
 from torchjob's own package.
 
-The training container runs kube/inpod/torchjob_stacks.py in front of its command (`ARGV0 -I -c SOURCE ARGV...`:
-its source, with torchjob's start-up hook ahead of it, is in the pod's spec, which nobody can change once the pod
-is made): it puts the hook on the command's PYTHONPATH (every rank's process registers faulthandler on SIGUSR2),
-then watches the pod's annotation `torchjob.dev/stacks-request` through a downward API file and answers each new
-value in the container's log. Taking stacks needs no exec into the pod (the operator has no pods/exec right) and
+The training container runs kube/inpod/torchjob_stacks.py in front of its command (`ARGV0 -I -c BOOT ARGV...`): its
+source, with torchjob's start-up hook ahead of it, is a key of the ConfigMap the operator keeps in each job namespace
+(kube/objects/shipped.py's CONFIGMAP), mounted `optional`; BOOT (shipped.boot) runs it only if its SHA-256 is the
+one in the pod's spec, which nobody can change once the pod is made, else the command alone (the job runs, without
+stacks). The spec carries the hash, not the 16 KB of source: what etcd and every watch event hold of a pod. It
+puts the hook on the command's PYTHONPATH (every rank's process registers faulthandler on SIGUSR2), then watches
+the pod's annotation `torchjob.dev/stacks-request` through a downward API file and answers each new value in the
+container's log. Taking stacks needs no exec into the pod (the operator has no pods/exec right) and
 no ptrace (Pod Security `restricted`): patch on pods and get on pods/log, which a namespace's users have."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from pathlib import Path
 from typing import Any
+
+from torchjob.kube.objects import shipped
 
 ANNOTATION = "torchjob.dev/stacks"  # on the job: "false" makes its pods without the watcher (default: with it)
 # on a pod made with the watcher: the container that runs it (the operator's cache keeps torchjob's annotations,
@@ -23,10 +29,15 @@ ANNOTATION_CONTAINER = "torchjob.dev/stacks-container"
 ANNOTATION_REQUEST = "torchjob.dev/stacks-request"  # on a pod: each new value asks for its stacks
 VOLUME = "torchjob-stacks"  # an emptyDir: the hook and each process's stacks file
 REQUEST_VOLUME = "torchjob-stacks-request"  # the downward API file of the request
+PROGRAM_VOLUME = "torchjob-stacks-front"  # the front's source, from the ConfigMap (optional: a pod never waits for it)
 DIR = "/var/run/torchjob/stacks"
 REQUEST_DIR = "/var/run/torchjob/stacks-request"
+PROGRAM_DIR = "/var/run/torchjob/stacks-front"
 ENTRY = "torchjob_stacks.py"
-HEAD = "# torchjob-stacks\n"  # how the command's source begins: how a pod made with the watcher is known
+# how the command's program begins (BOOT's, and the source's before pods booted it): how a pod made with the watcher
+# is known, and its front process (its /proc cmdline)
+HEAD = "# torchjob-stacks\n"
+UNBOOTED = "is not the front this pod was made with"  # what BOOT says when it runs the command without the front
 HOOK_LINE = 'HOOK = ""  # torchjob\'s start-up hook: kube/objects/stacks.py puts its source here\n'
 _PACKAGE = Path(__file__).resolve().parents[2]
 
@@ -45,17 +56,28 @@ def source() -> str:
     return HEAD + entry.replace(HOOK_LINE, f"HOOK = {hook!r}\n", 1)
 
 
+@functools.cache
+def boot(path: str = f"{PROGRAM_DIR}/{ENTRY}") -> str:
+    """What the container's interpreter runs: the front from the ConfigMap, if it is the one this torchjob ships."""
+    sha256 = hashlib.sha256(source().encode()).hexdigest()
+    return shipped.boot(sha256, path, head=HEAD, who="torchjob-stacks",
+                        what="the front", without="stacks", drop=())
+
+
 def wrap(spec: dict[str, Any], container: dict[str, Any], argv: list[str]) -> None:
     """Put the watcher in front of the container's command (`argv`, headed by a Python interpreter), with its
     two volumes."""
-    container["command"] = [argv[0], "-I", "-c", source(), *argv]
+    container["command"] = [argv[0], "-I", "-c", boot(), *argv]
     container.pop("args", None)  # in the command now (an empty list: the API server stores none)
-    mine = (VOLUME, REQUEST_VOLUME)
+    mine = (VOLUME, REQUEST_VOLUME, PROGRAM_VOLUME)
     container["volumeMounts"] = [*[m for m in container.get("volumeMounts", []) if m.get("name") not in mine],
                                  {"name": VOLUME, "mountPath": DIR},
-                                 {"name": REQUEST_VOLUME, "mountPath": REQUEST_DIR, "readOnly": True}]
+                                 {"name": REQUEST_VOLUME, "mountPath": REQUEST_DIR, "readOnly": True},
+                                 {"name": PROGRAM_VOLUME, "mountPath": PROGRAM_DIR, "readOnly": True}]
     spec["volumes"] = [*[v for v in spec.get("volumes", []) if v.get("name") not in mine],
                        {"name": VOLUME, "emptyDir": {}},
+                       {"name": PROGRAM_VOLUME, "configMap": {"name": shipped.CONFIGMAP, "optional": True,
+                                                              "items": [{"key": ENTRY, "path": ENTRY}]}},
                        {"name": REQUEST_VOLUME, "downwardAPI": {"items": [{
                            "path": "request",
                            "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_REQUEST}']"}}]}}]

@@ -42,7 +42,7 @@ LEASE = NAME  # kube/controller/operator.py's LEASE_NAME
 TLS_SECRET = "torchjob-progress-tls"  # kube/progress/tls.py's SECRET
 KUBEFLOW_LEASE = "1ca428e5.training-operator.kubeflow.org"  # kube/served/kubeflow_api.py's (in `kubeflow`)
 CA_CONFIGMAP = "torchjob-progress-ca"  # kube/objects/reporting.py's (one in each job namespace)
-INPLACE_CONFIGMAP = "torchjob-inplace"  # kube/objects/inplace.py's (in each job namespace with warm spares)
+INPLACE_CONFIGMAP = "torchjob-inplace"  # kube/objects/shipped.py's (in each job namespace: the programs in pods)
 RBAC = "rbac.authorization.k8s.io/v1"
 
 # The operator's flags as the chart's values name them, with their defaults (those of `torchjob
