@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -139,15 +140,15 @@ async def _listed(client: AsyncClient, namespace: str) -> tuple[list[dict[str, A
     return pods, str(it.resourceVersion)
 
 
-async def _tried(call: Callable[[], Any]) -> None:
-    """A write asked again when it fails other than as refused for good (a timeout under load)."""
+async def _tried(call: Callable[[], Any]) -> Any:
+    """A write asked again when it fails other than as refused for good (a timeout under load); its
+    answer (None: gone or there already)."""
     for n in range(TRIES):
         try:
-            await call()
-            return
+            return await call()
         except ApiError as e:
             if e.status.code in (404, 409):  # gone already / there already (an answer lost to a timeout)
-                return
+                return None
             if n == TRIES - 1:
                 raise
         except httpx.TransportError:
@@ -204,25 +205,51 @@ def delete_and_create(client: AsyncClient, namespace: str, concurrency: int) -> 
         _, rv = await _listed(client, namespace)
         made: list[asyncio.Task[Any]] = []
         all_made = asyncio.Event()
+        # KWOK deletes a pod by its name, and may ask twice: a new pod made at once under the old one's
+        # name was taken by the second ask (the 128- and 4,096-pod runs lost most of theirs so). The new
+        # pods are watched too, each made again if deleted, until every one runs.
+        fresh: dict[str, dict[str, Any]] = {}  # a new pod's uid -> its object
+        running: set[str] = set()
 
         async def create(obj: dict[str, Any]) -> None:
             async with sem:
-                await _tried(lambda: client.create(PodG.from_dict(obj)))
+                got = await _tried(lambda: client.create(PodG.from_dict(obj)))
+            if got is not None:
+                fresh[got["metadata"]["uid"]] = obj
+
+        def again_made(obj: dict[str, Any]) -> None:
+            made.append(asyncio.create_task(create(obj)))
+
+        def settled() -> None:
+            if not again and len(running) >= len(pods):
+                all_made.set()
 
         def gone(uids: set[str]) -> None:
             for uid in uids:
                 obj = again.pop(uid, None)
                 if obj is not None:
-                    made.append(asyncio.create_task(create(obj)))
-            if not again:
-                all_made.set()
+                    again_made(obj)
 
         def tell(event: str, pod: dict[str, Any]) -> None:
-            if event == "DELETED":
-                gone({pod["metadata"]["uid"]})
+            uid = pod["metadata"]["uid"]
+            if event == "DELETED" and uid in fresh:  # a stale delete took a new pod: made again
+                running.discard(uid)
+                again_made(fresh.pop(uid))
+            elif event == "DELETED":
+                gone({uid})
+            elif uid in fresh and (pod.get("status") or {}).get("phase") == "Running":
+                running.add(uid)
+            settled()
 
         def listed(there: list[dict[str, Any]]) -> None:
-            gone(set(again) - {p["metadata"]["uid"] for p in there})
+            present = {p["metadata"]["uid"] for p in there}
+            gone(set(again) - present)
+            for uid in [u for u in fresh if u not in present]:
+                running.discard(uid)
+                again_made(fresh.pop(uid))
+            running.update(p["metadata"]["uid"] for p in there if p["metadata"]["uid"] in fresh
+                           and (p.get("status") or {}).get("phase") == "Running")
+            settled()
 
         following = asyncio.create_task(follow(client, namespace, rv, tell, listed, all_made))
 
@@ -318,14 +345,14 @@ def dashboard(base: list[str], where: list[str], namespace: str, job: str, env: 
         if not url.startswith("http"):
             raise RuntimeError(f"torchjob ui printed {url!r}, not its URL")
         root, token = url.split("/?token=")
-        for n in range(3):  # a connection closed unanswered (once in ~10 here, under a load of 20+): again
+        for n in range(5):  # a connection closed unanswered (once in ~10 here, under a load of 20+): again
             t0 = time.perf_counter()
             try:
                 with urllib.request.urlopen(f"{root}/api/jobs/{namespace}/{job}?token={token}", timeout=60) as r:
                     body = r.read()
                 return time.perf_counter() - t0, len(body)
-            except (ConnectionError, http.client.RemoteDisconnected):
-                if n == 2:
+            except (ConnectionError, http.client.RemoteDisconnected, urllib.error.URLError):  # refused: not up yet
+                if n == 4:
                     raise
                 time.sleep(0.5)
         raise AssertionError("unreachable")
