@@ -69,7 +69,7 @@ def delete_pods(kubeconfig: str, namespace: str, timeout: float = 180) -> None:
     server answers it once every pod is deleted, which for 512 pods under the suite's load took longer
     than lightkube's 10 s read timeout (a CI teardown failed so); its own client waits up to `timeout`,
     and the server goes on deleting even if that runs out, so what counts is the list emptying."""
-    slow = Client(config=KubeConfig.from_file(kubeconfig), timeout=httpx.Timeout(10, read=timeout))
+    slow = patient(kubeconfig, timeout)
     end, left = time.monotonic() + timeout, -1
     while left and time.monotonic() < end:
         try:  # the listing of 512 pods under load is slow too: the same patient client
@@ -80,8 +80,17 @@ def delete_pods(kubeconfig: str, namespace: str, timeout: float = 180) -> None:
     assert not left, f"{left} pods of {namespace} not gone {timeout} s after their deletion"
 
 
+def patient(kubeconfig: str, read_s: float) -> Client:
+    """A client whose reads wait up to `read_s`: lightkube's 10 s is too short for 512 pods under the suite's load."""
+    return Client(config=KubeConfig.from_file(kubeconfig), timeout=httpx.Timeout(10, read=read_s))
+
+
 def running(kube: Client, namespace: str) -> int:
-    return sum(1 for p in kube.list(Pod, namespace=namespace) if p.status and p.status.phase == "Running")
+    """How many of the namespace's pods run (-1: the listing timed out, to be asked again)."""
+    try:
+        return sum(1 for p in kube.list(Pod, namespace=namespace) if p.status and p.status.phase == "Running")
+    except httpx.TimeoutException:
+        return -1
 
 
 def describe(kubeconfig: str, namespace: str, *extra: str) -> list[str]:
@@ -95,8 +104,8 @@ def test_a_job_of_512_pods_runs_and_describe_summarises_its_replicas(kubeconfig:
                                                                      nodes: str, operator: Operator) -> None:
     kube.create(TorchJobRes.from_dict(big_job("big", namespace, nodes)))
     try:
-        end = time.monotonic() + 240
-        while (n := running(kube, namespace)) < PODS and time.monotonic() < end:
+        end, lister = time.monotonic() + 240, patient(kubeconfig, 60)
+        while (n := running(lister, namespace)) < PODS and time.monotonic() < end:
             time.sleep(1)
         assert n == PODS, f"{n} of {PODS} pods Running"
         wait_job(kube, "big", namespace, lambda s: s.get("state") == "Running", timeout=180)
