@@ -132,9 +132,18 @@ def test_a_failing_function_makes_the_sdk_raise(node_kubeconfig: str, node: Clie
         func=fail, func_args={"code": 3}, image=TESTS_IMAGE, num_nodes=2, resources_per_node={"cpu": 1}))
     with pytest.raises(RuntimeError, match="Failed"):
         client.wait_for_job_status(name, status={"Complete"}, timeout=240, polling_interval=1)
-    # the node that failed first has it; the other may be stopped before it printed (the job failed then)
-    logs = "".join(line for step in ("node-0", "node-1") for line in client.get_job_logs(name, step=step))
+    # the node that failed first has it; the other may be stopped before it printed (the job failed then), or
+    # before its container started (under load), when the SDK cannot read its log at all (seen in a CI run)
+    logs = "".join(readable_log(client, name, step) for step in ("node-0", "node-1"))
     assert "failing on purpose" in logs
+
+
+def readable_log(client: Any, name: str, step: str) -> str:
+    try:
+        return "".join(client.get_job_logs(name, step=step))
+    except RuntimeError as e:  # the SDK's "Failed to read logs for the pod ..."
+        print(f"{step}: {e}")
+        return ""
 
 
 def test_an_elastic_trainjob_of_min_max_nodes_runs(node_kubeconfig: str, node: Client, ns: str) -> None:
