@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 
 _STARTED = time.monotonic()
 _HERE = os.path.abspath(__file__)
-# A worker waits at most this long for its master's port (the store): torch's store client retries a refused
-# connect only after 0.25-0.75 s (c10d's backoff), which a gang's spares, started together, paid at each restart.
-MASTER_WAIT_S = 1.0
 
 
 def _module_level_imports(path: str) -> list[str]:
@@ -254,24 +251,6 @@ def _release_output(held: list[tuple[int, int, int]]) -> None:
         os.close(mem)
 
 
-def _master_listening(env: "dict[str, str]", target: "list[str]") -> None:
-    """Return once the master's port accepts a connection (a rank but 0 of a DDP script: env://), or after
-    MASTER_WAIT_S; at once for torchrun (its agents rendezvous themselves) and without a master."""
-    addr, port, rank = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""), env.get("RANK", "0")
-    agent = target[0] == "-m" and target[1:2] in (["torch.distributed.run"], ["torchjob.local.start.loopback_torchrun"])
-    if not addr or not port.isdigit() or rank in ("", "0") or agent:
-        return
-    import socket
-
-    end = time.monotonic() + MASTER_WAIT_S
-    while (left := end - time.monotonic()) > 0:
-        try:
-            socket.create_connection((addr, int(port)), timeout=left).close()
-            return
-        except OSError:  # refused (not listening yet), or a name not resolving yet
-            time.sleep(0.01)
-
-
 def main() -> None:
     fd = int(os.environ["TORCHJOB_SPARE_FD"])
     os.set_inheritable(fd, False)
@@ -296,7 +275,6 @@ def main() -> None:
     os.environ.clear()
     os.environ.update(env)
     _release_output(held)
-    _master_listening(env, target)
     tag = sys.modules.get("_torchjob_rank_tag")  # torchjob's rank tag (local/ranktag), now that RANK is known
     if tag is not None:
         tag._install()
