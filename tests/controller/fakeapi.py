@@ -98,6 +98,8 @@ class FakeApi:
                 "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                 "finishedAt": "2026-01-01T00:00:01Z"}}}]
         pod["status"] = status
+        if phase != "Pending":  # a pod a kubelet runs is bound to its node
+            pod.setdefault("spec", {}).setdefault("nodeName", "node-0")
         self._store(pod, "MODIFIED")
 
     def writes(self, kinds: tuple[str, ...] = ()) -> list[Call]:

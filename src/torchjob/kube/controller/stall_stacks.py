@@ -40,12 +40,14 @@ ANSWER_S = 8.0  # how long the pods get to answer (the kubelet writes the reques
 POLL_S = 0.5  # how often the logs are read, and the job looked at again, meanwhile
 TAIL_LINES = 5000  # of each pod's log since the request: the answer, and what the training printed since
 READS_AT_ONCE = 16  # log reads in flight for one job (a job of thousands of pods)
+READ_TRIES = 2  # failed reads of one pod's log before it is given up (400 and 403 at once)
+READ_S = 2.0  # one read's bound
 
 
 def fronted(pods: Iterable[Mapping[str, Any] | None], current: Mapping[str, Observed]
             ) -> list[tuple[str, str, str, int, str]]:
-    """The running pods of the replicas' current attempts made with the front: (pod, uid, replica, attempt,
-    container)."""
+    """The running pods on a node of the replicas' current attempts made with the front: (pod, uid, replica,
+    attempt, container)."""
     out = []
     for pod in pods:
         if pod is None:
@@ -54,6 +56,7 @@ def fronted(pods: Iterable[Mapping[str, Any] | None], current: Mapping[str, Obse
         container = (meta.get("annotations") or {}).get(pod_stacks.ANNOTATION_CONTAINER)
         obs = current.get(rid.name) if rid is not None else None
         if (rid is None or obs is None or not container or meta.get("deletionTimestamp")
+                or not (pod.get("spec") or {}).get("nodeName")  # no kubelet to write the request or serve a log
                 or (pod.get("status") or {}).get("phase") != "Running" or attempt_of(pod) != obs.attempt):
             continue
         out.append((meta["name"], str(meta.get("uid") or ""), rid.name, obs.attempt, container))
@@ -126,15 +129,20 @@ class StallStacks:
             reads = asyncio.Semaphore(READS_AT_ONCE)
 
             unreadable: set[str] = set()
+            failed: dict[str, int] = {}
 
             async def read(pod: str, replica: str, container: str) -> None:
                 async with reads:
                     try:
-                        lines = await self.api.log(pod, ns, container, int(time.monotonic() - t0) + 10, TAIL_LINES)
-                    except Exception as e:  # gone, its node not answering: asked again at the next poll
-                        if status_code(e) in (400, 403):  # no node, no such container, no right: it never will be
+                        lines = await asyncio.wait_for(  # a node that never answers (a fake one's address)
+                            self.api.log(pod, ns, container, int(time.monotonic() - t0) + 10, TAIL_LINES), READ_S)
+                    except Exception as e:  # gone, its node not answering: asked again at the next poll, twice
+                        failed[pod] = failed.get(pod, 0) + 1
+                        # no node, no such container, no right: it never will be; a node that does not serve
+                        # logs (a fake one) answers 5xx every time: the stall is not held ANSWER_S for it
+                        if status_code(e) in (400, 403) or failed[pod] >= READ_TRIES:
                             unreadable.add(pod)
-                            missing.append(f"{replica} (its log cannot be read: {status_code(e)})")
+                            missing.append(f"{replica} (its log cannot be read: {status_code(e) or e!r})")
                         return
                 got = answer_in(lines, request)
                 if got is not None:
