@@ -39,7 +39,7 @@ try:  # the HTTP client lightkube uses (its own fork of httpx in lightkube >= 1.
 except ImportError:
     import httpx  # type: ignore[no-redef]
 
-RESTART_GRACE_S = 3  # the operator's grace for a pod it stops to restart (kube/objects/pods.py)
+RESTART_GRACE_S = 3  # the operator's grace for a pod it stops to restart (kube/objects/workload/pods.py)
 READ_GOAL_S = 2.0  # each reader's answer, the goal
 EXIT_CODE = 137  # restartable under every restartPolicy that restarts (OnFailure, ExitCode: >= 128)
 

@@ -52,7 +52,7 @@ def rendered(src: str | None) -> list[dict[str, Any]]:
 
 
 def measure(jobs: int, objs: list[dict[str, Any]]) -> dict[str, float]:
-    from torchjob.kube.controller.memory import Memories
+    from torchjob.kube.controller.round.memory import Memories
     from torchjob.kube.machinery.informer import Informer, metadata_only, pod_cached, whole
 
     text = json.dumps(objs)
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # the fresh interpreter: the operator's modules imported, as a running operator has them
-        import torchjob.kube.controller.operator  # noqa: F401
+        import torchjob.kube.controller.process.operator  # noqa: F401
 
         objs = json.loads(sys.stdin.read())
         print(json.dumps(measure(args.jobs, objs)))

@@ -569,9 +569,8 @@ def prepare(kubeconfig: str, state: Path, subnet: str, logs: Path) -> str:
     from tests.e2e.images import STANDINS, TESTS_IMAGE
     from tests.kube.conftest import wait_established
 
-    from torchjob.kube.objects import kubeflow_crd
-    from torchjob.kube.objects.crd import CRD_NAME, crd
-    from torchjob.kube.objects.install import apply
+    from torchjob.kube.objects.install import apply, kubeflow_crd
+    from torchjob.kube.objects.install.crd import CRD_NAME, crd
 
     apply([crd(), kubeflow_crd.crd()], kubeconfig)
     for name in (CRD_NAME, kubeflow_crd.CRD_NAME):

@@ -46,8 +46,8 @@ from tests.e2e.daemons import kill_node, start_daemon  # noqa: E402
 from tests.e2e.images import STANDINS, TESTS_IMAGE  # noqa: E402
 from tests.jobs import job_data  # noqa: E402
 
-from torchjob.kube.objects.crd import crd  # noqa: E402
 from torchjob.kube.objects.install import apply  # noqa: E402
+from torchjob.kube.objects.install.crd import crd  # noqa: E402
 from torchjob.kube.objects.labels import LABEL_JOB  # noqa: E402
 
 STATE = Path(os.environ.get("TORCHJOB_E2E_TWO_NODES_DIR", "/tmp/torchjob-bench-two-nodes"))

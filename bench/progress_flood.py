@@ -107,8 +107,8 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
     from lightkube.types import PatchType
 
     from torchjob.kube.machinery.client import TorchJobRes
-    from torchjob.kube.objects.crd import crd
     from torchjob.kube.objects.install import apply
+    from torchjob.kube.objects.install.crd import crd
     from torchjob.kube.objects.labels import LABEL_JOB
     from torchjob.progress.server import audience, status_path
 

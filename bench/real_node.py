@@ -47,9 +47,9 @@ from tests.e2e.images import STANDINS, TESTS_IMAGE  # noqa: E402
 from tests.jobs import job_data  # noqa: E402
 
 from torchjob.api.load import job_from_data  # noqa: E402
-from torchjob.kube.objects import pods as render  # noqa: E402
-from torchjob.kube.objects.crd import crd  # noqa: E402
 from torchjob.kube.objects.install import apply  # noqa: E402
+from torchjob.kube.objects.install.crd import crd  # noqa: E402
+from torchjob.kube.objects.workload import pods as render  # noqa: E402
 
 CLUSTER_DIR = "/tmp/torchjob-bench-realnode"
 SUBNET = "10.251.0.0/24"

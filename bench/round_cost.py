@@ -3,7 +3,7 @@ recording fake API of tests/controller/fakeapi.py (no cluster): a job of --pods 
 the rest workers) is made and every pod set Running, then, --rounds times, one pod's status is
 written again (the same phase: a new resourceVersion, nothing for core to act on) and the job's
 round timed (process CPU), with core.reconcile's share. What a round costs beyond what changed
-(kube/controller/seen_pods.py; docs/explanation/performance.md, "One job of 4,096 pods").
+(kube/controller/pods/seen_pods.py; docs/explanation/performance.md, "One job of 4,096 pods").
 
 Usage: PYTHONPATH=<a torchjob src>:. python bench/round_cost.py [--pods 4096] [--rounds 10]
 (from the repository's root; PYTHONPATH's src picks the tree measured, e.g. a checkout before a change)."""
@@ -20,7 +20,7 @@ from tests.controller.test_sequencing import KEY, NS, one_round, settled, synced
 from tests.controller.test_sequencing import torchjob as job_data
 
 import torchjob
-import torchjob.kube.controller.reconciler as reconciler_module
+import torchjob.kube.controller.round.reconciler as reconciler_module
 
 
 async def measure(pods: int, rounds: int) -> tuple[float, float]:

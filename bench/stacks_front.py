@@ -1,5 +1,5 @@
 """What the stacks front costs a pod's start (issue 42): on a cluster, every pod whose command Python runs is made with
-torchjob's stacks front in front of it by default (kube/objects/stacks.py). This starts N one-replica jobs of each
+torchjob's stacks front in front of it by default (kube/objects/front/stacks.py). This starts N one-replica jobs of each
 kind at once (the default, with the front, and one annotated torchjob.dev/stacks: "false", without it), their
 command `python /bench/first_line.py` (a ConfigMap's: `python -c` gets no front), which prints how long after its
 container's first process was exec'd its own first line ran, then how long until `import torch` was done (the

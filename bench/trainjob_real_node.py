@@ -44,8 +44,8 @@ from tests.e2e.images import STANDINS, TESTS_IMAGE  # noqa: E402
 from torchjob.api.source import Document  # noqa: E402
 from torchjob.dialects import trainjob as trainjob_dialect  # noqa: E402
 from torchjob.kube.machinery import client as _kinds  # noqa: E402,F401 (registers Trainer's kinds for the codecs)
-from torchjob.kube.objects.crd import crd  # noqa: E402
 from torchjob.kube.objects.install import apply  # noqa: E402
+from torchjob.kube.objects.install.crd import crd  # noqa: E402
 from torchjob.kube.served import trainer_objects  # noqa: E402
 
 CLUSTER_DIR = "/tmp/torchjob-bench-trainjob"

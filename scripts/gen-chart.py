@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from torchjob.kube.objects import install, kubeflow_crd
-from torchjob.kube.objects.crd import crd
+from torchjob.kube.objects import install
+from torchjob.kube.objects.install import kubeflow_crd
+from torchjob.kube.objects.install.crd import crd
 from torchjob.kube.served import trainer_objects
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "torchjob"

@@ -115,16 +115,17 @@ def test_every_room_of_kube_imports_only_what_its_rule_allows() -> None:
     assert broken == []
 
 
-# core/ and local/ are rooms by role too (each package's docstring says what it holds); a runtime's
-# entry module (local/local_runtime.py) stays at the top of its layer.
-TOP_OF_LAYER = {"core": set(), "local": {"local_runtime.py"}}
+# core/, local/, and kube's objects/ and controller/ are rooms by role too (each package's docstring says what it
+# holds); a runtime's entry module (local/local_runtime.py) stays at the top of its layer.
+TOP_OF_LAYER = {"core": set(), "local": {"local_runtime.py"}, "kube/objects": set(), "kube/controller": set()}
 # core's rooms that stand alone: what a replica is started with, and reading what a rank said, need no
 # round and no policy (the rounds and policies use them, not the other way).
 CORE_LEAVES = {"shape": {"api"}, "diagnosis": set()}
 
 
 @pytest.mark.parametrize("layer", sorted(TOP_OF_LAYER))
-def test_every_module_of_core_and_local_lives_in_a_room_that_says_what_it_holds(layer: str) -> None:
+def test_every_module_of_core_local_and_kube_s_builders_and_controller_lives_in_a_room_that_says_what_it_holds(
+        layer: str) -> None:
     loose = {p.name for p in (SRC / layer).glob("*.py")} - {"__init__.py"} - TOP_OF_LAYER[layer]
     assert loose == set(), f"every module of {layer}/ lives in a room"
     for room in (p for p in (SRC / layer).iterdir() if p.is_dir() and not p.name.startswith("__")):

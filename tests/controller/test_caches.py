@@ -8,11 +8,11 @@ from typing import Any
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.core.shape.topology import replicas
-from torchjob.kube.controller.observe import observe
-from torchjob.kube.controller.pod_index import controller_uid
+from torchjob.kube.controller.pods.pod_index import controller_uid
+from torchjob.kube.controller.round.observe import observe
 from torchjob.kube.machinery.informer import LAST_APPLIED, metadata_only, pod_cached, whole
-from torchjob.kube.objects import pods as pod_objects
 from torchjob.kube.objects.labels import attempt_of, replica_name
+from torchjob.kube.objects.workload import pods as pod_objects
 
 
 def real_pods() -> tuple[Any, list[dict[str, Any]]]:

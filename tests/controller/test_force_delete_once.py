@@ -1,4 +1,4 @@
-"""A pod stuck terminating is force-deleted once, not once a round (kube/controller/reconciler.py
+"""A pod stuck terminating is force-deleted once, not once a round (kube/controller/round/reconciler.py
 `_force_delete_stuck`): a gang restart of one job of 4,096 pods on nodes slow to delete them had every
 round (one per pod event) ask again for each stuck pod, 141,000 force deletes in a few minutes, and the
 operator's pool and log drowned in them (bench/operator_scale.py --job-pods 4096). One that failed is

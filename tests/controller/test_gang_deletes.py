@@ -1,4 +1,4 @@
-"""A gang restart's deletes are asked together (kube/controller/reconciler.py `_apply`), as its creates
+"""A gang restart's deletes are asked together (kube/controller/round/reconciler.py `_apply`), as its creates
 are: one awaited after the other, a job of 4,096 pods took its round that many round trips to stop
 (bench/operator_scale.py --job-pods). Against the recording fake API (tests/controller/fakeapi.py)."""
 

@@ -12,15 +12,15 @@ from tests.controller.fakeapi import Call, FakeApi
 from tests.controller.test_sequencing import KEY, NS, condition, events, one_round, run, status_of, synced, torchjob
 from tests.dialects.cli import torchjob as cli
 from torchjob.core.shape.topology import ReplicaId
-from torchjob.kube.controller import gates
-from torchjob.kube.controller.outcome import Result
-from torchjob.kube.controller.reconciler import STALE_RECHECK_S
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects import stacks as pod_stacks
-from torchjob.kube.objects.init_container import ANNOTATION_WAIT
+from torchjob.kube.controller.round import gates
+from torchjob.kube.controller.round.outcome import Result
+from torchjob.kube.controller.round.reconciler import STALE_RECHECK_S
+from torchjob.kube.objects.front import stacks as pod_stacks
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
 from torchjob.kube.objects.labels import kubeflow as kfl
-from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
+from torchjob.kube.objects.labels.ownership import ANNOTATION_SERVED_AS
+from torchjob.kube.objects.workload import pods as pod_objects
+from torchjob.kube.objects.workload.init_container import ANNOTATION_WAIT
 from torchjob.kube.served.kinds import PYTORCHJOB, TORCHJOB
 
 RESERVED_LABELS = {kfl.LABEL_OPERATOR: kfl.OPERATOR_NAME, kfl.LABEL_JOB_NAME: "victim",

@@ -13,8 +13,8 @@ from typing import Any
 from tests.controller.fakeapi import FakeApi
 from tests.controller.test_sequencing import NS, condition, one_round, run, status_of, torchjob
 from tests.controller.test_tls_renewal import NOW, OPS, running_with
-from torchjob.kube.controller.round_parts import ProgressLink
-from torchjob.kube.objects import inplace
+from torchjob.kube.controller.round.round_parts import ProgressLink
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_TYPE
 from torchjob.kube.progress import tls
 from torchjob.kube.progress.books import Books
@@ -198,7 +198,7 @@ def wrapped_spec(attempt: int = 0) -> dict[str, Any]:
 
 
 def test_a_peer_whose_entry_point_does_not_stop_it_in_time_loses_its_pod(monkeypatch: Any) -> None:
-    from torchjob.kube.controller import reconciler as reconciler_module
+    from torchjob.kube.controller.round import reconciler as reconciler_module
 
     monkeypatch.setattr(reconciler_module, "STOP_PATIENCE_S", -3)  # overdue as soon as asked
     async def scenario() -> None:

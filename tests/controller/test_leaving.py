@@ -1,4 +1,4 @@
-"""Pods on their way out (kube/controller/leaving.py): what the job is told, what is force-deleted."""
+"""Pods on their way out (kube/controller/pods/leaving.py): what the job is told, what is force-deleted."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from torchjob.api.status import Reason
-from torchjob.kube.controller.leaving import leaving
+from torchjob.kube.controller.pods.leaving import leaving
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from torchjob.cli.main import cli
-from torchjob.kube.controller.config import OperatorConfig
+from torchjob.kube.controller.process.config import OperatorConfig
 from torchjob.kube.machinery.health import Health, serve_health, serve_metrics
 from torchjob.kube.machinery.scrapers import ScraperAuth
 from torchjob.kube.progress import tls

@@ -1,8 +1,8 @@
-"""A round's outcome as a value (kube/controller/outcome.py): the earliest look-again wins."""
+"""A round's outcome as a value (kube/controller/round/outcome.py): the earliest look-again wins."""
 
 from __future__ import annotations
 
-from torchjob.kube.controller.outcome import DONE, GONE, Result
+from torchjob.kube.controller.round.outcome import DONE, GONE, Result
 
 
 def test_the_earliest_look_again_wins_and_a_fact_learned_asks_for_one_at_once() -> None:

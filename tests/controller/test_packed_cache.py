@@ -1,7 +1,7 @@
 """The informers' packed caches and the echoes of the operator's own writes
 (kube/machinery/informer.py): what is cached reads back the same, and a write the operator made and
 acted on is not a change when its watch event comes back, while anyone else's write still is; and a
-job's memory (kube/controller/memory.py) is kept only while it holds something."""
+job's memory (kube/controller/round/memory.py) is kept only while it holds something."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.controller.fakeapi import FakeApi
 from tests.jobs import job_data
 from torchjob.api.status import Reason
 from torchjob.core.round.reconcile import Refusal
-from torchjob.kube.controller.memory import JobMemory, Memories
+from torchjob.kube.controller.round.memory import JobMemory, Memories
 from torchjob.kube.machinery.informer import Informer, Packed, only_status_changed, whole
 
 

@@ -164,12 +164,12 @@ class AnnotatingApi:
 
 def test_a_pods_entry_point_gets_its_verdict_and_its_attempts_end_is_recorded_once(
         loop: asyncio.AbstractEventLoop) -> None:
-    """The endpoint's `inplace` path as the receiver answers it (kube/objects/inplace.py): the verdict
+    """The endpoint's `inplace` path as the receiver answers it (kube/objects/front/inplace.py): the verdict
     from the pod's annotations the operator sealed; an attempt's end patched onto its pod once, sealed,
     with the pod's uid; a stale attempt, a made-up end, another pod or one not restarting in place
     (its spec does not run the entry point) refused."""
     from tests.controller.test_inplace_sequencing import SEAL, wrapped_spec
-    from torchjob.kube.objects import inplace
+    from torchjob.kube.objects.front import inplace
     from torchjob.progress.server import Conflict, Reporter
 
     pod = {"metadata": {"name": "demo-worker-0", "namespace": "team", "uid": "u1", "annotations": {}},
@@ -305,7 +305,7 @@ def test_a_get_of_a_pods_verdict_waits_for_that_pod_to_change_and_no_longer(
     differs from what the entry point holds, woken by the controller's word that the pod changed (another
     pod's change does not end it), or at its timeout; past the cap of waiting threads it does not wait."""
     from tests.controller.test_inplace_sequencing import SEAL, wrapped_spec
-    from torchjob.kube.objects import inplace
+    from torchjob.kube.objects.front import inplace
     from torchjob.kube.progress.waits import PodWaits
     from torchjob.progress.server import Reporter
 

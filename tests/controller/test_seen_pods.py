@@ -1,5 +1,5 @@
 """A big job's round reads again only the pods that changed since its last round
-(kube/controller/seen_pods.py): a job of 4,096 pods paid every pod's unpack and observation on
+(kube/controller/pods/seen_pods.py): a job of 4,096 pods paid every pod's unpack and observation on
 every pod event (bench/operator_scale.py --job-pods; docs/explanation/performance.md). What a round
 sees from what it kept is what it would see reading every pod afresh."""
 
@@ -14,17 +14,17 @@ from tests.controller.fakeapi import FakeApi
 from tests.controller.test_sequencing import KEY, NS, one_round, run, status_of, synced, torchjob
 from torchjob.api.model import TorchJob
 from torchjob.core.shape.topology import replicas
-from torchjob.kube.controller import pod_index
-from torchjob.kube.controller.controller import cached_pod
-from torchjob.kube.controller.memory import JobMemory
-from torchjob.kube.controller.observe import observe, world
-from torchjob.kube.controller.pod_index import PodIndex
-from torchjob.kube.controller.seen_pods import KEEP_FROM
+from torchjob.kube.controller.pods import pod_index
+from torchjob.kube.controller.pods.pod_index import PodIndex
+from torchjob.kube.controller.pods.seen_pods import KEEP_FROM
+from torchjob.kube.controller.process.controller import cached_pod
+from torchjob.kube.controller.round.memory import JobMemory
+from torchjob.kube.controller.round.observe import observe, world
 from torchjob.kube.machinery.informer import Packed
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects.inplace import NO_SEAL
+from torchjob.kube.objects.front.inplace import NO_SEAL
 from torchjob.kube.objects.labels import pod_name
-from torchjob.kube.objects.ownership import owner_reference
+from torchjob.kube.objects.labels.ownership import owner_reference
+from torchjob.kube.objects.workload import pods as pod_objects
 from torchjob.kube.served.kinds import TORCHJOB
 
 

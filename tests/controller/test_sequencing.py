@@ -18,11 +18,11 @@ from lightkube.core.exceptions import ApiError
 from tests.controller.fakeapi import Call, FakeApi
 from tests.jobs import job_data
 from torchjob.api.status import Reason
-from torchjob.kube.controller import reconciler as reconciler_module
-from torchjob.kube.controller.config import OperatorConfig
-from torchjob.kube.controller.controller import Controller
-from torchjob.kube.controller.names import NameTaken
-from torchjob.kube.controller.outcome import Result
+from torchjob.kube.controller.process.config import OperatorConfig
+from torchjob.kube.controller.process.controller import Controller
+from torchjob.kube.controller.round import reconciler as reconciler_module
+from torchjob.kube.controller.round.names import NameTaken
+from torchjob.kube.controller.round.outcome import Result
 from torchjob.kube.machinery.client import VolcanoPodGroup  # noqa: F401 (the PodGroup kind is known)
 from torchjob.kube.machinery.informer import Key
 

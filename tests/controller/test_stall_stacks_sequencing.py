@@ -1,4 +1,4 @@
-"""A stalled job's stacks on a cluster (kube/controller/stall_stacks.py), sequenced against the recording fake API:
+"""A stalled job's stacks on a cluster (kube/controller/pods/stall_stacks.py), sequenced against the recording fake API:
 before core stops the stalled job, each running pod made with the stacks front is asked once (its annotation
 torchjob.dev/stacks-request), the round does not wait for the answers (core waits, the job looked at again), and
 once they are read from the pods' logs the root cause, the Stalled and StacksTaken events and status.keptStacks say
@@ -14,9 +14,9 @@ from tests.controller.fakeapi import FakeApi
 from tests.controller.test_inplace_sequencing import link
 from tests.controller.test_sequencing import KEY, NS, events, one_round, run, settled, status_of, torchjob
 from tests.controller.test_tls_renewal import running_with
-from torchjob.kube.controller import stall_stacks
-from torchjob.kube.objects import inplace
-from torchjob.kube.objects import stacks as pod_stacks
+from torchjob.kube.controller.pods import stall_stacks
+from torchjob.kube.objects.front import inplace
+from torchjob.kube.objects.front import stacks as pod_stacks
 from torchjob.progress.protocol import Report
 from torchjob.progress.server import Reporter
 
@@ -110,8 +110,8 @@ def test_a_job_that_opted_out_is_stopped_at_once_and_no_pod_is_asked() -> None:
 
 
 def test_the_fronts_source_is_in_the_namespace_before_the_pods_that_boot_it_and_not_for_a_job_that_opted_out() -> None:
-    """The pods' command carries the front's hash (kube/objects/stacks.boot), the ConfigMap its source: made before
-    the pods; a job that opted out has no front, and needs no ConfigMap of torchjob's programs."""
+    """The pods' command carries the front's hash (kube/objects/front/stacks.boot), the ConfigMap its source: made
+    before the pods; a job that opted out has no front, and needs no ConfigMap of torchjob's programs."""
     async def scenario(annotations: dict[str, str], made: bool) -> None:
         api = FakeApi()
         api.put(stalled_job(**annotations))

@@ -18,12 +18,12 @@ from cryptography import x509
 
 from tests.controller.fakeapi import FakeApi
 from tests.controller.test_sequencing import NS, one_round, run, torchjob
-from torchjob.kube.controller import configmaps as configmaps_module
-from torchjob.kube.controller.config import OperatorConfig
-from torchjob.kube.controller.controller import Controller
-from torchjob.kube.controller.operator import _swap_in
-from torchjob.kube.controller.round_parts import ProgressLink
-from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY
+from torchjob.kube.controller.pods import configmaps as configmaps_module
+from torchjob.kube.controller.process.config import OperatorConfig
+from torchjob.kube.controller.process.controller import Controller
+from torchjob.kube.controller.process.operator import _swap_in
+from torchjob.kube.controller.round.round_parts import ProgressLink
+from torchjob.kube.objects.workload.reporting import CA_CONFIGMAP, CA_KEY
 from torchjob.kube.progress import tls
 from torchjob.kube.progress.books import Books
 from torchjob.progress.server import ProgressServer

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.dialects.strategies import DOCUMENTS
 from tests.dialects.util import SEEDS, read, read_data
 from torchjob.api.errors import InvalidJob
-from torchjob.kube.objects.pods import manifests
+from torchjob.kube.objects.workload.pods import manifests
 
 HOST_VARS = ("MASTER_ADDR", "PET_MASTER_ADDR", "PET_RDZV_ENDPOINT")
 

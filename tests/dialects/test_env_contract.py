@@ -12,8 +12,8 @@ import pytest
 from tests.dialects.util import doc, line_of, problem_at, problems, read
 from torchjob.api.model import TorchJob
 from torchjob.core.shape.topology import Placement, ReplicaId, replicas
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects import stacks as pod_stacks
+from torchjob.kube.objects.front import stacks as pod_stacks
+from torchjob.kube.objects.workload import pods as pod_objects
 from torchjob.local.inspect.render import render
 from torchjob.local.start.launch import LaunchSpec, LocalOptions
 

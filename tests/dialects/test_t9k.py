@@ -558,7 +558,7 @@ MANUAL = Path(__file__).resolve().parents[2] / "examples" / "t9k" / "parallel-tr
 
 
 def test_the_manuals_parallel_training_job_is_read() -> None:
-    from torchjob.kube.objects import tensorboard
+    from torchjob.kube.objects.workload import tensorboard
 
     loaded = read(MANUAL.read_text())
     job = loaded.job
@@ -591,7 +591,7 @@ def test_tensorboard_scheduler_is_warned_and_subpath_beside_sub_path_refused() -
 
 def test_without_tensorboard_resources_the_container_gets_the_default() -> None:
     from torchjob.api.defaults import TENSORBOARD_RESOURCES
-    from torchjob.kube.objects import tensorboard
+    from torchjob.kube.objects.workload import tensorboard
 
     job = read(REFERENCE).job
     _, deployment = tensorboard.objects(job, {"kind": "TorchJob"})

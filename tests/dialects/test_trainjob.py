@@ -16,7 +16,7 @@ from torchjob.core.shape.topology import Placement, ReplicaId, replica_env, repl
 from torchjob.dialects.convert import convert, explicit
 from torchjob.dialects.load import load
 from torchjob.dialects.trainjob import nproc
-from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.workload import pods as pod_objects
 
 WHERE = Placement("127.0.0.1", 41000, "127.0.0.1", 41001)
 

@@ -508,8 +508,8 @@ def _plugin(flags: str) -> str:
 
 
 def test_wait_master_flags_give_the_init_containers_image_and_timeout() -> None:
-    from torchjob.kube.objects import pods as pod_objects
-    from torchjob.kube.objects.init_container import WAIT_CONTAINER
+    from torchjob.kube.objects.workload import pods as pod_objects
+    from torchjob.kube.objects.workload.init_container import WAIT_CONTAINER
 
     job = read(_plugin('["--port", "29500", "--wait-master-enabled", "--wait-master-timeout=600", '
                        '"--wait-master-image", "alpine:3.20"]')).job
@@ -530,7 +530,7 @@ def test_wait_master_defaults_are_volcanos() -> None:
 
 
 def test_without_wait_master_enabled_the_operators_default_applies() -> None:
-    from torchjob.kube.objects import pods as pod_objects
+    from torchjob.kube.objects.workload import pods as pod_objects
 
     text = _plugin('["--wait-master-timeout=60"]')
     loaded = read(text)

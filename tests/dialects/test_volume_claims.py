@@ -16,7 +16,7 @@ from tests.trainjob_initializers import runtime, trainjob
 from torchjob.api.errors import InvalidJob
 from torchjob.api.model import MASTER, WORKER, TorchJob
 from torchjob.dialects.load import load
-from torchjob.kube.objects import claims
+from torchjob.kube.objects.workload import claims
 
 
 def _load(tmp_path: Path, rt: dict[str, Any], name: str = "tune") -> TorchJob:

@@ -24,9 +24,8 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from tests.e2e.images import STANDINS
 from tests.kube.conftest import ENABLED, REPO, Operator, ensure_usable, wait_established
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import kubeflow_crd
-from torchjob.kube.objects.crd import CRD_NAME, crd
-from torchjob.kube.objects.install import apply
+from torchjob.kube.objects.install import apply, kubeflow_crd
+from torchjob.kube.objects.install.crd import CRD_NAME, crd
 from torchjob.kube.objects.labels import LABEL_JOB
 from torchjob.kube.served import trainer_objects
 

@@ -25,7 +25,7 @@ from tests.e2e.images import TESTS_IMAGE
 from tests.jobs import job_data
 from tests.kube.conftest import REPO
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import inplace, stacks
+from torchjob.kube.objects.front import inplace, stacks
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT
 from torchjob.local.supervisor import pids
 

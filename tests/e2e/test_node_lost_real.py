@@ -1,6 +1,6 @@
 """A node that dies while a job trains on it: its kubelet is SIGKILLed and stays down. The node
 controller marks the node NotReady and taints it; torchjob's pods tolerate a lost node for 30 s
-(kube/objects/pods.py: node_lost_tolerations), then the taint eviction deletes them, and the
+(kube/objects/workload/pods.py: node_lost_tolerations), then the taint eviction deletes them, and the
 operator force-deletes them once they are stuck terminating past their deletion time plus
 --force-delete-after (no kubelet is left to confirm it), so the job's pods are made again: the job
 does not hang on a dead node. When the kubelet comes back the new pods run and the job succeeds.

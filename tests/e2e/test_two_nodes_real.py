@@ -40,9 +40,9 @@ from tests.jobs import job_data
 from tests.kube.conftest import ENABLED, REPO, Operator, ensure_usable, wait_established
 from tests.kube.test_kubeflow_api import state
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import inplace, kubeflow_crd
-from torchjob.kube.objects.crd import CRD_NAME, crd
-from torchjob.kube.objects.install import apply
+from torchjob.kube.objects.front import inplace
+from torchjob.kube.objects.install import apply, kubeflow_crd
+from torchjob.kube.objects.install.crd import CRD_NAME, crd
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB
 from torchjob.kube.objects.labels.kubeflow import LABEL_JOB_NAME
 from torchjob.kube.objects.labels.trainjob import COMPLETION_INDEX, JOBSET_NAME, REPLICATED_JOB

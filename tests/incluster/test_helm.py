@@ -47,9 +47,10 @@ from torchjob.kube.machinery.client import (
     TorchJobRes,
     VolcanoPodGroup,
 )
-from torchjob.kube.objects import install, kueue
+from torchjob.kube.objects import install
+from torchjob.kube.objects.admission import kueue
 from torchjob.kube.objects.labels import LABEL_JOB
-from torchjob.kube.objects.reporting import CA_CONFIGMAP, CA_KEY
+from torchjob.kube.objects.workload.reporting import CA_CONFIGMAP, CA_KEY
 from torchjob.kube.progress import tls
 
 REPO = Path(__file__).resolve().parents[2]
@@ -665,7 +666,7 @@ NOT_EXERCISED = {
     ("", "persistentvolumeclaims", "create"): "no job of this suite asks for a claim",
     ("", "persistentvolumeclaims", "get"): "no job of this suite asks for a claim",
     # Granted and used, but by no job of this suite: only a stalled job's stacks are read from its pods' logs
-    # (kube/controller/stall_stacks.py; tests/controller/test_stall_stacks_sequencing.py, and on the real node
+    # (kube/controller/pods/stall_stacks.py; tests/controller/test_stall_stacks_sequencing.py, and on the real node
     # tests/e2e/test_progress_real.py, whose operator runs with the dev cluster's admin credentials).
     ("", "pods/log", "get"): "no job of this suite stalls",
 }

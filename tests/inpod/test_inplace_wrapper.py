@@ -627,7 +627,7 @@ def test_the_pod_runs_the_entry_point_only_if_it_is_the_one_its_spec_names(tmp_p
     command; one someone changed is not run at all: the command runs in its place, as without it."""
     import hashlib
 
-    from torchjob.kube.objects import inplace
+    from torchjob.kube.objects.front import inplace
 
     entry = tmp_path / "inplace" / inplace.ENTRY
     entry.parent.mkdir()

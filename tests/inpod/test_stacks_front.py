@@ -1,6 +1,6 @@
 """The front of a pod whose job asked for its stacks (src/torchjob/kube/inpod/torchjob_stacks.py), run here as the
-pod runs it (`python -I -c BOOT python -c PROGRAM`, kube/objects/stacks.boot(): the source from the ConfigMap's
-file, kube/objects/stacks.source(), run only if it is the one the pod was made with) with its folders made
+pod runs it (`python -I -c BOOT python -c PROGRAM`, kube/objects/front/stacks.boot(): the source from the ConfigMap's
+file, kube/objects/front/stacks.source(), run only if it is the one the pod was made with) with its folders made
 temporary: it becomes the command (same pid), puts torchjob's hook ahead of the command's own PYTHONPATH, and
 answers a new request file with every rank process's stacks on its stderr (the container's log); the pod's side
 of `torchjob stacks --kube` on real pods: tests/e2e/test_stacks_real.py. Real processes throughout."""
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from torchjob.core.diagnosis.stacks import answer_in
-from torchjob.kube.objects import stacks as pod_stacks
+from torchjob.kube.objects.front import stacks as pod_stacks
 
 PROGRAM = """
 import os, sys, threading

@@ -31,8 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ui.conftest import artifacts, browser, dashboard, page  # noqa: F401 (test_ui_kube.py: a real browser)
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects.crd import CRD_NAME, crd
 from torchjob.kube.objects.install import apply
+from torchjob.kube.objects.install.crd import CRD_NAME, crd
 
 REPO = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("CI") == "true" or os.environ.get("TORCHJOB_KUBE_TESTS") == "1"

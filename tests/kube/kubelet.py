@@ -23,9 +23,9 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import PatchType
 
 from tests.kube.reporting import ca_file, pod_token
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import LABEL_JOB
-from torchjob.kube.objects.reporting import PROGRESS_DIR
+from torchjob.kube.objects.workload.reporting import PROGRESS_DIR
 
 TERMINATION_LOG = "/dev/termination-log"
 MARK = "TORCHJOB_TEST_POD"  # in each process of a pod (its entry point's children inherit it): its uid

@@ -241,8 +241,8 @@ def test_install_kubeflow_api_adds_the_crd_and_its_rbac_and_crd_only_gives_both_
 
 
 def test_the_names_install_pins_are_those_the_operator_uses() -> None:
-    from torchjob.kube.controller.operator import LEASE_NAME
-    from torchjob.kube.objects.reporting import CA_CONFIGMAP
+    from torchjob.kube.controller.process.operator import LEASE_NAME
+    from torchjob.kube.objects.workload.reporting import CA_CONFIGMAP
     from torchjob.kube.progress.tls import SECRET
     from torchjob.kube.served.kubeflow_api import KUBEFLOW_LEASE
 

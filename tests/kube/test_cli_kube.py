@@ -20,7 +20,7 @@ from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, job_status, set_pod, wait_job
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube.clientside.kube_runtime import logs as kube_logs
-from torchjob.kube.controller.operator import LEASE_NAME
+from torchjob.kube.controller.process.operator import LEASE_NAME
 from torchjob.kube.machinery.client import TorchJobRes
 
 pytestmark = pytest.mark.kube

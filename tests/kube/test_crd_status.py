@@ -1,4 +1,4 @@
-"""The TorchJob CRD's status schema (kube/objects/crd.py), generated from the status model: it names
+"""The TorchJob CRD's status schema (kube/objects/install/crd.py), generated from the status model: it names
 every key the operator writes (a key it lacks the API server prunes, and the operator would lose
 what it decided), the chart's CRD holds the same schema, the printer columns and the scale
 subresource read typed fields, and `kubectl explain` has a description for every field. The last
@@ -25,7 +25,7 @@ from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Refusal, refuse
 from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects.crd import OperatorStatus, crd, status_schema
+from torchjob.kube.objects.install.crd import OperatorStatus, crd, status_schema
 from torchjob.kube.served.kinds import TORCHJOB
 from torchjob.progress.book import Book
 from torchjob.progress.protocol import Report
@@ -104,7 +104,7 @@ def rounds() -> list[tuple[TorchJob, JobStatus]]:
     # the job's end deleted the master's pod: the end of its log the kubelet kept (observe.kept_tails)
     said = KeptTail(replica="master-0", attempt=0, exitCode=143, tail="epoch 3\nstopping on SIGTERM\n")
     out.append((d.job, kept.keep(d.status, [said])))
-    # a stall's stacks, taken of its pods before its replicas were stopped (kube/controller/stall_stacks.py)
+    # a stall's stacks, taken of its pods before its replicas were stopped (kube/controller/pods/stall_stacks.py)
     dump = ("# torchjob stacks: rank=0 pid=1 main=0x00007f0000000001\n"
             "Current thread 0x00007f0000000001 (most recent call first):\n"
             '  File "/opt/train.py", line 41 in step\n')

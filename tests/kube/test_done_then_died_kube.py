@@ -13,8 +13,8 @@ from torchjob.api.load import job_from_data
 from torchjob.api.status import ConditionType
 from torchjob.core.round.reconcile import reconcile
 from torchjob.core.shape.topology import replicas
-from torchjob.kube.controller.observe import observe
-from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.controller.round.observe import observe
+from torchjob.kube.objects.workload import pods as pod_objects
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -12,8 +12,8 @@ from torchjob.api.model import TorchJob
 from torchjob.api.status import ConditionType
 from torchjob.core.round.reconcile import Create, Phase, Stop, as_core_sees, reconcile
 from torchjob.core.shape.topology import ReplicaId, replicas
-from torchjob.kube.controller.observe import observe
-from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.controller.round.observe import observe
+from torchjob.kube.objects.workload import pods as pod_objects
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

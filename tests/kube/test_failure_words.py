@@ -45,7 +45,7 @@ def test_the_operator_reads_the_rank_s_own_line_from_a_termination_message_that_
     """With FallbackToLogsOnError a torchrun replica's termination message ends in torchrun's report:
     the status's line is what the rank said before it, not the report's last rule."""
     from tests.core.test_torch_errors import TORCHRUN_OUTPUT
-    from torchjob.kube.controller.observe import observe_pod
+    from torchjob.kube.controller.round.observe import observe_pod
 
     job = make_job("demo", workers=1, restart_policy="Never")
     message = "".join(TORCHRUN_OUTPUT.splitlines(keepends=True)[-80:])[-2048:]  # as the kubelet keeps it

@@ -12,9 +12,10 @@ from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.core.shape.topology import ReplicaId
 from torchjob.dialects.load import load
-from torchjob.kube.objects import gang, tensorboard
-from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.admission import gang
 from torchjob.kube.objects.labels import LABEL_JOB
+from torchjob.kube.objects.workload import pods as pod_objects
+from torchjob.kube.objects.workload import tensorboard
 
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"
 OWNER = {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "name": "demo", "uid": "u"}

@@ -37,7 +37,7 @@ from torchjob.kube.machinery.client import (
     TorchJobRes,
     VolcanoPodGroup,
 )
-from torchjob.kube.objects import gang, kueue
+from torchjob.kube.objects.admission import gang, kueue
 
 pytestmark = pytest.mark.kube
 

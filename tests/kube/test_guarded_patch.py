@@ -11,7 +11,7 @@ from lightkube import Client
 from lightkube.core.exceptions import ApiError
 
 from tests.jobs import job_data
-from torchjob.kube.controller.controller import job_gone
+from torchjob.kube.controller.process.controller import job_gone
 from torchjob.kube.machinery.client import Api, TorchJobRes, connect, to_dict
 from torchjob.kube.machinery.guarded_patch import guarded_ops
 

@@ -9,8 +9,8 @@ import pytest
 from lightkube import AsyncClient, KubeConfig
 
 from tests.kube.conftest import free_port
-from torchjob.kube.controller.config import OperatorConfig
-from torchjob.kube.controller.controller import Controller
+from torchjob.kube.controller.process.config import OperatorConfig
+from torchjob.kube.controller.process.controller import Controller
 from torchjob.kube.machinery.client import Api, to_dict
 from torchjob.kube.machinery.informer import Informer, metadata_only, pod_summary
 

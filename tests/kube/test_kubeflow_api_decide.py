@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from torchjob.api.errors import UserError
-from torchjob.kube.objects.kubeflow_crd import crd
+from torchjob.kube.objects.install.kubeflow_crd import crd
 from torchjob.kube.served.kubeflow_api import decide
 from torchjob.kube.served.kubeflow_mode import KubeflowApi
 

@@ -20,8 +20,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
 from tests.kube.conftest import wait_established
-from torchjob.kube.objects import kubeflow_crd
-from torchjob.kube.objects.install import apply
+from torchjob.kube.objects.install import apply, kubeflow_crd
 
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"
 PyTorchJobRes = create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")

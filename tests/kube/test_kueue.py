@@ -8,7 +8,7 @@ from typing import Any
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.api.model import JobStatus, TorchJob
-from torchjob.kube.objects import kueue
+from torchjob.kube.objects.admission import kueue
 
 OWNER = {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "name": "demo", "uid": "u"}
 POOL = {"metadata": {"name": "spot"}, "spec": {
@@ -97,7 +97,7 @@ def _merge(base: Any, patch: Any) -> Any:
 
 
 def test_render_kube_shows_the_workload_first() -> None:
-    from torchjob.kube.objects import pods as pod_objects
+    from torchjob.kube.objects.workload import pods as pod_objects
 
     kinds = [m["kind"] for m in pod_objects.manifests(queued_job(workers=1))]
     assert kinds == ["Workload", "Service", "Pod", "Pod"]

@@ -26,7 +26,7 @@ from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noq
 from tests.kube.test_kueue_real import kueue_manager_config, quota, running_kueue
 from tests.kube.test_operator import pods_of, wait_pods
 from torchjob.kube.machinery.client import KueueWorkload
-from torchjob.kube.objects import kueue
+from torchjob.kube.objects.admission import kueue
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]  # the first may build Kueue (~5 min)
 FRAMEWORK = "kubeflow.org/pytorchjob"  # Kueue's name for its PyTorchJob integration (pytorchjob_controller.go)

@@ -27,7 +27,7 @@ from tests.jobs import job_data
 from tests.kube.conftest import REPO, Operator, finished, free_port, set_pod, wait_established, wait_job
 from tests.kube.test_operator import create, pods_of, wait_pods
 from torchjob.kube.machinery.client import KueueResourceFlavor, KueueWorkload, TorchJobRes
-from torchjob.kube.objects import kueue
+from torchjob.kube.objects.admission import kueue
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]  # the first may build Kueue (~5 min)
 ClusterQueue = create_global_resource("kueue.x-k8s.io", "v1beta1", "ClusterQueue", "clusterqueues")

@@ -26,7 +26,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.types import PatchType
 
 from tests.kube.conftest import Operator
-from torchjob.kube.controller.operator import LEASE_NAME
+from torchjob.kube.controller.process.operator import LEASE_NAME
 from torchjob.kube.objects.install import LEADER_LABEL
 
 

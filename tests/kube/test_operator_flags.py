@@ -1,4 +1,4 @@
-"""`torchjob operator`'s flags are OperatorConfig's fields (kube/controller/config.py): each setting has
+"""`torchjob operator`'s flags are OperatorConfig's fields (kube/controller/process/config.py): each setting has
 one flag, the command line's values become the config the operator runs with, and every flag the install
 manifests give the Deployment is one the command takes. No cluster needed."""
 
@@ -10,7 +10,7 @@ import click
 import pytest
 
 from torchjob.cli.cluster import operator
-from torchjob.kube.controller.config import FLAG, OperatorConfig
+from torchjob.kube.controller.process.config import FLAG, OperatorConfig
 from torchjob.kube.objects.install import operator_args
 from torchjob.kube.served.kubeflow_mode import KubeflowApi
 

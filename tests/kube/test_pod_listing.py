@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 from tests.kube.conftest import now_iso
 from torchjob.kube.clientside.kube_runtime import KubeRuntime
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects.inplace import ANNOTATION_EXIT
+from torchjob.kube.objects.front.inplace import ANNOTATION_EXIT
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
 from torchjob.runtime import summarised
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.jobs import make_job
 from torchjob.core.shape.topology import ReplicaId
-from torchjob.kube.objects.pods import RANK_TAG_DIR, RANK_TAG_ENV, RANK_TAG_VOLUME, pod
+from torchjob.kube.objects.workload.pods import RANK_TAG_DIR, RANK_TAG_ENV, RANK_TAG_VOLUME, pod
 
 TORCHRUN = ["torchrun", "train.py"]
 

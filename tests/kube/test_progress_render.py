@@ -6,10 +6,10 @@ import ssl
 
 from tests.jobs import make_job
 from torchjob.core.shape.topology import ReplicaId
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects.crd import crd
 from torchjob.kube.objects.install import DEFAULT_PROGRESS_URL, LEASE_RULES, RULES, manifests
-from torchjob.kube.objects.reporting import PROGRESS_DIR, PROGRESS_VOLUME
+from torchjob.kube.objects.install.crd import crd
+from torchjob.kube.objects.workload import pods as pod_objects
+from torchjob.kube.objects.workload.reporting import PROGRESS_DIR, PROGRESS_VOLUME
 from torchjob.kube.progress.tls import covers, generate, hosts_for
 
 URL = "https://torchjob-operator.torchjob-system.svc:8443"

@@ -14,11 +14,11 @@ from tests.jobs import job_data, make_job
 from torchjob.api.load import job_from_data
 from torchjob.core.round.reconcile import Phase
 from torchjob.core.shape.topology import ReplicaId
-from torchjob.kube.controller.observe import observe
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects.crd import crd
-from torchjob.kube.objects.init_container import WAIT_CONTAINER
+from torchjob.kube.controller.round.observe import observe
+from torchjob.kube.objects.install.crd import crd
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
+from torchjob.kube.objects.workload import pods as pod_objects
+from torchjob.kube.objects.workload.init_container import WAIT_CONTAINER
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:

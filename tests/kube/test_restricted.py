@@ -25,8 +25,8 @@ from torchjob.api.load import job_from_data
 from torchjob.api.model import TensorBoardSpec, TorchJob
 from torchjob.core.shape.topology import ReplicaId
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects.ownership import owner_reference
+from torchjob.kube.objects.labels.ownership import owner_reference
+from torchjob.kube.objects.workload import pods as pod_objects
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "operator" / "restricted.md"
@@ -210,7 +210,7 @@ def test_a_windows_pod_gets_only_what_windows_has() -> None:
 
 
 def test_tensorboard_runs_as_the_jobs_user_else_65532_with_a_writable_tmp() -> None:
-    from torchjob.kube.objects import tensorboard
+    from torchjob.kube.objects.workload import tensorboard
 
     job = example_job("team-a", "tb")
     job = job.model_copy(update={"spec": job.spec.model_copy(update={"tensorboard": TensorBoardSpec(

@@ -20,7 +20,7 @@ from tests.kube.conftest import Operator, finished, job_status, set_pod
 from tests.kube.reporting import SERVICE_ACCOUNT, PodReporter, ca_file, make_service_account, pod_token, post, url
 from tests.scenarios import SCENARIOS, Scenario
 from torchjob.kube.machinery.client import TorchJobRes
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_INDEX, LABEL_JOB, LABEL_TYPE
 
 pytestmark = pytest.mark.kube

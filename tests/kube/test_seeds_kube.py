@@ -17,9 +17,9 @@ from torchjob.core.shape.topology import node_rank, replicas
 from torchjob.dialects.convert import explicit
 from torchjob.dialects.load import load
 from torchjob.kube.machinery.client import VolcanoPodGroup
-from torchjob.kube.objects import gang
-from torchjob.kube.objects import pods as pod_objects
+from torchjob.kube.objects.admission import gang
 from torchjob.kube.objects.labels import pod_name
+from torchjob.kube.objects.workload import pods as pod_objects
 
 pytestmark = pytest.mark.kube
 SEEDS = sorted((Path(__file__).resolve().parents[1] / "dialects" / "seeds").glob("*.yaml"))

@@ -46,7 +46,7 @@ def test_a_creation_time_written_in_a_template_is_still_refused() -> None:
 
 def test_the_client_names_the_torchjob_resource_as_its_crd_does() -> None:
     from torchjob.kube.machinery.client import TorchJobRes
-    from torchjob.kube.objects.crd import GROUP, PLURAL, VERSION
+    from torchjob.kube.objects.install.crd import GROUP, PLURAL, VERSION
 
     info = TorchJobRes._api_info
     assert (info.resource.group, info.resource.version, info.resource.kind, info.plural) == (

@@ -24,7 +24,7 @@ from tests.kube.kubelet import MARK, Kubelet
 from tests.kube.reporting import SERVICE_ACCOUNT, make_service_account
 from tests.kube.test_operator import create, wait_pods
 from torchjob.api.status import Reason
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB
 
 pytestmark = pytest.mark.kube

@@ -15,7 +15,7 @@ from tests.kube.conftest import Operator, wait_job
 from tests.kube.test_operator import create, pods_of
 from torchjob.api.errors import UserError
 from torchjob.kube.clientside.kube_runtime import KubeRuntime
-from torchjob.kube.objects import stacks as pod_stacks
+from torchjob.kube.objects.front import stacks as pod_stacks
 
 pytestmark = pytest.mark.kube
 KWOK = [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]

@@ -1,5 +1,5 @@
-"""What a pod is made with so that its ranks give their stacks (kube/objects/stacks.py; by default, unless the job's
-metadata.annotations torchjob.dev/stacks says "false"): the watcher in front of a command Python runs, its two
+"""What a pod is made with so that its ranks give their stacks (kube/objects/front/stacks.py; by default, unless
+the job's metadata.annotations torchjob.dev/stacks says "false"): the watcher in front of a command Python runs, its two
 volumes, the annotation naming its container; nothing otherwise.
 Pure (the program itself: tests/inpod/test_stacks_front.py; on real pods: tests/e2e/test_stacks_real.py)."""
 
@@ -12,9 +12,9 @@ from typing import Any
 from tests.jobs import job_data
 from torchjob.api.load import job_from_data
 from torchjob.core.shape.topology import ReplicaId
-from torchjob.kube.objects import inplace
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects import stacks as pod_stacks
+from torchjob.kube.objects.front import inplace
+from torchjob.kube.objects.front import stacks as pod_stacks
+from torchjob.kube.objects.workload import pods as pod_objects
 
 
 def pod_of(command: list[str], annotation: str | None = None, **kw: Any) -> dict[str, Any]:

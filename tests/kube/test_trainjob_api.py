@@ -399,7 +399,7 @@ def test_a_trainjob_under_a_kueue_queue_waits_for_admission_and_runs_where_kueue
         trainer_operator: Operator) -> None:
     from tests.kube.conftest import kueue_condition, kueue_status
     from torchjob.kube.machinery.client import KueueResourceFlavor, KueueWorkload
-    from torchjob.kube.objects import kueue
+    from torchjob.kube.objects.admission import kueue
     from torchjob.kube.served.trainjob import KUEUE_MANAGER
 
     flavor = f"{namespace}-spot"

@@ -30,9 +30,10 @@ from tests.kube.test_install_kube import OWNER
 from tests.kube.test_kubeflow_api import kubectl
 from torchjob.api.errors import UserError
 from torchjob.cli.main import cli
-from torchjob.kube.objects import install, kubeflow_crd
-from torchjob.kube.objects.crd import CRD_NAME
+from torchjob.kube.objects import install
+from torchjob.kube.objects.install import kubeflow_crd
 from torchjob.kube.objects.install import uninstall as removal
+from torchjob.kube.objects.install.crd import CRD_NAME
 from torchjob.kube.objects.install.owner import HELM_NAMESPACE, HELM_RELEASE
 
 pytestmark = pytest.mark.kube

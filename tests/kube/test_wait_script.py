@@ -16,7 +16,7 @@ from tests.jobs import make_job
 from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import WaitForMaster
 from torchjob.core.shape.topology import Placement
-from torchjob.kube.objects.init_container import wait_for_master
+from torchjob.kube.objects.workload.init_container import wait_for_master
 
 SH = shutil.which("sh")
 pytestmark = pytest.mark.skipif(SH is None or shutil.which("bash") is None, reason="needs sh and bash")

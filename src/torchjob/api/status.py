@@ -183,7 +183,7 @@ class KeptTail(BaseModel):
 
 class KeptStacks(BaseModel):
     """Where every rank was when replicas stalled, taken by the operator before it stopped them (issue 42): the
-    stacks its pods' watchers gave (kube/controller/stall_stacks.py), kept in the status with that attempt, since
+    stacks its pods' watchers gave (kube/controller/pods/stall_stacks.py), kept in the status with that attempt, since
     the restart or the job's end deletes the pods and their logs."""
 
     attempts: dict[str, int] = Field(description="The replica attempts that were asked (replica -> attempt): the "

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from torchjob.api.errors import UserError
-from torchjob.kube.controller.config import Flag, OperatorConfig, flags
+from torchjob.kube.controller.process.config import Flag, OperatorConfig, flags
 
 
 class NotReady(UserError):
@@ -302,13 +302,13 @@ def _option(name: str, flag: Flag, default: Any) -> click.Option:
                         type=click.Choice(flag.choices) if flag.choices else None)
 
 
-# Its flags are OperatorConfig's fields (kube/controller/config.py): a setting is declared there only.
+# Its flags are OperatorConfig's fields (kube/controller/process/config.py): a setting is declared there only.
 @click.command(params=[_option(*setting) for setting in flags()])
 def operator(**values: Any) -> None:
     """Run the Kubernetes controller that reconciles TorchJobs into Pods and a headless Service."""
     import asyncio
 
-    from torchjob.kube.controller.operator import run_operator
+    from torchjob.kube.controller.process.operator import run_operator
     from torchjob.kube.machinery.logs import configure_logging
 
     config = OperatorConfig.from_flags(values)

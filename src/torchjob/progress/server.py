@@ -99,7 +99,7 @@ class Reporter:
     attempt: int
     plural: str = TORCHJOBS  # the job's kind, as its path names it
     pod_uid: str = ""  # the pod its token is bound to (a cluster's)
-    in_place: bool = False  # its pod restarts in place (kube/objects/inplace.py): its attempt is read anew
+    in_place: bool = False  # its pod restarts in place (kube/objects/front/inplace.py): its attempt is read anew
 
 
 class TryLater(Exception):

@@ -110,7 +110,7 @@ class World:
     # stall's message carries it.
     stacks: str | None = None
     # The runtime is taking the quiet replicas' stacks until then (the operator, without holding its round:
-    # kube/controller/stall_stacks.py): core waits for them, at most until then, before it acts on the stall.
+    # kube/controller/pods/stall_stacks.py): core waits for them, at most until then, before it acts on the stall.
     stacks_due: datetime | None = None
     # Since when no rank moved, as the runtime's samples of every rank's stack saw it (None: it does not
     # sample, or some running replica had no rank to sample): runPolicy.hangDeadlineSeconds judges it.

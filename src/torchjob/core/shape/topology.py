@@ -110,7 +110,7 @@ def tags_ranks(job: TorchJob, torchrun: bool) -> bool:
     """Whether a replica's processes tag each line with their rank (`[rank3]: ...`): a replica that
     torchrun starts several processes in (a number over one, or torchrun's `auto`/`gpu`/`cpu`).
     Locally a start-up hook tags them (torchjob.local.ranktag); in a pod torchrun's own `--tee` with a
-    `[rank${rank}]: ` prefix (kube/objects/pods.py), where torchjob is not installed."""
+    `[rank${rank}]: ` prefix (kube/objects/workload/pods.py), where torchjob is not installed."""
     return torchrun and nproc_per_node(job) != "1"
 
 

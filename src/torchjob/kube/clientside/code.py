@@ -16,8 +16,8 @@ from torchjob.api.build import CODE_VOLUME
 from torchjob.api.errors import UserError
 from torchjob.api.model import TorchJob
 from torchjob.kube.machinery.client import status_code
-from torchjob.kube.objects.code import code_configmap, owned_by
 from torchjob.kube.objects.labels import LABEL_JOB
+from torchjob.kube.objects.workload.code import code_configmap, owned_by
 
 
 def _code_volume(job: TorchJob) -> Any:

@@ -19,10 +19,10 @@ from torchjob.api.pod import training_index
 from torchjob.api.status import ConditionType, JobStatus
 from torchjob.core.round.kept import kept_tail, stacks_of
 from torchjob.kube.machinery.client import parse_time, status_code, to_dict
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import LABEL_INDEX, LABEL_JOB, LABEL_TYPE, replica_name
 from torchjob.kube.objects.labels import attempt_of as pod_attempt
-from torchjob.kube.objects.pod_status import terminated
+from torchjob.kube.objects.workload.pod_status import terminated
 from torchjob.runtime import AttemptView, no_output
 
 if TYPE_CHECKING:

@@ -47,7 +47,7 @@ from torchjob.kube.clientside.job_pods import (
 from torchjob.kube.clientside.plan import KubePlan, refuse_without_image
 from torchjob.kube.clientside.pod_listing import job_pods_for
 from torchjob.kube.machinery.client import KueueWorkload, TorchJobRes, status_code, to_dict
-from torchjob.kube.objects import kueue
+from torchjob.kube.objects.admission import kueue
 from torchjob.kube.objects.labels import replica_name
 from torchjob.runtime import (
     SUMMARY_OVER,

@@ -12,8 +12,8 @@ from torchjob.api.model import TorchJob
 from torchjob.core.policies.spares import on_a_cluster
 from torchjob.dialects.convert import explicit
 from torchjob.kube.clientside.code import configmap_of
-from torchjob.kube.objects.ownership import as_torchjob
-from torchjob.kube.objects.pods import manifests
+from torchjob.kube.objects.labels.ownership import as_torchjob
+from torchjob.kube.objects.workload.pods import manifests
 from torchjob.runtime import Code
 
 

@@ -21,7 +21,7 @@ from lightkube.resources.core_v1 import Pod
 
 from torchjob.kube.clientside.job_pods import pods, served
 from torchjob.kube.machinery.client import status_code
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import LABEL_JOB, replica_name
 from torchjob.kube.objects.labels import attempt_of as pod_attempt
 from torchjob.runtime import AttemptView

@@ -18,7 +18,7 @@ from torchjob.core.round.initializers import step_named
 from torchjob.core.shape.topology import ReplicaId, node_rank
 from torchjob.kube.machinery.client import parse_time, to_dict
 from torchjob.kube.objects.labels import attempt_of, replica_name
-from torchjob.kube.objects.pod_status import terminated
+from torchjob.kube.objects.workload.pod_status import terminated
 
 LOG_LINES = 15  # the failing replica's last lines shown, as locally
 READ_LINES = 400  # of its log, read to find them (torchrun's report alone is 40-odd lines)

@@ -1,5 +1,5 @@
 """`torchjob stacks --kube NAME` and a cluster job's `handle.stacks()`: the stacks of every rank of a job whose pods
-were made to give them (kube/objects/stacks.py: by default, unless the job's annotation torchjob.dev/stacks says
+were made to give them (kube/objects/front/stacks.py: by default, unless the job's annotation torchjob.dev/stacks says
 "false"). Each running pod
 is asked by a new value of its annotation torchjob.dev/stacks-request; its watcher (kube/inpod/torchjob_stacks.py)
 signals the pod's rank processes and writes their dumps to the container's log, read back here. What this needs of
@@ -20,8 +20,8 @@ from torchjob.api.errors import UserError
 from torchjob.core.diagnosis.stacks import PodAnswer, ProcessStacks, Stacks, answer_in
 from torchjob.kube.clientside.job_pods import pods
 from torchjob.kube.machinery.client import status_code, to_dict
-from torchjob.kube.objects import inplace
-from torchjob.kube.objects import stacks as pod_stacks
+from torchjob.kube.objects.front import inplace
+from torchjob.kube.objects.front import stacks as pod_stacks
 from torchjob.kube.objects.labels import replica_name
 
 # How long the pods get to answer: the kubelet writes the pod's new annotation to its downward API file within

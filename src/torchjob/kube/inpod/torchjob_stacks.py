@@ -1,5 +1,5 @@
 """The front of a pod whose ranks give their stacks (by default; not a job annotated torchjob.dev/stacks: "false"): a
-program run inside the pod, not a module of torchjob. kube/objects/stacks.py puts it in front of the training
+program run inside the pod, not a module of torchjob. kube/objects/front/stacks.py puts it in front of the training
 container's command (`ARGV0 -I -c BOOT ARGV...`, the same interpreter: BOOT runs this source, from the operator's
 ConfigMap, only if its SHA-256 is the one in the pod's spec, which nobody can change once the pod is made) with
 HOOK, torchjob's start-up hook (local/ranktag/hook/sitecustomize.py), defined ahead of it.
@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-HOOK = ""  # torchjob's start-up hook: kube/objects/stacks.py puts its source here
+HOOK = ""  # torchjob's start-up hook: kube/objects/front/stacks.py puts its source here
 SIGNAL = signal.SIGUSR2
 WAIT_S = 3.0  # how long the processes get to answer, all together
 SETTLE_S = 0.05  # a dump is whole once its file stopped growing this long

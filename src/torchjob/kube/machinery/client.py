@@ -33,7 +33,7 @@ FIELD_MANAGER = "torchjob-operator"
 INSTANCE = socket.gethostname()[:128]  # the operator's pod: which replica recorded an event
 
 # The kinds the operator reads and writes, besides Kubernetes' own: torchjob's (its CRD is
-# kube/objects/crd.py; a test keeps the two the same), Kubeflow's, Volcano's, scheduler-plugins', Kueue's.
+# kube/objects/install/crd.py; a test keeps the two the same), Kubeflow's, Volcano's, scheduler-plugins', Kueue's.
 TorchJobRes = create_namespaced_resource("torchjob.dev", "v1", "TorchJob", "torchjobs")
 VolcanoPodGroup = create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
 PluginsPodGroup = create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups")
@@ -289,7 +289,7 @@ class Api:
 
     async def log(self, pod: str, namespace: str, container: str, since_s: int, tail_lines: int) -> Sequence[str]:
         """A pod's container's log lines of the last `since_s` seconds, its last `tail_lines` at most: a stalled
-        job's stacks, which its pods' watchers answer there (kube/controller/stall_stacks.py)."""
+        job's stacks, which its pods' watchers answer there (kube/controller/pods/stall_stacks.py)."""
         return [line async for line in self.client.log(pod, namespace=namespace, container=container, since=since_s,
                                                        tail_lines=tail_lines)]
 

@@ -35,9 +35,9 @@ from typing import Any
 
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.client import Api
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import LABEL_JOB, attempt_of, replica_name
-from torchjob.kube.objects.ownership import controller_of
+from torchjob.kube.objects.labels.ownership import controller_of
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.view import CachesView, Key
 from torchjob.kube.progress.waits import PodWaits

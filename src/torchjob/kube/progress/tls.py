@@ -13,7 +13,7 @@ are given both CAs (`trusted_pem`) until the old one expires, so no pod's report
 between.
 
 The same Secret keeps the key that seals what the operator writes on pods restarting in place
-(SEAL_KEY_KEY; kube/objects/inplace.py `Seal`): random, made once, never renewed (a renewal would
+(SEAL_KEY_KEY; kube/objects/front/inplace.py `Seal`): random, made once, never renewed (a renewal would
 break the seals of the pods running), in no namespace but the operator's."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from cryptography.x509.oid import NameOID
 
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
-from torchjob.kube.objects.reporting import CA_KEY
+from torchjob.kube.objects.workload.reporting import CA_KEY
 
 log = logging.getLogger("torchjob.kube")
 SECRET = "torchjob-progress-tls"

@@ -18,15 +18,15 @@ from torchjob.api.model import WORKER, JobStatus, TorchJob
 from torchjob.api.source import Document
 from torchjob.dialects import kubeflow as kubeflow_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
-from torchjob.kube.objects.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
-from torchjob.kube.objects.kubeflow_crd import KIND as KUBEFLOW_KIND
-from torchjob.kube.objects.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
+from torchjob.kube.objects.install.kubeflow_crd import API_VERSION as KUBEFLOW_API_VERSION
+from torchjob.kube.objects.install.kubeflow_crd import KIND as KUBEFLOW_KIND
+from torchjob.kube.objects.install.kubeflow_crd import PLURAL as KUBEFLOW_PLURAL
 from torchjob.kube.objects.labels import LABEL_JOB, LABEL_TYPE
 from torchjob.kube.objects.labels import kubeflow as kfl
+from torchjob.kube.objects.labels.ownership import ANNOTATION_SERVED_AS, as_torchjob
 from torchjob.kube.objects.labels.t9k import LABEL_KIND as T9K_LABEL
 from torchjob.kube.objects.labels.t9k import labels as t9k_labels
 from torchjob.kube.objects.labels.trainjob import JOBSET_NAME
-from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS, as_torchjob
 from torchjob.kube.served import kubeflow_status as kf
 from torchjob.kube.served import t9k, t9k_objects, trainer_objects, trainjob
 from torchjob.kube.served.reading import Unreadable, stored

@@ -13,7 +13,7 @@ from typing import Any
 
 from torchjob.api.errors import UserError
 from torchjob.kube.machinery.client import Api, parse_time, status_code
-from torchjob.kube.objects.kubeflow_crd import CRD_NAME
+from torchjob.kube.objects.install.kubeflow_crd import CRD_NAME
 from torchjob.kube.served.kubeflow_mode import KubeflowApi
 
 # Kubeflow training-operator v1.8.1's leader election (cmd/training-operator.v1/main.go), in the

@@ -28,7 +28,7 @@ from typing import Any
 from torchjob.api.model import MASTER, REPLICA_TYPES, Condition, JobStatus, TorchJob
 from torchjob.api.status import ConditionType
 from torchjob.core.shape.topology import ReplicaId
-from torchjob.kube.objects.kubeflow_crd import EXTRAS, KIND, MANAGED_BY_KUBEFLOW
+from torchjob.kube.objects.install.kubeflow_crd import EXTRAS, KIND, MANAGED_BY_KUBEFLOW
 from torchjob.kube.objects.labels.kubeflow import (
     LABEL_REPLICA_TYPE,
     job_labels,

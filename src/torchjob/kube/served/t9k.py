@@ -28,7 +28,7 @@ from torchjob.api.source import Document
 from torchjob.api.status import ConditionType, JobState
 from torchjob.dialects import t9k as t9k_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
-from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
+from torchjob.kube.objects.labels.ownership import ANNOTATION_SERVED_AS
 from torchjob.kube.served.reading import Unreadable, stored
 from torchjob.kube.served.t9k_objects import API_VERSION, CRD_NAME, EXTRAS, KIND
 from torchjob.kube.served.trainer_api import decide_crd, read_crd

@@ -30,7 +30,7 @@ from torchjob.api.source import Document
 from torchjob.api.status import ConditionType, StepState
 from torchjob.dialects import trainjob as trainjob_dialect
 from torchjob.kube.machinery.api_protocol import ApiProtocol
-from torchjob.kube.objects.ownership import ANNOTATION_SERVED_AS
+from torchjob.kube.objects.labels.ownership import ANNOTATION_SERVED_AS
 from torchjob.kube.served.reading import Unreadable
 from torchjob.kube.served.trainer_objects import (
     API_VERSION,
@@ -202,7 +202,7 @@ KUEUE_MANAGER = "kueue.x-k8s.io/manager"  # the runtimePatches entry Kueue's own
 
 
 def kueue_spec_patch(raw: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """A TorchJob-shaped spec merge patch (Kueue's hold, admission or eviction: kube/objects/kueue.py)
+    """A TorchJob-shaped spec merge patch (Kueue's hold, admission or eviction: kube/objects/admission/kueue.py)
     as the TrainJob's: `runPolicy.suspend` -> `spec.suspend`; the placement on the replicas' templates
     (nodeSelector, tolerations; every replica type gets the same) -> a `runtimePatches` entry of
     manager `kueue.x-k8s.io/manager` on the node job, as Kueue's TrainJob integration writes it;

@@ -1,9 +1,10 @@
-"""The install: its manifests here, and `owner` (whose install the cluster-wide objects are, checked
-before applying).
+"""The install: its manifests here, `crd` (the TorchJob CRD, generated from the model), `kubeflow_crd`
+(Kubeflow's PyTorchJob CRD as served), `owner` (whose install the cluster-wide objects are, checked before
+applying) and `uninstall`.
 
 What `torchjob install` applies: the CRD (generated from the model), least-privilege RBAC,
 the operator Deployment and its Services (progress, metrics); with `kubeflow_api`, also Kubeflow's
-`pytorchjobs.kubeflow.org` CRD (kube/objects/kubeflow_crd.py) and a ClusterRole of its own for it.
+`pytorchjobs.kubeflow.org` CRD (kube/objects/install/kubeflow_crd.py) and a ClusterRole of its own for it.
 The Helm chart in charts/torchjob renders the same objects for the same settings (its values.yaml;
 tests/kube/test_chart.py renders both with `helm template` and compares them).
 
@@ -20,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchjob.api.defaults import INIT_IMAGE
-from torchjob.kube.objects import kubeflow_crd
-from torchjob.kube.objects.crd import GROUP, PLURAL, crd
+from torchjob.kube.objects.install import kubeflow_crd
+from torchjob.kube.objects.install.crd import GROUP, PLURAL, crd
 from torchjob.version import __version__
 
 NAMESPACE = "torchjob-system"
@@ -38,11 +39,11 @@ LEADER_LABEL = "torchjob.dev/leader"  # on the leader's pod (=true), which the p
 # networkPolicy.metricsNamespaceSelector)
 METRICS_NAMESPACE_SELECTOR: dict[str, Any] = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
 DEFAULT_PROGRESS_URL = f"https://{NAME}.{NAMESPACE}.svc:{PROGRESS_PORT}"  # what pods report progress to
-LEASE = NAME  # kube/controller/operator.py's LEASE_NAME
+LEASE = NAME  # kube/controller/process/operator.py's LEASE_NAME
 TLS_SECRET = "torchjob-progress-tls"  # kube/progress/tls.py's SECRET
 KUBEFLOW_LEASE = "1ca428e5.training-operator.kubeflow.org"  # kube/served/kubeflow_api.py's (in `kubeflow`)
-CA_CONFIGMAP = "torchjob-progress-ca"  # kube/objects/reporting.py's (one in each job namespace)
-INPLACE_CONFIGMAP = "torchjob-inplace"  # kube/objects/shipped.py's (in each job namespace: the programs in pods)
+CA_CONFIGMAP = "torchjob-progress-ca"  # kube/objects/workload/reporting.py's (one in each job namespace)
+INPLACE_CONFIGMAP = "torchjob-inplace"  # kube/objects/front/shipped.py's (in each job namespace: the programs in pods)
 RBAC = "rbac.authorization.k8s.io/v1"
 
 # The operator's flags as the chart's values name them, with their defaults (those of `torchjob
@@ -72,7 +73,7 @@ JOB_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create"]},  # TensorBoard
     # Volcano's PodGroups and Kueue's Workloads are watched from the first one made or found
-    # (kube/controller/gates.py); a scheduler-plugins PodGroup is never waited for, so never watched:
+    # (kube/controller/round/gates.py); a scheduler-plugins PodGroup is never waited for, so never watched:
     # made, read after a 409 (whose is it), deleted when its job ends or is suspended
     {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
      "verbs": ["get", "list", "watch", "create", "delete"]},

@@ -1,7 +1,8 @@
 """How a job's pods and Service are named and labelled, and what those names and labels say back:
 which job, which replica, which attempt (torchjob's own labels, on the pods of every kind served, here).
 The labels a served kind's own clients select by, each in its module: `kubeflow` (a PyTorchJob's),
-`trainjob` (JobSet's, on a TrainJob's pods), `t9k` (a PyTorchTrainingJob's)."""
+`trainjob` (JobSet's, on a TrainJob's pods), `t9k` (a PyTorchTrainingJob's); `ownership` (the owner
+references torchjob sets, and whose an object found in the cluster is)."""
 
 from __future__ import annotations
 

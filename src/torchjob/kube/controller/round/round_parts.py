@@ -10,10 +10,10 @@ from typing import Any
 
 from torchjob.api.model import TorchJob
 from torchjob.core.round.reconcile import Plan
-from torchjob.kube.controller.memory import JobMemory
-from torchjob.kube.controller.pod_index import PodIndex
+from torchjob.kube.controller.pods.pod_index import PodIndex
+from torchjob.kube.controller.round.memory import JobMemory
 from torchjob.kube.machinery.informer import Informer, Key
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.progress.books import Books
 from torchjob.kube.progress.tls import Trust
 from torchjob.kube.progress.waits import PodWaits

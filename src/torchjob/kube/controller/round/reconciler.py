@@ -49,29 +49,29 @@ from torchjob.core.round.reconcile import (
     reconcile,
 )
 from torchjob.core.round.reconcile import refuse as refuse_unreadable
-from torchjob.kube.controller import observe
-from torchjob.kube.controller.config import OperatorConfig
-from torchjob.kube.controller.configmaps import ConfigMaps
-from torchjob.kube.controller.gates import KueueGate, Look, PodGroupGate
-from torchjob.kube.controller.leaving import again_if_failed, leaving
-from torchjob.kube.controller.memory import JobMemory, Memories
-from torchjob.kube.controller.names import check_taken
-from torchjob.kube.controller.observe import kept_tails
-from torchjob.kube.controller.outcome import DONE, GONE, Result
-from torchjob.kube.controller.refused import PodRefused, raise_first, refusal_of
-from torchjob.kube.controller.round_parts import Decision, JobCaches, ProgressLink
-from torchjob.kube.controller.seen_pods import JobPods
-from torchjob.kube.controller.stall_stacks import StallStacks
+from torchjob.kube.controller.pods.configmaps import ConfigMaps
+from torchjob.kube.controller.pods.leaving import again_if_failed, leaving
+from torchjob.kube.controller.pods.seen_pods import JobPods
+from torchjob.kube.controller.pods.stall_stacks import StallStacks
+from torchjob.kube.controller.process.config import OperatorConfig
+from torchjob.kube.controller.round import observe
+from torchjob.kube.controller.round.gates import KueueGate, Look, PodGroupGate
+from torchjob.kube.controller.round.memory import JobMemory, Memories
+from torchjob.kube.controller.round.names import check_taken
+from torchjob.kube.controller.round.outcome import DONE, GONE, Result
+from torchjob.kube.controller.round.refused import PodRefused, raise_first, refusal_of
+from torchjob.kube.controller.round.round_parts import Decision, JobCaches, ProgressLink
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Key, only_status_changed
-from torchjob.kube.objects import claims, gang, inplace, ownership, stacks, tensorboard
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects.labels import LABEL_JOB, pod_name
-from torchjob.kube.objects.ownership import owner_reference
-from torchjob.kube.objects.pods import RESTART_GRACE_S
-from torchjob.kube.objects.reporting import ca_configmap
-from torchjob.kube.objects.steps import step_pod
+from torchjob.kube.objects.admission import gang
+from torchjob.kube.objects.front import inplace, stacks
+from torchjob.kube.objects.labels import LABEL_JOB, ownership, pod_name
+from torchjob.kube.objects.workload import claims, tensorboard
+from torchjob.kube.objects.workload import pods as pod_objects
+from torchjob.kube.objects.workload.pods import RESTART_GRACE_S
+from torchjob.kube.objects.workload.reporting import ca_configmap
+from torchjob.kube.objects.workload.steps import step_pod
 from torchjob.kube.served.kinds import ServedKind
 from torchjob.kube.served.reading import Unreadable
 
@@ -120,7 +120,7 @@ class Reconciler:
                               admission=admission, reported_done=self._done(key))
         world, soon = self.stall_stacks.fact(job, world, lambda: map(pods.pod, list(pods.own)), memory, now)
         plan = reconcile(job, world, now)
-        plan.status = kept_tails(plan.status, job, gone)  # the gone pods' ends of logs (logs --kube --attempt)
+        plan.status = observe.kept_tails(plan.status, job, gone)  # the gone pods' ends of logs (logs --kube --attempt)
         self.stall_stacks.keep(plan, memory)  # a stall's stacks (stall_stacks.py): status.keptStacks, an event
         self._say_not_in_place(job, plan)
         if plan.admission and plan.admission[0].ends_round:
@@ -271,7 +271,7 @@ class Reconciler:
         return names
 
     async def _create_tensorboard(self, raw: dict[str, Any], job: TorchJob, memory: JobMemory) -> None:
-        created = [await self._create(obj) for obj in tensorboard.objects(job, owner_reference(job))]
+        created = [await self._create(obj) for obj in tensorboard.objects(job, ownership.owner_reference(job))]
         memory.board = True
         if any(created):
             await self.api.event(raw, EventType.NORMAL, Reason.TENSORBOARD_CREATED,

@@ -12,13 +12,13 @@ import msgspec
 from torchjob.api.model import TorchJob
 from torchjob.core.round.initializers import step
 from torchjob.core.shape.topology import replicas
-from torchjob.kube.controller.memory import JobMemory
-from torchjob.kube.controller.observe import observe_pod
-from torchjob.kube.controller.seen_pods import KEEP_FROM, JobPods, JobSeen, Whose, see
+from torchjob.kube.controller.pods.seen_pods import KEEP_FROM, JobPods, JobSeen, Whose, see
+from torchjob.kube.controller.round.memory import JobMemory
+from torchjob.kube.controller.round.observe import observe_pod
 from torchjob.kube.machinery.informer import Key, Packed, unpack
-from torchjob.kube.objects.inplace import Seal
+from torchjob.kube.objects.front.inplace import Seal
 from torchjob.kube.objects.labels import pod_name
-from torchjob.kube.objects.ownership import controller_of
+from torchjob.kube.objects.labels.ownership import controller_of
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:

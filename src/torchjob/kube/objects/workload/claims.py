@@ -11,7 +11,7 @@ from typing import Any
 
 from torchjob.api.model import TorchJob
 from torchjob.kube.objects.labels import LABEL_JOB
-from torchjob.kube.objects.ownership import owner_reference
+from torchjob.kube.objects.labels.ownership import owner_reference
 
 
 def claims(job: TorchJob) -> list[dict[str, Any]]:

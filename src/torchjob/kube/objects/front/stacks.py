@@ -1,11 +1,11 @@
 """Stacks in pods (issue 42): what a pod is made with so that its ranks give their stacks (by default; a job
 annotated torchjob.dev/stacks: "false" opts out), and the request `torchjob stacks --kube` (and the operator, before
-it stops a stalled job: kube/controller/stall_stacks.py) writes on it. Pure, but for reading the two programs shipped
-from torchjob's own package.
+it stops a stalled job: kube/controller/pods/stall_stacks.py) writes on it. Pure, but for reading the two
+programs shipped from torchjob's own package.
 
 The training container runs kube/inpod/torchjob_stacks.py in front of its command (`ARGV0 -I -c BOOT ARGV...`): its
 source, with torchjob's start-up hook ahead of it, is a key of the ConfigMap the operator keeps in each job namespace
-(kube/objects/shipped.py's CONFIGMAP), mounted `optional`; BOOT (shipped.boot) runs it only if its SHA-256 is the
+(kube/objects/front/shipped.py's CONFIGMAP), mounted `optional`; BOOT (shipped.boot) runs it only if its SHA-256 is the
 one in the pod's spec, which nobody can change once the pod is made, else the command alone (the job runs, without
 stacks). The spec carries the hash, not the 16 KB of source: what etcd and every watch event hold of a pod. It
 puts the hook on the command's PYTHONPATH (every rank's process registers faulthandler on SIGUSR2), then watches
@@ -20,7 +20,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from torchjob.kube.objects import shipped
+from torchjob.kube.objects.front import shipped
 
 ANNOTATION = "torchjob.dev/stacks"  # on the job: "false" makes its pods without the watcher (default: with it)
 # on a pod made with the watcher: the container that runs it (the operator's cache keeps torchjob's annotations,
@@ -38,8 +38,8 @@ ENTRY = "torchjob_stacks.py"
 # is known, and its front process (its /proc cmdline)
 HEAD = "# torchjob-stacks\n"
 UNBOOTED = "is not the front this pod was made with"  # what BOOT says when it runs the command without the front
-HOOK_LINE = 'HOOK = ""  # torchjob\'s start-up hook: kube/objects/stacks.py puts its source here\n'
-_PACKAGE = Path(__file__).resolve().parents[2]
+HOOK_LINE = 'HOOK = ""  # torchjob\'s start-up hook: kube/objects/front/stacks.py puts its source here\n'
+_PACKAGE = Path(__file__).resolve().parents[3]  # src/torchjob
 
 
 def wanted(annotations: dict[str, str] | None) -> bool:

@@ -1,14 +1,14 @@
 """A stalled job's stacks on a cluster (issue 42), taken before core stops its replicas, without holding the round.
 
 When replicas of a job went quiet (runPolicy.progressDeadlineSeconds: core.policies.stalls.quiet_replicas), every
-running pod of the job made with the stacks front (kube/objects/stacks.py: by default) is asked, once per set of quiet
-attempts, through its annotation torchjob.dev/stacks-request, as `torchjob stacks --kube` asks; its watcher writes the
-dumps of its ranks to the container's log, which a task of the operator reads back (patch on pods, get on pods/log;
-no pods/exec). The round goes on meanwhile: its World says until when the stacks are awaited (`stacks_due`, at most
-BOUND_S after the request) and core waits for them until then, the job looked at again every POLL_S; once taken (or
-the bound passed), the World carries their short form, which the stall's message (the root cause, the Stalled event)
-ends with, and the status keeps them with those attempts (core/round/kept.py: status.keptStacks, bounded), said once
-in a StacksTaken event."""
+running pod of the job made with the stacks front (kube/objects/front/stacks.py: by default) is asked, once per set
+of quiet attempts, through its annotation torchjob.dev/stacks-request, as `torchjob stacks --kube` asks; its watcher
+writes the dumps of its ranks to the container's log, which a task of the operator reads back (patch on pods, get on
+pods/log; no pods/exec). The round goes on meanwhile: its World says until when the stacks are awaited
+(`stacks_due`, at most BOUND_S after the request) and core waits for them until then, the job looked at again every
+POLL_S; once taken (or the bound passed), the World carries their short form, which the stall's message (the root
+cause, the Stalled event) ends with, and the status keeps them with those attempts (core/round/kept.py:
+status.keptStacks, bounded), said once in a StacksTaken event."""
 
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ from torchjob.core.policies.stalls import quiet_replicas
 from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Plan, World
 from torchjob.core.round.world import Observed
-from torchjob.kube.controller.memory import JobMemory, StallStacksMemory
+from torchjob.kube.controller.round.memory import JobMemory, StallStacksMemory
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
-from torchjob.kube.objects import stacks as pod_stacks
+from torchjob.kube.objects.front import stacks as pod_stacks
 from torchjob.kube.objects.labels import attempt_of, replica_of
 
 log = logging.getLogger("torchjob.kube")

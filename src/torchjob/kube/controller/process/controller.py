@@ -15,19 +15,19 @@ from typing import Any
 from lightkube.core.exceptions import ApiError
 
 from torchjob.api.status import EventType, Reason
-from torchjob.kube.controller.config import OperatorConfig
-from torchjob.kube.controller.gates import KueueGate, PodGroupGate, ThirdPartyWatches
-from torchjob.kube.controller.memory import Memories
-from torchjob.kube.controller.outcome import Result
-from torchjob.kube.controller.pod_index import PodIndex
-from torchjob.kube.controller.reconciler import Reconciler
-from torchjob.kube.controller.round_parts import JobCaches, ProgressLink
+from torchjob.kube.controller.pods.pod_index import PodIndex
+from torchjob.kube.controller.process.config import OperatorConfig
+from torchjob.kube.controller.round.gates import KueueGate, PodGroupGate, ThirdPartyWatches
+from torchjob.kube.controller.round.memory import Memories
+from torchjob.kube.controller.round.outcome import Result
+from torchjob.kube.controller.round.reconciler import Reconciler
+from torchjob.kube.controller.round.round_parts import JobCaches, ProgressLink
 from torchjob.kube.machinery import metrics
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, key_of, metadata_only, pod_cached, whole
 from torchjob.kube.machinery.queue import WorkQueue
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import LABEL_JOB
 from torchjob.kube.progress.view import KindCaches
 from torchjob.kube.served.kinds import TORCHJOB, ServedKind

@@ -29,12 +29,8 @@ from torchjob.core.shape.topology import (
     replica_env,
     replicas,
 )
-from torchjob.kube.objects import gang, inplace, kueue, stacks, tensorboard
-from torchjob.kube.objects.init_container import (
-    is_windows,
-    wait_for_master,
-    waits_for_master,
-)
+from torchjob.kube.objects.admission import gang, kueue
+from torchjob.kube.objects.front import inplace, stacks
 from torchjob.kube.objects.labels import (
     ANNOTATION_ATTEMPT,
     LABEL_INDEX,
@@ -47,11 +43,17 @@ from torchjob.kube.objects.labels import (
 from torchjob.kube.objects.labels import kubeflow as kf
 from torchjob.kube.objects.labels import t9k as t9k_labels
 from torchjob.kube.objects.labels import trainjob as trainjob_labels
-from torchjob.kube.objects.ownership import (
+from torchjob.kube.objects.labels.ownership import (
     owner_reference,
     served_as,
 )
-from torchjob.kube.objects.reporting import (
+from torchjob.kube.objects.workload import tensorboard
+from torchjob.kube.objects.workload.init_container import (
+    is_windows,
+    wait_for_master,
+    waits_for_master,
+)
+from torchjob.kube.objects.workload.reporting import (
     PROGRESS_VOLUME,
     progress_env,
 )
@@ -173,7 +175,7 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
                            inplace.volume()]
     front = (not in_place and debug is None and entry is not None and stacks.wanted(job.metadata.annotations)
              and not is_windows(spec))
-    if front:  # by default its ranks give their stacks on request (kube/objects/stacks.py; POSIX only)
+    if front:  # by default its ranks give their stacks on request (kube/objects/front/stacks.py; POSIX only)
         stacks.wrap(spec, c, argv)
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):

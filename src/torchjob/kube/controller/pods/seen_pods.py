@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchjob.api.model import TorchJob
-from torchjob.kube.controller.observe import Seen, observe_one
+from torchjob.kube.controller.round.observe import Seen, observe_one
 from torchjob.kube.machinery.informer import unpack, version_of
-from torchjob.kube.objects import inplace
-from torchjob.kube.objects.ownership import left_by_earlier, owned_by
+from torchjob.kube.objects.front import inplace
+from torchjob.kube.objects.labels.ownership import left_by_earlier, owned_by
 
 # A job with fewer live pods is read whole each round, its pods' observations not kept: 10,000 small
 # jobs keep nothing more (the operator's memory target), and a round of 4 pods costs little anyway.

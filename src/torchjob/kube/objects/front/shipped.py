@@ -1,7 +1,7 @@
-"""The programs torchjob ships into pods through one ConfigMap per job namespace (CONFIGMAP: kube/objects/inplace.py
-`programs`: the in-place entry point, its spare launcher, the stacks' front of kube/objects/stacks.py), and the stub a
-pod's command carries instead of their source: `boot`, which runs one only if its SHA-256 is the one in the pod's
-spec. Pure."""
+"""The programs torchjob ships into pods through one ConfigMap per job namespace (CONFIGMAP:
+kube/objects/front/inplace.py `programs`: the in-place entry point, its spare launcher, the stacks' front of
+kube/objects/front/stacks.py), and the stub a pod's command carries instead of their source: `boot`, which runs one
+only if its SHA-256 is the one in the pod's spec. Pure."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def boot(sha256: str, path: str, *, head: str = "", who: str = "torchjob-inplace
     once and run only if its SHA-256 is the one the pod's spec carries (whoever may write the ConfigMap
     is not to run code in the pod); else the command alone, as it would run without the program (its
     variables, those named by a prefix in `drop`, taken out), `who` saying so. `head`: how the stub begins
-    (how a pod made with it is known: kube/objects/stacks.py's HEAD); the in-place entry point's is BOOT_HEAD.
-    The defaults are the in-place entry point's (kube/objects/inplace.py)."""
+    (how a pod made with it is known: kube/objects/front/stacks.py's HEAD); the in-place entry point's is BOOT_HEAD.
+    The defaults are the in-place entry point's (kube/objects/front/inplace.py)."""
     return (head + BOOT_HEAD + f"p = {path!r}\n"
             "try:\n    b = open(p, 'rb').read()\nexcept OSError:\n    b = b''\n"
             f"if hashlib.sha256(b).hexdigest() != {sha256!r}:\n"

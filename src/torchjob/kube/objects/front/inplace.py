@@ -40,9 +40,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from torchjob.kube.objects import stacks
+from torchjob.kube.objects.front import stacks
+from torchjob.kube.objects.front.shipped import BOOT_HEAD, CONFIGMAP, boot
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, attempt_of
-from torchjob.kube.objects.shipped import BOOT_HEAD, CONFIGMAP, boot
 
 __all__ = ["BOOT_HEAD", "CONFIGMAP", "boot"]  # with the names defined here: shipped.py's, where they were
 
@@ -59,7 +59,7 @@ LAUNCHER = "torchjob_spare.py"
 MESSAGE_BYTES = 4096  # what the kubelet keeps of a termination message
 ATTEMPT_ENV = "TORCHJOB_INPLACE_ATTEMPT"  # the pod's first attempt, in its spec
 LAUNCHER_SHA256_ENV = "TORCHJOB_INPLACE_LAUNCHER_SHA256"  # the spare launcher the pod was made for
-_PACKAGE = Path(__file__).resolve().parents[2]
+_PACKAGE = Path(__file__).resolve().parents[3]  # src/torchjob
 # What the operator writes together, each group under one seal (`Seal`), named torchjob.dev/in-place-GROUP-seal.
 SEALS: dict[str, tuple[str, ...]] = {
     "attempt": (ANNOTATION_ATTEMPT, ANNOTATION_SINCE),
@@ -110,7 +110,7 @@ NO_SEAL = Seal(b"")  # an operator without the progress endpoint: nothing it did
 @functools.cache
 def programs() -> dict[str, str]:
     """The files the ConfigMap carries, read once from torchjob's package: the entry point and the spare launcher,
-    and the stacks' front of every other pod whose command Python runs (kube/objects/stacks.py: one ConfigMap, so
+    and the stacks' front of every other pod whose command Python runs (kube/objects/front/stacks.py: one ConfigMap, so
     the operator needs no right on another)."""
     return {ENTRY: (_PACKAGE / "kube" / "inpod" / ENTRY).read_text(),
             LAUNCHER: (_PACKAGE / "local" / "spares" / "launcher" / LAUNCHER).read_text(),

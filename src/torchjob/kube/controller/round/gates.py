@@ -20,15 +20,15 @@ from typing import Any
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import EventType, Reason
 from torchjob.core.round.reconcile import Admit, Refusal, Seen
-from torchjob.kube.controller.memory import GangMemory, JobMemory
+from torchjob.kube.controller.round.memory import GangMemory, JobMemory
 from torchjob.kube.machinery import client
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
 from torchjob.kube.machinery.informer import Informer, Key, Namespaces, pod_summary
-from torchjob.kube.objects import gang, kueue, ownership
-from torchjob.kube.objects import pods as pod_objects
-from torchjob.kube.objects.labels import LABEL_JOB, selector
-from torchjob.kube.objects.ownership import left_by_earlier, owned_by, owner_reference
+from torchjob.kube.objects.admission import gang, kueue
+from torchjob.kube.objects.labels import LABEL_JOB, ownership, selector
+from torchjob.kube.objects.labels.ownership import left_by_earlier, owned_by, owner_reference
+from torchjob.kube.objects.workload import pods as pod_objects
 from torchjob.kube.served.kinds import TORCHJOB, ServedKind
 
 log = logging.getLogger("torchjob.kube")

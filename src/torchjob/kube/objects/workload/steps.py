@@ -15,11 +15,11 @@ from torchjob.api.model import TorchJob
 from torchjob.core.diagnosis import torch_errors
 from torchjob.core.round.world import Observed, Phase
 from torchjob.core.shape.topology import ReplicaId
-from torchjob.kube.objects import pod_status
-from torchjob.kube.objects.inplace import parse_time
+from torchjob.kube.objects.front.inplace import parse_time
 from torchjob.kube.objects.labels import ANNOTATION_ATTEMPT, LABEL_JOB, LABEL_STEP, attempt_of, pod_name
 from torchjob.kube.objects.labels import trainjob as trainjob_labels
-from torchjob.kube.objects.ownership import owner_reference, served_as
+from torchjob.kube.objects.labels.ownership import owner_reference, served_as
+from torchjob.kube.objects.workload import pod_status
 
 PHASES = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Unknown": Phase.RUNNING,
           "Succeeded": Phase.SUCCEEDED, "Failed": Phase.FAILED}

@@ -17,9 +17,10 @@ from torchjob.core.diagnosis import torch_errors
 from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Admission, Observed, Phase, Refusal, World
 from torchjob.kube.machinery.client import parse_time
-from torchjob.kube.objects import inplace, pod_status
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.labels import attempt_of, replica_of
-from torchjob.kube.objects.steps import observe_step
+from torchjob.kube.objects.workload import pod_status
+from torchjob.kube.objects.workload.steps import observe_step
 
 # Unknown: the pod's node stopped reporting after the pod was scheduled there; its container most likely
 # still runs, so it stays active (not Pending, which would flip a Running job back) until the node

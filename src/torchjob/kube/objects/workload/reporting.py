@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchjob.api.model import TorchJob
-from torchjob.kube.objects.ownership import served_as
+from torchjob.kube.objects.labels.ownership import served_as
 
 PROGRESS_VOLUME = "torchjob-progress"
 PROGRESS_DIR = "/var/run/secrets/torchjob.dev/progress"

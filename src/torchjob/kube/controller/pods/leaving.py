@@ -15,7 +15,7 @@ from typing import Any
 
 from torchjob.api.status import Reason
 from torchjob.kube.machinery.client import parse_time
-from torchjob.kube.objects.pod_status import disruption
+from torchjob.kube.objects.workload.pod_status import disruption
 
 ONE_EACH_UP_TO = 3  # pods said in one round with one event each; more: one event naming this many and the count
 

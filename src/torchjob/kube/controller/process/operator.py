@@ -17,14 +17,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from torchjob.api.errors import UserError
-from torchjob.kube.controller.config import OperatorConfig
-from torchjob.kube.controller.controller import Controller
-from torchjob.kube.controller.round_parts import ProgressLink
+from torchjob.kube.controller.process.config import OperatorConfig
+from torchjob.kube.controller.process.controller import Controller
+from torchjob.kube.controller.round.round_parts import ProgressLink
 from torchjob.kube.machinery.client import Api, connect, outlasting
 from torchjob.kube.machinery.health import GuardedHttp, Health, serve_health, serve_metrics
 from torchjob.kube.machinery.leader import LeaderElector, LeaderMark, LostLease
 from torchjob.kube.machinery.scrapers import ScraperAuth
-from torchjob.kube.objects import inplace
+from torchjob.kube.objects.front import inplace
 from torchjob.kube.objects.install import LEADER_LABEL
 from torchjob.kube.progress import gauges, tls
 from torchjob.kube.progress.books import Books

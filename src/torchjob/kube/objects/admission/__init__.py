@@ -1,0 +1,2 @@
+"""What admits a job before its pods run: gang (Volcano's or scheduler-plugins' PodGroup) and kueue (the
+Workload Kueue admits)."""
