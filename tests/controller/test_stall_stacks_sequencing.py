@@ -94,6 +94,36 @@ def test_a_stalled_jobs_stacks_are_taken_before_it_is_stopped_without_holding_th
     run(scenario)
 
 
+def test_stacks_of_replicas_that_reported_again_before_core_acted_are_neither_said_nor_kept() -> None:
+    """Taken, but the quiet replica reported again before a round acted on the stall (a restarted attempt slow to
+    start, then going): no StacksTaken, no keptStacks; the next stall is asked again, for its own stacks."""
+    async def scenario() -> None:
+        api = FakeApi()
+        api.put(stalled_job())
+        api.logs[(NS, MASTER, "pytorch")] = answer(0, 51)
+        api.logs[(NS, WORKER, "pytorch")] = answer(1, 50)
+        progress = link()
+        async with running_with(api, progress) as c:
+            await running_and_quiet(api, c, progress.books)
+            await settled(api, c)
+            await c.reconciler.reconcile(KEY)
+            await asyncio.sleep(stall_stacks.POLL_S + 0.3)  # taken, in the background
+            book = progress.books.open(Reporter(NS, "demo", "master-0", 0), {"torchjobs": c.caches()})
+            book.record("master-0", 0, Report(step=6, total=30), datetime.now(UTC))
+            await one_round(api, c)
+            status = status_of(api)
+            assert "failure" not in status and not status.get("keptStacks"), status
+            assert not events(api, "StacksTaken") and not events(api, "Stalled")
+            book.record("master-0", 0, Report(step=7, total=30), datetime.now(UTC) - timedelta(seconds=10))
+            await settled(api, c)
+            await c.reconciler.reconcile(KEY)  # quiet again: asked again
+            for _ in range(100):
+                await asyncio.sleep(0)
+            assert len([call for call in api.calls if call.verb == "patch_annotations"]) == 4
+
+    run(scenario)
+
+
 def test_a_job_that_opted_out_is_stopped_at_once_and_no_pod_is_asked() -> None:
     async def scenario() -> None:
         api = FakeApi()

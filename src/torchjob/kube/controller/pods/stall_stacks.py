@@ -74,9 +74,8 @@ class StallStacks:
         `pods`: the job's own pods as cached, read only when a replica is quiet."""
         quiet, _ = quiet_replicas(job, world.replicas, now)
         taking = memory.stacks
-        if not quiet:
-            if taking is not None and taking.said:
-                memory.stacks = None  # kept in the status; the next stall takes its own
+        if not quiet:  # kept in the status if core acted on them; else they moved again: the next stall takes its own
+            memory.stacks = None
             return world, None
         key = tuple(sorted((o.replica.name, o.attempt) for o in quiet))
         if taking is None or taking.quiet != key:
@@ -94,9 +93,10 @@ class StallStacks:
 
     @staticmethod
     def keep(plan: Plan, memory: JobMemory) -> None:
-        """The stacks taken, kept in the plan's status with their attempts, and said once in a StacksTaken event."""
+        """The stacks taken, kept in the plan's status with their attempts, and said once in a StacksTaken event:
+        when core acted on the stall (its Stalled event), not when the quiet replicas reported again meanwhile."""
         taking = memory.stacks
-        if taking is None or taking.taken is None:
+        if taking is None or taking.taken is None or not any(e.reason == Reason.STALLED for e in plan.events):
             return
         plan.status = kept.keep_stacks(plan.status, kept.stacks_kept(
             taking.taken, taking.attempts, [r for r, _ in taking.quiet], taking.asked_at))
@@ -133,7 +133,8 @@ class StallStacks:
                     try:
                         lines = await self.api.log(pod, ns, container, int(time.monotonic() - t0) + 10, TAIL_LINES)
                     except Exception as e:  # gone, its node not answering: asked again at the next poll
-                        if status_code(e) in (400, 403):  # no node, no such container, no right: it never will be
+                        # (a kubelet answers 400 to any failed log read, a passing one too: read again)
+                        if status_code(e) == 403:  # no right to read logs: it never will be
                             unreadable.add(pod)
                             missing.append(f"{replica} (its log cannot be read: {status_code(e)})")
                         return
