@@ -13,7 +13,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
 from tests.e2e.conftest import pods, torchjob, wait_for
-from tests.kube.volcano import run_vc_scheduler
+from tests.kube.admitters import run_vc_scheduler
 
 pytestmark = pytest.mark.kube
 SEEDS = Path(__file__).resolve().parents[1] / "dialects" / "seeds"

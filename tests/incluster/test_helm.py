@@ -36,9 +36,8 @@ from tests.e2e.conftest import kill_container, running_container, wait_for
 from tests.e2e.images import TESTS_IMAGE
 from tests.incluster.conftest import RELEASE, SOCK, SYSTEM, USERS, Cluster, devcluster
 from tests.jobs import job_data
+from tests.kube.admitters import ClusterQueue, LocalQueue, kueue_manager_config, run_vc_scheduler, running_kueue
 from tests.kube.conftest import free_port, wait_established
-from tests.kube.test_kueue_real import ClusterQueue, LocalQueue, kueue_manager_config, running_kueue
-from tests.kube.volcano import run_vc_scheduler
 from torchjob.kube.machinery.client import (
     KueueResourceFlavor,
     KueueWorkload,

@@ -21,9 +21,10 @@ import yaml
 from lightkube import Client, codecs
 from lightkube.types import PatchType
 
+from tests.kube.admitters import kueue_manager_config, running_kueue
 from tests.kube.conftest import Operator, free_port, set_pod
 from tests.kube.test_kubeflow_crd import PyTorchJobRes, pytorchjobs, seed  # noqa: F401 (the fixture)
-from tests.kube.test_kueue_real import kueue_manager_config, quota, running_kueue
+from tests.kube.test_kueue_real import quota
 from tests.kube.test_operator import pods_of, wait_pods
 from torchjob.kube.machinery.client import KueueWorkload
 from torchjob.kube.objects.admission import kueue

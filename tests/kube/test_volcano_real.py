@@ -2,7 +2,7 @@
 by hack/volcano/build.sh) on the dev control plane, alone: no vc-controller-manager, no webhooks.
 vc-scheduler admits a TorchJob's PodGroup (Pending -> Inqueue), binds the gang's pods to the KWOK
 node (which makes them Running), and holds back a gang that cannot fit, with its own reasons.
-How it runs alone: tests/kube/volcano.py."""
+How it runs alone: tests/kube/admitters.py."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.utils.quantity import parse_quantity
 
 from tests.jobs import job_data
+from tests.kube.admitters import SCHEDULER_NAME, run_vc_scheduler
 from tests.kube.conftest import ENABLED, Operator, dev_cluster, finished, set_pod, wait_job
 from tests.kube.test_gang_kube import gone, wait_for
 from tests.kube.test_operator import create, pods_of, wait_pods
-from tests.kube.volcano import SCHEDULER_NAME, run_vc_scheduler
 from torchjob.kube.machinery.client import VolcanoPodGroup
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]  # the first may build vc-scheduler (minutes)
