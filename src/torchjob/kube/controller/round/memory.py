@@ -47,6 +47,7 @@ class JobMemory:
     told: set[str] = field(default_factory=set)  # what its events said once (a pod not ours, a pod leaving)
     gang: GangMemory = field(default_factory=GangMemory)
     stacks: StallStacksMemory | None = None  # a stall's stacks, taken or being taken
+    deletes: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # pods/deletes.py: asked once
 
 
 class Memories:

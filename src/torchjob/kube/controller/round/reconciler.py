@@ -50,6 +50,7 @@ from torchjob.core.round.reconcile import (
 )
 from torchjob.core.round.reconcile import refuse as refuse_unreadable
 from torchjob.kube.controller.pods.configmaps import ConfigMaps
+from torchjob.kube.controller.pods.deletes import Delete, delete_once, forget_gone
 from torchjob.kube.controller.pods.leaving import again_if_failed, leaving
 from torchjob.kube.controller.pods.seen_pods import JobPods
 from torchjob.kube.controller.pods.stall_stacks import StallStacks
@@ -197,7 +198,7 @@ class Reconciler:
         blocked = await self._clear_stale(job, pods.stale)
         result = result.after(STALE_RECHECK_S) if blocked else result
         try:
-            await self._apply(job, plan, blocked, pods, creates=creates)
+            await self._apply(job, plan, blocked, pods, memory, creates)
         except PodRefused as e:
             # The API server refuses a pod for a reason retrying cannot cure (invalid, Pod Security,
             # a webhook's denial: core.refusals): a fact of the job, which fails in the next round
@@ -293,14 +294,16 @@ class Reconciler:
             self.services.remember(created, quiet=True)  # not created twice before its watch event
         return True
 
-    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], pods: JobPods, creates: bool) -> None:
+    async def _apply(self, job: TorchJob, plan: Plan, blocked: set[str], pods: JobPods, memory: JobMemory,
+                     creates: bool) -> None:
         ns = job.metadata.namespace or "default"
+        forget_gone(memory.deletes, pods.own)
         forgotten: set[str] = set()  # pods deleted as finished: no attempt starts in them
         # A pod restarting in place (objects/inplace.py) is kept through its replica's restart: its
         # attempt is stopped, and its next one started, in it. Not once the job ends or is suspended.
         ending = plan.status.finished or plan.status.is_true(ConditionType.SUSPENDED)
         made: list[Create] = []
-        deletes: list[tuple[str, int | None]] = []  # (pod, grace): asked together, a gang restart's every pod
+        deletes: list[Delete] = []  # asked together (a gang restart's every pod), once (pods/deletes.py)
         stops: list[tuple[dict[str, Any], dict[str, str | None]]] = []  # in place: with the deletes (0.1 s each)
         for a in plan.actions:
             match a:
@@ -315,16 +318,16 @@ class Reconciler:
                         by = datetime.now(UTC) + timedelta(seconds=(grace or 0) + STOP_PATIENCE_S)
                         stops.append((pod, inplace.stop_note(a.attempt, by)))
                         continue
-                    deletes.append((pod_name(job, a.replica), grace))
+                    deletes.append((pod_name(job, a.replica), pod, grace))
                 case Forget() | Purge():  # a finished pod: nothing runs in it
                     pod = pods.pod(pod_name(job, a.replica))
                     if (isinstance(a, Forget) and not ending and pod is not None
                             and inplace.parked(pod, a.attempt, self.seal)):
                         continue  # its replica's next attempt starts in it
                     forgotten.add(pod_name(job, a.replica))
-                    deletes.append((pod_name(job, a.replica), 0))
+                    deletes.append((pod_name(job, a.replica), pod, 0))
                 case DeleteJob():  # after its pods' deletes
-                    await self._delete_pods(ns, deletes)
+                    await delete_once(self.api, ns, deletes, memory.deletes)
                     deletes = []
                     await self.api.delete(self.kind.kind, job.name, ns)
                 case Create():
@@ -334,7 +337,7 @@ class Reconciler:
                 case _:
                     assert_never(a)
         raise_first(await asyncio.gather(*(self._note(pod, notes) for pod, notes in stops),  # bounded: Api.writes
-                                         self._delete_pods(ns, deletes), return_exceptions=True))
+                                         delete_once(self.api, ns, deletes, memory.deletes), return_exceptions=True))
         if plan.status.finished:  # what ended in place ends its pod now, with that attempt's exit code
             for pod in pods.in_place(but=forgotten):
                 here = inplace.in_place(pod, self.seal)
@@ -346,11 +349,6 @@ class Reconciler:
         done = await asyncio.gather(*(self._start(job, a, None if n in forgotten else pods.pod(n))
                                       for a, n in starts if n not in blocked), return_exceptions=True)
         raise_first(done)
-
-    async def _delete_pods(self, ns: str, pods: list[tuple[str, int | None]]) -> None:
-        """Pods (name, grace) deleted at once, as its pods are created; the first error once all answered."""
-        raise_first(await asyncio.gather(*(self.api.delete("Pod", name, ns, grace_s=grace) for name, grace in pods),
-                                         return_exceptions=True))
 
     async def _start(self, job: TorchJob, a: Create, pod: dict[str, Any] | None) -> None:
         """An attempt: in its replica's pod, where that pod waits for it (in place), else in a new pod."""
