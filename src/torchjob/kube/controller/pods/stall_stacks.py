@@ -35,8 +35,10 @@ from torchjob.kube.objects.front import stacks as pod_stacks
 from torchjob.kube.objects.labels import attempt_of, replica_of
 
 log = logging.getLogger("torchjob.kube")
-BOUND_S = 10.0  # how long core waits for the stacks before it acts on the stall without them
-ANSWER_S = 8.0  # how long the pods get to answer (the kubelet writes the request within ~1 s, the watcher takes <= 3 s)
+BOUND_S = 25.0  # how long core waits for the stacks before it acts on the stall without them
+# How long the pods get to answer: the kubelet writes the request within ~1 s and the watcher takes <= 3 s on a
+# quiet node; a clean-clone run's busy node (the whole suite beside it) left a pod's answer past 8 s.
+ANSWER_S = 20.0
 POLL_S = 0.5  # how often the logs are read, and the job looked at again, meanwhile
 TAIL_LINES = 5000  # of each pod's log since the request: the answer, and what the training printed since
 READS_AT_ONCE = 16  # log reads in flight for one job (a job of thousands of pods)
