@@ -7,6 +7,8 @@ where each rank was. A job that opted out fails at once, nobody asked. Real pods
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,16 +54,23 @@ async def running_and_quiet(api: FakeApi, c: Any, books: Any) -> None:
     book.record("master-0", 0, Report(step=5, total=30), datetime.now(UTC) - timedelta(seconds=10))
 
 
+@asynccontextmanager
+async def quiet_and_answering() -> AsyncIterator[tuple[FakeApi, Any, Any]]:
+    """A stalled job's pods running, its master quiet, each pod's log with its answer: (api, controller, link)."""
+    api = FakeApi()
+    api.put(stalled_job())
+    api.logs[(NS, MASTER, "pytorch")] = answer(0, 51)
+    api.logs[(NS, WORKER, "pytorch")] = answer(1, 50)
+    progress = link()
+    async with running_with(api, progress) as c:
+        await running_and_quiet(api, c, progress.books)
+        await settled(api, c)
+        yield api, c, progress
+
+
 def test_a_stalled_jobs_stacks_are_taken_before_it_is_stopped_without_holding_the_round() -> None:
     async def scenario() -> None:
-        api = FakeApi()
-        api.put(stalled_job())
-        api.logs[(NS, MASTER, "pytorch")] = answer(0, 51)
-        api.logs[(NS, WORKER, "pytorch")] = answer(1, 50)
-        progress = link()
-        async with running_with(api, progress) as c:
-            await running_and_quiet(api, c, progress.books)
-            await settled(api, c)
+        async with quiet_and_answering() as (api, c, _):
             result = await c.reconciler.reconcile(KEY)  # not one_round: the stacks are taken in the background
             for _ in range(100):
                 await asyncio.sleep(0)
@@ -98,14 +107,7 @@ def test_stacks_of_replicas_that_reported_again_before_core_acted_are_neither_sa
     """Taken, but the quiet replica reported again before a round acted on the stall (a restarted attempt slow to
     start, then going): no StacksTaken, no keptStacks; the next stall is asked again, for its own stacks."""
     async def scenario() -> None:
-        api = FakeApi()
-        api.put(stalled_job())
-        api.logs[(NS, MASTER, "pytorch")] = answer(0, 51)
-        api.logs[(NS, WORKER, "pytorch")] = answer(1, 50)
-        progress = link()
-        async with running_with(api, progress) as c:
-            await running_and_quiet(api, c, progress.books)
-            await settled(api, c)
+        async with quiet_and_answering() as (api, c, progress):
             await c.reconciler.reconcile(KEY)
             await asyncio.sleep(stall_stacks.POLL_S + 0.3)  # taken, in the background
             book = progress.books.open(Reporter(NS, "demo", "master-0", 0), {"torchjobs": c.caches()})
