@@ -1,5 +1,6 @@
 """A straggler on the local runtime: a real 3-replica torch job (gloo) whose worker-1 works twice as
-long per step as the others, who wait for it in each step's all-reduce."""
+long per step as the others, who wait for it in each step's all-reduce; and a real torchrun job of
+one replica and three workers whose rank 2 does, named by its replica and rank."""
 
 from __future__ import annotations
 
@@ -40,3 +41,21 @@ def test_a_rank_twice_as_slow_is_named_once_and_the_job_is_not_stalled(torchjob:
     text = torchjob("describe", "straggle", check=True).stdout
     assert "Stragglers:  worker-1: " in text, text
     assert "(straggler worker-1)" in torchjob("list", check=True).stdout
+
+
+def test_a_torchrun_worker_twice_as_slow_is_named_by_its_replica_and_rank(torchjob: Torchjob, tmp_path: Path) -> None:
+    """Under torchrun each worker's report carries its RANK (LOCAL_WORLD_SIZE > 1): the slow one is timed on its
+    own, among its replica's other workers."""
+    data = job_data("ranks", workers=0, nproc_per_node=3, run_policy={"progressDeadlineSeconds": 8},
+                    command=["torchrun", str(PROGRAMS / "ddp_progress.py"), "--steps", "60", "--step-time", "0.1",
+                             "--slow-rank", "2"])
+    proc = torchjob("run", str(write_job(tmp_path / "ranks.yaml", data)), timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    desc = torchjob.describe("ranks")
+    events = [e for e in desc["events"] if e["reason"].startswith("Straggler")]
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "Straggler")], desc["events"]
+    assert events[0]["message"].startswith("master-0 rank 2: "), events[0]
+    assert not any(e["reason"] == "Stalled" for e in desc["events"])
+    stragglers = desc["status"]["progress"]["stragglers"]
+    assert [(s["replica"], s.get("rank")) for s in stragglers] == [("master-0", 2)], stragglers
+    assert "(straggler master-0 rank 2)" in torchjob("list", check=True).stdout

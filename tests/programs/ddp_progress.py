@@ -8,6 +8,7 @@
 --once-dir DIR            then hangs in all_reduce. With --once-dir only the first attempt hangs.
 --slow-replica NAME       that replica's own work takes twice --step-time (a straggler: the others wait
                           for it in the all-reduce); every rank then reports its own time as step_time
+--slow-rank N             the same for the process of global rank N (one of torchrun's workers)
 """
 
 import argparse
@@ -25,6 +26,7 @@ parser.add_argument("--hang-replica")
 parser.add_argument("--hang-at", type=int, default=5)
 parser.add_argument("--once-dir")
 parser.add_argument("--slow-replica")
+parser.add_argument("--slow-rank", type=int)
 args = parser.parse_args()
 
 name = f"{os.environ['TORCHJOB_REPLICA_TYPE']}-{os.environ['TORCHJOB_REPLICA_INDEX']}"
@@ -52,8 +54,9 @@ for step in range(1, args.steps + 1):
     weight -= 0.01 * grad / world
     loss = float(weight.abs().sum())
     started = time.perf_counter()
-    time.sleep(args.step_time * (2 if args.slow_replica == name else 1))
-    own = {"step_time": time.perf_counter() - started} if args.slow_replica else {}
+    slow = args.slow_replica == name or args.slow_rank == rank
+    time.sleep(args.step_time * (2 if slow else 1))
+    own = {"step_time": time.perf_counter() - started} if args.slow_replica or args.slow_rank is not None else {}
     if args.kubeflow:
         if rank == 0:
             sent = update_trainjob_status(progress_percent=int(100 * step / args.steps),
