@@ -74,8 +74,8 @@ class Controller:
         self.memories = Memories()
         self.watches = ThirdPartyWatches(api, namespace, self._on_owned)
         self.reconciler = Reconciler(
-            api=api, kind=kind, caches=JobCaches(self.jobs, self.pods, self.services, self.index),
-            memories=self.memories, kueue_gate=KueueGate(api, self.jobs, self.watches, kind),
+            api=api, kind=kind, caches=JobCaches(self.jobs, self.pods, self.services, self.index, self.memories),
+            kueue_gate=KueueGate(api, self.jobs, self.watches, kind),
             podgroup_gate=PodGroupGate(api, self.watches), config=config, progress=progress, spawn=self._spawn)
         self.background: set[asyncio.Task[None]] = set()  # held so they are not collected mid-flight
         self.ready = asyncio.Event()

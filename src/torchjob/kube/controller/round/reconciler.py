@@ -57,7 +57,7 @@ from torchjob.kube.controller.pods.stall_stacks import StallStacks
 from torchjob.kube.controller.process.config import OperatorConfig
 from torchjob.kube.controller.round import observe
 from torchjob.kube.controller.round.gates import KueueGate, Look, PodGroupGate
-from torchjob.kube.controller.round.memory import JobMemory, Memories
+from torchjob.kube.controller.round.memory import JobMemory
 from torchjob.kube.controller.round.names import check_taken
 from torchjob.kube.controller.round.outcome import DONE, GONE, Result
 from torchjob.kube.controller.round.refused import PodRefused, raise_first, refusal_of
@@ -83,12 +83,12 @@ STALE_RECHECK_S = 1.0  # how soon a job looks again whether an earlier job's pod
 
 class Reconciler:
     """One round of one job (`reconcile`), returning what the work queue should do with it. What it
-    keeps of each job between rounds is in `memories` (the controller's, which forgets)."""
+    keeps of each job between rounds is in `caches.memories` (the controller's, which forgets)."""
 
-    def __init__(self, *, api: ApiProtocol, kind: ServedKind, caches: JobCaches, memories: Memories,
+    def __init__(self, *, api: ApiProtocol, kind: ServedKind, caches: JobCaches,
                  kueue_gate: KueueGate, podgroup_gate: PodGroupGate, config: OperatorConfig,
                  progress: ProgressLink | None, spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
-        self.api, self.kind, self.memories, self.config = api, kind, memories, config
+        self.api, self.kind, self.memories, self.config = api, kind, caches.memories, config
         self.progress, self.spawn = progress, spawn
         self.jobs, self.pods, self.services, self.index = caches.jobs, caches.pods, caches.services, caches.index
         self.kueue_gate, self.podgroup_gate = kueue_gate, podgroup_gate

@@ -11,7 +11,7 @@ from typing import Any
 from torchjob.api.model import TorchJob
 from torchjob.core.round.reconcile import Plan
 from torchjob.kube.controller.pods.pod_index import PodIndex
-from torchjob.kube.controller.round.memory import JobMemory
+from torchjob.kube.controller.round.memory import JobMemory, Memories
 from torchjob.kube.machinery.informer import Informer, Key
 from torchjob.kube.objects.front import inplace
 from torchjob.kube.progress.books import Books
@@ -21,12 +21,14 @@ from torchjob.kube.progress.waits import PodWaits
 
 @dataclass(frozen=True)
 class JobCaches:
-    """A kind's informers, and its pods indexed by job."""
+    """A kind's informers, its pods indexed by job, and what this process keeps of each job between rounds
+    (the controller's memories, which it forgets with the job)."""
 
     jobs: Informer
     pods: Informer
     services: Informer
     index: PodIndex
+    memories: Memories
 
 
 @dataclass(frozen=True)
