@@ -7,12 +7,16 @@ of `torchjob stacks --kube` on real pods: tests/e2e/test_stacks_real.py. Real pr
 
 from __future__ import annotations
 
+import http.server
+import itertools
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from torchjob.core.diagnosis.stacks import answer_in
 from torchjob.kube.objects.front import stacks as pod_stacks
@@ -108,3 +112,71 @@ def test_a_command_it_cannot_start_is_said_with_exit_127(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-I", "-c", pod_stacks.boot(shipped(tmp_path)), "/no/such/python"], env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 127 and "torchjob-stacks: cannot start /no/such/python" in done.stderr, done.stderr
+
+
+BUSY_THEN_STILL = """
+import os, sys, threading
+while not os.path.exists(sys.argv[1]):
+    pass  # moving: CPU
+print("still", flush=True)
+threading.Event().wait()  # still: no CPU, not woken, the same stack
+"""
+
+
+class Endpoint(http.server.BaseHTTPRequestHandler):
+    """The operator's progress endpoint as far as the front's hang watch sees it: each POST kept."""
+
+    posts: list[tuple[float, str, dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Endpoint.posts.append((time.monotonic(), self.headers.get("Authorization", ""), body))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_hang_watch_tells_the_endpoint_how_long_no_rank_moved(tmp_path: Path) -> None:
+    """runPolicy.hangDeadlineSeconds on a cluster: the front samples its ranks every TORCHJOB_HANG_EVERY_S and posts
+    `{"stillSeconds": S}` with the pod's token (not progress): 0 while a rank uses CPU, then growing while none
+    moves (its stacks the same at each sample)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "token").write_text("pod-token\n")
+    env = {**os.environ, "TORCHJOB_STACKS_POD_DIR": str(tmp_path / "pod"),
+           "TORCHJOB_STACKS_REQUEST": str(tmp_path / "r"), pod_stacks.HANG_EVERY_ENV: "0.5",
+           "TORCHJOB_STACKS_POLL_S": "0.05", "RANK": "0", "LOCAL_RANK": "0",  # a rank: its hook registers it
+           "KUBEFLOW_TRAINER_SERVER_URL": f"http://127.0.0.1:{server.server_port}/torchjobs/ns/job/status",
+           "KUBEFLOW_TRAINER_SERVER_TOKEN": str(tmp_path / "token")}
+    Endpoint.posts = []
+    go = tmp_path / "go-still"
+    proc = subprocess.Popen([sys.executable, "-I", "-c", pod_stacks.boot(shipped(tmp_path)), sys.executable, "-c",
+                             BUSY_THEN_STILL, str(go)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def wait(what: str, done: Any) -> None:
+        end = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < end and proc.poll() is None, (what, Endpoint.posts)
+            time.sleep(0.05)
+
+    try:
+        wait("three samples of a busy rank", lambda: len(Endpoint.posts) >= 3)
+        busy = [body["stillSeconds"] for _, _, body in list(Endpoint.posts)]
+        go.touch()
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "still"
+        wait("a rank still for 2 s", lambda: Endpoint.posts[-1][2]["stillSeconds"] >= 2.0)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        server.shutdown()
+    posts = list(Endpoint.posts)
+    assert all(auth == "Bearer pod-token" and set(body) == {"stillSeconds"} for _, auth, body in posts), posts
+    assert max(busy) <= 0.6, posts  # a rank using CPU moved at each sample
+    zero = max(i for i, (_, _, body) in enumerate(posts) if body["stillSeconds"] == 0)
+    after = [(at, body["stillSeconds"]) for at, _, body in posts[zero:]]
+    assert all(b[1] > a[1] for a, b in itertools.pairwise(after)), after

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from torchjob.api.model import Metric, Progress
 from torchjob.api.status import MetricHistory, Straggler
@@ -66,6 +66,8 @@ class Book:
         self._admitted: dict[tuple[str, int], float] = {}  # (replica, attempt) -> when last let through
         self._stragglers = Stragglers()
         self._news: list[Change] = []  # straggler changes not yet said as events (see news)
+        # (replica, attempt) -> (since when none of its ranks moved, when that was seen): its pod's samples
+        self._still: dict[tuple[str, int], tuple[datetime, datetime]] = {}
 
     def admit(self, replica: str, attempt: int, now: float) -> float:
         """The job's rate limit for a report of this replica attempt (`now`: monotonic seconds): 0 when
@@ -83,7 +85,9 @@ class Book:
 
     def record(self, replica: str, attempt: int, report: Report, at: datetime) -> bool:
         """Take a report; True when it is that attempt's first (the runtime then looks again at once:
-        `core` starts its clock)."""
+        `core` starts its clock). A pod's stillness (`still_seconds`) is not progress: `note_still`."""
+        if report.still_seconds is not None:
+            return self.note_still(replica, attempt, report.still_seconds, at)
         with self._lock:
             first = (replica, attempt) not in self._last
             restart = False
@@ -149,6 +153,19 @@ class Book:
         with self._lock:
             out, self._news = self._news, []
             return out
+
+    def note_still(self, replica: str, attempt: int, seconds: float, at: datetime) -> bool:
+        """A replica attempt's pod sampled its ranks at `at`: none moved for `seconds`. Not progress. True when
+        it is that attempt's first sample (the runtime then looks again: core schedules its next look)."""
+        with self._lock:
+            first = (replica, attempt) not in self._still
+            self._still[(replica, attempt)] = (at - timedelta(seconds=seconds), at)
+            return first
+
+    def still(self, replica: str, attempt: int) -> tuple[datetime, datetime] | None:
+        """Since when none of this replica attempt's ranks moved, and when its pod last said so (None: never)."""
+        with self._lock:
+            return self._still.get((replica, attempt))
 
     def last_report(self, replica: str, attempt: int) -> datetime | None:
         with self._lock:

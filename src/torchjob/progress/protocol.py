@@ -25,6 +25,7 @@ from typing import Any
 MAX_BODY_BYTES = 1 << 16  # 64 KiB, as Trainer's status server (maxBodySize)
 MAX_METRICS = 256
 MAX_METRIC_TEXT = 64
+STILL = "stillSeconds"  # a pod's stacks front: no rank of its replica moved for that long (a report of it alone)
 
 
 class BadReport(ValueError):
@@ -39,6 +40,9 @@ class Report:
     eta_seconds: int | None = None
     metrics: dict[str, str] = field(default_factory=dict)
     rank: int | None = None  # the reporting process's rank, where its replica has several (torchrun's workers)
+    # Not progress: how long none of the replica's ranks moved, as its pod's stacks front samples them
+    # (kube/inpod/torchjob_stacks.py; runPolicy.hangDeadlineSeconds on a cluster). A report of it alone.
+    still_seconds: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -108,6 +112,12 @@ def _trainer_status(ts: Any, out: dict[str, Any]) -> None:
             del out["metrics"][name]
 
 
+def _still(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise BadReport(f"{STILL}: must be a number of seconds, 0 or more, got {value!r}")
+    return float(value)
+
+
 def _own(data: dict[str, Any], out: dict[str, Any]) -> None:
     if data.get("rank") is not None:
         out["rank"] = _int(data["rank"], "rank")
@@ -141,6 +151,8 @@ def parse(body: bytes) -> Report:
     if not isinstance(data, dict):
         raise BadReport('the body must be a JSON object: {"step": N, "total": N, "metrics": {...}} or Kubeflow '
                         'Trainer\'s {"trainerStatus": {...}}')
+    if data.keys() == {STILL}:
+        return Report(still_seconds=_still(data[STILL]))
     known = {"trainerStatus", "step", "total", "metrics"}
     if not known & data.keys():
         raise BadReport(f"no report in the body (fields {sorted(data)}): send step/total/metrics or trainerStatus")

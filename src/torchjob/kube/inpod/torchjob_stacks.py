@@ -87,19 +87,10 @@ def send(pid: int, path: str) -> bool:
             os.close(fd)
 
 
-def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
-    """Signal every registered process, wait for its dump, and write each to the log."""
-    sent: dict[str, tuple[int, int]] = {}  # file -> (pid, its size before)
-    try:
-        names = sorted(os.listdir(procs))
-    except OSError:
-        names = []
-    for name in names:
-        stem = name[:-4] if name.endswith(".txt") else name  # not removesuffix: an image's Python may be 3.8
-        _, sep, pid_text = stem.rpartition("-pid-")
-        if not sep or not pid_text.isdigit():
-            continue
-        path, pid = os.path.join(procs, name), int(pid_text)
+def dumps(procs: str, wait_s: float = WAIT_S) -> tuple[dict[str, tuple[int, int]], dict[str, bytes]]:
+    """Signal every registered process and wait for its dump: (file -> (pid, its size before), file -> dump)."""
+    sent: dict[str, tuple[int, int]] = {}
+    for path, pid in registered(procs):
         try:
             size = os.stat(path).st_size
             if send(pid, os.path.realpath(path)):
@@ -127,6 +118,27 @@ def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
             elif seen is None or seen[0] != size:
                 last[path] = (size, now)
         time.sleep(0.01)
+    return sent, done
+
+
+def registered(procs: str) -> list[tuple[str, int]]:
+    """Each rank process's stacks file (its hook registered it) and its pid."""
+    try:
+        names = sorted(os.listdir(procs))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        stem = name[:-4] if name.endswith(".txt") else name  # not removesuffix: an image's Python may be 3.8
+        _, sep, pid_text = stem.rpartition("-pid-")
+        if sep and pid_text.isdigit():
+            out.append((os.path.join(procs, name), int(pid_text)))
+    return out
+
+
+def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
+    """Signal every registered process, wait for its dump, and write each to the log."""
+    sent, done = dumps(procs, wait_s)
     for dump in done.values():
         os.write(2, f"torchjob-stacks: begin request={request}\n".encode() + dump.rstrip(b"\n")
                  + f"\ntorchjob-stacks: end request={request}\n".encode())
@@ -137,9 +149,80 @@ def answer(request: str, procs: str, wait_s: float = WAIT_S) -> None:
     say(f"answered request={request} processes={len(done)} missing={missing} stdlib={stdlib}")
 
 
+def counters(pid: int) -> tuple[float, int] | None:
+    """A process's CPU seconds (every thread's) and its main thread's voluntary context switches (None: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/status", "rb") as f:
+            wakes = next(int(line.split()[1]) for line in f if line.startswith(b"voluntary_ctxt_switches:"))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), wakes
+
+
+class Stillness:
+    """Since when none of the pod's ranks moved, as core/policies/hangs.py tells a move (its CPU_SHARE, MIN_CPU_S,
+    SIGNAL_WAKES): CPU used, its main thread woken, or (taken only while the counters say no rank moved, so that a
+    training rank is never signalled) its stacks changed. A rank that came or went is a move."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[float, int, bytes | None, float]] = {}  # file -> (cpu, wakes, stacks, when)
+        self.moved_at: float | None = None
+
+    def sample(self, procs: str, now: float) -> float | None:
+        """Sample every rank; the seconds since one last moved (None: no rank to sample, nothing said)."""
+        ranks = {path: counters(pid) for path, pid in registered(procs)}
+        seen = {path: c for path, c in ranks.items() if c is not None}
+        if not seen:
+            self.last, self.moved_at = {}, None
+            return None
+        moved = set(seen) != set(self.last)
+        for path, (cpu, wakes) in seen.items():
+            before = self.last.get(path)
+            if before is not None and (cpu - before[0] >= max(0.01 * (now - before[3]), 0.02) or wakes - before[1] > 2):
+                moved = True
+        stacks: dict[str, bytes] = {}
+        if not moved:
+            stacks = {path: dump.split(b"\n", 1)[-1] for path, dump in dumps(procs)[1].items()}
+            moved = any(path in stacks and self.last[path][2] not in (None, stacks[path]) for path in seen)
+        self.last = {path: (cpu, wakes, stacks.get(path), now) for path, (cpu, wakes) in seen.items()}
+        if moved or self.moved_at is None:
+            self.moved_at = now
+        return now - self.moved_at
+
+
+def tell_still(seconds: float) -> None:
+    """POST the pod's stillness to the progress endpoint, as torchjob.report does (Trainer's variables): not
+    progress; its replica and attempt are its token's. Never fails the watch."""
+    import json
+    import ssl
+    import urllib.request
+
+    url = os.environ.get("KUBEFLOW_TRAINER_SERVER_URL", "")
+    if not url:
+        return
+    headers = {"Content-Type": "application/json"}
+    try:
+        token = os.environ.get("KUBEFLOW_TRAINER_SERVER_TOKEN", "")
+        if token:
+            headers["Authorization"] = "Bearer " + read(token)
+        ca = os.environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT") or None
+        context = ssl.create_default_context(cafile=ca) if url.startswith("https:") else None
+        body = json.dumps({"stillSeconds": round(seconds, 1)}).encode()
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=5, context=context) as resp:
+            resp.read()
+    except Exception as e:  # the endpoint away, a 429: the next sample tells again
+        say(f"hang watch: could not tell the operator: {e!r}")
+
+
 def watch(procs: str, request_file: str, parent: int) -> None:
-    """Answer each new value of the request file, for as long as the command runs."""
+    """Answer each new value of the request file, for as long as the command runs; with TORCHJOB_HANG_EVERY_S,
+    sample the ranks that often and tell the operator how long none moved (runPolicy.hangDeadlineSeconds)."""
     poll_s = float(os.environ.get("TORCHJOB_STACKS_POLL_S", "0.2"))
+    every = float(os.environ.get("TORCHJOB_HANG_EVERY_S", "0") or 0)
+    still, next_sample = Stillness(), time.monotonic() + every
     last = read(request_file)  # what the pod was made with is not a request
     while os.getppid() == parent:
         time.sleep(poll_s)
@@ -147,6 +230,11 @@ def watch(procs: str, request_file: str, parent: int) -> None:
         if now and now != last:
             last = now
             answer(now, procs)
+        if every > 0 and time.monotonic() >= next_sample:
+            next_sample = time.monotonic() + every
+            seconds = still.sample(procs, time.monotonic())
+            if seconds is not None:
+                tell_still(seconds)
 
 
 def main() -> None:
