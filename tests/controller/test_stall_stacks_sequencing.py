@@ -209,3 +209,37 @@ def test_a_pod_whose_log_cannot_be_read_is_not_waited_for() -> None:
             assert len([call for call in api.calls if call.verb == "log" and call.name == WORKER]) == 1
 
     run(scenario)
+
+
+def test_a_job_whose_pods_say_no_rank_moved_is_hung_with_its_stacks() -> None:
+    """runPolicy.hangDeadlineSeconds on a cluster: each running replica's pod samples its ranks and tells the endpoint
+    how long none moved (kube/inpod/torchjob_stacks.py); once every replica's say the deadline passed, the
+    operator takes their stacks and the job is hung, as locally. A replica that has not said is not judged."""
+    async def scenario() -> None:
+        api = FakeApi()
+        data = torchjob(workers=1, command=["python", "/opt/tests/ddp_progress.py"],
+                        run_policy={"hangDeadlineSeconds": 5})
+        api.put(data)
+        api.logs[(NS, MASTER, "pytorch")] = answer(0, 51)
+        api.logs[(NS, WORKER, "pytorch")] = answer(1, 50)
+        progress = link()
+        async with running_with(api, progress) as c:
+            await one_round(api, c)
+            for pod in (MASTER, WORKER):
+                api.kubelet(pod, NS, "Running")
+            book = progress.books.open(Reporter(NS, "demo", "master-0", 0), {"torchjobs": c.caches()})
+            book.note_still("master-0", 0, 10, datetime.now(UTC))  # the worker's pod has said nothing yet
+            await one_round(api, c)
+            assert "failure" not in status_of(api) and not [x for x in api.calls if x.verb == "patch_annotations"]
+            book.note_still("worker-0", 0, 8, datetime.now(UTC))
+            await settled(api, c)
+            await c.reconciler.reconcile(KEY)
+            await asyncio.sleep(stall_stacks.POLL_S + 0.3)  # the logs read back, in the background
+            await one_round(api, c)
+            failure = status_of(api)["failure"]
+            where = "rank 0 in <module> (ddp_progress.py:51); rank 1 in <module> (ddp_progress.py:50)"
+            assert failure["reason"] == "HangDeadlineExceeded", failure
+            assert failure["message"].startswith("no rank moved for 5s") and where in failure["message"], failure
+            assert len(events(api, "StacksTaken")) == 1 and where in events(api, "StacksTaken")[0].body[2]
+
+    run(scenario)

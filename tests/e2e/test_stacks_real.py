@@ -108,3 +108,24 @@ def test_stacks_from_pods_name_each_ranks_function_and_line(node_kubeconfig: str
         refused.stderr, refused.stderr
     assert "remove the job's metadata.annotations torchjob.dev/stacks" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_collective_hung_without_reports_on_real_pods_is_a_hang_with_the_stacks(
+        node_kubeconfig: str, node: Client, ns: str, tmp_path: Path) -> None:
+    """runPolicy.hangDeadlineSeconds on a cluster (issue 42): a script that never reports, its rank 1 in a `recv`
+    nobody answers and rank 0 in `all_reduce`. Each pod's stacks front samples its ranks (every tenth of the
+    deadline) and tells the operator how long none moved; once none of the job's did for the deadline, the operator
+    takes their stacks and the job fails as hung, saying where each rank was."""
+    data = yaml.safe_load(stuck_job(tmp_path).read_text())
+    data["metadata"]["name"] = "hung"
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
+    data["spec"]["runPolicy"] = {**data["spec"].get("runPolicy", {}), "hangDeadlineSeconds": 20}
+    path = tmp_path / "hung.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run = torchjob(node_kubeconfig, "run", str(path), "-n", ns, timeout=300)
+    assert run.returncode != 0, run.stdout + run.stderr
+    failure = status_of(node, "hung", ns)["failure"]
+    where = f"rank 0 in {ALL_REDUCE}; rank 1 in {RECV}"
+    assert failure["reason"] == "HangDeadlineExceeded", failure
+    assert failure["message"].startswith("no rank moved for 20s") and where in failure["message"], failure
+    assert where in run.stdout + run.stderr, run.stdout + run.stderr

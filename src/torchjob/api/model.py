@@ -187,7 +187,7 @@ class RunPolicy(Strict):
     progressDeadlineSeconds: int | None = None
     # No rank of the job moved (its main thread's stack and its CPU time unchanged in samples taken
     # every tenth of it) for this long: the event Stalled too, for a job that never reports. Unset:
-    # core/policies/hangs.py's DEFAULT_S; 0: not watched. Local runs only, so far.
+    # core/policies/hangs.py's DEFAULT_S; 0: not watched. On a cluster, from the samples its pods post.
     hangDeadlineSeconds: int | None = None
     # What a failed replica's restart (by its restartPolicy) restarts: `Job`, every replica at once,
     # counted as one restart (the default of a job that is not elastic: no rank can go on without the

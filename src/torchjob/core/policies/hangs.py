@@ -15,7 +15,7 @@ Pure: the runtime samples (local/inspect/hangs.py) and `Stillness` turns its sam
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -111,6 +111,22 @@ def _moved(before: RankSample, now: RankSample, seconds: float) -> bool:
     if now.cpu_s is None or before.cpu_s is None:
         return False
     return now.cpu_s - before.cpu_s >= max(CPU_SHARE * seconds, MIN_CPU_S)
+
+
+def job_still(samples: Sequence[tuple[datetime, datetime] | None]) -> Still | None:
+    """A job's stillness on a cluster from each running replica's latest sample (since when none of its ranks
+    moved, when its pod saw that: kube/inpod/torchjob_stacks.py): no rank of the job moved since the latest
+    of them, as of the earliest; None unless every running replica has one."""
+    if not samples or any(s is None for s in samples):
+        return None
+    return Still(since=max(s[0] for s in samples if s), seen_at=min(s[1] for s in samples if s))
+
+
+def next_look(job: TorchJob, still: Still, now: datetime) -> datetime:
+    """When a job not hung yet could be, by its samples: its deadline after the last move, and no sooner than
+    the next sample (a runtime whose samples do not wake its rounds looks again then: the operator's)."""
+    limit = deadline(job) or 0
+    return max(still.since + timedelta(seconds=limit), now + timedelta(seconds=sample_every(limit)))
 
 
 def hung(job: TorchJob, still: Still | None) -> bool:

@@ -52,7 +52,10 @@ def act_on_stalls(r: Round) -> None:
                  "(runPolicy.progressDeadlineSeconds)", lambda o: (o.last_report or r.now) + quiet_for,
                  Reason.PROGRESS_DEADLINE_EXCEEDED, "stalled")
     still = r.world.still
-    if r.status.finished or still is None or not hangs.hung(r.job, still):
+    if r.status.finished or still is None or hangs.deadline(r.job) is None:
+        return
+    if not hangs.hung(r.job, still):
+        r.plan.requeue(hangs.next_look(r.job, still, r.now))
         return
     running = [o for o in r.current.values() if o.phase is Phase.RUNNING and not o.stopping]
     if running:

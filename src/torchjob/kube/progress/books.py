@@ -37,6 +37,11 @@ class Books:
         book = self.books.get((plural, *key))
         return book.last_report(replica, attempt) if book is not None else None
 
+    def still(self, plural: str, key: Key, replica: str, attempt: int) -> tuple[datetime, datetime] | None:
+        """Since when none of this replica attempt's ranks moved, and when its pod said so (None: never)."""
+        book = self.books.get((plural, *key))
+        return book.still(replica, attempt) if book is not None else None
+
     def reported_done(self, plural: str, key: Key, replica: str, attempt: int) -> bool:
         """Whether this replica attempt's latest report said its work is complete (in this operator's
         memory: one restarted since knows only the reports it received)."""

@@ -1,6 +1,7 @@
 """A stalled job's stacks on a cluster (issue 42), taken before core stops its replicas, without holding the round.
 
-When replicas of a job went quiet (runPolicy.progressDeadlineSeconds: core.policies.stalls.quiet_replicas), every
+When replicas of a job went quiet (runPolicy.progressDeadlineSeconds: core.policies.stalls.quiet_replicas; or no rank
+of it moved for runPolicy.hangDeadlineSeconds, as its pods' samples say: core.policies.hangs), every
 running pod of the job made with the stacks front (kube/objects/front/stacks.py: by default) is asked, once per set
 of quiet attempts, through its annotation torchjob.dev/stacks-request, as `torchjob stacks --kube` asks; its watcher
 writes the dumps of its ranks to the container's log, which a task of the operator reads back (patch on pods, get on
@@ -24,10 +25,11 @@ from typing import Any
 from torchjob.api.model import TorchJob
 from torchjob.api.status import EventType, Reason
 from torchjob.core.diagnosis.stacks import PodAnswer, ProcessStacks, Stacks, answer_in, short
+from torchjob.core.policies import hangs
 from torchjob.core.policies.stalls import quiet_replicas
 from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Plan, World
-from torchjob.core.round.world import Observed
+from torchjob.core.round.world import Observed, Phase
 from torchjob.kube.controller.round.memory import JobMemory, StallStacksMemory
 from torchjob.kube.machinery.api_protocol import ApiProtocol
 from torchjob.kube.machinery.client import status_code
@@ -75,6 +77,8 @@ class StallStacks:
         them until (`stacks_due`); and how soon the round should look again (None: no sooner than it would).
         `pods`: the job's own pods as cached, read only when a replica is quiet."""
         quiet, _ = quiet_replicas(job, world.replicas, now)
+        if not quiet and hangs.hung(job, world.still):  # no rank moved (hangDeadlineSeconds): every running one
+            quiet = [o for o in world.replicas.values() if o.phase is Phase.RUNNING and not o.stopping]
         taking = memory.stacks
         if not quiet:  # kept in the status if core acted on them; else they moved again: the next stall takes its own
             memory.stacks = None

@@ -14,6 +14,7 @@ from torchjob.api.model import TorchJob
 from torchjob.api.status import JobStatus, KeptTail
 from torchjob.api.validate import training_container
 from torchjob.core.diagnosis import torch_errors
+from torchjob.core.policies import hangs
 from torchjob.core.round import kept
 from torchjob.core.round.reconcile import Admission, Observed, Phase, Refusal, World
 from torchjob.kube.machinery.client import parse_time
@@ -97,9 +98,11 @@ def observe(job: TorchJob, pods: Iterable[dict[str, Any]], *, gone: Iterable[dic
 
 
 def world(observed: Iterable[Seen], *, last_report: LastReport | None = None, refused: Refusal | None = None,
-          admission: Admission | None = None, reported_done: Callable[[str, int], bool] | None = None) -> World:
+          admission: Admission | None = None, reported_done: Callable[[str, int], bool] | None = None,
+          still: Callable[[str, int], tuple[datetime, datetime] | None] | None = None) -> World:
     """`observe`'s World from pods already observed (`observe_one`, the job's pods then those gone):
-    each replica's latest attempt, each step's."""
+    each replica's latest attempt, each step's; `still`: since when a replica attempt's ranks did not move, as
+    its pod samples them (runPolicy.hangDeadlineSeconds: the job's World.still)."""
     seen: dict[str, Observed] = {}
     steps: dict[str, Observed] = {}  # the initializers' pods (objects/steps.py): none of them is a replica
     for obs, step in observed:
@@ -119,7 +122,9 @@ def world(observed: Iterable[Seen], *, last_report: LastReport | None = None, re
         for name, o in seen.items():
             if reported_done(name, o.attempt):
                 seen[name] = replace(o, reported_done=True)
-    return World(replicas=seen, refused=refused, admission=admission or Admission(), steps=steps)
+    running = [(name, o.attempt) for name, o in seen.items() if o.phase is Phase.RUNNING and not o.stopping]
+    return World(replicas=seen, refused=refused, admission=admission or Admission(), steps=steps,
+                 still=hangs.job_still([still(*r) for r in running]) if still is not None else None)
 
 
 def tails(job: TorchJob, gone: Iterable[dict[str, Any]]) -> list[KeptTail]:

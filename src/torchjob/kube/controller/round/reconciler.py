@@ -22,6 +22,7 @@ controller alone acts on it with the work queue.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -117,8 +118,8 @@ class Reconciler:
         result = DONE.after(queue.recheck_s).after(group.recheck_s)
         pods = self.index.split(raw, job, key, memory, self.seal)  # only those changed since read again
         gone, admission = pods.gone, Admission(queue.seen, queue.finished, group.seen, group.awaited)
-        world = observe.world(pods.observed(job, self.seal), refused=memory.learned, last_report=self._reports(key),
-                              admission=admission, reported_done=self._done(key))
+        world = observe.world(pods.observed(job, self.seal), refused=memory.learned, admission=admission,
+                              **self._book(key))
         world, soon = self.stall_stacks.fact(job, world, lambda: map(pods.pod, list(pods.own)), memory, now)
         plan = reconcile(job, world, now)
         plan.status = observe.kept_tails(plan.status, job, gone)  # the gone pods' ends of logs (logs --kube --attempt)
@@ -148,17 +149,13 @@ class Reconciler:
         if note is not None and any(ev.reason == Reason.CREATED for ev in plan.events):
             plan.event(EventType.WARNING, Reason.WARM_SPARES_NOT_IN_PLACE, note)
 
-    def _done(self, key: Key) -> Callable[[str, int], bool] | None:
+    def _book(self, key: Key) -> dict[str, Callable[[str, int], Any]]:
+        """What the job's progress book says of a replica attempt, as observe.world reads it (none: no endpoint)."""
         if self.progress is None:
-            return None
+            return {}
         books, plural = self.progress.books, self.kind.plural
-        return lambda replica, attempt: books.reported_done(plural, key, replica, attempt)
-
-    def _reports(self, key: Key) -> Callable[[str, int], datetime | None] | None:
-        if self.progress is None:
-            return None
-        books, plural = self.progress.books, self.kind.plural
-        return lambda replica, attempt: books.last_report(plural, key, replica, attempt)
+        return {what: functools.partial(getattr(books, what), plural, key)
+                for what in ("last_report", "reported_done", "still")}
 
     async def _admit(self, d: Decision, queue: Look, group: Look, started: bool, result: Result) -> tuple[bool, Result]:
         """The admission steps core decided, carried out before the Service and the pods; returns

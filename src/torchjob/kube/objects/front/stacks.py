@@ -34,6 +34,7 @@ DIR = "/var/run/torchjob/stacks"
 REQUEST_DIR = "/var/run/torchjob/stacks-request"
 PROGRAM_DIR = "/var/run/torchjob/stacks-front"
 ENTRY = "torchjob_stacks.py"
+HANG_EVERY_ENV = "TORCHJOB_HANG_EVERY_S"  # the front samples its ranks that often for a hang, and tells the endpoint
 # how the command's program begins (BOOT's, and the source's before pods booted it): how a pod made with the watcher
 # is known, and its front process (its /proc cmdline)
 HEAD = "# torchjob-stacks\n"
@@ -64,10 +65,14 @@ def boot(path: str = f"{PROGRAM_DIR}/{ENTRY}") -> str:
                         what="the front", without="stacks", drop=())
 
 
-def wrap(spec: dict[str, Any], container: dict[str, Any], argv: list[str]) -> None:
+def wrap(spec: dict[str, Any], container: dict[str, Any], argv: list[str], hang_every_s: float | None = None) -> None:
     """Put the watcher in front of the container's command (`argv`, headed by a Python interpreter), with its
-    two volumes."""
+    two volumes; `hang_every_s`: how often it samples the ranks for a hang and tells the progress endpoint
+    (runPolicy.hangDeadlineSeconds; None: not watched)."""
     container["command"] = [argv[0], "-I", "-c", boot(), *argv]
+    if hang_every_s is not None:
+        container["env"] = [*[e for e in container.get("env", []) if e.get("name") != HANG_EVERY_ENV],
+                            {"name": HANG_EVERY_ENV, "value": f"{hang_every_s:g}"}]
     container.pop("args", None)  # in the command now (an empty list: the API server stores none)
     mine = (VOLUME, REQUEST_VOLUME, PROGRAM_VOLUME)
     container["volumeMounts"] = [*[m for m in container.get("volumeMounts", []) if m.get("name") not in mine],

@@ -18,7 +18,7 @@ from torchjob.api.defaults import INIT_IMAGE
 from torchjob.api.model import MASTER, PORT_NAME, WORKER, TorchJob
 from torchjob.api.spec_facts import master_port
 from torchjob.api.validate import reserved_meta, training_container
-from torchjob.core.policies import spares
+from torchjob.core.policies import hangs, spares
 from torchjob.core.shape import topology
 from torchjob.core.shape.topology import (
     Placement,
@@ -176,7 +176,8 @@ def pod(job: TorchJob, rid: ReplicaId, attempt: int, *, init_image: str = INIT_I
     front = (not in_place and debug is None and entry is not None and stacks.wanted(job.metadata.annotations)
              and not is_windows(spec))
     if front:  # by default its ranks give their stacks on request (kube/objects/front/stacks.py; POSIX only)
-        stacks.wrap(spec, c, argv)
+        limit = hangs.deadline(job) if progress_url else None  # the samples go to the progress endpoint
+        stacks.wrap(spec, c, argv, hangs.sample_every(limit) if limit else None)
     ports = c.setdefault("ports", [])
     if not any(p.get("name") == PORT_NAME for p in ports):
         ports.append({"name": PORT_NAME, "containerPort": master_port(job)})
