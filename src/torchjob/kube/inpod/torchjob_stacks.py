@@ -192,9 +192,9 @@ class Stillness:
         return now - self.moved_at
 
 
-def tell_still(seconds: float) -> None:
+def tell_still(seconds: float, said: list[str]) -> None:
     """POST the pod's stillness to the progress endpoint, as torchjob.report does (Trainer's variables): not
-    progress; its replica and attempt are its token's. Never fails the watch."""
+    progress; its replica and attempt are its token's. Never fails the watch; a failure is said once (`said`)."""
     import json
     import ssl
     import urllib.request
@@ -214,7 +214,9 @@ def tell_still(seconds: float) -> None:
         with urllib.request.urlopen(request, timeout=5, context=context) as resp:
             resp.read()
     except Exception as e:  # the endpoint away, a 429: the next sample tells again
-        say(f"hang watch: could not tell the operator: {e!r}")
+        if not said:
+            said.append(repr(e))
+            say(f"hang watch: could not tell the operator (said once; it tries at each sample): {e!r}")
 
 
 def watch(procs: str, request_file: str, parent: int) -> None:
@@ -223,6 +225,7 @@ def watch(procs: str, request_file: str, parent: int) -> None:
     poll_s = float(os.environ.get("TORCHJOB_STACKS_POLL_S", "0.2"))
     every = float(os.environ.get("TORCHJOB_HANG_EVERY_S", "0") or 0)
     still, next_sample = Stillness(), time.monotonic() + every
+    said: list[str] = []
     last = read(request_file)  # what the pod was made with is not a request
     while os.getppid() == parent:
         time.sleep(poll_s)
@@ -234,7 +237,7 @@ def watch(procs: str, request_file: str, parent: int) -> None:
             next_sample = time.monotonic() + every
             seconds = still.sample(procs, time.monotonic())
             if seconds is not None:
-                tell_still(seconds)
+                tell_still(seconds, said)
 
 
 def main() -> None:
