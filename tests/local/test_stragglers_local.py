@@ -48,7 +48,7 @@ def test_a_torchrun_worker_twice_as_slow_is_named_by_its_replica_and_rank(torchj
     own, among its replica's other workers."""
     data = job_data("ranks", workers=0, nproc_per_node=3, run_policy={"progressDeadlineSeconds": 8},
                     command=["torchrun", str(PROGRAMS / "ddp_progress.py"), "--steps", "60", "--step-time", "0.1",
-                             "--slow-rank", "2"])
+                             "--slow-replica", "rank-2"])
     proc = torchjob("run", str(write_job(tmp_path / "ranks.yaml", data)), timeout=180)
     assert proc.returncode == 0, proc.stderr
     desc = torchjob.describe("ranks")

@@ -6,9 +6,8 @@
 --hang-replica NAME       that replica deadlocks in an all-reduce at --hang-at (on a side group the
 --hang-at K               others never enter, while they wait in the step's all-reduce): every rank
 --once-dir DIR            then hangs in all_reduce. With --once-dir only the first attempt hangs.
---slow-replica NAME       that replica's own work takes twice --step-time (a straggler: the others wait
-                          for it in the all-reduce); every rank then reports its own time as step_time
---slow-rank N             the same for the process of global rank N (one of torchrun's workers)
+--slow-replica NAME       that replica's (rank-N: global rank N's) own work takes twice --step-time (a straggler:
+                          the others wait for it in the all-reduce); every rank then reports it as step_time
 """
 
 import argparse
@@ -26,7 +25,6 @@ parser.add_argument("--hang-replica")
 parser.add_argument("--hang-at", type=int, default=5)
 parser.add_argument("--once-dir")
 parser.add_argument("--slow-replica")
-parser.add_argument("--slow-rank", type=int)
 args = parser.parse_args()
 
 name = f"{os.environ['TORCHJOB_REPLICA_TYPE']}-{os.environ['TORCHJOB_REPLICA_INDEX']}"
@@ -54,9 +52,9 @@ for step in range(1, args.steps + 1):
     weight -= 0.01 * grad / world
     loss = float(weight.abs().sum())
     started = time.perf_counter()
-    slow = args.slow_replica == name or args.slow_rank == rank
+    slow = args.slow_replica in (name, f"rank-{rank}")
     time.sleep(args.step_time * (2 if slow else 1))
-    own = {"step_time": time.perf_counter() - started} if args.slow_replica or args.slow_rank is not None else {}
+    own = {"step_time": time.perf_counter() - started} if args.slow_replica else {}
     if args.kubeflow:
         if rank == 0:
             sent = update_trainjob_status(progress_percent=int(100 * step / args.steps),
