@@ -248,6 +248,7 @@ def main() -> None:
     env = dict(os.environ)
     base = env.pop("TORCHJOB_STACKS_POD_DIR", "/var/run/torchjob/stacks")
     request_file = env.pop("TORCHJOB_STACKS_REQUEST", "/var/run/torchjob/stacks-request/request")
+    env.pop("TORCHJOB_HANG_EVERY_S", None)  # the watcher's (os.environ keeps it), not the command's
     hook, procs = os.path.join(base, "hook"), os.path.join(base, "procs")
     try:
         os.makedirs(hook, mode=0o700, exist_ok=True)

@@ -62,7 +62,7 @@ def boot(path: str = f"{PROGRAM_DIR}/{ENTRY}") -> str:
     """What the container's interpreter runs: the front from the ConfigMap, if it is the one this torchjob ships."""
     sha256 = hashlib.sha256(source().encode()).hexdigest()
     return shipped.boot(sha256, path, head=HEAD, who="torchjob-stacks",
-                        what="the front", without="stacks", drop=())
+                        what="the front", without="stacks", drop=(HANG_EVERY_ENV,))
 
 
 def wrap(spec: dict[str, Any], container: dict[str, Any], argv: list[str], hang_every_s: float | None = None) -> None:
