@@ -103,3 +103,26 @@ def test_a_stalled_jobs_root_cause_says_where_each_rank_was(torchjob: Torchjob, 
     ended = torchjob("stacks", "stall")
     assert ended.returncode == 2 and "job stall has ended (Failed): it has no process to take stacks from" in \
         ended.stderr and "torchjob describe stall" in ended.stderr, ended.stderr
+
+
+def test_a_rank_whose_dataloader_worker_is_stuck_is_named_at_the_loop_that_waits_for_it(
+        torchjob: Torchjob, tmp_path: Path) -> None:
+    """Issue 42's DataLoader case: rank 1's DataLoader worker blocks in `__getitem__`, rank 1 waits for its batch and
+    rank 0 for rank 1 in all_reduce. The stall's stacks name both ranks' lines: rank 1 in the loop that waits for
+    the batch (the worker, a process the rank forked, registers no stacks of its own: not taken)."""
+    program = PROGRAMS / "dataloader_stuck.py"
+
+    def line(mark: str) -> int:
+        return next(i for i, text in enumerate(program.read_text().splitlines(), 1) if mark in text)
+
+    path = write_job(tmp_path / "loader.yaml", job_data("loader", workers=1, command=["python", str(program)],
+                                                        run_policy={"progressDeadlineSeconds": 5}))
+    proc = torchjob("run", "--grace-period", "2", str(path), timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failure = torchjob.describe("loader")["status"]["failure"]
+    assert failure["reason"] == "ProgressDeadlineExceeded", failure
+    where = (f"rank 0 in main (dataloader_stuck.py:{line('WAITS-IN-ALL-REDUCE')}); "
+             f"rank 1 in main (dataloader_stuck.py:{line('WAITS-FOR-BATCH')})")
+    assert where in failure["message"], failure
+    kept = next(torchjob.home.rglob("master-0/attempt-0/stacks.txt")).read_text()  # the quiet one's: every rank's
+    assert "_try_get_data (" in kept and f"    main ({program}:{line('WAITS-FOR-BATCH')})" in kept, kept
