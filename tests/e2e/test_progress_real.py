@@ -22,8 +22,8 @@ TRAIN = ("python", "/opt/tests/ddp_progress.py")
 def progress_job(tmp_path: Path, name: str, args: list[str], **kw: Any) -> Path:
     import yaml
 
-    policies = kw.pop("policies", None)
-    data = job_data(name, workers=1, restart_policy="Never", command=(*TRAIN, *args), **kw)
+    policies, workers = kw.pop("policies", None), kw.pop("workers", 1)
+    data = job_data(name, workers=workers, restart_policy="Never", command=(*TRAIN, *args), **kw)
     if policies:
         data["spec"]["policies"] = policies
     for rspec in data["spec"]["pytorchReplicaSpecs"].values():
@@ -75,6 +75,23 @@ def test_a_rank_hung_in_all_reduce_on_real_pods_is_restarted_by_a_stalled_policy
     assert "[worker-0] (attempt 0: where every rank was at " in logs, logs
     assert "<module> (/opt/tests/ddp_progress.py:50)" in logs and "all_reduce (" in logs, logs
     print(described, logs, sep="\n")  # shown with -s: the page's real output (docs/how-to/hangs.md)
+
+
+def test_a_replica_twice_as_slow_on_real_pods_is_named_a_straggler_and_never_a_stall(
+        node_kubeconfig: str, node: Client, ns: str, tmp_path: Path) -> None:
+    """Issue 42's straggler on real pods: three replicas, worker-1's own work twice as long per step (the others
+    wait for it in each step's all_reduce; each reports its own step time). The operator names it once, in an
+    event, from the reports alone; the job is not stalled."""
+    path = progress_job(tmp_path, "straggle", ["--steps", "100", "--step-time", "0.1", "--slow-replica", "worker-1"],
+                        workers=2, run_policy={"progressDeadlineSeconds": 15})
+    run = torchjob(node_kubeconfig, "run", str(path), "-n", ns, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = [e for e in node.list(Event, namespace=ns) if e.involvedObject.name == "straggle"]
+    named = [e.message or "" for e in said if e.reason == "Straggler"]
+    assert len(named) == 1 and named[0].startswith("worker-1: ") and named[0].endswith(
+        "x the median step time over the last minute"), named
+    assert 1.5 <= float(named[0].split(": ")[1].split("x")[0]) <= 2.5, named
+    assert not [e for e in said if e.reason == "Stalled"], [e.message for e in said]
 
 
 def test_the_kubeflow_sdk_reports_from_a_real_pod_unchanged(node_kubeconfig: str, node: Client, ns: str,
