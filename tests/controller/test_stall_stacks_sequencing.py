@@ -243,3 +243,29 @@ def test_a_job_whose_pods_say_no_rank_moved_is_hung_with_its_stacks() -> None:
             assert len(events(api, "StacksTaken")) == 1 and where in events(api, "StacksTaken")[0].body[2]
 
     run(scenario)
+
+
+def test_a_job_whose_hangs_are_not_watched_reads_no_samples() -> None:
+    """hangDeadlineSeconds 0: a round looks up no replica's stillness (a lookup per running replica, every round,
+    would be O(pods) for nothing on a big job), while a watched job's round looks each running replica up."""
+    async def rounds(deadline: int) -> int:
+        api = FakeApi()
+        api.put(torchjob(workers=3, command=["python", "/opt/tests/ddp_progress.py"],
+                         run_policy={"hangDeadlineSeconds": deadline}))
+        progress = link()
+        asked: list[tuple[str, int]] = []
+        still = progress.books.still
+        progress.books.still = lambda *a: asked.append(a[2:]) or still(*a)  # type: ignore[method-assign]
+        async with running_with(api, progress) as c:
+            await one_round(api, c)
+            for pod in (MASTER, "demo-worker-0", "demo-worker-1", "demo-worker-2"):
+                api.kubelet(pod, NS, "Running")
+            await settled(api, c)
+            await one_round(api, c)
+        return len(asked)
+
+    async def scenario() -> None:
+        assert await rounds(0) == 0
+        assert await rounds(60) >= 4
+
+    run(scenario)

@@ -32,7 +32,7 @@ from lightkube.core.exceptions import ApiError
 
 from torchjob.api.model import JobStatus, TorchJob
 from torchjob.api.status import ConditionType, EventType, Reason
-from torchjob.core.policies import spares
+from torchjob.core.policies import hangs, spares
 from torchjob.core.round.initializers import is_step
 from torchjob.core.round.reconcile import (
     Abandon,
@@ -119,7 +119,7 @@ class Reconciler:
         pods = self.index.split(raw, job, key, memory, self.seal)  # only those changed since read again
         gone, admission = pods.gone, Admission(queue.seen, queue.finished, group.seen, group.awaited)
         world = observe.world(pods.observed(job, self.seal), refused=memory.learned, admission=admission,
-                              **self._book(key))
+                              **self._book(key, job))
         world, soon = self.stall_stacks.fact(job, world, lambda: map(pods.pod, list(pods.own)), memory, now)
         plan = reconcile(job, world, now)
         plan.status = observe.kept_tails(plan.status, job, gone)  # the gone pods' ends of logs (logs --kube --attempt)
@@ -149,13 +149,15 @@ class Reconciler:
         if note is not None and any(ev.reason == Reason.CREATED for ev in plan.events):
             plan.event(EventType.WARNING, Reason.WARM_SPARES_NOT_IN_PLACE, note)
 
-    def _book(self, key: Key) -> dict[str, Callable[[str, int], Any]]:
-        """What the job's progress book says of a replica attempt, as observe.world reads it (none: no endpoint)."""
+    def _book(self, key: Key, job: TorchJob) -> dict[str, Callable[[str, int], Any]]:
+        """What the job's progress book says of a replica attempt, as observe.world reads it (none: no endpoint;
+        no stillness for a job whose hangs are not watched)."""
         if self.progress is None:
             return {}
         books, plural = self.progress.books, self.kind.plural
-        return {what: functools.partial(getattr(books, what), plural, key)
-                for what in ("last_report", "reported_done", "still")}
+        kept = ("last_report", "reported_done", "still") if hangs.deadline(job) is not None else \
+            ("last_report", "reported_done")
+        return {what: functools.partial(getattr(books, what), plural, key) for what in kept}
 
     async def _admit(self, d: Decision, queue: Look, group: Look, started: bool, result: Result) -> tuple[bool, Result]:
         """The admission steps core decided, carried out before the Service and the pods; returns
