@@ -159,7 +159,7 @@ def _restart(r: Round, action: str, obs: Observed | None, why: str, *, rtype: st
         status.restartCount += 1
     delay = 0.0
     for rid in _restart_targets(r.job, action, obs, rtype):
-        st = status.replicas[rid.name]
+        st = r.replica_state(rid.name)
         seen = r.current.pop(rid.name, None)
         if seen is not None:
             # a gang restart by restartPolicy (or for a lost rank) says whose end it is; a policy's

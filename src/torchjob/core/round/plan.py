@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from torchjob.api.model import TorchJob
-from torchjob.api.status import EventType, JobStatus, Reason
+from torchjob.api.status import EventType, JobStatus, Reason, ReplicaAttemptState
 from torchjob.core.round.world import Observed, World
 from torchjob.core.shape.topology import ReplicaId
 
@@ -132,6 +132,19 @@ class Round:
     plan: Plan
     current: dict[str, Observed] = field(default_factory=dict)
 
+    owned: set[str] = field(default_factory=set)  # the replicas whose state this round copied to change
+
     @property
     def status(self) -> JobStatus:
         return self.plan.status
+
+    def replica_state(self, name: str) -> ReplicaAttemptState:
+        """`name`'s state in the round's status, to change: the round's status shares each replica's state with
+        the observed one until the round changes it, copied then, once (thousands of copies a round were most
+        of a big job's round: tests/core/test_round_cost.py)."""
+        states = self.plan.status.replicas
+        if name not in self.owned:
+            self.owned.add(name)
+            kept = states.get(name)
+            states[name] = kept.model_copy() if kept is not None else ReplicaAttemptState()
+        return states[name]

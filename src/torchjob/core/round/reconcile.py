@@ -43,7 +43,6 @@ from torchjob.api.status import (
     FailureInfo,
     JobStatus,
     Reason,
-    ReplicaAttemptState,
     ReplicaStatus,
 )
 from torchjob.core.policies import admission, policy
@@ -100,14 +99,14 @@ def reconcile(job: TorchJob, world: World, now: datetime) -> Plan:
 
 
 def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
-    # The round's own status, the observed one left as it was: deep, but each replica's state (three immutable
-    # fields) copied shallow (a deep copy of thousands was half a round's cost: tests/core/test_round_cost.py).
+    # The round's own status, the observed one left as it was: deep, but each replica's state shared until the
+    # round changes it (Round.replica_state: a copy of each of thousands was most of a big job's round).
     seen = job.status or JobStatus()
-    status = seen.model_copy(update={"replicas": {}}).model_copy(
-        deep=True, update={"replicas": {name: s.model_copy() for name, s in seen.replicas.items()}})
+    status = seen.model_copy(update={"replicas": {}}).model_copy(deep=True, update={"replicas": dict(seen.replicas)})
     r = Round(job, world, now, Plan(status=status))
     for rid in replicas(job):
-        status.replicas.setdefault(rid.name, ReplicaAttemptState())
+        if rid.name not in status.replicas:
+            r.replica_state(rid.name)
     _note_created(r)
     if _clean_up_finished(r) or fail_by_fact(r) or _hold_suspended(r):
         return _counted(r)
@@ -124,20 +123,15 @@ def _decide(job: TorchJob, world: World, now: datetime) -> Plan:
 def _counted(r: Round) -> Plan:
     """The plan, with status.replicaStatuses counted from what is observed."""
     status = r.status
-    counts = {t: ReplicaStatus() for t in REPLICA_TYPES if t in r.job.spec.pytorchReplicaSpecs}
+    counts = {t: [0, 0, 0, 0] for t in REPLICA_TYPES if t in r.job.spec.pytorchReplicaSpecs}  # plain ints: fast
     for rid in replicas(r.job):
-        obs = r.world.replicas.get(rid.name)
+        obs, st = r.world.replicas.get(rid.name), status.replicas[rid.name]
         rs = counts[rid.rtype]
-        rs.restarts += status.replicas[rid.name].restarts
-        if obs is None or obs.attempt < status.replicas[rid.name].attempt:
-            continue
-        if obs.phase.active:
-            rs.active += 1
-        elif obs.phase is Phase.SUCCEEDED:
-            rs.succeeded += 1
-        else:
-            rs.failed += 1
-    status.replicaStatuses = counts
+        rs[3] += st.restarts
+        if obs is not None and obs.attempt >= st.attempt:
+            rs[0 if obs.phase.active else 1 if obs.phase is Phase.SUCCEEDED else 2] += 1
+    status.replicaStatuses = {t: ReplicaStatus(active=a, succeeded=s, failed=f, restarts=n)
+                              for t, (a, s, f, n) in counts.items()}
     return r.plan
 
 
@@ -202,7 +196,7 @@ def _hold_suspended(r: Round) -> bool:
         drop_condition(status, ConditionType.RESTARTING)
     for held in r.world.replicas.values():
         r.plan.retire(held, "the job is suspended")
-        st = status.replicas.setdefault(held.replica.name, ReplicaAttemptState())
+        st = r.replica_state(held.replica.name)
         st.attempt = max(st.attempt, held.attempt + 1)
         st.notBefore = None
     status.startTime = None
@@ -375,7 +369,8 @@ def _create_if_due(r: Round, rid: ReplicaId) -> bool:
         return False
     if not _dependencies_ready(r.job, rid.rtype, r.current):
         return False  # started when the replicas it depends on run
-    st.notBefore = None
+    if st.notBefore is not None:
+        r.replica_state(rid.name).notBefore = None
     r.plan.actions.append(Create(rid, st.attempt))
     return True
 
