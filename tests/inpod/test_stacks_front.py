@@ -180,3 +180,14 @@ def test_the_hang_watch_tells_the_endpoint_how_long_no_rank_moved(tmp_path: Path
     zero = max(i for i, (_, _, body) in enumerate(posts) if body["stillSeconds"] == 0)
     after = [(at, body["stillSeconds"]) for at, _, body in posts[zero:]]
     assert all(b[1] > a[1] for a, b in itertools.pairwise(after)), after
+
+
+def test_the_front_tells_a_move_as_core_does() -> None:
+    """The front runs in the user's image with the standard library alone, so it repeats core's thresholds for
+    a rank that moved (core/policies/hangs.py): they must stay the same, or a cluster's hang would be judged
+    differently from a local one."""
+    from torchjob.core.policies import hangs
+    from torchjob.kube.inpod import torchjob_stacks as front
+
+    assert (front.CPU_SHARE, front.MIN_CPU_S, front.SIGNAL_WAKES) == \
+        (hangs.CPU_SHARE, hangs.MIN_CPU_S, hangs.SIGNAL_WAKES)

@@ -30,6 +30,8 @@ HOOK = ""  # torchjob's start-up hook: kube/objects/front/stacks.py puts its sou
 SIGNAL = signal.SIGUSR2
 WAIT_S = 3.0  # how long the processes get to answer, all together
 SETTLE_S = 0.05  # a dump is whole once its file stopped growing this long
+# core/policies/hangs.py's, which this standard-library-only front cannot import (tests/inpod hold them equal)
+CPU_SHARE, MIN_CPU_S, SIGNAL_WAKES = 0.01, 0.02, 2
 
 
 def say(line: str) -> None:
@@ -180,7 +182,8 @@ class Stillness:
         moved = set(seen) != set(self.last)
         for path, (cpu, wakes) in seen.items():
             before = self.last.get(path)
-            if before is not None and (cpu - before[0] >= max(0.01 * (now - before[3]), 0.02) or wakes - before[1] > 2):
+            if before is not None and (cpu - before[0] >= max(CPU_SHARE * (now - before[3]), MIN_CPU_S)
+                                       or wakes - before[1] > SIGNAL_WAKES):
                 moved = True
         stacks: dict[str, bytes] = {}
         if not moved:
