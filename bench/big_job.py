@@ -4,8 +4,9 @@ what is measured once its pods are Running, while its operator (or the floor's w
 - the gang restart: one worker fails with a restartable exit code (its status patched Failed, exit
   137, as its kubelet would write it); from that write to every pod of the next attempt Running (a
   pod counts once its uid is not one of the failed attempt's). The floor's: the same pods deleted
-  (with the operator's grace for a restart) and each created again once its name is free, by this
-  client, to every one Running;
+  (with the operator's grace for a restart) and each created again once the old one is gone, by this
+  client, to every one Running; under a name of its own (`-again`), so that KWOK, which deletes a pod by
+  its name and may ask twice, cannot take the new one for the old;
 - how fast a reader sees the job: `torchjob describe --kube`, `torchjob list --kube` (each a whole
   command, from its start to its exit) and the dashboard's job page (`torchjob ui --kube`'s
   /api/jobs/NS/NAME, the page's one request), each answering within 2 s being the goal, and whether
@@ -41,6 +42,7 @@ except ImportError:
 
 RESTART_GRACE_S = 3  # the operator's grace for a pod it stops to restart (kube/objects/workload/pods.py)
 READ_GOAL_S = 2.0  # each reader's answer, the issue's goal
+AGAIN = "-again"  # the floor's restarted pods' names: the old name and this (below)
 EXIT_CODE = 137  # restartable under every restartPolicy that restarts (OnFailure, ExitCode: >= 128)
 
 
@@ -192,8 +194,8 @@ def fail_one(client: AsyncClient, namespace: str, job: str, n_pods: int) -> Call
 
 def delete_and_create(client: AsyncClient, namespace: str, concurrency: int) -> Callable[[list[dict[str, Any]]], Any]:
     """The floor's restart: every pod deleted (the operator's grace), each created again, the same
-    object, as soon as its old one is gone (the watch says so, or a listing: no create that the API
-    server must refuse)."""
+    object under its name and AGAIN, as soon as its old one is gone (the watch says so, or a listing: no
+    create that the API server must refuse, and the same room on the nodes as the operator's)."""
     async def act(pods: list[dict[str, Any]]) -> None:
         sem = asyncio.Semaphore(concurrency)
         again: dict[str, dict[str, Any]] = {}
@@ -201,13 +203,15 @@ def delete_and_create(client: AsyncClient, namespace: str, concurrency: int) -> 
             meta = pod["metadata"]
             spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
             again[meta["uid"]] = {"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
-                k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences") if k in meta}}
+                **{k: meta[k] for k in ("namespace", "labels", "annotations", "ownerReferences") if k in meta},
+                "name": meta["name"] + AGAIN}}
         _, rv = await _listed(client, namespace)
         made: list[asyncio.Task[Any]] = []
         all_made = asyncio.Event()
         # KWOK deletes a pod by its name, and may ask twice: a new pod made at once under the old one's
-        # name was taken by the second ask (the 128- and 4,096-pod runs lost most of theirs so). The new
-        # pods are watched too, each made again if deleted, until every one runs.
+        # name was taken by the second ask (the 128- and 4,096-pod runs lost most of theirs so, and churned
+        # for the whole phase). The new pods have names of their own; they are still watched, each made
+        # again if deleted, until every one runs.
         fresh: dict[str, dict[str, Any]] = {}  # a new pod's uid -> its object
         running: set[str] = set()
 
