@@ -214,7 +214,7 @@ def test_a_torchrun_worker_started_again_by_its_agent_is_the_agents_spare(torchj
         old, new = view(out, f"worker-0-rank{rank}", 0), view(out, f"worker-0-rank{rank}", 1)
         assert new["pid"] in spares and new["pid"] == new["pgid"], (new["pid"], spares)
         assert new["started"] < killed_at, (new["started"], killed_at)
-        same_but(old, new, {"env", "pid", "pgid", "started"})
+        same_but(old, new, {"env", "pid", "pgid", "started", "cmdline"})
         same_but(old["env"], new["env"], set(ATTEMPT_ENV | TORCHRUN_WORKER_ENV))
         assert new["env"]["TORCHELASTIC_RESTART_COUNT"] == "1" and new["argv"] == [str(PROBE), "--flag", "value"]
     # each worker's lines keep their rank's tag, in both attempts
@@ -222,4 +222,28 @@ def test_a_torchrun_worker_started_again_by_its_agent_is_the_agents_spare(torchj
     for rank in (0, 1):
         assert log.count(f"[rank{rank}]: worker-0-rank{rank} says hello on stdout") == 2, log[-3000:]
         assert log.count(f"[rank{rank}]: worker-0-rank{rank} says hello on stderr") == 2, log[-3000:]
+    assert job_processes(torchjob.describe("probe")["job"]["metadata"]["uid"]) == []
+
+
+def test_a_restarted_torchrun_replicas_first_workers_are_spares_started_with_its_agent(torchjob: Torchjob,
+                                                                                        tmp_path: Path) -> None:
+    """A torchrun replica that failed as a whole (its agent: torchrun without restarts, a rank failed) comes back
+    with its first workers started from spares its agent made at once, not cold after its rendezvous: an
+    elastic job's lost agent (bench/recovery.py --local --elastic) waited for its workers' `import torch`."""
+    out = tmp_path / "out"
+    out.mkdir()
+    data = job_data("probe", workers=1, master=False, restart_policy="OnFailure", restart_scope=None,
+                    command=["torchrun", str(PROBE), "--flag", "value"], nproc_per_node=2,
+                    run_policy={"warmSpares": True, "backoffLimit": 1})
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "PROBE_OUT", "value": str(out)}, {"name": "PROBE_MODE", "value": "agent-fails"}]
+    run = torchjob("run", str(write_job(tmp_path / "a.yaml", data)), timeout=400)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (out / "agent-failed").exists()
+    for rank in (0, 1):
+        old, new = view(out, f"worker-0-rank{rank}", 0), view(out, f"worker-0-rank{rank}", 1)
+        assert not any("torchjob_spare.py" in a for a in old["cmdline"]), old["cmdline"]  # a job's first: cold
+        assert any("torchjob_spare.py" in a for a in new["cmdline"]), new["cmdline"]
+        same_but(old, new, {"env", "pid", "pgid", "started", "cmdline"})
+        same_but(old["env"], new["env"], set(ATTEMPT_ENV | TORCHRUN_WORKER_ENV))
     assert job_processes(torchjob.describe("probe")["job"]["metadata"]["uid"]) == []

@@ -38,7 +38,9 @@ WARM_ENV = "TORCHJOB_SPARE_WARM"
 # environment is the same for each of its attempts, and a spare starts with it.
 # The flight recorder's settings (local/inspect/flight.py) too: an attempt's own folder, set when it is created
 # (a spare starts without them; torch reads them when a process group is made, after the spare took the attempt).
-ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN",
+# A restarted torchrun replica's agent starts its workers' spares at once (local/spares/workers.py).
+WORKERS_AT_ONCE_ENV = "TORCHJOB_WARM_WORKERS_AT_ONCE"
+ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN", WORKERS_AT_ONCE_ENV,
                          "TORCHJOB_STACKS_DIR",  # local/inspect/stacks.py
                          *flight_recorder.SET})
 # torchrun's agent, as a local replica runs it, and what it imports itself before its rendezvous

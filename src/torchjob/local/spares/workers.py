@@ -10,16 +10,22 @@ variables, RANK, WORLD_SIZE, MASTER_PORT, TORCHELASTIC_RESTART_COUNT..., are wha
 torchrun's handler keeps its own work: it signals the worker's process group, polls its exit code,
 reads its error file. Only a worker that writes to the agent's own stdout and stderr (no torchrun
 `--redirects`/`--tee` file) is started so.
+
+A restarted replica's agent (its attempt after the first: WORKERS_AT_ONCE_ENV) starts a spare per local rank
+at once, for the command line torchrun will give its first workers: they import torch while the agent
+joins the rendezvous (an elastic job's other agents stopping and meeting again), instead of after it. A
+job's first agents do not: their spares would import torch beside the cold workers on the same cores.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
 from torchjob.core.policies.spares import python_entry
-from torchjob.local.spares.spare import ATTEMPT_ENV, SPARE_AFTER_S, Spare
+from torchjob.local.spares.spare import ATTEMPT_ENV, SPARE_AFTER_S, WORKERS_AT_ONCE_ENV, Spare
 
 WORKERS_ENV = "TORCHJOB_WARM_WORKERS"
 # What torchrun sets for each worker (torch/distributed/elastic/agent/server/local_elastic_agent.py):
@@ -54,8 +60,8 @@ class WorkerSpares:
             return None
         return spare.take(env)
 
-    def schedule(self, local_rank: int, args: tuple[str, ...]) -> None:
-        """A spare for this rank's next worker, in `after_s`."""
+    def schedule(self, local_rank: int, args: tuple[str, ...], after_s: float | None = None) -> None:
+        """A spare for this rank's next worker, in `after_s` (default: the pool's)."""
         entry = python_entry(list(args), args[0])
         if entry is None:
             return
@@ -63,7 +69,8 @@ class WorkerSpares:
             old = self.timers.pop(local_rank, None)
             if old is not None:
                 old.cancel()
-            timer = threading.Timer(self.after_s, self._start, args=(local_rank, args[0], entry))
+            timer = threading.Timer(self.after_s if after_s is None else after_s, self._start,
+                                    args=(local_rank, args[0], entry))
             timer.daemon = True
             self.timers[local_rank] = timer
         timer.start()
@@ -100,4 +107,20 @@ def install() -> None:
         return proc
 
     handler.SubprocessHandler._popen = _popen  # type: ignore[method-assign]
-    os.environ.pop(WORKERS_ENV, None)  # the agent's switch, not the workers'
+    os.environ.pop(WORKERS_ENV, None)  # the agent's switches, not the workers'
+    if os.environ.pop(WORKERS_AT_ONCE_ENV, None) == "1":
+        first_workers_ahead(pool)
+
+
+def first_workers_ahead(pool: WorkerSpares) -> None:
+    """A spare per local rank now, for the workers torchrun's arguments (this agent's) will start: torch's own
+    reading of them, which also sets what it sets in the agent's environment first (OMP_NUM_THREADS), so that
+    the spares' environment is the workers'. Arguments torchrun will refuse: no spares (it says why)."""
+    from torch.distributed.run import config_from_args, parse_args
+
+    try:
+        config, cmd, cmd_args = config_from_args(parse_args(sys.argv[1:]))  # type: ignore[no-untyped-call]
+    except (Exception, SystemExit):  # torchrun itself reads them next and says what is wrong
+        return
+    for local_rank in range(int(config.nproc_per_node)):
+        pool.schedule(local_rank, (str(cmd), *cmd_args), after_s=0)

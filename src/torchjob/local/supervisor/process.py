@@ -17,7 +17,8 @@ from pathlib import Path
 from torchjob.core.diagnosis import torch_errors
 from torchjob.core.policies.policy import exit_code_of
 from torchjob.local import ranktag
-from torchjob.local.spares.spare import Spare
+from torchjob.local.spares.spare import WORKERS_AT_ONCE_ENV, Spare
+from torchjob.local.spares.workers import WORKERS_ENV
 from torchjob.local.start.launch import LaunchSpec
 from torchjob.local.start.volumes import preexec
 from torchjob.local.store.files import private_dir, private_file
@@ -97,6 +98,8 @@ class ReplicaProcess:
         private_dir(self.log_path.parent)
         self.error_file.unlink(missing_ok=True)
         env = {**os.environ, **self.spec.env, "TORCHELASTIC_ERROR_FILE": str(self.error_file)}
+        if self.attempt > 0 and WORKERS_ENV in self.spec.env:
+            env[WORKERS_AT_ONCE_ENV] = "1"  # its torchrun's first workers start from spares too
         self.proc = spare.take(env) if spare is not None else None
         self.from_spare = self.proc is not None
         enter = preexec(self.spec.mounts, self.spec.cwd)
