@@ -53,7 +53,7 @@ from torchjob.core.round.reconcile import refuse as refuse_unreadable
 from torchjob.kube.controller.pods.configmaps import ConfigMaps
 from torchjob.kube.controller.pods.deletes import Delete, delete_once, forget_gone
 from torchjob.kube.controller.pods.leaving import again_if_failed, leaving
-from torchjob.kube.controller.pods.seen_pods import JobPods
+from torchjob.kube.controller.pods.seen_pods import KEEP_FROM, JobPods
 from torchjob.kube.controller.pods.stall_stacks import StallStacks
 from torchjob.kube.controller.process.config import OperatorConfig
 from torchjob.kube.controller.round import observe
@@ -103,7 +103,8 @@ class Reconciler:
             return GONE
         if not self.kind.serves(raw):  # another manager's (Kueue's MultiKueue): nothing made, nothing written
             return DONE
-        status = self.kind.status_of(raw)
+        memory = self.memories.of(key)
+        status = memory.status(raw, self.kind.status_of, KEEP_FROM)  # a big job's: read once per change
         now = datetime.now(UTC)
         found = await self.kind.needs(self.api, raw) if self.kind.needs is not None else []
         try:
@@ -112,7 +113,6 @@ class Reconciler:
             await self._write(raw, None, status, refuse_unreadable(status, Refusal(Reason.INVALID_SPEC, str(e)), now))
             return DONE
         job = gang.with_default_scheduler(job, self.config.gang_scheduler).model_copy(update={"status": status})
-        memory = self.memories.of(key)
         queue = await self.kueue_gate.observe(raw, job, key, memory) if self.kind.own_kueue else Look()
         group = await self.podgroup_gate.observe(job, key, memory)
         result = DONE.after(queue.recheck_s).after(group.recheck_s)
