@@ -23,8 +23,11 @@ same trial is run, alternating, on each runtime in one sitting:
             waits until every pod's spare has imported torch and waits).
 
 Each kind is also run elastic (--elastic): 4 torchrun agents (torchjob: Worker x4, elasticPolicy
-min 2 max 4, c10d; torchrun: the same as one torchrun of 4 processes). Locally torchjob also runs
-torchrun's own shape and fault ("elastic-1x4": Worker x1, nprocPerNode 4, one process killed).
+min 2 max 4, c10d; torchrun: the same as one torchrun of 4 processes), one worker process killed (its
+agent restarts it). Locally torchjob also runs torchrun's own shape and fault ("elastic-1x4": Worker x1,
+nprocPerNode 4, one process killed), and the 4-agent job losing a whole agent ("elastic-agent": worker-1's
+agent and its processes killed, as its container would be; torchjob restarts the replica; torchrun of one
+agent has no such fault to compare: its ratio is torchjob-spares against torchjob).
 
 What the time goes to is printed from the new attempt's own lines (the last rank's process started,
 torch imported, rendezvous done, past k + 1) and, on the node, from the pods as polled every 100 ms
@@ -200,18 +203,33 @@ def local_job(name: str, d: Path, elastic: bool, agents: int = 4, spares: bool =
     return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name}, "spec": spec}
 
 
-def kill_local(trial: Path, victim: str, group: bool, rank: int | None = None) -> Callable[[list[Line]], float]:
+def parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def kill_local(trial: Path, victim: str, group: bool, rank: int | None = None,
+               agent: bool = False) -> Callable[[list[Line]], float]:
     """Kill the latest process whose start line names replica `victim` (and `rank`, when given; its
-    process group when `group`: the replica as a whole, as a container's kill would)."""
+    process group when `group`; with `agent`, its torchrun agent's group and every group of the agent's
+    children too: the replica as a whole, as a container's kill would)."""
     def kill(lines: list[Line]) -> float:
         starts = [ln for ln in lines if ln.what == "start" and ln.rest.endswith(f"replica {victim}")
                   and rank in (None, ln.rank)]
         fields = starts[-1].rest.split()
         pid, pgid = int(fields[1]), int(fields[3])
+        groups = {pgid}
+        if agent:
+            boss = parent(pid)
+            assert boss is not None, "the worker's agent is gone"
+            groups = {g for p in pids.all_pids() if p == boss or parent(p) == boss
+                      if (g := pids.process_group(p)) is not None}
         t = time.time()
         # Checked through its pidfd as this trial's (the trial's directory is in its command line); a
         # group's members each so.
-        members = [p for p in pids.all_pids() if pids.process_group(p) == pgid] if group else [pid]
+        members = [p for p in pids.all_pids() if pids.process_group(p) in groups] if group else [pid]
         for p in members:
             pids.send(p, signal.SIGKILL, lambda q: any(str(trial) in a for a in pids.cmdline(q)))
         return t
@@ -233,10 +251,11 @@ def spares_warm(home: Path, job: str, replicas: int) -> Callable[[], bool]:
     return probe
 
 
-def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4) -> Trial:
+def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4, lose_agent: bool = False) -> Trial:
     """One local trial. `agents` 1 (torchjob, elastic): torchrun's own shape and fault, one agent of
-    4 processes and one process killed, beside the 4-agent job that loses a whole agent."""
-    kind = ("elastic" if agents == 4 else "elastic-1x4") if elastic else "ddp"
+    4 processes and one process killed, beside the 4-agent job that loses one worker process, or
+    (`lose_agent`) a whole agent."""
+    kind = ("elastic-agent" if lose_agent else "elastic" if agents == 4 else "elastic-1x4") if elastic else "ddp"
     d = Path(tempfile.mkdtemp(prefix=f"recovery-{runtime}-{kind}-", dir=keep))
     out = (d / "runtime.out").open("w")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -251,6 +270,8 @@ def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4) -> Trial
         victim, group, rank = ("worker-1", True, None) if agents == 4 else ("worker-0", False, 2)
         if spares:
             ready = spares_warm(d / "home", name, 4 if agents == 4 else 1)
+        if lose_agent:
+            victim, group, rank = "worker-1", True, None
     else:
         cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "--max-restarts", "3",
                str(PROGRAM), *local_args(d)]
@@ -259,7 +280,7 @@ def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4) -> Trial
         victim, group, rank = ("proc-2", False, None)
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=d, start_new_session=True)
     try:
-        recovery, stages, k, _ = measure(d, kill_local(d, victim, group, rank), ready=ready)
+        recovery, stages, k, _ = measure(d, kill_local(d, victim, group, rank, lose_agent), ready=ready)
         (d / "stop").write_text("")
         rc = proc.wait(timeout=120)
         note = f"k={k}, exit {rc}"
@@ -698,7 +719,9 @@ def report(trials: list[Trial], peers: list[tuple[str, str, float | dict[str, fl
               + "; ".join(f"{t.recovery:.2f} ({t.note})" for t in ts))
     print("\nRatios (median / median of the peer in the same run)")
     for ours, peer, goal in peers:
-        for kind in ("ddp", "elastic", "elastic-1x4"):
+        for kind in ("ddp", "elastic", "elastic-1x4", "elastic-agent"):
+            if isinstance(goal, dict) and kind not in goal:
+                continue
             a, b = groups.get((ours, kind)), groups.get((peer, kind.removesuffix("-1x4")))
             if a and b:
                 ra = statistics.median(t.recovery for t in a)
@@ -753,12 +776,15 @@ def main() -> None:
         peers.append(("torchjob", "torchrun", {"ddp": 1.2, "elastic": 1.0, "elastic-1x4": 1.2}))
         if not args.no_spares:
             peers.append(("torchjob-spares", "torchrun", {"ddp": 0.5, "elastic": 0.5}))
+            peers.append(("torchjob-spares", "torchjob", {"elastic-agent": 0.5}))
         for i in range(args.repeat):
             for elastic in kinds:
-                runs = [("torchjob", 4), ("torchrun", 4)] + ([] if args.no_spares else [("torchjob-spares", 4)]) \
-                    + ([("torchjob", 1)] if elastic else [])
-                for rt, agents in (runs if i % 2 == 0 else runs[::-1]):
-                    t = run_local(rt, elastic, args.keep, agents)
+                runs = [("torchjob", 4, False), ("torchrun", 4, False)] \
+                    + ([] if args.no_spares else [("torchjob-spares", 4, False)]) \
+                    + ([("torchjob", 1, False), ("torchjob", 4, True)] if elastic else []) \
+                    + ([("torchjob-spares", 4, True)] if elastic and not args.no_spares else [])
+                for rt, agents, lose in (runs if i % 2 == 0 else runs[::-1]):
+                    t = run_local(rt, elastic, args.keep, agents, lose)
                     print(f"local {rt} {t.kind}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
                     trials.append(t)
     if args.node:
