@@ -12,7 +12,9 @@ it (torchrun's elastic rendezvous then joins the store there instead of hosting 
 
 On loopback the elastic rendezvous also reads its shared state every POLL_S instead of every second
 (`quicken`): torch paces it for many nodes over a network, and a local elastic job's re-rendezvous
-after a failure was mostly those one-second waits (bench/recovery.py --local --elastic).
+after a failure was mostly those one-second waits (bench/recovery.py --local --elastic). Its agents
+also beat every KEEP_ALIVE_S unless the job sets `keep_alive_interval` (`keep_alive`): torch's 5 s, three
+missed, kept a lost agent's place in the rendezvous for 15 s before the others could meet without it.
 """
 
 from __future__ import annotations
@@ -130,6 +132,17 @@ def quicken() -> None:
     setattr(holder, "__init__", __init__)  # noqa: B010
 
 
+KEEP_ALIVE_S = 2  # a local agent's heartbeat (torch: 5 s); dead after three missed, as torch counts
+
+
+def keep_alive(conf: str) -> str:
+    """torchrun's rendezvous configuration (`k=v,...`: PET_RDZV_CONF, elasticPolicy.rdzvConf) with a local
+    heartbeat, unless it sets its own."""
+    if any(item.partition("=")[0].strip() == "keep_alive_interval" for item in conf.split(",")):
+        return conf
+    return ",".join(filter(None, (conf, f"keep_alive_interval={KEEP_ALIVE_S}")))
+
+
 def main() -> None:
     # A local job's replicas all run here: torchrun's elastic rendezvous names this node by the
     # loopback address it rendezvous on (not this machine's hostname), so its shared store is loopback's too.
@@ -139,6 +152,7 @@ def main() -> None:
         os.environ["PET_LOCAL_ADDR"] = host
     if loopback(host):
         quicken()
+        os.environ["PET_RDZV_CONF"] = keep_alive(os.environ.get("PET_RDZV_CONF", ""))
     install()
     if os.environ.get("TORCHJOB_WARM_WORKERS") == "1":  # runPolicy.warmSpares (local/spares/workers.py)
         from torchjob.local.spares import workers as spare_workers
