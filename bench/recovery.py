@@ -210,14 +210,40 @@ def parent(pid: int) -> int | None:
         return None
 
 
+def store_host(agent: int) -> bool:
+    """Whether this torchrun agent serves its elastic rendezvous's store (listens on PET_RDZV_ENDPOINT's
+    port): losing it is losing the rendezvous itself, every agent's failure (torch's design), not an agent."""
+    try:
+        env = dict(item.split("=", 1) for item in Path(f"/proc/{agent}/environ").read_text().split("\0") if "=" in item)
+        port = int(env["PET_RDZV_ENDPOINT"].rpartition(":")[2])
+        sockets = {Path(f"/proc/{agent}/fd/{fd}").readlink().name for fd in os.listdir(f"/proc/{agent}/fd")}
+    except (OSError, KeyError, ValueError):
+        return False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port and f"socket:[{f[9]}]" in sockets:
+                return True
+    return False
+
+
 def kill_local(trial: Path, victim: str, group: bool, rank: int | None = None,
                agent: bool = False) -> Callable[[list[Line]], float]:
     """Kill the latest process whose start line names replica `victim` (and `rank`, when given; its
-    process group when `group`; with `agent`, its torchrun agent's group and every group of the agent's
-    children too: the replica as a whole, as a container's kill would)."""
+    process group when `group`; with `agent`, the torchrun agent's group and every group of the agent's
+    children too, the replica as a whole as a container's kill would: `victim`'s agent, or the next
+    replica's where `victim`'s serves the rendezvous's store)."""
     def kill(lines: list[Line]) -> float:
-        starts = [ln for ln in lines if ln.what == "start" and ln.rest.endswith(f"replica {victim}")
-                  and rank in (None, ln.rank)]
+        starts = [ln for ln in lines if ln.what == "start" and rank in (None, ln.rank)]
+        if agent:  # the latest start of each replica; victim's first, then the others in their order
+            latest = {ln.rest.rsplit(" ", 1)[1]: ln for ln in starts}
+            order = sorted(latest, key=lambda r: (r != victim, r))
+            bosses = [(r, parent(int(latest[r].rest.split()[1]))) for r in order]
+            chosen = next(((r, b) for r, b in bosses if b is not None and not store_host(b)), None)
+            assert chosen is not None, "no agent to lose but the rendezvous's store host"
+            starts = [latest[chosen[0]]]
+        else:
+            starts = [ln for ln in starts if ln.rest.endswith(f"replica {victim}")]
         fields = starts[-1].rest.split()
         pid, pgid = int(fields[1]), int(fields[3])
         groups = {pgid}
