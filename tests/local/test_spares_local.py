@@ -99,13 +99,15 @@ def test_a_failing_script_fails_the_same_with_and_without_spares(tmp_path: Path)
 
     # what the script saw: the same in a cold process and in the spare, but the attempt's own variables
     a0, a1 = view(warm_out, "master-0", 0), view(warm_out, "master-0", 1)
-    same_but(a0, a1, {"env", "pid", "pgid", "started"})
+    same_but(a0, a1, {"env", "pid", "pgid", "started", "cmdline"})  # the kernel's command line: the launcher's
     same_but(a0["env"], a1["env"], set(ATTEMPT_ENV))
+    assert any("torchjob_spare.py" in a for a in a1["cmdline"]) and a0["cmdline"][1:] == [str(PROBE), "--flag",
+                                                                                            "value", ""]
     assert a1["pid"] == a1["pgid"]  # the spare's process leads its own group, as a replica's does
     assert a1["main"] and a1["names"] == a0["names"] and a1["argv"] == [str(PROBE), "--flag", "value"]
     # ... and the same as the job without spares saw, but the job's own values
     c1 = view(cold_out, "master-0", 1)
-    same_but(c1, a1, {"env", "pid", "pgid", "started"})
+    same_but(c1, a1, {"env", "pid", "pgid", "started", "cmdline"})
 
     def env_norm(env: dict[str, str], home: Path, out: Path) -> dict[str, str]:
         return {k: v.replace(str(home), "HOME").replace(str(out), "OUT") for k, v in env.items()
