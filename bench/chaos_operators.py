@@ -14,13 +14,14 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from torchjob.local.start.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -38,12 +39,6 @@ def die_with_parent() -> None:
     operator that outlived a killed bench once acted beside a test suite's own operator (Linux's
     PR_SET_PDEATHSIG). Fork from a thread that lives as long as the run (the main one)."""
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 def lease_holder(client: Any) -> str:

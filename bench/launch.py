@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from torchjob.local.start.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"
@@ -61,12 +62,6 @@ spec:
     Worker:
       replicas: {RANKS - 1}{replica}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def by_hand() -> None:

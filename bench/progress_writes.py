@@ -21,7 +21,6 @@ import json
 import os
 import re
 import resource
-import socket
 import ssl
 import subprocess
 import sys
@@ -34,15 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torchjob.local.start.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 CLUSTER_DIR = "/tmp/torchjob-bench-progress"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def requests_served(kubeconfig: str) -> dict[tuple[str, str, str], float]:

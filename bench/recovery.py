@@ -53,7 +53,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -68,6 +67,7 @@ from typing import Any
 
 import yaml
 
+from torchjob.local.start.ports import free_port
 from torchjob.local.supervisor import pids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -344,12 +344,6 @@ def devcluster(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess
            "DEVCLUSTER_POD_SUBNET": SUBNET}
     return subprocess.run(["bash", str(REPO / "scripts" / "dev-cluster.sh"), *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def images() -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -153,12 +152,6 @@ class Proc:
             except OSError:
                 return
             await asyncio.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_ok(url: str) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import ssl
 import subprocess
 import sys
@@ -33,15 +32,10 @@ from tests.ui.conftest import artifacts, browser, dashboard, page  # noqa: F401 
 from torchjob.kube.machinery.client import TorchJobRes
 from torchjob.kube.objects.install import apply
 from torchjob.kube.objects.install.crd import CRD_NAME, crd
+from torchjob.local.start.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("CI") == "true" or os.environ.get("TORCHJOB_KUBE_TESTS") == "1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -5,9 +5,7 @@ its name claimed (a finished job's record gives way; a live one does not)."""
 from __future__ import annotations
 
 import os
-import socket
 import uuid
-from contextlib import closing
 from datetime import UTC, datetime
 
 from torchjob.api.errors import UserError
@@ -17,16 +15,11 @@ from torchjob.core.shape.topology import Placement
 from torchjob.local.inspect.render import render
 from torchjob.local.start import tensorboard
 from torchjob.local.start.launch import LaunchSpec, LocalOptions
+from torchjob.local.start.ports import free_port
 from torchjob.local.store.store import JobRecord, Store
 from torchjob.local.supervisor import pids
 
 LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def placement(job: TorchJob, opts: LocalOptions) -> Placement:

@@ -43,7 +43,8 @@ from torchjob.local.inspect.render import render, warnings
 from torchjob.local.spares.keeper import SpareKeeper, SpareWarm
 from torchjob.local.start import tensorboard, volumes
 from torchjob.local.start.launch import LaunchSpec, LocalOptions
-from torchjob.local.start.prepare import free_port, now, placement
+from torchjob.local.start.ports import free_port
+from torchjob.local.start.prepare import now, placement
 from torchjob.local.store.store import Store
 from torchjob.local.supervisor import watchdog
 from torchjob.local.supervisor.process import Exited, LogLost, ReplicaProcess, StartError
