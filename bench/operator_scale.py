@@ -97,11 +97,11 @@ from scale_measure import (
     clean,
     ensure,
     fmt,
-    free_port,
     measure,
     run_operator,
     wait_served,
 )
+from torchjob.local.start.ports import free_port
 
 try:  # the HTTP client lightkube uses (its own fork of httpx in lightkube >= 1.0)
     import httpx2 as httpx
