@@ -203,13 +203,6 @@ def local_job(name: str, d: Path, elastic: bool, agents: int = 4, spares: bool =
     return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name}, "spec": spec}
 
 
-def parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def store_host(agent: int) -> bool:
     """Whether this torchrun agent serves its elastic rendezvous's store (listens on PET_RDZV_ENDPOINT's
     port): losing it is losing the rendezvous itself, every agent's failure (torch's design), not an agent."""
@@ -238,19 +231,17 @@ def kill_local(trial: Path, victim: str, group: bool, rank: int | None = None,
         if agent:  # the latest start of each replica; victim's first, then the others in their order
             latest = {ln.rest.rsplit(" ", 1)[1]: ln for ln in starts}
             order = sorted(latest, key=lambda r: (r != victim, r))
-            bosses = [(r, parent(int(latest[r].rest.split()[1]))) for r in order]
+            bosses = [(r, pids.parent(int(latest[r].rest.split()[1]))) for r in order]
             chosen = next(((r, b) for r, b in bosses if b is not None and not store_host(b)), None)
             assert chosen is not None, "no agent to lose but the rendezvous's store host"
-            starts = [latest[chosen[0]]]
+            starts, boss = [latest[chosen[0]]], chosen[1]
         else:
             starts = [ln for ln in starts if ln.rest.endswith(f"replica {victim}")]
         fields = starts[-1].rest.split()
         pid, pgid = int(fields[1]), int(fields[3])
         groups = {pgid}
         if agent:
-            boss = parent(pid)
-            assert boss is not None, "the worker's agent is gone"
-            groups = {g for p in pids.all_pids() if p == boss or parent(p) == boss
+            groups = {g for p in pids.all_pids() if p == boss or pids.parent(p) == boss
                       if (g := pids.process_group(p)) is not None}
         t = time.time()
         # Checked through its pidfd as this trial's (the trial's directory is in its command line); a

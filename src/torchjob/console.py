@@ -20,16 +20,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, TextIO
-
-from rich.console import Console as RichConsole
-from rich.live import Live
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
-from rich.text import Text
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from torchjob.api.model import Progress as JobProgress
 from torchjob.api.output import hidden
 from torchjob.progress import show
+
+if TYPE_CHECKING:  # rich is loaded only for a live bar: a job's start does not pay for it (bench/launch.py)
+    from rich.live import Live
+    from rich.progress import Progress, TaskID
 
 PROGRESS_NOTE_S = 30.0
 COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93", "95", "92")
@@ -72,6 +71,10 @@ class Console:
             self.note(f"progress: {show.summary(p)}")
 
     def _show_bar(self, p: JobProgress, job: str) -> None:
+        from rich.console import Console as RichConsole
+        from rich.live import Live
+        from rich.progress import BarColumn, Progress, TextColumn
+
         fields = " · ".join(x for x in (show.steps(p), show.rate(p)) if x)
         eta = f"ETA {show.duration(p.etaSeconds)}" if p.etaSeconds is not None else ""
         if self._bar is None:
@@ -87,6 +90,8 @@ class Console:
 
     def _write_out(self, data: bytes) -> None:
         if self._live is not None:  # above the bar
+            from rich.text import Text
+
             self._live.console.print(Text.from_ansi(data.decode("utf-8", "replace").rstrip("\n")), soft_wrap=True,
                                      highlight=False, markup=False)
         elif self._out is not None:

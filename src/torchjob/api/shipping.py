@@ -10,10 +10,12 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from pathspec import GitIgnoreSpec
+from typing import TYPE_CHECKING
 
 from torchjob.api.errors import UserError
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 # The API server's limit on a ConfigMap's data (the sum of its values; Kubernetes' MaxSecretSize,
 # which ConfigMaps share: 1 MiB). Keys and metadata are extra; the margin leaves room for them.
@@ -21,6 +23,13 @@ CODE_LIMIT = 1024 * 1024
 CODE_MARGIN = 16 * 1024
 # Not shipped from a directory: caches and version-control or tool directories.
 SKIPPED_DIRS = ("__pycache__", ".git", ".hg", ".svn", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+
+
+def _spec() -> type[GitIgnoreSpec]:
+    """pathspec's gitignore rules, loaded once a script is shipped (a local job's start does not pay for them)."""
+    from pathspec import GitIgnoreSpec
+
+    return GitIgnoreSpec
 
 
 def _ignores(root: Path) -> list[tuple[str, GitIgnoreSpec]]:
@@ -48,7 +57,7 @@ def _patterns(include: Sequence[str]) -> GitIgnoreSpec:
         if not _valid(pattern):
             raise UserError(f"--include {pattern!r} is not a gitignore pattern",
                             fix="e.g. --include .env, --include 'data/*.json' (include=[...] in Python)")
-    return GitIgnoreSpec.from_lines(include)
+    return _spec().from_lines(include)
 
 
 def _below(spec: GitIgnoreSpec, prefix: str) -> GitIgnoreSpec:
@@ -57,7 +66,7 @@ def _below(spec: GitIgnoreSpec, prefix: str) -> GitIgnoreSpec:
     (`*.ckpt`) still apply inside it."""
     parts = prefix.rstrip("/").split("/")
     above = ["/".join(parts[:i]) + "/" for i in range(1, len(parts) + 1)]
-    return GitIgnoreSpec([p for p in spec.patterns if not (p.include and any(p.match_file(d) for d in above))])
+    return _spec()([p for p in spec.patterns if not (p.include and any(p.match_file(d) for d in above))])
 
 
 def _gitignore(d: Path) -> GitIgnoreSpec | None:
@@ -68,13 +77,13 @@ def _gitignore(d: Path) -> GitIgnoreSpec | None:
         lines = f.read_text(errors="replace").splitlines()
     except OSError:
         return None
-    return GitIgnoreSpec.from_lines([line for line in lines if _valid(line)])
+    return _spec().from_lines([line for line in lines if _valid(line)])
 
 
 def _valid(line: str) -> bool:
     """Whether a .gitignore line is a pattern pathspec reads (git skips one that is not, as here)."""
     try:
-        GitIgnoreSpec.from_lines([line])
+        _spec().from_lines([line])
     except ValueError:
         return False
     return True

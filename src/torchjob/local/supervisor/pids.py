@@ -17,16 +17,26 @@ from collections.abc import Callable, Iterator
 Check = Callable[[int], bool]
 
 
-def started(pid: int) -> int | None:
-    """When the process started, in clock ticks since boot (/proc/PID/stat field 22): with the pid,
-    an identity no later process shares. None if there is no such process."""
+def _stat(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name (which may hold spaces): field 3 (the state) first."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    fields = stat[stat.rindex(b")") + 2:].split()  # after the command name, which may hold spaces
-    return int(fields[19])
+    return stat[stat.rindex(b")") + 2:].split()
+
+
+def started(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22): with the pid,
+    an identity no later process shares. None if there is no such process."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
 
 
 def cmdline(pid: int) -> list[str]:
@@ -48,12 +58,8 @@ def environ_has(pid: int, entry: str) -> bool:
 
 
 def process_group(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(b")") + 2:].split()[2])
+    fields = _stat(pid)
+    return int(fields[2]) if fields else None
 
 
 def send(pid: int, sig: int, check: Check) -> bool:

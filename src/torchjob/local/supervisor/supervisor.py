@@ -41,9 +41,8 @@ from torchjob.core.round.reconcile import (
 from torchjob.local.inspect import flight, stacks, stalls
 from torchjob.local.inspect.render import render, warnings
 from torchjob.local.spares.keeper import SpareKeeper, SpareWarm
-from torchjob.local.start import tensorboard, volumes
+from torchjob.local.start import ports, tensorboard, volumes
 from torchjob.local.start.launch import LaunchSpec, LocalOptions
-from torchjob.local.start.ports import free_port
 from torchjob.local.start.prepare import now, placement
 from torchjob.local.store.store import Store
 from torchjob.local.supervisor import watchdog
@@ -113,7 +112,7 @@ class Supervisor:
             for w in warnings(self.job):
                 self.console.note(f"warning: {w}", warning=True)
             if self.job.spec.tensorboard is not None:
-                self._tensorboard, line = tensorboard.start(self.job.spec.tensorboard, self.opts, free_port(),
+                self._tensorboard, line = tensorboard.start(self.job.spec.tensorboard, self.opts, ports.free_port(),
                                                             self.dir / "tensorboard.log")
                 self.console.note(line)
             return self._loop()
