@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 
 from torchjob.api.model import TorchJob
@@ -11,8 +12,11 @@ from torchjob.core.round.reconcile import Create, Plan, World, reconcile
 
 def check_idempotent(job: TorchJob, world: World, now: datetime, plan: Plan) -> None:
     """The same inputs give the same plan; feeding the new status back with the same world
-    changes nothing that was decided (no restart is counted twice)."""
+    changes nothing that was decided (no restart is counted twice). A round leaves the status it observed as it
+    was: the operator hands a big job's rounds one parsed status, shallow-copied (JobMemory.status)."""
+    observed = copy.deepcopy(job.status)
     again = reconcile(job, world, now)
+    assert job.status == observed, "the round changed the status it observed"
     assert again.actions == plan.actions
     assert again.status == plan.status
     assert again.events == plan.events
