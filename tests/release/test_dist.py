@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from torchjob.local.start.ports import free_port
 from torchjob.version import __version__
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,9 +156,7 @@ def test_the_installed_command_runs_a_local_job(venv: Path) -> None:
 
 
 def test_the_installed_dashboard_serves_its_files(venv: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{venv / 'venv/bin'}:/usr/bin:/bin", TORCHJOB_HOME=str(venv / "home"))
     ui = subprocess.Popen(["torchjob", "ui", "--port", str(port), "--no-browser"], stdout=subprocess.PIPE,
