@@ -4,9 +4,10 @@ what is measured once its pods are Running, while its operator (or the floor's w
 - the gang restart: one worker fails with a restartable exit code (its status patched Failed, exit
   137, as its kubelet would write it); from that write to every pod of the next attempt Running (a
   pod counts once its uid is not one of the failed attempt's). The floor's: the same pods deleted
-  (with the operator's grace for a restart) and each created again once the old one is gone, by this
-  client, to every one Running; under a name of its own (`-again`), so that KWOK, which deletes a pod by
-  its name and may ask twice, cannot take the new one for the old;
+  (with the operator's grace for a restart, the template's 0: the API server removes each at once) and
+  each created again once the old one is gone, by this client, to every one Running; under a name of its
+  own (`-again`), from the runs made with a grace, when KWOK (which deletes a pod by its name, and may ask
+  twice) took a new pod for the old;
 - how fast a reader sees the job: `torchjob describe --kube`, `torchjob list --kube` (each a whole
   command, from its start to its exit) and the dashboard's job page (`torchjob ui --kube`'s
   /api/jobs/NS/NAME, the page's one request), each answering within 2 s being the goal, and whether
@@ -40,7 +41,7 @@ try:  # the HTTP client lightkube uses (its own fork of httpx in lightkube >= 1.
 except ImportError:
     import httpx  # type: ignore[no-redef]
 
-RESTART_GRACE_S = 3  # the operator's grace for a pod it stops to restart (kube/objects/workload/pods.py)
+RESTART_GRACE_S = 0  # the operator's grace for a pod it stops to restart: the template's (operator_scale.torchjob)
 READ_GOAL_S = 2.0  # each reader's answer, the issue's goal
 AGAIN = "-again"  # the floor's restarted pods' names: the old name and this (below)
 EXIT_CODE = 137  # restartable under every restartPolicy that restarts (OnFailure, ExitCode: >= 128)

@@ -146,8 +146,12 @@ INSTALL_MANAGER = "torchjob-install"  # `torchjob install`'s field manager: the 
 
 
 def torchjob(name: str, namespace: str, workers: int = 3) -> dict[str, Any]:
+    # A grace of 0: a deleted pod (the gang restart's) is removed by the API server at once, as the floor's are
+    # (the same template). With a grace, KWOK removes it, by name only (a kubelet's delete names the pod's uid):
+    # a delete of KWOK's asked again after a timeout took the next attempt's pod of that name once it ran, and
+    # the operator restarted the gang for it (uncounted: a deletion), again and again (two 4,096-pod runs).
     template = {"metadata": {"annotations": {"torchjob.dev/wait-for-master": "false"}},
-                "spec": {"tolerations": [TOLERATION], "containers": [CONTAINER]}}
+                "spec": {"tolerations": [TOLERATION], "containers": [CONTAINER], "terminationGracePeriodSeconds": 0}}
     return {"apiVersion": "torchjob.dev/v1", "kind": "TorchJob", "metadata": {"name": name, "namespace": namespace},
             "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template},
                                              "Worker": {"replicas": workers, "template": template}}}}
