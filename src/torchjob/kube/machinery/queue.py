@@ -1,6 +1,7 @@
 """The work queue of job keys: a key is queued once however often it is added, processed by one
 worker at a time (added again while processing, it comes back after), delayed on request, and
-retried with a per-key exponential backoff after failures, as client-go's rate-limited queue does."""
+retried with a per-key exponential backoff after failures, as client-go's rate-limited queue does.
+A key may be rested after a round (`rest`): added within that time, it is queued once the time is up."""
 
 from __future__ import annotations
 
@@ -26,12 +27,18 @@ class WorkQueue:
         self._dirty: set[Key] = set()
         self._added_at: dict[Key, float] = {}
         self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._rest_until: dict[Key, float] = {}  # monotonic time
 
     def add(self, key: Key) -> None:
         if key in self._processing:
             self._dirty.add(key)
             return
         if key in self._queued:
+            return
+        until = self._rest_until.pop(key, None)
+        if until is not None and until > time.monotonic():
+            self._rest_until[key] = until
+            self.add_after(key, until - time.monotonic())
             return
         self._queued.add(key)
         self._added_at[key] = time.monotonic()
@@ -68,12 +75,18 @@ class WorkQueue:
             self._dirty.discard(key)
             self.add(key)
 
+    def rest(self, key: Key, seconds: float) -> None:
+        """The key's next round no sooner than `seconds` from now, however soon it is added again."""
+        if seconds > 0:
+            self._rest_until[key] = time.monotonic() + seconds
+
     def forget(self, key: Key) -> None:
-        """The key is gone (its job was deleted): no timer, no failure count is kept for it."""
+        """The key is gone (its job was deleted): no timer, no failure count, no rest is kept for it."""
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
         self._failures.pop(key, None)
+        self._rest_until.pop(key, None)
 
     def add_rate_limited(self, key: Key) -> float:
         """After a failed reconcile: again after a delay that doubles with each failure in a row of

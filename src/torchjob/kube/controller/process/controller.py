@@ -34,6 +34,10 @@ from torchjob.kube.served.kinds import TORCHJOB, ServedKind
 
 log = logging.getLogger("torchjob.kube")
 GONE_RECHECK_S = 1.0  # a job deleted while its round wrote: looked at once more, to forget it
+# A big job's rounds no closer than this per pod (0.2 s at 4,096): each costs O(pods) whatever changed (core's
+# decision), and back to back through a start or a gang restart they took 60 % of a core from the API server,
+# the scheduler and the nodes making the job's pods (bench/operator_scale.py --job-pods 4096).
+REST_PER_POD_S = 50e-6
 
 
 def job_gone(e: Exception, key: Key, plural: str = TORCHJOB.plural) -> bool:
@@ -160,6 +164,8 @@ class Controller:
         try:
             result = await self.reconciler.reconcile(key)
             self.queue.succeeded(key)
+            seen = self.index.kept.get(key)  # a big job's pods (seen_pods.py): its next round paced by its size
+            self.queue.rest(key, REST_PER_POD_S * len(seen.own) if seen is not None else 0.0)
             self._follow(key, result)
             metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
         except asyncio.CancelledError:
