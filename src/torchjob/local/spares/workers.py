@@ -75,6 +75,13 @@ class WorkerSpares:
             self.timers[local_rank] = timer
         timer.start()
 
+    def start_now(self, local_rank: int, args: tuple[str, ...]) -> None:
+        """A spare for this rank's next worker, in the pool when this returns: the agent's first workers are
+        started right after its rendezvous, which may be sooner than a timer's thread runs on a loaded machine."""
+        entry = python_entry(list(args), args[0])
+        if entry is not None:
+            self._start(local_rank, args[0], entry)
+
     def _start(self, local_rank: int, python: str, entry: Any) -> None:
         spare = Spare(f"local rank {local_rank}", python, entry, {}, capture=False,
                       attempt_env=ATTEMPT_ENV | TORCHRUN_WORKER_ENV)
@@ -123,4 +130,4 @@ def first_workers_ahead(pool: WorkerSpares) -> None:
     except (Exception, SystemExit):  # torchrun itself reads them next and says what is wrong
         return
     for local_rank in range(int(config.nproc_per_node)):
-        pool.schedule(local_rank, (str(cmd), *cmd_args), after_s=0)
+        pool.start_now(local_rank, (str(cmd), *cmd_args))
