@@ -35,11 +35,13 @@ class WorkQueue:
             return
         if key in self._queued:
             return
-        until = self._rest_until.pop(key, None)
-        if until is not None and until > time.monotonic():
-            self._rest_until[key] = until
-            self.add_after(key, until - time.monotonic())
-            return
+        until = self._rest_until.get(key)
+        if until is not None:
+            now = time.monotonic()
+            if until > now:
+                self.add_after(key, until - now)
+                return
+            del self._rest_until[key]
         self._queued.add(key)
         self._added_at[key] = time.monotonic()
         self._queue.put_nowait(key)

@@ -60,8 +60,8 @@ class WorkerSpares:
             return None
         return spare.take(env)
 
-    def schedule(self, local_rank: int, args: tuple[str, ...], after_s: float | None = None) -> None:
-        """A spare for this rank's next worker, in `after_s` (default: the pool's)."""
+    def schedule(self, local_rank: int, args: tuple[str, ...]) -> None:
+        """A spare for this rank's next worker, in the pool's `after_s`."""
         entry = python_entry(list(args), args[0])
         if entry is None:
             return
@@ -69,8 +69,7 @@ class WorkerSpares:
             old = self.timers.pop(local_rank, None)
             if old is not None:
                 old.cancel()
-            timer = threading.Timer(self.after_s if after_s is None else after_s, self._start,
-                                    args=(local_rank, args[0], entry))
+            timer = threading.Timer(self.after_s, self._start, args=(local_rank, args[0], entry))
             timer.daemon = True
             self.timers[local_rank] = timer
         timer.start()
