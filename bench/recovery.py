@@ -10,9 +10,9 @@ same trial is run, alternating, on each runtime in one sitting:
   locally   torchjob (`torchjob run`, restartPolicy OnFailure, the default restartScope Job: the
             gang restarts at once, counted once), torchjob with warm spares (the same job with
             `runPolicy.warmSpares: true`: each replica's next attempt is a process started ahead, torch
-            imported; the kill waits until every replica's spare is warm, as it is in a job that has
-            trained a while) and torchrun (`--standalone --nproc-per-node 4 --max-restarts 3`, the same
-            script, the same machine);
+            imported; the kill waits until every replica's spare is warm, an elastic job's workers' spares
+            in its agents too, as they are in a job that has trained a while) and torchrun (`--standalone
+            --nproc-per-node 4 --max-restarts 3`, the same script, the same machine);
   --node    torchjob's operator (a process on the host) and the Kubeflow training-operator v1.8.1
             (hack/kubeflow/build.sh), each given the same job as real pods on the dev cluster's real
             node (`scripts/dev-cluster.sh up --real-node`): a TorchJob, and the PyTorchJob a
@@ -33,7 +33,8 @@ What the time goes to is printed from the new attempt's own lines (the last rank
 torch imported, rendezvous done, past k + 1) and, on the node, from the pods as polled every 100 ms
 (the killed container seen dead, the old pods gone, the new ones made and running).
 
-Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--kubeconfig PATH] [--no-spares]
+Usage: python bench/recovery.py [--repeat 3] [--local] [--node] [--elastic] [--only KINDS] [--kubeconfig PATH]
+       [--no-spares]
        python bench/recovery.py --nodes 2 [--repeat 1] [--no-kubeflow] [--faults F,...] [--kubeflow-faults F,...]
        a job across two real nodes: a rank killed on the second node with warm spares (spare-kill), the
        second node drained with the ranks saving on notice (drain) and without (drain-no-notice), and
@@ -268,11 +269,27 @@ def spares_warm(home: Path, job: str, replicas: int) -> Callable[[], bool]:
     return probe
 
 
+def worker_spares_waiting(trial: Path, n: int) -> bool:
+    """Whether `n` of this trial's torchrun workers' warm spares (an agent's, local/spares/workers.py: the spare
+    launcher running the script, not an agent) have imported torch and wait."""
+    found = 0
+    for p in pids.all_pids():
+        argv = pids.cmdline(p)
+        if any(a.endswith("torchjob_spare.py") for a in argv) and str(trial) in " ".join(argv) \
+                and not any("loopback_torchrun" in a for a in argv) and pids.spare_waiting(p):
+            found += 1
+    return found >= n
+
+
+def local_kind(elastic: bool, agents: int, lose_agent: bool) -> str:
+    return ("elastic-agent" if lose_agent else "elastic" if agents == 4 else "elastic-1x4") if elastic else "ddp"
+
+
 def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4, lose_agent: bool = False) -> Trial:
     """One local trial. `agents` 1 (torchjob, elastic): torchrun's own shape and fault, one agent of
     4 processes and one process killed, beside the 4-agent job that loses one worker process, or
     (`lose_agent`) a whole agent."""
-    kind = ("elastic-agent" if lose_agent else "elastic" if agents == 4 else "elastic-1x4") if elastic else "ddp"
+    kind = local_kind(elastic, agents, lose_agent)
     d = Path(tempfile.mkdtemp(prefix=f"recovery-{runtime}-{kind}-", dir=keep))
     out = (d / "runtime.out").open("w")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -286,7 +303,10 @@ def run_local(runtime: str, elastic: bool, keep: Path, agents: int = 4, lose_age
         env["TORCHJOB_HOME"] = str(d / "home")
         victim, group, rank = ("worker-1", True, None) if agents == 4 else ("worker-0", False, 2)
         if spares:
-            ready = spares_warm(d / "home", name, 4 if agents == 4 else 1)
+            replicas_warm = spares_warm(d / "home", name, 4 if agents == 4 else 1)
+            # an elastic job's agents restart their workers from their own spares: those warm too, as in a
+            # job that has trained a while (started SPARE_AFTER_S after the workers, they import torch beside them)
+            ready = (lambda: replicas_warm() and worker_spares_waiting(d, 4)) if elastic else replicas_warm
         if lose_agent:
             victim, group, rank = "worker-1", True, None
     else:
@@ -768,6 +788,8 @@ def main() -> None:
                         help="--nodes 2: Kubeflow's faults, comma-separated (no spare-kill: it has no spares)")
     parser.add_argument("--no-spares", action="store_true",
                         help="not torchjob with warm spares (locally; on the node, its restart in place)")
+    parser.add_argument("--only", default="", help="locally, only these jobs, comma-separated (ddp, elastic, "
+                                                   "elastic-1x4, elastic-agent; --elastic for the elastic ones)")
     parser.add_argument("--src", type=Path, default=REPO / "src",
                         help="the torchjob source tree whose operator runs (another tree's: before/after)")
     args = parser.parse_args()
@@ -781,6 +803,7 @@ def main() -> None:
     if not (args.local or args.node):
         args.local = True
     kinds = [False, True] if args.elastic else [False]
+    only = set(filter(None, args.only.split(",")))
     trials: list[Trial] = []
     peers: list[tuple[str, str, float | dict[str, float]]] = []
     if args.local:
@@ -795,6 +818,8 @@ def main() -> None:
                     + ([("torchjob", 1, False), ("torchjob", 4, True)] if elastic else []) \
                     + ([("torchjob-spares", 4, True)] if elastic and not args.no_spares else [])
                 for rt, agents, lose in (runs if i % 2 == 0 else runs[::-1]):
+                    if only and local_kind(elastic, agents, lose) not in only:
+                        continue
                     t = run_local(rt, elastic, args.keep, agents, lose)
                     print(f"local {rt} {t.kind}: {t.recovery:.2f}s {t.note} {t.stages}", flush=True)
                     trials.append(t)

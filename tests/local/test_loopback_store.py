@@ -59,8 +59,9 @@ def test_a_local_jobs_tcpstore_listens_on_loopback_only(torchjob: Torchjob, tmp_
     assert addresses <= {"127.0.0.1"}, f"the store listens beyond loopback: {addresses}\n{proc.stdout}"
 
 
-# torchjob's torchrun on loopback (quicken): the dynamic rendezvous's one-second waits are POLL_S; the
-# random ones stay. Run where torch is imported fresh (it changes torch's module for the process).
+# torchjob's torchrun on loopback (quicken): the dynamic rendezvous's one-second waits are POLL_S, its random
+# skew before a first re-rendezvous a tenth, other waits as asked. Run where torch is imported fresh (it changes
+# torch's module for the process).
 QUICKENED = r'''
 import time
 from datetime import timedelta
@@ -77,15 +78,22 @@ def slept(seconds):
     return time.monotonic() - t
 
 before = (held(), slept(1))
+asked = []
+real = rdzv._delay
+rdzv._delay = lambda seconds: (asked.append(seconds), real(seconds=seconds))[1]
 loopback_torchrun.quicken()
 print(before[0], before[1] >= 1, held(), slept(1) < 0.5, slept((0.2, 0.2)) >= 0.2)
+slept((0, 0.3))
+print(asked)
 '''
 
 
 def test_on_loopback_the_elastic_rendezvous_reads_its_state_every_tenth_of_a_second() -> None:
     run = subprocess.run([sys.executable, "-c", QUICKENED], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["1", "True", "0.1", "True", "True"], run.stdout
+    first, asked = run.stdout.splitlines()
+    assert first.split() == ["1", "True", "0.1", "True", "True"], run.stdout
+    assert asked == "[0.1, (0.2, 0.2), (0, 0.03)]", run.stdout
 
 
 def test_on_loopback_the_agents_beat_every_two_seconds_unless_the_job_says() -> None:

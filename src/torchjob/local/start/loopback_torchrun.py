@@ -104,6 +104,7 @@ def install() -> None:
 
 
 POLL_S = 0.1  # how often a waiting agent reads the rendezvous's state on loopback (torch: once a second)
+SKEW_S = (0, 0.3)  # torch's random wait before a first re-rendezvous (its round 0), to spread many nodes' joins
 
 
 def quicken() -> None:
@@ -112,14 +113,20 @@ def quicken() -> None:
     to join (every monitor interval, 0.1 s) serves a state up to 1 s old (the state holder's
     cache_duration). Over a network of many nodes that spares the store; on one machine it is most of an
     elastic job's re-rendezvous: the agent of the failed worker waits for the others, they notice it up
-    to a second late, and each round of joins waits a second more. Both become POLL_S here (its other
-    delays, random ones of at most 0.3 s, stay)."""
+    to a second late, and each round of joins waits a second more. Both become POLL_S here. Its random
+    wait of up to 0.3 s before each node's first re-rendezvous (SKEW_S), there to spread the joins of many
+    nodes over a network, is a tenth of it: paid twice in a row (the failed agent's join, then the last of
+    the others'), it was about 0.4 s of a local elastic job's re-rendezvous on average."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
 
     delay = getattr(rdzv, "_delay")  # noqa: B009 (torch's private name: its stubs do not export it)
 
     def _delay(seconds: float | tuple[float, float]) -> None:
-        delay(POLL_S if seconds == 1 else seconds)
+        if seconds == 1:
+            seconds = POLL_S
+        elif seconds == SKEW_S:
+            seconds = (0, SKEW_S[1] / 10)
+        delay(seconds)
 
     holder = rdzv._BackendRendezvousStateHolder
     init = holder.__init__
