@@ -1,14 +1,18 @@
 """What a local job's start loads before its first replica starts: the replicas wait on it (bench/launch.py,
 issue 46). rich (the live bar, only on a terminal) and pathspec (a shipped script's .gitignore rules, only
-with --kube) are loaded where they are used."""
+with --kube) are loaded where they are used; certifi's bundle is found without importing it, and the
+progress endpoint binds without a reverse DNS lookup."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,5 +50,23 @@ def test_a_local_job_starts_its_replicas_before_loading_rich_or_pathspec(tmp_pat
     loaded = json.loads(out.read_text())
     assert loaded is not None, "no replica was started"
     assert "torchjob.local.supervisor.supervisor" in loaded  # the probe saw the local runtime's start
-    heavy = sorted({m.split(".")[0] for m in loaded} & {"rich", "pathspec", "lightkube", "httpx"})
+    heavy = sorted({m.split(".")[0] for m in loaded} & {"rich", "pathspec", "lightkube", "httpx", "certifi"})
     assert heavy == [], heavy
+
+
+def test_the_local_progress_endpoint_starts_without_looking_its_host_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """http.server's bind asks for the host's full name (socket.getfqdn: a reverse DNS query, slow where DNS
+    is); nothing reads it."""
+    from torchjob.local.supervisor.progress import LocalEndpoint, ca_bundle
+
+    def looked_up(*_: object) -> str:
+        raise AssertionError("socket.getfqdn called")
+
+    monkeypatch.setattr(socket, "getfqdn", looked_up)
+    ep = LocalEndpoint("j", lambda *a: None).start()
+    try:
+        assert ep.url.startswith("http://127.0.0.1:")
+        assert ep.server.server_name == "127.0.0.1" and ep.server.server_port == ep.server.port
+    finally:
+        ep.stop()
+    assert Path(ca_bundle()).is_file()

@@ -5,6 +5,7 @@ budget of refused tokens. Standard library only; knows nothing of reports."""
 from __future__ import annotations
 
 import socket
+import socketserver
 import threading
 import time
 from collections import Counter
@@ -66,6 +67,12 @@ class GuardedServer(ThreadingHTTPServer):
         self._refused: dict[str, RateLimit] = {}  # by source: its budget of refused tokens
         self._closed = threading.Event()
         super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        """Bound as socketserver binds, without http.server's lookup of the host's full name (a reverse DNS
+        query, on the path to a local job's first replica, for a name nothing here reads)."""
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.port
 
     @property
     def port(self) -> int:
