@@ -105,3 +105,51 @@ def test_on_loopback_the_agents_beat_every_two_seconds_unless_the_job_says() -> 
     assert keep_alive("") == "keep_alive_interval=2"
     assert keep_alive("last_call_timeout=2") == "last_call_timeout=2,keep_alive_interval=2"
     assert keep_alive("keep_alive_interval=10,join_timeout=60") == "keep_alive_interval=10,join_timeout=60"
+
+
+# A restarted replica's agent told its predecessor (LOST_AGENT_ENV, as the supervisor tells it): torch's own
+# sanitizer gives that node up with the rest of the ones whose beats stopped, at once, but never while the process
+# the supervisor named still runs.
+LOST = r'''
+import os, subprocess, sys
+from datetime import datetime, timedelta, timezone
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+from torchjob.local.spares.spare import LOST_AGENT_ENV
+from torchjob.local.start import loopback_torchrun
+from torchjob.local.supervisor import pids
+
+ended = subprocess.Popen(["sleep", "60"])
+ended_ticks = pids.started(ended.pid)
+ended.kill(); ended.wait()
+running = subprocess.Popen(["sleep", "60"])
+
+def left(lost_pid):
+    settings = rdzv.RendezvousSettings("r", 1, 4, rdzv.RendezvousTimeout(), timedelta(seconds=2), 3)
+    holder = rdzv._BackendRendezvousStateHolder(None, settings)
+    state = rdzv._RendezvousState()
+    now = datetime.now(timezone.utc)
+    nodes = {n: rdzv._NodeDesc("127.0.0.1", p, 0) for n, p in (("lost", lost_pid), ("peer", os.getpid()))}
+    state.complete, state.participants = True, {nodes["lost"]: 0, nodes["peer"]: 1}
+    state.last_heartbeats = {n: now for n in nodes.values()}
+    state.wait_list = {rdzv._NodeDesc("127.0.0.1", os.getpid(), 1)}
+    holder._state = state
+    holder._sanitize()
+    return sorted(n for n, d in nodes.items() if d in state.participants or d in state.last_heartbeats)
+
+before = left(ended.pid)
+os.environ[LOST_AGENT_ENV] = f"{running.pid}:{pids.started(running.pid)}"
+loopback_torchrun.forget_lost("127.0.0.1")
+still = left(running.pid)
+os.environ[LOST_AGENT_ENV] = f"{ended.pid}:{ended_ticks}"
+loopback_torchrun.forget_lost("127.0.0.1")
+print(before, still, left(ended.pid), LOST_AGENT_ENV in os.environ)
+running.kill()
+'''
+
+
+def test_a_restarted_agent_gives_up_its_lost_predecessors_place_in_the_rendezvous_at_once() -> None:
+    """torch gives a lost agent's place up after three missed beats (6 s on loopback): until then the others
+    could not meet again without it (bench/recovery.py --local --elastic, elastic-agent)."""
+    run = subprocess.run([sys.executable, "-c", LOST], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("] ") == ["['lost', 'peer'", "['lost', 'peer'", "['peer'", "False\n"], run.stdout

@@ -40,8 +40,11 @@ WARM_ENV = "TORCHJOB_SPARE_WARM"
 # (a spare starts without them; torch reads them when a process group is made, after the spare took the attempt).
 # A restarted torchrun replica's agent starts its workers' spares at once (local/spares/workers.py).
 WORKERS_AT_ONCE_ENV = "TORCHJOB_WARM_WORKERS_AT_ONCE"
+# A restarted torchrun replica's agent is told its predecessor (`PID:START_TICKS`): that one's place in the
+# elastic rendezvous is given up at once (local/start/loopback_torchrun.py).
+LOST_AGENT_ENV = "TORCHJOB_LOST_AGENT"
 ATTEMPT_ENV = frozenset({"TORCHELASTIC_ERROR_FILE", "KUBEFLOW_TRAINER_SERVER_TOKEN", WORKERS_AT_ONCE_ENV,
-                         "TORCHJOB_STACKS_DIR",  # local/inspect/stacks.py
+                         LOST_AGENT_ENV, "TORCHJOB_STACKS_DIR",  # local/inspect/stacks.py
                          *flight_recorder.SET})
 # torchrun's agent, as a local replica runs it, and what it imports itself before its rendezvous
 # (loopback_torchrun.install patches what these hold, as it does when it imports them itself).

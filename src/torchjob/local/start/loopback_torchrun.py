@@ -14,7 +14,8 @@ On loopback the elastic rendezvous also reads its shared state every POLL_S inst
 (`quicken`): torch paces it for many nodes over a network, and a local elastic job's re-rendezvous
 after a failure was mostly those one-second waits (bench/recovery.py --local --elastic). Its agents
 also beat every KEEP_ALIVE_S unless the job sets `keep_alive_interval` (`keep_alive`): torch's 5 s, three
-missed, kept a lost agent's place in the rendezvous for 15 s before the others could meet without it.
+missed, kept a lost agent's place in the rendezvous for 15 s before the others could meet without it; and a
+restarted replica's agent gives up its lost predecessor's place at once (`forget_lost`).
 """
 
 from __future__ import annotations
@@ -139,6 +140,43 @@ def quicken() -> None:
     setattr(holder, "__init__", __init__)  # noqa: B010
 
 
+def forget_lost(addr: str) -> None:
+    """A restarted replica's agent gives up its predecessor's place in the rendezvous (LOST_AGENT_ENV: the
+    supervisor's word that the process `PID:START_TICKS` ended), as torch gives up a node whose beats have
+    stopped, but at once: torch waits for three missed beats (6 s here), and until then the others could
+    not meet again without the lost agent. The node is this host's and that process's (torch names a node
+    by its address and pid); it is given up only while that process has not started again."""
+    from torchjob.local.spares.spare import LOST_AGENT_ENV
+    from torchjob.local.supervisor import pids
+
+    pid, _, ticks = os.environ.pop(LOST_AGENT_ENV, "").partition(":")
+    if not (pid.isdigit() and ticks.isdigit()):
+        return
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    holder = rdzv._BackendRendezvousStateHolder
+    sanitize = getattr(holder, "_sanitize")  # noqa: B009 (torch's private name)
+
+    def _sanitize(self: Any) -> None:
+        sanitize(self)
+        state = self._state
+        lost = {n for n in [*state.last_heartbeats, *state.participants, *state.wait_list, *state.redundancy_list]
+                if n.addr == addr and n.pid == int(pid)}
+        if not lost or pids.alive(int(pid), int(ticks)):
+            return
+        left = False
+        for node in lost:  # what torch's own _sanitize does with a node whose beats stopped
+            state.last_heartbeats.pop(node, None)
+            left = state.participants.pop(node, None) is not None or left
+            state.wait_list.discard(node)
+            state.redundancy_list.discard(node)
+        if left:
+            rdzv._remove_participant_epilogue(state, self._settings)
+        self._dead_nodes = [*self._dead_nodes, *lost]
+
+    setattr(holder, "_sanitize", _sanitize)  # noqa: B010
+
+
 KEEP_ALIVE_S = 2  # a local agent's heartbeat (torch: 5 s); dead after three missed, as torch counts
 
 
@@ -159,6 +197,7 @@ def main() -> None:
         os.environ["PET_LOCAL_ADDR"] = host
     if loopback(host):
         quicken()
+        forget_lost(host)
         os.environ["PET_RDZV_CONF"] = keep_alive(os.environ.get("PET_RDZV_CONF", ""))
     install()
     if os.environ.get("TORCHJOB_WARM_WORKERS") == "1":  # runPolicy.warmSpares (local/spares/workers.py)

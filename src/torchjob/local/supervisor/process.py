@@ -10,18 +10,19 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from torchjob.core.diagnosis import torch_errors
 from torchjob.core.policies.policy import exit_code_of
 from torchjob.local import ranktag
-from torchjob.local.spares.spare import WORKERS_AT_ONCE_ENV, Spare
+from torchjob.local.spares.spare import LOST_AGENT_ENV, TORCHRUN_AGENT, WORKERS_AT_ONCE_ENV, Spare
 from torchjob.local.spares.workers import WORKERS_ENV
 from torchjob.local.start.launch import LaunchSpec
 from torchjob.local.start.volumes import preexec
 from torchjob.local.store.files import private_dir, private_file
+from torchjob.local.supervisor import pids
 from torchjob.local.supervisor.quiet import QuietStop
 
 LineSink = Callable[[str, bytes], None]  # (replica name, one line of output)
@@ -70,6 +71,7 @@ class ReplicaProcess:
         self.error_file = error_file
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
+        self.ticks: int | None = None  # its start time, as /proc says (pids.started)
         self.ended_at: float | None = None
         self.exit_code: int | None = None
         self.error: str | None = None  # torch's error, read once at a failed exit (its error file)
@@ -92,14 +94,17 @@ class ReplicaProcess:
     def alive(self) -> bool:
         return self.exit_code is None
 
-    def start(self, events: queue.SimpleQueue[object], sink: LineSink, spare: Spare | None = None) -> None:
+    def start(self, events: queue.SimpleQueue[object], sink: LineSink, spare: Spare | None = None,
+              earlier: Sequence[ReplicaProcess] = ()) -> None:
         """Start the attempt: as `spare` where one is given and can take it (torchjob.local.spares.spare),
-        else as a new process."""
+        else as a new process. `earlier`: the replica's attempts before, oldest first, ended."""
         private_dir(self.log_path.parent)
         self.error_file.unlink(missing_ok=True)
         env = {**os.environ, **self.spec.env, "TORCHELASTIC_ERROR_FILE": str(self.error_file)}
         if self.attempt > 0 and WORKERS_ENV in self.spec.env:
             env[WORKERS_AT_ONCE_ENV] = "1"  # its torchrun's first workers start from spares too
+        if earlier and earlier[-1].ticks is not None and TORCHRUN_AGENT in self.spec.argv:
+            env[LOST_AGENT_ENV] = f"{earlier[-1].pid}:{earlier[-1].ticks}"
         self.proc = spare.take(env) if spare is not None else None
         self.from_spare = self.proc is not None
         enter = preexec(self.spec.mounts, self.spec.cwd)
@@ -118,6 +123,7 @@ class ReplicaProcess:
         except OSError as e:
             raise StartError(self.spec.name, self.spec.argv, e) from e
         self.started_at = time.time()
+        self.ticks = pids.started(self.proc.pid)
         log = private_file(self.log_path)
         assert self.proc.stdout is not None
         out = self.proc.stdout

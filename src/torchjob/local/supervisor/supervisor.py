@@ -304,7 +304,7 @@ class Supervisor:
         p = ReplicaProcess(spec, attempt, adir / "output.log", adir / "error.json")
         spare = self.spares.take(name)
         try:
-            p.start(self.events, self.console.line, spare)
+            p.start(self.events, self.console.line, spare, [q for q in self.history if q.spec.name == name])
         except StartError as e:
             # The command cannot even start: a user mistake, reported as that replica's failure.
             self.console.note(str(e), warning=True)
