@@ -36,9 +36,9 @@ def ca_bundle() -> str:
     """certifi's bundle, found without importing certifi where it is a file (its `where()` loads
     importlib.resources: 0.02-0.2 s on the way to a local job's first replica), else the system's."""
     spec = importlib.util.find_spec("certifi")
-    if spec is None:
+    if spec is None or not spec.origin:  # none, or a directory without its module (no `where()` either)
         return ssl.get_default_verify_paths().cafile or ""
-    pem = Path(spec.origin or "").with_name("cacert.pem")
+    pem = Path(spec.origin).with_name("cacert.pem")
     if pem.is_file():
         return str(pem)
     import certifi  # type: ignore[import-not-found, unused-ignore]
